@@ -1,0 +1,84 @@
+/**
+ * HeadwayConfig mirrors headscale's config.yaml where the features overlap, so an
+ * existing headscale config works with at most the documented changes. Durations
+ * are milliseconds here (written as `30m`, `24h`, `90d` in YAML).
+ */
+export interface SqliteConfig { path: string; write_ahead_log: boolean; wal_autocheckpoint: number }
+
+export interface NetworkDatabaseConfig {
+  host: string;
+  port: number;
+  name: string;
+  user: string;
+  pass: string;
+  max_open_conns: number;
+  max_idle_conns: number;
+  conn_max_idle_time_secs: number;
+  /** ssl: false, true, or a mode name (`require`, `verify-full`, ...). */
+  ssl: boolean | string;
+}
+
+export interface DatabaseConfig {
+  type: string;
+  debug: boolean;
+  sqlite: SqliteConfig;
+  postgres: NetworkDatabaseConfig;
+  mysql: NetworkDatabaseConfig;
+}
+
+export interface DerpServerConfig {
+  enabled: boolean;
+  region_id: number;
+  region_code: string;
+  region_name: string;
+  verify_clients: boolean;
+  stun_listen_addr: string;
+  private_key_path: string;
+  automatically_add_embedded_derp_region: boolean;
+  ipv4: string;
+  ipv6: string;
+}
+
+export interface DerpConfig {
+  server: DerpServerConfig;
+  urls: string[];
+  paths: string[];
+  auto_update_enabled: boolean;
+  update_frequency: number;
+}
+
+export interface DnsConfig {
+  magic_dns: boolean;
+  base_domain: string;
+  override_local_dns: boolean;
+  nameservers: { global: string[]; split: Record<string, string[]> };
+  search_domains: string[];
+  extra_records: Array<{ name: string; type: string; value: string }>;
+  extra_records_path: string;
+}
+
+export interface HeadwayConfig {
+  /** data_dir is Headway's own key: where relative default paths (database, keys, socket) live. */
+  data_dir: string;
+  server_url: string;
+  listen_addr: string;
+  metrics_listen_addr: string;
+  grpc_listen_addr: string;
+  grpc_allow_insecure: boolean;
+  noise: { private_key_path: string };
+  prefixes: { v4: string; v6: string; allocation: 'sequential' | 'random' };
+  derp: DerpConfig;
+  disable_check_updates: boolean;
+  node: { expiry: number; ephemeral: { inactivity_timeout: number } };
+  database: DatabaseConfig;
+  tls_cert_path: string;
+  tls_key_path: string;
+  log: { level: 'trace' | 'debug' | 'info' | 'warn' | 'error'; format: 'text' | 'json' };
+  policy: { mode: string; path: string };
+  dns: DnsConfig;
+  unix_socket: string;
+  unix_socket_permission: string;
+  logtail: { enabled: boolean };
+  taildrop: { enabled: boolean };
+  cli: { address: string; api_key: string; timeout: number; insecure: boolean };
+}

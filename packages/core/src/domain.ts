@@ -1,0 +1,89 @@
+/**
+ * Domain records as the kernel sees them. Storage adapters persist exactly these
+ * shapes; ids are database integers inside the kernel and strings on the API.
+ */
+
+export interface User {
+  id: number;
+  name: string;
+  displayName: string;
+  email: string;
+  createdAt: Date;
+}
+
+export type RegisterMethod = 'authkey' | 'cli' | 'api' | 'debug' | 'oidc';
+
+export interface Node {
+  id: number;
+  /** machineKey is the Noise static key of the device, `mkey:<hex>`; unique. */
+  machineKey: string;
+  /** nodeKey is the WireGuard key, `nodekey:<hex>`; unique; rotates on re-login. */
+  nodeKey: string;
+  discoKey: string;
+  /** hostname is what the device reports in Hostinfo. */
+  hostname: string;
+  /** givenName is the unique DNS label the node is known by (its display name). */
+  givenName: string;
+  /** userId owns the node; null only for nodes registered purely by tag. */
+  userId: number | null;
+  tags: string[];
+  ipv4: string | null;
+  ipv6: string | null;
+  endpoints: string[];
+  hostinfo: Record<string, unknown> | null;
+  availableRoutes: string[];
+  approvedRoutes: string[];
+  registerMethod: RegisterMethod;
+  expiry: Date | null;
+  lastSeen: Date | null;
+  ephemeral: boolean;
+  authKeyId: number | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt'>;
+export type NodePatch = Partial<Omit<Node, 'id' | 'createdAt' | 'updatedAt'>>;
+
+export interface PreAuthKey {
+  id: number;
+  userId: number | null;
+  reusable: boolean;
+  ephemeral: boolean;
+  used: boolean;
+  expiration: Date | null;
+  tags: string[];
+  /** prefix is the public, readable part of the key; the secret is kept only as `hash`. */
+  prefix: string;
+  hash: string;
+  createdAt: Date;
+}
+
+export type NewPreAuthKey = Omit<PreAuthKey, 'id' | 'createdAt' | 'used'>;
+
+export interface ApiKey {
+  id: number;
+  prefix: string;
+  hash: string;
+  expiration: Date | null;
+  lastSeen: Date | null;
+  createdAt: Date;
+}
+
+export type NewApiKey = Omit<ApiKey, 'id' | 'createdAt' | 'lastSeen'>;
+
+/** PendingRegistration is a device waiting for an administrator to approve its AuthURL. */
+export interface PendingRegistration {
+  /** key is the registration id embedded in the AuthURL. */
+  key: string;
+  machineKey: string;
+  nodeKey: string;
+  hostinfo: Record<string, unknown> | null;
+  expiresAt: Date;
+  createdAt: Date;
+}
+
+export interface PolicyRecord {
+  text: string;
+  updatedAt: Date;
+}

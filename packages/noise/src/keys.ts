@@ -1,0 +1,113 @@
+import { createPrivateKey, createPublicKey, diffieHellman, generateKeyPairSync, type KeyObject } from 'node:crypto';
+
+/** KEY_LENGTH is the size of every raw X25519 key, public or private. */
+export const KEY_LENGTH = 32;
+
+/** KeyPair holds raw 32-byte X25519 keys; the private half is never exported in text form by accident. */
+export interface KeyPair {
+  privateKey: Buffer;
+  publicKey: Buffer;
+}
+
+/** KeyPrefix names the text forms Tailscale uses for keys on the wire (`<prefix>:<64 hex>`). */
+export type KeyPrefix = 'mkey' | 'nodekey' | 'discokey' | 'privkey' | 'chalpub' | 'nlpub';
+
+const PKCS8_X25519_PREFIX = Buffer.from('302e020100300506032b656e04220420', 'hex');
+const SPKI_X25519_PREFIX = Buffer.from('302a300506032b656e032100', 'hex');
+
+function checkRawKey(raw: Uint8Array, what: string): void {
+  if (!(raw instanceof Uint8Array) || raw.length !== KEY_LENGTH) {
+    const got = raw instanceof Uint8Array ? `${raw.length} bytes` : typeof raw;
+    throw new TypeError(`${what} must be ${KEY_LENGTH} raw bytes, got ${got}`);
+  }
+}
+
+function privateKeyObject(raw: Uint8Array): KeyObject {
+  checkRawKey(raw, 'X25519 private key');
+  return createPrivateKey({ key: Buffer.concat([PKCS8_X25519_PREFIX, raw]), format: 'der', type: 'pkcs8' });
+}
+
+function publicKeyObject(raw: Uint8Array): KeyObject {
+  checkRawKey(raw, 'X25519 public key');
+  return createPublicKey({ key: Buffer.concat([SPKI_X25519_PREFIX, raw]), format: 'der', type: 'spki' });
+}
+
+/** publicFromPrivate derives the raw X25519 public key for a raw private key. */
+export function publicFromPrivate(privateKey: Uint8Array): Buffer {
+  const spki = createPublicKey(privateKeyObject(privateKey)).export({ format: 'der', type: 'spki' });
+  return Buffer.from(spki.subarray(SPKI_X25519_PREFIX.length));
+}
+
+/** keyPairFromPrivate builds a KeyPair from a raw private key (copied, so callers may reuse their buffer). */
+export function keyPairFromPrivate(privateKey: Uint8Array): KeyPair {
+  return { privateKey: Buffer.from(privateKey), publicKey: publicFromPrivate(privateKey) };
+}
+
+/** generateKeyPair makes a fresh random X25519 key pair from the OS CSPRNG. */
+export function generateKeyPair(): KeyPair {
+  const { privateKey } = generateKeyPairSync('x25519');
+  const pkcs8 = privateKey.export({ format: 'der', type: 'pkcs8' });
+  return keyPairFromPrivate(pkcs8.subarray(PKCS8_X25519_PREFIX.length));
+}
+
+/**
+ * x25519 computes the shared secret DH(privateKey, publicKey). It throws when the peer key is a
+ * low-order point (all-zero result), which Noise treats as a failed handshake.
+ */
+export function x25519(privateKey: Uint8Array, publicKey: Uint8Array): Buffer {
+  const shared = diffieHellman({ privateKey: privateKeyObject(privateKey), publicKey: publicKeyObject(publicKey) });
+  if (shared.every((b) => b === 0)) throw new Error('X25519 produced an all-zero shared secret (low-order public key)');
+  return shared;
+}
+
+/** ZERO_KEY is the all-zero key Go sends for "no key" (an empty string does not decode). */
+export const ZERO_KEY: Buffer = Buffer.alloc(KEY_LENGTH);
+
+/** isZeroKey reports whether raw is the all-zero key. */
+export function isZeroKey(raw: Uint8Array): boolean {
+  return raw.length === KEY_LENGTH && raw.every((b) => b === 0);
+}
+
+/** formatKey renders a raw key as `<prefix>:<64 lowercase hex>`. */
+export function formatKey(prefix: KeyPrefix, raw: Uint8Array): string {
+  checkRawKey(raw, `${prefix} key`);
+  return `${prefix}:${Buffer.from(raw).toString('hex')}`;
+}
+
+const HEX_KEY = /^[0-9a-fA-F]{64}$/;
+
+/** parseKey strictly parses `<prefix>:<64 hex>` into 32 raw bytes; any other shape throws naming what was wrong. */
+export function parseKey(prefix: KeyPrefix, text: string): Buffer {
+  if (typeof text !== 'string') throw new TypeError(`${prefix} key must be a string, got ${typeof text}`);
+  const expected = `${prefix}:`;
+  if (!text.startsWith(expected)) {
+    const colon = text.indexOf(':');
+    const got = colon >= 0 ? `prefix "${text.slice(0, colon)}:"` : 'no prefix';
+    throw new Error(`invalid ${prefix} key: expected "${expected}<64 hex chars>", got ${got}`);
+  }
+  const hex = text.slice(expected.length);
+  if (!HEX_KEY.test(hex)) {
+    throw new Error(`invalid ${prefix} key: expected 64 hex chars after "${expected}", got ${hex.length} chars${/^[0-9a-fA-F]*$/.test(hex) ? '' : ' with non-hex characters'}`);
+  }
+  return Buffer.from(hex, 'hex');
+}
+
+/** parseMachineKey parses `mkey:<hex>` (machine or control public key). */
+export function parseMachineKey(text: string): Buffer {
+  return parseKey('mkey', text);
+}
+
+/** parseNodeKey parses `nodekey:<hex>` (WireGuard node public key). */
+export function parseNodeKey(text: string): Buffer {
+  return parseKey('nodekey', text);
+}
+
+/** parseDiscoKey parses `discokey:<hex>`. */
+export function parseDiscoKey(text: string): Buffer {
+  return parseKey('discokey', text);
+}
+
+/** parsePrivateKey parses `privkey:<hex>` (storage form of any private key). */
+export function parsePrivateKey(text: string): Buffer {
+  return parseKey('privkey', text);
+}

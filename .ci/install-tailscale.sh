@@ -14,6 +14,10 @@
 #
 # GOTOOLCHAIN=local: never let `go` fetch a different toolchain behind our
 # back; a version needing a newer Go fails with a clear message instead.
+# The version is stamped with -ldflags the way tailscale's build_dist.sh does;
+# a plain `go install pkg@version` carries no VCS info and would report
+# "1.102.5-ERR-BuildInfo". The long form says where the source came from,
+# since the module zip has no commit hash.
 set -euo pipefail
 
 DEFAULT_VERSIONS="v1.102.5 v1.80.3"
@@ -73,7 +77,9 @@ for version in $VERSIONS; do
   mkdir -p "$partial"
   trap 'rm -rf "$partial"' EXIT
   started=$SECONDS
-  GOBIN="$partial" go install \
+  short="${version#v}"
+  GOBIN="$partial" go install -trimpath \
+    -ldflags "-X tailscale.com/version.shortStamp=$short -X tailscale.com/version.longStamp=$short-modproxy" \
     "tailscale.com/cmd/tailscale@$version" \
     "tailscale.com/cmd/tailscaled@$version"
   rm -rf "$dir"

@@ -1,1 +1,48 @@
-export {};
+export { KEY_LENGTH, generateDerpKeyPair, publicKeyFromPrivate, formatNodeKey, parseNodeKey, type DerpKeyPair } from './keys.js';
+export { sealTo, openFrom, NONCE_LENGTH, BOX_OVERHEAD } from './box.js';
+export {
+  FrameType,
+  PeerGoneReason,
+  DERP_MAGIC,
+  PROTOCOL_VERSION,
+  MAX_PACKET_SIZE,
+  MAX_FRAME_LENGTH,
+  FRAME_HEADER_LENGTH,
+  encodeFrame,
+  FrameReader,
+  FrameTooLargeError,
+  looksLikeDisco,
+  DISCO_MAGIC,
+  type Frame,
+  type FrameTypeValue,
+} from './frames.js';
+export {
+  DerpServer,
+  type DerpServerOptions,
+  type DerpServerStats,
+  type DerpClientInfo,
+  type DerpLogger,
+  type VerifyClient,
+  type RestartNotice,
+} from './server.js';
+export { DerpClient, type DerpClientOptions, type DerpMessage } from './client.js';
+export {
+  StunServer,
+  parseBindingRequest,
+  buildBindingRequest,
+  buildBindingResponse,
+  parseBindingResponse,
+  crc32,
+  type StunMappedAddress,
+} from './stun.js';
+export {
+  verifyHandler,
+  parseAdmitRequest,
+  answerAdmitRequest,
+  VerifyRequestError,
+  MAX_VERIFY_BODY_BYTES,
+  type DerpAdmitClientRequest,
+  type DerpAdmitClientResponse,
+} from './verify.js';
+export { WebSocketStream, webSocketAccept, isValidWebSocketKey, newWebSocketKey, WsCloseCode, type WebSocketStreamOptions } from './websocket.js';
+export { runRelayBenchmark, type RelayBenchmarkOptions, type RelayBenchmarkResult } from './bench.js';

@@ -55,7 +55,15 @@ export function generateKeyPair(): KeyPair {
  * low-order point (all-zero result), which Noise treats as a failed handshake.
  */
 export function x25519(privateKey: Uint8Array, publicKey: Uint8Array): Buffer {
-  const shared = diffieHellman({ privateKey: privateKeyObject(privateKey), publicKey: publicKeyObject(publicKey) });
+  const priv = privateKeyObject(privateKey);
+  const pub = publicKeyObject(publicKey);
+  let shared: Buffer;
+  try {
+    shared = diffieHellman({ privateKey: priv, publicKey: pub });
+  } catch (err) {
+    // OpenSSL refuses low-order points itself; report it like the explicit all-zero check below.
+    throw new Error(`X25519 key agreement failed (all-zero shared secret from a low-order public key?): ${(err as Error).message}`);
+  }
   if (shared.every((b) => b === 0)) throw new Error('X25519 produced an all-zero shared secret (low-order public key)');
   return shared;
 }

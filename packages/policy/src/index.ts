@@ -1,1 +1,18 @@
-export {};
+export { PolicyError, parseHuJSON, type JNode, type Pos } from './hujson.js';
+export { IPSet, parseAddr, parsePrefix, formatAddr, TAILNET_WILDCARD, INTERNET, ALL, type Addr, type IPRange } from './ip.js';
+export {
+  parsePolicy, parseAlias, parsePortList, parseGoDuration, formatGoDuration,
+  type Policy, type Alias, type AclRule, type Grant, type SshRule, type NodeAttr, type PolicyTest,
+  type SshPolicyTest, type PortRange, type ProtoPorts, type ParseOptions,
+} from './policy.js';
+export {
+  compilePolicy, primaryRoutes, TailnetContext, ALLOW_ALL, CHECK_HOLD_URL,
+  type PolicyUser, type PolicyNode, type Snapshot, type FilterRule, type NetPortRange, type CapGrant,
+  type SSHRule, type SSHPrincipal, type SSHAction, type CompiledNode,
+} from './compile.js';
+export { runPolicyTests, filterAllows } from './tests.js';
+export { policyWarnings } from './warnings.js';
+export {
+  previewPolicy, previewNodes, topologySnapshot, tailnetDomainsOf,
+  type Topology, type PreviewOptions, type PreviewResult, type PreviewNode, type PreviewNodeView,
+} from './preview.js';

@@ -1,1 +1,4 @@
-export {};
+export * from './wire.js';
+export * from './netmap.js';
+export * from './zstd.js';
+export * from './device.js';

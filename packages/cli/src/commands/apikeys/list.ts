@@ -1,0 +1,15 @@
+import { HeadwayCommand } from '../../base.js';
+import type { ApiKeyInfo } from '../../api-types.js';
+import { apiKeyJson, apiKeysTable } from '../../format.js';
+import { commandAliases } from '../../topics.js';
+
+export default class ApiKeysList extends HeadwayCommand {
+  static override summary = 'List API keys (prefixes only; secrets are never shown again)';
+  static override aliases = commandAliases('apikeys', 'list', ['ls', 'show']);
+
+  async run(): Promise<void> {
+    await this.parse(ApiKeysList);
+    const { apiKeys = [] } = await this.client().get<{ apiKeys: ApiKeyInfo[] }>('/api/v1/apikey');
+    this.print(apiKeys.map(apiKeyJson), () => apiKeysTable(apiKeys));
+  }
+}

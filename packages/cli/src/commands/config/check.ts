@@ -1,0 +1,24 @@
+import { formatProblem, loadConfig } from '@headway/core';
+import { HeadwayCommand } from '../../base.js';
+
+export default class ConfigCheck extends HeadwayCommand {
+  static override summary = 'Check the config file and environment (no server needed)';
+  static override aliases = ['configtest'];
+
+  async run(): Promise<void> {
+    await this.parse(ConfigCheck);
+    const { source, problems } = loadConfig(this.configPath ? { path: this.configPath } : {});
+    const failing = problems.filter((p) => p.level !== 'warn');
+    if (this.outputFormat) {
+      this.print({ valid: failing.length === 0, source, problems }, '');
+    } else {
+      for (const p of problems) {
+        process.stdout.write(`${p.level === 'warn' ? 'warning' : p.level}: ${formatProblem(p)}\n`);
+      }
+      if (failing.length === 0) {
+        process.stdout.write(source ? `Config is valid (${source})\n` : 'Config is valid (no config file found; built-in defaults)\n');
+      }
+    }
+    if (failing.length) process.exitCode = 1;
+  }
+}

@@ -1,0 +1,26 @@
+import { Flags } from '@oclif/core';
+import { HeadwayCommand, listFlag, splitList } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { nodeJson } from '../../format.js';
+import { checkRoutes, commandAliases } from '../../topics.js';
+
+export default class DebugCreateNode extends HeadwayCommand {
+  static override summary = 'Create a node record without a device (tests and demos)';
+  static override aliases = commandAliases('debug', 'create-node');
+  static override flags = {
+    user: Flags.string({ char: 'u', description: 'owner (name or id)', required: true }),
+    name: Flags.string({ description: 'hostname of the node', required: true }),
+    key: Flags.string({ char: 'k', description: 'machine key (default: a random one)' }),
+    route: listFlag({ char: 'r', description: 'announced route (CIDR); repeatable or comma-separated' }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(DebugCreateNode);
+    const routes = checkRoutes(splitList(flags.route), '--route');
+    const body: Record<string, unknown> = { user: flags.user, name: flags.name };
+    if (flags.key) body.key = flags.key;
+    if (routes.length) body.routes = routes;
+    const { node } = await this.client().post<{ node: ApiNode }>('/api/v1/debug/node', body);
+    this.print(nodeJson(node), 'Node created');
+  }
+}

@@ -1,0 +1,21 @@
+import { HeadwayCommand, UsageError, idFlag, listFlag, splitList } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { nodeJson } from '../../format.js';
+import { checkRoutes, commandAliases, seg } from '../../topics.js';
+
+export default class NodesApproveRoutes extends HeadwayCommand {
+  static override summary = 'Replace the approved routes of a node (--routes "" removes them all)';
+  static override aliases = commandAliases('nodes', 'approve-routes');
+  static override flags = {
+    identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
+    routes: listFlag({ char: 'r', description: 'routes to approve, comma-separated (10.0.0.0/8,192.168.0.0/24)' }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesApproveRoutes);
+    if (flags.routes === undefined) throw new UsageError('pass --routes CIDR,... (or --routes "" to remove all approved routes)');
+    const routes = checkRoutes(splitList(flags.routes));
+    const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/approve_routes`, { routes });
+    this.print(nodeJson(node), 'Node updated');
+  }
+}

@@ -1,0 +1,14 @@
+import { HeadwayCommand } from '../../base.js';
+import { commandAliases } from '../../topics.js';
+
+export default class NodesBackfillIps extends HeadwayCommand {
+  static override summary = 'Give every node an address of each enabled family, and drop addresses of disabled ones';
+  static override aliases = commandAliases('nodes', 'backfillips');
+
+  async run(): Promise<void> {
+    await this.parse(NodesBackfillIps);
+    await this.confirm('Assign and remove node IP addresses to match the configured prefixes?');
+    const { changes = [] } = await this.client().post<{ changes: string[] }>('/api/v1/node/backfillips');
+    this.print({ changes }, () => (changes.length ? changes.join('\n') : 'No changes: every node already has the right addresses'));
+  }
+}

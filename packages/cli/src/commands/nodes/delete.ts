@@ -1,0 +1,19 @@
+import { HeadwayCommand, idFlag } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { commandAliases, seg } from '../../topics.js';
+
+export default class NodesDelete extends HeadwayCommand {
+  static override summary = 'Delete a node';
+  static override aliases = commandAliases('nodes', 'delete', ['del']);
+  static override flags = {
+    identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesDelete);
+    const { node } = await this.client().get<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}`);
+    await this.confirm(`Delete the node ${JSON.stringify(node.givenName || node.name)} (${node.id})?`);
+    await this.client().delete(`/api/v1/node/${seg(flags.identifier)}`);
+    this.print({}, 'Node deleted');
+  }
+}

@@ -1,0 +1,18 @@
+import { HeadwayCommand, idFlag } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { nodeJson } from '../../format.js';
+import { commandAliases, seg } from '../../topics.js';
+
+export default class NodesExpire extends HeadwayCommand {
+  static override summary = 'Expire (log out) a node now';
+  static override aliases = commandAliases('nodes', 'expire', ['logout', 'exp', 'e']);
+  static override flags = {
+    identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesExpire);
+    const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/expire`);
+    this.print(nodeJson(node), 'Node expired');
+  }
+}

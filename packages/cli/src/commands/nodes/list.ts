@@ -1,0 +1,19 @@
+import { Flags } from '@oclif/core';
+import { HeadwayCommand } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { nodeJson, nodesTable } from '../../format.js';
+import { commandAliases } from '../../topics.js';
+
+export default class NodesList extends HeadwayCommand {
+  static override summary = 'List nodes';
+  static override aliases = commandAliases('nodes', 'list', ['ls', 'show']);
+  static override flags = {
+    user: Flags.string({ char: 'u', description: 'only nodes of this user (name or id)' }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesList);
+    const { nodes = [] } = await this.client().get<{ nodes: ApiNode[] }>('/api/v1/node', { user: flags.user });
+    this.print(nodes.map(nodeJson), () => nodesTable(nodes));
+  }
+}

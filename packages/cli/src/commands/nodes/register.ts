@@ -1,0 +1,20 @@
+import { Flags } from '@oclif/core';
+import { HeadwayCommand } from '../../base.js';
+import type { ApiNode } from '../../api-types.js';
+import { nodeJson } from '../../format.js';
+import { commandAliases } from '../../topics.js';
+
+export default class NodesRegister extends HeadwayCommand {
+  static override summary = 'Register a waiting device to a user (the key from its login URL)';
+  static override aliases = commandAliases('nodes', 'register');
+  static override flags = {
+    user: Flags.string({ char: 'u', description: 'user (name or id) that will own the node', required: true }),
+    key: Flags.string({ char: 'k', description: 'registration key shown in the login URL', required: true }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesRegister);
+    const { node } = await this.client().post<{ node: ApiNode }>('/api/v1/node/register', undefined, { user: flags.user, key: flags.key });
+    this.print(nodeJson(node), `Node ${node.givenName || node.name} registered`);
+  }
+}

@@ -1,0 +1,42 @@
+import { Flags } from '@oclif/core';
+import { HeadwayCommand } from '../../base.js';
+import { ConnectionError } from '../../client.js';
+import { checkPolicyOffline, readPolicyFile } from '../../policy-check.js';
+import { commandAliases } from '../../topics.js';
+
+export default class PolicyCheck extends HeadwayCommand {
+  static override summary = 'Check a policy file (against the server, or offline when none is reachable)';
+  static override aliases = commandAliases('policy', 'check');
+  static override flags = {
+    file: Flags.string({ char: 'f', description: "policy file (HuJSON); default: the server's current policy" }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(PolicyCheck);
+    let text: string;
+    let warnings: string[];
+    let checkedBy: 'server' | 'offline' = 'server';
+    if (flags.file) {
+      text = readPolicyFile(flags.file);
+      try {
+        ({ warnings } = await this.serverCheck(text));
+      } catch (e) {
+        if (!(e instanceof ConnectionError)) throw e;
+        // Without a server the syntax and self-consistency can still be checked;
+        // only checks against live users and devices are skipped.
+        process.stderr.write(`note: ${e.message}; checking offline (users and devices are not verified)\n`);
+        warnings = await checkPolicyOffline(text, flags.file);
+        checkedBy = 'offline';
+      }
+    } else {
+      text = (await this.client().get<{ policy: string }>('/api/v1/policy')).policy ?? '';
+      ({ warnings } = await this.serverCheck(text));
+    }
+    this.print({ valid: true, warnings, checked_by: checkedBy }, () => ['Policy is valid', ...warnings.map((w) => `warning: ${w}`)].join('\n'));
+  }
+
+  private async serverCheck(text: string): Promise<{ warnings: string[] }> {
+    const res = await this.client().post<{ valid?: boolean; warnings?: string[] }>('/api/v1/policy/check', { policy: text });
+    return { warnings: res.warnings ?? [] };
+  }
+}

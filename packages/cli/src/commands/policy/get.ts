@@ -1,0 +1,13 @@
+import { HeadwayCommand } from '../../base.js';
+import { commandAliases } from '../../topics.js';
+
+export default class PolicyGet extends HeadwayCommand {
+  static override summary = 'Print the policy in effect';
+  static override aliases = commandAliases('policy', 'get', ['show', 'view', 'fetch']);
+
+  async run(): Promise<void> {
+    await this.parse(PolicyGet);
+    const res = await this.client().get<{ policy: string; updatedAt?: string | null; mode?: string }>('/api/v1/policy');
+    this.print({ policy: res.policy, updated_at: res.updatedAt ?? null, mode: res.mode ?? null }, res.policy ?? '');
+  }
+}

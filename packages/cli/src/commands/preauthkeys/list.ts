@@ -1,0 +1,19 @@
+import { Flags } from '@oclif/core';
+import { HeadwayCommand } from '../../base.js';
+import type { ApiPreAuthKey } from '../../api-types.js';
+import { preAuthKeyJson, preAuthKeysTable } from '../../format.js';
+import { commandAliases } from '../../topics.js';
+
+export default class PreAuthKeysList extends HeadwayCommand {
+  static override summary = 'List pre-auth keys';
+  static override aliases = commandAliases('preauthkeys', 'list', ['ls', 'show']);
+  static override flags = {
+    user: Flags.string({ char: 'u', description: 'only keys of this user (id or name)' }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(PreAuthKeysList);
+    const { preAuthKeys = [] } = await this.client().get<{ preAuthKeys: ApiPreAuthKey[] }>('/api/v1/preauthkey', { user: flags.user });
+    this.print(preAuthKeys.map(preAuthKeyJson), () => preAuthKeysTable(preAuthKeys));
+  }
+}

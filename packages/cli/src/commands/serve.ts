@@ -1,0 +1,63 @@
+import { configSearchPath, createLogger, formatProblem, loadConfig, type HeadwayConfig, type Logger } from '@headway/core';
+import { HeadwayCommand } from '../base.js';
+
+/** RunningServer is what startServer resolves to: close() stops listening and flushes state. */
+interface RunningServer {
+  close(): Promise<void>;
+  urls?: Record<string, unknown>;
+}
+
+type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource: string | null }) => Promise<RunningServer>;
+
+export default class Serve extends HeadwayCommand {
+  static override summary = 'Run the coordination server';
+
+  async run(): Promise<void> {
+    await this.parse(Serve);
+    const loadOpts = this.configPath ? { path: this.configPath } : {};
+    const { config, source, problems } = loadConfig(loadOpts);
+    const logger = createLogger({ level: config.log.level, format: config.log.format });
+    for (const p of problems) {
+      if (p.level === 'fatal') logger.fatal(formatProblem(p));
+      else if (p.level === 'error') logger.error(formatProblem(p));
+      else logger.warn(formatProblem(p));
+    }
+    if (problems.some((p) => p.level !== 'warn')) {
+      process.exitCode = 1;
+      return;
+    }
+    if (source === null) {
+      logger.info(`no config file found (looked in ${configSearchPath(loadOpts).join(', ')}); using built-in defaults`);
+    }
+
+    // Imported lazily so the admin commands never load the server's dependencies.
+    const core = (await import('@headway/core')) as unknown as { startServer?: StartServer };
+    if (typeof core.startServer !== 'function') {
+      logger.fatal('this build of @headway/core has no startServer; rebuild the workspace');
+      process.exitCode = 1;
+      return;
+    }
+    let server: RunningServer;
+    try {
+      server = await core.startServer({ config, logger, configSource: source });
+    } catch (e) {
+      // A boot failure is reported as one line (no stack): it is usually configuration or environment.
+      logger.fatal(e instanceof Error ? e.message : String(e));
+      process.exitCode = 1;
+      return;
+    }
+
+    const signal = await new Promise<NodeJS.Signals>((resolve) => {
+      process.once('SIGTERM', () => resolve('SIGTERM'));
+      process.once('SIGINT', () => resolve('SIGINT'));
+    });
+    logger.info(`received ${signal}, shutting down`);
+    try {
+      await server.close();
+    } catch (e) {
+      logger.error(`shutdown failed: ${e instanceof Error ? e.message : String(e)}`);
+      process.exit(1);
+    }
+    process.exit(0);
+  }
+}

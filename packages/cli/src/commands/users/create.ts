@@ -1,0 +1,24 @@
+import { Args, Flags } from '@oclif/core';
+import { HeadwayCommand } from '../../base.js';
+import type { ApiUser } from '../../api-types.js';
+import { userJson } from '../../format.js';
+import { commandAliases } from '../../topics.js';
+
+export default class UsersCreate extends HeadwayCommand {
+  static override summary = 'Create a user';
+  static override aliases = commandAliases('users', 'create', ['c', 'new']);
+  static override args = { name: Args.string({ description: 'user name', required: true }) };
+  static override flags = {
+    'display-name': Flags.string({ char: 'd', description: 'display name' }),
+    email: Flags.string({ char: 'e', description: 'e-mail address' }),
+  };
+
+  async run(): Promise<void> {
+    const { args, flags } = await this.parse(UsersCreate);
+    const body: Record<string, string> = { name: args.name };
+    if (flags['display-name']) body.displayName = flags['display-name'];
+    if (flags.email) body.email = flags.email;
+    const { user } = await this.client().post<{ user: ApiUser }>('/api/v1/user', body);
+    this.print(userJson(user), 'User created');
+  }
+}

@@ -1,0 +1,81 @@
+import { parsePrefix } from '@headway/core';
+import { UsageError } from './base.js';
+import type { ApiClient } from './client.js';
+import type { ApiUser } from './api-types.js';
+
+/** TOPIC_ALIASES mirror headscale's topic aliases (`headscale user ls` works as `users list`). */
+const TOPIC_ALIASES: Record<string, string[]> = {
+  users: ['user'],
+  nodes: ['node'],
+  preauthkeys: ['preauthkey', 'authkey', 'pre'],
+  apikeys: ['apikey', 'api'],
+  policy: [],
+  debug: [],
+};
+
+/**
+ * commandAliases lists every spelling of `topic verb` headscale accepts: the verb's aliases
+ * under the topic, and all verbs under the topic's aliases (oclif aliases are full ids).
+ */
+export function commandAliases(topic: string, verb: string, verbAliases: string[] = []): string[] {
+  const topics = [topic, ...(TOPIC_ALIASES[topic] ?? [])];
+  const verbs = [verb, ...verbAliases];
+  const out: string[] = [];
+  for (const t of topics) for (const v of verbs) if (!(t === topic && v === verb)) out.push(`${t}:${v}`);
+  return out;
+}
+
+const TAG = /^tag:[A-Za-z][A-Za-z0-9-]*$/;
+
+/** checkTags insists on `tag:<name>` (a letter, then letters, digits or dashes) before anything is sent. */
+export function checkTags(tags: string[], flag = '--tags'): string[] {
+  for (const t of tags) {
+    if (!TAG.test(t)) throw new UsageError(`${flag}: ${JSON.stringify(t)} is not a tag; tags look like tag:<name> (letters, digits, dashes; starting with a letter)`);
+  }
+  return [...new Set(tags)];
+}
+
+/** checkRoutes insists on CIDR prefixes (`10.0.0.0/8`, `fd00::/64`, `0.0.0.0/0`). */
+export function checkRoutes(routes: string[], flag = '--routes'): string[] {
+  for (const r of routes) {
+    if (!r.includes('/') || parsePrefix(r) === undefined) throw new UsageError(`${flag}: ${JSON.stringify(r)} is not a CIDR prefix such as 10.0.0.0/24 or fd00::/64`);
+  }
+  return routes;
+}
+
+/** expiresAt turns a duration flag into the RFC 3339 time the API expects. */
+export function expiresAt(ms: number, now = Date.now()): string {
+  return new Date(now + ms).toISOString();
+}
+
+/** resolveUser finds exactly one user by id or name (headscale's `-i ID` / `-n NAME`). */
+export async function resolveUser(client: ApiClient, id: string | undefined, name: string | undefined): Promise<ApiUser> {
+  const query = id ? { id } : { name };
+  const { users } = await client.get<{ users: ApiUser[] }>('/api/v1/user', query);
+  const matches = (users ?? []).filter((u) => (id ? u.id === id : u.name === name));
+  if (matches.length === 0) throw new Error(id ? `no user with id ${id}` : `no user named ${JSON.stringify(name)}`);
+  if (matches.length > 1) throw new Error(`${matches.length} users are named ${JSON.stringify(name)}; use --identifier`);
+  return matches[0]!;
+}
+
+/** requireOneOf fails with a usage error unless at least one of the named flags was given. */
+export function requireOneOf(values: Record<string, unknown>, names: string[]): void {
+  if (names.some((n) => values[n] !== undefined && values[n] !== '')) return;
+  throw new UsageError(`pass ${names.map((n) => `--${n}`).join(' or ')}`);
+}
+
+/** seg encodes one path segment (names may contain characters that are special in URLs). */
+export function seg(value: string): string {
+  return encodeURIComponent(value);
+}
+
+/**
+ * matchesKeyPrefix says whether a key given on the command line (full secret, redacted
+ * `hwkey-auth-<prefix>-***` form, or bare prefix) names the listed key.
+ */
+export function matchesKeyPrefix(listed: string, given: string): boolean {
+  if (listed === given) return true;
+  const m = /^hwkey-[a-z]+-([^-]+)-/.exec(listed);
+  if (!m) return false;
+  return given === m[1] || given === m[0].slice(0, -1) || given.startsWith(m[0]);
+}

@@ -1,0 +1,73 @@
+import type { Context, Next } from 'koa';
+import { ERRORS, HeadwayError } from '../errors.js';
+import type { Logger } from '../log.js';
+
+export const BODY_LIMIT = 1024 * 1024;
+
+/**
+ * readBody reads at most `limit` bytes before anything else looks at the request,
+ * so an unauthenticated client cannot make the server buffer an unbounded body.
+ */
+export async function readBody(ctx: Context, limit = BODY_LIMIT): Promise<Buffer> {
+  const declared = Number(ctx.get('content-length') || 0);
+  if (declared > limit) throw new HeadwayError('payload_too_large', `request body of ${declared} bytes exceeds the ${limit}-byte limit`);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of ctx.req) {
+    size += (chunk as Buffer).length;
+    if (size > limit) throw new HeadwayError('payload_too_large', `request body exceeds the ${limit}-byte limit`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** readJson parses a JSON object body (empty body → {}); wrong content type → 415. */
+export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record<string, unknown>> {
+  const raw = await readBody(ctx, limit);
+  if (!raw.length) return {};
+  const type = (ctx.get('content-type') || '').split(';')[0]!.trim().toLowerCase();
+  if (type && type !== 'application/json' && !type.endsWith('+json')) {
+    throw new HeadwayError('unsupported_media_type', `expected Content-Type application/json, found ${type}`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString('utf8'));
+  } catch (err) {
+    throw new HeadwayError('invalid_json', `body is not valid JSON: ${(err as Error).message}`);
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new HeadwayError('invalid_json', 'body must be a JSON object');
+  }
+  // Accept headscale-style snake_case field names as well as camelCase.
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(parsed)) out[k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = v;
+  return out;
+}
+
+export function problem(ctx: Context, status: number, code: string, detail: string, field?: string): void {
+  ctx.status = status;
+  ctx.type = 'application/problem+json';
+  const title = (ERRORS as Record<string, { title: string }>)[code]?.title ?? 'Error';
+  ctx.body = { type: `https://headway.dev/problems/${code}`, title, status, detail, code, ...(field ? { field } : {}) };
+}
+
+/** problemMiddleware turns thrown errors into RFC 7807 bodies; only unexpected errors are 500s. */
+export function problemMiddleware(logger: Logger) {
+  return async (ctx: Context, next: Next) => {
+    try {
+      await next();
+    } catch (err) {
+      if (err instanceof HeadwayError) {
+        problem(ctx, err.status, err.code, err.message, err.field);
+        return;
+      }
+      const status = (err as { status?: number }).status;
+      if (status && status >= 400 && status < 500) {
+        problem(ctx, status, 'bad_request', (err as Error).message);
+        return;
+      }
+      logger.error('request failed', { method: ctx.method, path: ctx.path, error: (err as Error).message });
+      problem(ctx, 500, 'internal', 'internal error; see the server log');
+    }
+  };
+}

@@ -1,0 +1,126 @@
+/**
+ * KEYS is the one table of every configuration key Headway reads: its kind (for
+ * parsing YAML, environment overrides and validation), its default and a one-line
+ * description (examples/config.example.yaml documents the same keys). Defaults never
+ * point outside the machine.
+ */
+export type KeyKind =
+  | 'string' | 'bool' | 'int' | 'duration' | 'strings' | 'cidr' | 'addr' | 'url' | 'path'
+  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl';
+
+export interface KeySpec {
+  kind: KeyKind;
+  default: unknown;
+  doc: string;
+  values?: readonly string[];
+  /** empty: the key may be an empty string (meaning "off"/"unset"). */
+  empty?: boolean;
+  min?: number;
+  max?: number;
+}
+
+const net = (prefix: string, port: number, name: string): Record<string, KeySpec> => ({
+  [`${prefix}.host`]: { kind: 'string', default: '127.0.0.1', doc: `${name} server host` },
+  [`${prefix}.port`]: { kind: 'int', default: port, min: 1, max: 65535, doc: `${name} server port` },
+  [`${prefix}.name`]: { kind: 'string', default: 'headway', doc: 'database name' },
+  [`${prefix}.user`]: { kind: 'string', default: 'headway', doc: 'user name' },
+  [`${prefix}.pass`]: { kind: 'string', default: '', empty: true, doc: 'password' },
+  [`${prefix}.max_open_conns`]: { kind: 'int', default: 10, min: 1, max: 1000, doc: 'largest pool size' },
+  [`${prefix}.max_idle_conns`]: { kind: 'int', default: 10, min: 0, max: 1000, doc: 'connections kept open when idle' },
+  [`${prefix}.conn_max_idle_time_secs`]: { kind: 'int', default: 3600, min: 0, doc: 'seconds before an idle connection closes' },
+  [`${prefix}.ssl`]: { kind: 'ssl', default: false, doc: 'false, true, or a mode (require, verify-ca, verify-full)' },
+});
+
+export const KEYS: Record<string, KeySpec> = {
+  data_dir: { kind: 'path', default: '', empty: true, doc: 'directory for the database, keys and socket when their paths are relative or unset (default: ~/.local/share/headway)' },
+  server_url: { kind: 'url', default: 'http://127.0.0.1:8080', doc: 'the URL devices use to reach this server (tailscale up --login-server)' },
+  listen_addr: { kind: 'addr', default: '127.0.0.1:8080', doc: 'HTTP listener: the control protocol, the API, the register page' },
+  metrics_listen_addr: { kind: 'addr', default: '127.0.0.1:9090', empty: true, doc: 'Prometheus /metrics listener; empty disables it' },
+  grpc_listen_addr: { kind: 'addr', default: '127.0.0.1:50443', empty: true, doc: 'accepted for headscale compatibility; Headway serves its API over HTTP only' },
+  grpc_allow_insecure: { kind: 'bool', default: false, doc: 'accepted for headscale compatibility; unused' },
+  'noise.private_key_path': { kind: 'path', default: 'noise_private.key', doc: 'the control key (generated on first start); relative to data_dir' },
+  'prefixes.v4': { kind: 'cidr', default: '100.64.0.0/10', empty: true, doc: 'IPv4 range nodes get addresses from; empty disables IPv4' },
+  'prefixes.v6': { kind: 'cidr', default: 'fd7a:115c:a1e0::/48', empty: true, doc: 'IPv6 range nodes get addresses from; empty disables IPv6' },
+  'prefixes.allocation': { kind: 'enum', values: ['sequential', 'random'], default: 'sequential', doc: 'how addresses are picked' },
+  'derp.server.enabled': { kind: 'bool', default: false, doc: 'run the embedded DERP relay on listen_addr at /derp' },
+  'derp.server.region_id': { kind: 'int', default: 999, min: 1, max: 65535, doc: 'region id of the embedded relay' },
+  'derp.server.region_code': { kind: 'string', default: 'headway', doc: 'region code of the embedded relay' },
+  'derp.server.region_name': { kind: 'string', default: 'Headway Embedded DERP', doc: 'region name of the embedded relay' },
+  'derp.server.verify_clients': { kind: 'bool', default: true, doc: 'admit only registered, unexpired nodes to the relay' },
+  'derp.server.stun_listen_addr': { kind: 'addr', default: '0.0.0.0:3478', doc: 'UDP address of the STUN server' },
+  'derp.server.private_key_path': { kind: 'path', default: 'derp_server_private.key', doc: 'the relay key (generated on first start); relative to data_dir' },
+  'derp.server.automatically_add_embedded_derp_region': { kind: 'bool', default: true, doc: 'add the embedded relay to every node DERP map' },
+  'derp.server.ipv4': { kind: 'string', default: '', empty: true, doc: 'public IPv4 of the relay advertised to clients' },
+  'derp.server.ipv6': { kind: 'string', default: '', empty: true, doc: 'public IPv6 of the relay advertised to clients' },
+  'derp.urls': { kind: 'strings', default: [], doc: 'DERP map JSON URLs to merge (none by default: nothing outside this machine is fetched unless configured)' },
+  'derp.paths': { kind: 'strings', default: [], doc: 'DERP map files (YAML or JSON) to merge' },
+  'derp.auto_update_enabled': { kind: 'bool', default: true, doc: 're-read derp.urls and derp.paths periodically' },
+  'derp.update_frequency': { kind: 'duration', default: 3 * 3600_000, doc: 'how often to re-read them' },
+  disable_check_updates: { kind: 'bool', default: true, doc: 'accepted for headscale compatibility; Headway never checks for updates' },
+  'node.expiry': { kind: 'duration', default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
+  'node.ephemeral.inactivity_timeout': { kind: 'duration', default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' },
+  'database.type': { kind: 'string', default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' },
+  'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level' },
+  'database.sqlite.path': { kind: 'path', default: 'db.sqlite', doc: 'SQLite file; relative to data_dir' },
+  'database.sqlite.write_ahead_log': { kind: 'bool', default: true, doc: 'use WAL journaling' },
+  'database.sqlite.wal_autocheckpoint': { kind: 'int', default: 1000, min: 0, doc: 'pages between WAL checkpoints' },
+  ...net('database.postgres', 5432, 'PostgreSQL'),
+  ...net('database.mysql', 3306, 'MySQL/MariaDB'),
+  tls_cert_path: { kind: 'path', default: '', empty: true, doc: 'PEM certificate: serve HTTPS on listen_addr' },
+  tls_key_path: { kind: 'path', default: '', empty: true, doc: 'PEM private key for tls_cert_path' },
+  'log.level': { kind: 'enum', values: ['trace', 'debug', 'info', 'warn', 'error'], default: 'info', doc: 'log level' },
+  'log.format': { kind: 'enum', values: ['text', 'json'], default: 'text', doc: 'log format' },
+  'policy.mode': { kind: 'string', default: 'file', doc: 'file | database | an npm package name providing a policy source' },
+  'policy.path': { kind: 'path', default: '', empty: true, doc: 'HuJSON policy file (file mode); empty means no policy: every node may reach every node' },
+  'dns.magic_dns': { kind: 'bool', default: true, doc: 'give every node a name under base_domain' },
+  'dns.base_domain': { kind: 'string', default: 'headway.net', empty: true, doc: 'the MagicDNS domain (must not contain server_url host)' },
+  'dns.override_local_dns': { kind: 'bool', default: false, doc: 'make devices use the global nameservers for everything' },
+  'dns.nameservers.global': { kind: 'strings', default: [], doc: 'nameserver IPs or DoH URLs for all queries' },
+  'dns.nameservers.split': { kind: 'split', default: {}, doc: 'domain → nameservers for that domain only' },
+  'dns.search_domains': { kind: 'strings', default: [], doc: 'extra search domains' },
+  'dns.extra_records': { kind: 'records', default: [], doc: 'extra A/AAAA records ({name, type, value})' },
+  'dns.extra_records_path': { kind: 'path', default: '', empty: true, doc: 'JSON file of extra records, re-read when it changes' },
+  unix_socket: { kind: 'path', default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' },
+  unix_socket_permission: { kind: 'filemode', default: '0770', doc: 'file mode of the socket (octal)' },
+  'logtail.enabled': { kind: 'bool', default: false, doc: 'accepted for headscale compatibility; clients are told not to upload logs' },
+  'taildrop.enabled': { kind: 'bool', default: true, doc: 'allow file sharing between a user\'s devices' },
+  'cli.address': { kind: 'string', default: '', empty: true, doc: 'remote server for the CLI (http[s]://host:port); empty uses the local socket' },
+  'cli.api_key': { kind: 'string', default: '', empty: true, doc: 'API key for cli.address' },
+  'cli.timeout': { kind: 'duration', default: 10_000, doc: 'CLI request timeout' },
+  'cli.insecure': { kind: 'bool', default: false, doc: 'skip TLS verification for cli.address' },
+};
+
+/**
+ * REMOVED keys stop the server: each entry says exactly what to change, because
+ * a server under a restart policy would otherwise loop on an unclear error.
+ * RENAMED keys keep working with a warning.
+ */
+export const REMOVED: Record<string, string> = {
+  randomize_client_port: 'set `randomizeClientPort: true` at the top level of the policy file',
+  acl_policy_path: 'use `policy.path`',
+  'dns_config.magic_dns': 'use `dns.magic_dns`',
+  'dns_config.base_domain': 'use `dns.base_domain`',
+  'dns_config.override_local_dns': 'use `dns.override_local_dns`',
+  'dns_config.nameservers': 'use `dns.nameservers.global`',
+  'dns_config.restricted_nameservers': 'use `dns.nameservers.split`',
+  'dns_config.domains': 'use `dns.search_domains`',
+  'dns_config.extra_records': 'use `dns.extra_records`',
+  'dns_config.use_username_in_magic_dns': 'remove it: node names no longer include the user name',
+  dns_config: 'move its keys under `dns` (magic_dns, base_domain, override_local_dns, nameservers.global, nameservers.split, search_domains, extra_records)',
+  'oidc.expiry': 'use `node.expiry`',
+  db_type: 'use `database.type`',
+  db_path: 'use `database.sqlite.path`',
+  db_host: 'use `database.postgres.host`',
+  db_port: 'use `database.postgres.port`',
+  db_name: 'use `database.postgres.name`',
+  db_user: 'use `database.postgres.user`',
+  db_pass: 'use `database.postgres.pass`',
+  db_ssl: 'use `database.postgres.ssl`',
+};
+
+export const RENAMED: Record<string, string> = {
+  ephemeral_node_inactivity_timeout: 'node.ephemeral.inactivity_timeout',
+};
+
+/** Keys of headscale's config that Headway understands but does not act on; accepted silently. */
+export const IGNORED_PREFIXES = ['oidc', 'acme_url', 'acme_email', 'tls_letsencrypt_', 'database.gorm', 'dns.use_username_in_magic_dns', 'policy.v1'];

@@ -1,0 +1,364 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import YAML from 'yaml';
+import { parseIP, parsePrefix } from '../net/ip.js';
+import { parseDuration } from './duration.js';
+import { IGNORED_PREFIXES, KEYS, REMOVED, RENAMED, type KeySpec } from './keys.js';
+import type { HeadwayConfig } from './schema.js';
+
+/** ConfigProblem is one finding: `error` and `fatal` stop the server, `warn` does not. */
+export interface ConfigProblem {
+  level: 'fatal' | 'error' | 'warn';
+  key: string;
+  message: string;
+}
+
+export interface LoadedConfig {
+  config: HeadwayConfig;
+  /** source is the file read, or null when built-in defaults are in force. */
+  source: string | null;
+  problems: ConfigProblem[];
+}
+
+export interface LoadOptions {
+  /** path given with -c/--config; a missing file is an error, never a silent fallback. */
+  path?: string;
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  home?: string;
+}
+
+/** ConfigError carries every problem found, so a check can print them all at once. */
+export class ConfigError extends Error {
+  constructor(readonly problems: ConfigProblem[]) {
+    super(problems.filter((p) => p.level !== 'warn').map(formatProblem).join('\n'));
+    this.name = 'ConfigError';
+  }
+}
+
+export function formatProblem(p: ConfigProblem): string {
+  return p.key ? `${p.key}: ${p.message}` : p.message;
+}
+
+/** configSearchPath lists where a config file is looked for, in order. */
+export function configSearchPath(opts: LoadOptions = {}): string[] {
+  const env = opts.env ?? process.env;
+  const home = opts.home ?? homedir();
+  const cwd = opts.cwd ?? process.cwd();
+  const list: string[] = [];
+  if (opts.path) return [resolve(cwd, opts.path)];
+  if (env.HEADWAY_CONFIG) return [resolve(cwd, env.HEADWAY_CONFIG)];
+  list.push('/etc/headway/config.yaml', join(home, '.headway', 'config.yaml'), join(cwd, 'config.yaml'));
+  return list;
+}
+
+/**
+ * loadConfig finds and reads the config file, applies HEADWAY_* environment
+ * overrides, fills defaults and validates; it never throws for bad content but
+ * returns every problem (callers decide whether to stop).
+ */
+export function loadConfig(opts: LoadOptions = {}): LoadedConfig {
+  const env = opts.env ?? process.env;
+  const cwd = opts.cwd ?? process.cwd();
+  const home = opts.home ?? homedir();
+  const explicit = Boolean(opts.path || env.HEADWAY_CONFIG);
+  let source: string | null = null;
+  let raw: unknown = {};
+  const problems: ConfigProblem[] = [];
+  for (const candidate of configSearchPath(opts)) {
+    if (existsSync(candidate)) { source = candidate; break; }
+    if (explicit) {
+      problems.push({ level: 'error', key: '', message: `config file ${candidate} does not exist` });
+    }
+  }
+  if (source) {
+    const text = readFileSync(source, 'utf8');
+    const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+    if (doc.errors.length) {
+      for (const e of doc.errors) {
+        const pos = e.linePos?.[0];
+        problems.push({ level: 'error', key: '', message: `${source}${pos ? `:${pos.line}:${pos.col}` : ''}: invalid YAML: ${e.message.split('\n')[0]}` });
+      }
+    } else {
+      raw = doc.toJS() ?? {};
+    }
+  }
+  const resolved = resolveConfig(raw, { env, baseDir: source ? dirname(source) : cwd, home });
+  return { config: resolved.config, source, problems: [...problems, ...resolved.problems] };
+}
+
+type Flat = Map<string, { value: unknown; from: string }>;
+
+/** resolveConfig turns a parsed YAML object plus environment into a validated config. */
+export function resolveConfig(
+  raw: unknown,
+  opts: { env?: NodeJS.ProcessEnv; baseDir?: string; home?: string } = {},
+): { config: HeadwayConfig; problems: ConfigProblem[] } {
+  const env = opts.env ?? {};
+  const problems: ConfigProblem[] = [];
+  const flat: Flat = new Map();
+
+  if (raw !== null && (typeof raw !== 'object' || Array.isArray(raw))) {
+    problems.push({ level: 'error', key: '', message: 'the config file must be a YAML mapping of keys' });
+  } else if (raw) {
+    walk(raw as Record<string, unknown>, '', flat, problems);
+  }
+
+  for (const [key, spec] of Object.entries(KEYS)) {
+    const name = envName(key);
+    const text = env[name];
+    if (text === undefined) continue;
+    const value = parseEnv(text, spec);
+    flat.set(key, { value, from: name });
+  }
+
+  const values: Record<string, unknown> = {};
+  for (const [key, spec] of Object.entries(KEYS)) {
+    const given = flat.get(key);
+    if (!given) { values[key] = spec.default; continue; }
+    const label = given.from === key ? key : `${given.from} (${key})`;
+    const checked = check(given.value, spec);
+    if ('error' in checked) {
+      problems.push({ level: 'error', key: label, message: checked.error });
+      values[key] = spec.default;
+    } else values[key] = checked.value;
+  }
+
+  crossCheck(values, problems);
+  resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
+  return { config: nest(values) as unknown as HeadwayConfig, problems };
+}
+
+function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems: ConfigProblem[]): void {
+  for (const [k, v] of Object.entries(obj)) {
+    const key = prefix ? `${prefix}.${k}` : k;
+    if (key in KEYS) { flat.set(key, { value: v, from: key }); continue; }
+    if (key in REMOVED) {
+      if (key === 'dns_config' && v && typeof v === 'object') {
+        const children = Object.keys(v);
+        for (const c of children) {
+          const sub = `dns_config.${c}`;
+          problems.push({ level: 'fatal', key: sub, message: `removed: ${REMOVED[sub] ?? REMOVED.dns_config}` });
+        }
+        if (children.length) continue;
+      }
+      problems.push({ level: 'fatal', key, message: `removed: ${REMOVED[key]}` });
+      continue;
+    }
+    if (key in RENAMED) {
+      const to = RENAMED[key]!;
+      problems.push({ level: 'warn', key, message: `renamed to \`${to}\`; the old key still works but will be removed` });
+      flat.set(to, { value: v, from: key });
+      continue;
+    }
+    const isParent = Object.keys(KEYS).some((known) => known.startsWith(key + '.'))
+      || Object.keys(REMOVED).some((r) => r.startsWith(key + '.'));
+    if (isParent && v !== null && typeof v === 'object' && !Array.isArray(v)) {
+      walk(v as Record<string, unknown>, key, flat, problems);
+      continue;
+    }
+    if (isParent && v !== null) {
+      problems.push({ level: 'error', key, message: `expected a mapping of keys, found ${describe(v)}` });
+      continue;
+    }
+    if (IGNORED_PREFIXES.some((p) => key === p || key.startsWith(p))) continue;
+    problems.push({ level: 'warn', key, message: 'unknown key (ignored)' });
+  }
+}
+
+export function envName(key: string): string {
+  return 'HEADWAY_' + key.toUpperCase().replace(/\./g, '_');
+}
+
+function parseEnv(text: string, spec: KeySpec): unknown {
+  switch (spec.kind) {
+    case 'bool': return /^(true|1|yes|on)$/i.test(text) ? true : /^(false|0|no|off)$/i.test(text) ? false : text;
+    case 'int': return /^-?\d+$/.test(text.trim()) ? Number(text) : text;
+    case 'strings':
+      if (text.trim().startsWith('[')) { try { return JSON.parse(text); } catch { return text; } }
+      return text.split(',').map((s) => s.trim()).filter(Boolean);
+    case 'split': case 'records':
+      try { return JSON.parse(text); } catch { return text; }
+    case 'ssl': return /^(true|false)$/i.test(text) ? text.toLowerCase() === 'true' : text;
+    default: return text;
+  }
+}
+
+function describe(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'a list';
+  if (typeof v === 'object') return 'a mapping';
+  return `${typeof v} ${JSON.stringify(v)}`;
+}
+
+type Checked = { value: unknown } | { error: string };
+
+function check(v: unknown, spec: KeySpec): Checked {
+  if (v === null || v === undefined) return { value: spec.default };
+  const found = describe(v);
+  switch (spec.kind) {
+    case 'string': case 'path':
+      if (typeof v === 'number') return { value: String(v) };
+      if (typeof v !== 'string') return { error: `expected a string, found ${found}` };
+      if (!v && !spec.empty) return { error: 'must not be empty' };
+      return { value: v };
+    case 'bool':
+      return typeof v === 'boolean' ? { value: v } : { error: `expected true or false, found ${found}` };
+    case 'int': {
+      if (typeof v !== 'number' || !Number.isInteger(v)) return { error: `expected a whole number, found ${found}` };
+      if (spec.min !== undefined && v < spec.min) return { error: `must be at least ${spec.min}, found ${v}` };
+      if (spec.max !== undefined && v > spec.max) return { error: `must be at most ${spec.max}, found ${v}` };
+      return { value: v };
+    }
+    case 'duration': {
+      if (v === 0) return { value: 0 };
+      const ms = typeof v === 'string' ? parseDuration(v) : undefined;
+      return ms === undefined ? { error: `expected a duration such as 30m, 24h or 90d, found ${found}` } : { value: ms };
+    }
+    case 'strings':
+      if (!Array.isArray(v) || v.some((s) => typeof s !== 'string')) return { error: `expected a list of strings, found ${found}` };
+      return { value: v };
+    case 'cidr': {
+      if (typeof v !== 'string') return { error: `expected a CIDR prefix such as 100.64.0.0/10, found ${found}` };
+      if (v === '' && spec.empty) return { value: '' };
+      if (!v.includes('/') || !parsePrefix(v)) return { error: `expected a CIDR prefix such as 100.64.0.0/10, found ${found}` };
+      return { value: v };
+    }
+    case 'addr': {
+      if (typeof v !== 'string') return { error: `expected host:port, found ${found}` };
+      if (v === '' && spec.empty) return { value: '' };
+      return parseHostPort(v) ? { value: v } : { error: `expected host:port (e.g. 127.0.0.1:8080 or [::1]:8080), found ${found}` };
+    }
+    case 'url': {
+      if (typeof v !== 'string') return { error: `expected an http:// or https:// URL, found ${found}` };
+      try {
+        const u = new URL(v);
+        if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
+        return { value: v.replace(/\/+$/, '') };
+      } catch { return { error: `expected an http:// or https:// URL, found ${found}` }; }
+    }
+    case 'enum':
+      return typeof v === 'string' && spec.values!.includes(v)
+        ? { value: v } : { error: `expected one of ${spec.values!.join(', ')}, found ${found}` };
+    case 'split': {
+      if (typeof v !== 'object' || Array.isArray(v)) return { error: `expected a mapping of domain to a list of nameservers, found ${found}` };
+      for (const [d, list] of Object.entries(v as object)) {
+        if (!Array.isArray(list) || list.some((s) => typeof s !== 'string' || !parseIP(s))) {
+          return { error: `${d}: expected a list of nameserver IP addresses, found ${describe(list)}` };
+        }
+      }
+      return { value: v };
+    }
+    case 'records': {
+      if (!Array.isArray(v)) return { error: `expected a list of {name, type, value} records, found ${found}` };
+      for (const [i, r] of v.entries()) {
+        const err = checkRecord(r);
+        if (err) return { error: `record ${i + 1}: ${err}` };
+      }
+      return { value: v };
+    }
+    case 'filemode': {
+      const s = typeof v === 'number' ? String(v) : v;
+      return typeof s === 'string' && /^0?[0-7]{3}$/.test(s) ? { value: s.padStart(4, '0') } : { error: `expected an octal file mode such as "0770", found ${found}` };
+    }
+    case 'ssl':
+      return typeof v === 'boolean' || (typeof v === 'string' && ['disable', 'require', 'verify-ca', 'verify-full', 'true', 'false'].includes(v))
+        ? { value: v === 'true' ? true : v === 'false' ? false : v }
+        : { error: `expected true, false, or one of disable, require, verify-ca, verify-full, found ${found}` };
+  }
+}
+
+/** checkRecord validates one DNS extra record; shared with the extra_records_path watcher. */
+export function checkRecord(r: unknown): string | undefined {
+  if (!r || typeof r !== 'object') return `expected {name, type, value}, found ${describe(r)}`;
+  const { name, type, value } = r as Record<string, unknown>;
+  if (typeof name !== 'string' || !name) return 'name must be a non-empty string';
+  if (type !== 'A' && type !== 'AAAA') return `type must be A or AAAA, found ${JSON.stringify(type)}`;
+  const ip = typeof value === 'string' ? parseIP(value) : undefined;
+  if (!ip || (type === 'A') !== (ip.family === 4)) return `value must be an IPv${type === 'A' ? 4 : 6} address, found ${JSON.stringify(value)}`;
+  return undefined;
+}
+
+export function parseHostPort(v: string): { host: string; port: number } | undefined {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(v);
+  if (!m) return undefined;
+  const port = Number(m[3]);
+  if (port > 65535) return undefined;
+  const host = m[1] ?? m[2] ?? '';
+  if (m[1] && !parseIP(m[1])) return undefined;
+  return { host: host || '0.0.0.0', port };
+}
+
+function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]): void {
+  const err = (key: string, message: string) => problems.push({ level: 'error', key, message });
+  if (values['dns.magic_dns'] && !values['dns.base_domain']) {
+    err('dns.base_domain', 'must be set when dns.magic_dns is true');
+  }
+  const base = String(values['dns.base_domain'] ?? '');
+  if (base && !/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/i.test(base)) {
+    err('dns.base_domain', `expected a domain name such as example.net, found ${JSON.stringify(base)}`);
+  }
+  try {
+    const host = new URL(String(values.server_url)).hostname.toLowerCase();
+    if (base && (host === base.toLowerCase() || host.endsWith('.' + base.toLowerCase()))) {
+      err('dns.base_domain', `server_url host ${host} must not be inside the MagicDNS domain ${base}: devices would resolve the server through MagicDNS`);
+    }
+  } catch { /* server_url already reported */ }
+  if ((values['dns.extra_records'] as unknown[]).length && values['dns.extra_records_path']) {
+    err('dns.extra_records', 'cannot be used together with dns.extra_records_path; keep one');
+  }
+  if (Boolean(values.tls_cert_path) !== Boolean(values.tls_key_path)) {
+    err(values.tls_cert_path ? 'tls_key_path' : 'tls_cert_path', 'tls_cert_path and tls_key_path must be set together');
+  }
+  const v4 = values['prefixes.v4'] as string, v6 = values['prefixes.v6'] as string;
+  if (!v4 && !v6) err('prefixes', 'at least one of prefixes.v4 and prefixes.v6 must be set');
+  if (v4 && parsePrefix(v4)?.family !== 4) err('prefixes.v4', `expected an IPv4 prefix, found ${JSON.stringify(v4)}`);
+  if (v6 && parsePrefix(v6)?.family !== 6) err('prefixes.v6', `expected an IPv6 prefix, found ${JSON.stringify(v6)}`);
+  for (const key of ['dns.nameservers.global'] as const) {
+    for (const ns of values[key] as string[]) {
+      if (!parseIP(ns) && !/^https:\/\//.test(ns)) err(key, `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
+    }
+  }
+  for (const key of ['database.type', 'policy.mode'] as const) {
+    const id = String(values[key]);
+    if (!/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/.test(id)) {
+      err(key, `expected an adapter id or npm package name, found ${JSON.stringify(id)}`);
+    }
+  }
+}
+
+const DATA_DIR_KEYS = ['noise.private_key_path', 'derp.server.private_key_path', 'database.sqlite.path', 'unix_socket'];
+const FILE_KEYS = ['policy.path', 'tls_cert_path', 'tls_key_path', 'dns.extra_records_path'];
+
+function resolvePaths(values: Record<string, unknown>, baseDir: string, home: string, env: NodeJS.ProcessEnv): void {
+  const expand = (p: string) => (p.startsWith('~/') ? join(home, p.slice(2)) : p);
+  const dataDefault = join(env.XDG_DATA_HOME || join(home, '.local', 'share'), 'headway');
+  const dataDir = values.data_dir ? resolve(baseDir, expand(String(values.data_dir))) : dataDefault;
+  values.data_dir = dataDir;
+  for (const k of DATA_DIR_KEYS) {
+    const p = expand(String(values[k]));
+    if (p && p !== ':memory:' && !isAbsolute(p)) values[k] = join(dataDir, p);
+  }
+  for (const k of FILE_KEYS) {
+    const p = expand(String(values[k]));
+    if (p && !isAbsolute(p)) values[k] = resolve(baseDir, p);
+  }
+  values['derp.paths'] = (values['derp.paths'] as string[]).map((p) => resolve(baseDir, expand(p)));
+}
+
+function nest(values: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [key, v] of Object.entries(values)) {
+    const parts = key.split('.');
+    let o = out;
+    for (const p of parts.slice(0, -1)) o = (o[p] ??= {}) as Record<string, unknown>;
+    o[parts.at(-1)!] = v;
+  }
+  return out;
+}
+
+/** defaultConfig is the built-in configuration (what a server with no file runs on). */
+export function defaultConfig(overrides: { env?: NodeJS.ProcessEnv; home?: string } = {}): HeadwayConfig {
+  return resolveConfig({}, { env: overrides.env ?? {}, home: overrides.home }).config;
+}

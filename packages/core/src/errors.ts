@@ -1,0 +1,39 @@
+/**
+ * The error catalogue: every error the API or CLI can return, with a stable code,
+ * its HTTP status and a message template. Client faults are 4xx, never 500.
+ */
+export const ERRORS = {
+  bad_request: { status: 400, title: 'Bad request' },
+  invalid_field: { status: 400, title: 'Invalid field' },
+  invalid_json: { status: 400, title: 'Invalid JSON body' },
+  invalid_policy: { status: 400, title: 'Invalid policy' },
+  policy_read_only: { status: 400, title: 'Policy is read-only in file mode' },
+  unauthorized: { status: 401, title: 'Unauthorized' },
+  forbidden: { status: 403, title: 'Forbidden' },
+  not_found: { status: 404, title: 'Not found' },
+  route_not_found: { status: 404, title: 'No such route' },
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
+  conflict: { status: 409, title: 'Conflict' },
+  name_taken: { status: 409, title: 'Name already in use' },
+  user_has_nodes: { status: 409, title: 'User still owns nodes' },
+  key_used: { status: 409, title: 'Key already used' },
+  payload_too_large: { status: 413, title: 'Body too large' },
+  unsupported_media_type: { status: 415, title: 'Unsupported content type' },
+  unavailable: { status: 503, title: 'Service unavailable' },
+  internal: { status: 500, title: 'Internal error' },
+} as const;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** HeadwayError is a client-visible failure; `field` names the offending input when there is one. */
+export class HeadwayError extends Error {
+  readonly status: number;
+  constructor(readonly code: ErrorCode, message: string, readonly field?: string) {
+    super(message);
+    this.name = 'HeadwayError';
+    this.status = ERRORS[code].status;
+  }
+}
+
+export const badField = (field: string, message: string) => new HeadwayError('invalid_field', `${field}: ${message}`, field);
+export const notFound = (what: string, id: string | number) => new HeadwayError('not_found', `${what} ${id} not found`);

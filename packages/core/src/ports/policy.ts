@@ -1,0 +1,41 @@
+import { assertPort } from './assert.js';
+
+/**
+ * PolicySourcePort supplies the policy text. File mode reads a HuJSON file (and
+ * re-reads on SIGHUP); database mode keeps it in storage and accepts `save`.
+ */
+export interface PolicySourcePort {
+  /** mode names the source for messages, e.g. `file` or `database`. */
+  readonly mode: string;
+  /** load returns the current policy text, or undefined when none is configured. */
+  load(): Promise<string | undefined>;
+  /** save stores new text; absent (or throwing) where the source is read-only. */
+  save?(text: string): Promise<void>;
+  /** watch calls onChange when the text may have changed; returns an unsubscribe. */
+  watch?(onChange: () => void): () => void;
+  describe(): string;
+}
+
+export const POLICY = 'policy';
+
+export function assertPolicySourcePort(value: unknown, adapter: string): asserts value is PolicySourcePort {
+  assertPort(value, adapter, 'policy', ['load', 'describe']);
+}
+
+/** DnsRecord is an extra A/AAAA record served by MagicDNS. */
+export interface DnsRecord { name: string; type: 'A' | 'AAAA'; value: string }
+
+/**
+ * DnsPort lets a plugin add records to what every node's resolver knows
+ * (for example records kept in a file or another system).
+ */
+export interface DnsPort {
+  records(): Promise<DnsRecord[]>;
+  watch?(onChange: () => void): () => void;
+}
+
+export const DNS = 'dns';
+
+export function assertDnsPort(value: unknown, adapter: string): asserts value is DnsPort {
+  assertPort(value, adapter, 'dns', ['records']);
+}

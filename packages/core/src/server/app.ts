@@ -1,0 +1,88 @@
+import Router from '@koa/router';
+import Koa, { type Context } from 'koa';
+import type { Logger } from '../log.js';
+import { problem, problemMiddleware } from '../api/http.js';
+import { openApiDocument } from '../api/openapi.js';
+import { ROUTES, type ApiDeps } from '../api/routes.js';
+import type { Metrics } from './metrics.js';
+
+export interface AppOptions {
+  deps: ApiDeps;
+  logger: Logger;
+  metrics: Metrics;
+  /** trusted: requests arrive over the local unix socket (file permissions are the auth). */
+  trusted: boolean;
+  /** extra mounts routes served outside /api/v1 (control protocol, register page, DERP helpers). */
+  extra?: (router: Router) => void;
+}
+
+/**
+ * createApp builds the koa application for one listener. Every /api/v1 route
+ * needs a valid API key unless the listener is trusted; the check runs before
+ * any handler or body parsing.
+ */
+export function createApp(opts: AppOptions): Koa {
+  const { deps, logger, metrics } = opts;
+  const app = new Koa({ proxy: false });
+  app.silent = true;
+  app.use(async (ctx, next) => {
+    const end = metrics.httpDuration.startTimer();
+    try {
+      await next();
+    } finally {
+      const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
+      metrics.httpRequests.inc({ method: ctx.method, route: String(route), status: String(ctx.status) });
+      end({ method: ctx.method, route: String(route) });
+    }
+  });
+  app.use(problemMiddleware(logger));
+
+  const router = new Router();
+  router.get('/health', async (ctx) => {
+    const ok = await deps.health();
+    ctx.status = ok ? 200 : 500;
+    ctx.type = 'application/health+json';
+    ctx.body = { status: ok ? 'pass' : 'fail' };
+  });
+  router.get('/v1/metrics', async (ctx) => {
+    ctx.type = metrics.registry.contentType;
+    ctx.body = await metrics.registry.metrics();
+  });
+  router.get('/api/v1/openapi.json', (ctx) => { ctx.body = openApiDocument(); });
+
+  const authenticate = async (ctx: Context, next: () => Promise<unknown>) => {
+    if (opts.trusted) return next();
+    const header = ctx.get('authorization');
+    const m = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!m) return problem(ctx, 401, 'unauthorized', header ? 'malformed Authorization header; expected Bearer <API key>' : 'missing API key (Authorization: Bearer <API key>)');
+    const key = await deps.state.authenticateApiKey(m[1]!);
+    if (!key) return problem(ctx, 401, 'unauthorized', 'invalid, expired or revoked API key');
+    return next();
+  };
+
+  for (const route of ROUTES) {
+    const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
+    router[method](route.path, authenticate, async (ctx) => {
+      const body = await route.handler(ctx, deps);
+      ctx.body = body;
+    });
+  }
+  opts.extra?.(router);
+
+  app.use(router.routes());
+  app.use(router.allowedMethods({ throw: false }));
+  app.use(async (ctx) => {
+    if (ctx.status === 404 && ctx.body === undefined) {
+      if (ctx.path.startsWith('/api/')) {
+        // Unknown API paths answer 401 to the unauthenticated, so the route table is not probeable.
+        if (!opts.trusted && !/^Bearer\s+\S+$/i.test(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
+        return problem(ctx, 404, 'route_not_found', `no route ${ctx.method} ${ctx.path}`);
+      }
+      ctx.status = 404;
+      ctx.body = 'not found\n';
+    } else if (ctx.status === 405) {
+      problem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}`);
+    }
+  });
+  return app;
+}

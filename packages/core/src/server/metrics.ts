@@ -1,0 +1,26 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { State } from '../state/state.js';
+
+/** Metrics lives per server instance (its own registry), so tests can run several servers. */
+export class Metrics {
+  readonly registry = new Registry();
+  readonly httpRequests: Counter<'method' | 'route' | 'status'>;
+  readonly httpDuration: Histogram<'method' | 'route'>;
+  readonly mapSessions: Gauge;
+  readonly mapMessages: Counter<'kind'>;
+
+  constructor(state: State) {
+    collectDefaultMetrics({ register: this.registry, prefix: 'headway_' });
+    this.httpRequests = new Counter({ name: 'headway_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['method', 'route', 'status'], registers: [this.registry] });
+    this.httpDuration = new Histogram({ name: 'headway_http_request_duration_seconds', help: 'HTTP request duration by route', labelNames: ['method', 'route'], registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5] });
+    this.mapSessions = new Gauge({ name: 'headway_map_sessions', help: 'Open map streaming sessions', registers: [this.registry] });
+    this.mapMessages = new Counter({ name: 'headway_map_messages_total', help: 'Map messages sent by kind', labelNames: ['kind'], registers: [this.registry] });
+    const gauge = (name: string, help: string, fn: () => number | Promise<number>) =>
+      new Gauge({ name, help, registers: [this.registry], async collect() { this.set(await fn()); } });
+    gauge('headway_users', 'Users', () => state.listUsers().length);
+    gauge('headway_nodes', 'Nodes', () => state.listNodes().length);
+    gauge('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());
+    gauge('headway_preauth_keys', 'Pre-auth keys', async () => (await state.listPreAuthKeys()).length);
+    gauge('headway_api_keys', 'API keys', async () => (await state.listApiKeys()).length);
+  }
+}

@@ -1,0 +1,177 @@
+import { createContainer, asValue, InjectionMode } from 'awilix';
+import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
+import type { AddressInfo, Socket } from 'node:net';
+import type { HeadwayConfig } from '../config/schema.js';
+import { parseHostPort } from '../config/load.js';
+import type { Logger } from '../log.js';
+import { loadAdapter } from '../kernel/loader.js';
+import { loadOrCreateKey } from '../kernel/keyfile.js';
+import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
+import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '../ports/policy.js';
+import { State } from '../state/state.js';
+import { PolicyService, type PolicyEngine } from '../policy/service.js';
+import { hujsonEngine } from '../policy/engine.js';
+import { createApp } from './app.js';
+import { Metrics } from './metrics.js';
+import type { ApiDeps } from '../api/routes.js';
+
+export interface StartOptions {
+  config: HeadwayConfig;
+  logger: Logger;
+  /** the config file read, or null for built-in defaults (logged once). */
+  configSource?: string | null;
+  engine?: PolicyEngine;
+}
+
+export interface RunningServer {
+  config: HeadwayConfig;
+  state: State;
+  policy: PolicyService;
+  storage: StoragePort;
+  metrics: Metrics;
+  controlPublicKey: Buffer;
+  urls: { http: string; metrics?: string; socket?: string };
+  close(): Promise<void>;
+}
+
+function listen(server: http.Server, addr: string | { path: string }): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error) => reject(err);
+    server.once('error', onError);
+    const done = () => { server.off('error', onError); resolve(); };
+    if (typeof addr === 'string') {
+      const hp = parseHostPort(addr)!;
+      server.listen(hp.port, hp.host, done);
+    } else server.listen(addr.path, done);
+  });
+}
+
+function urlOf(server: http.Server, scheme: string): string {
+  const a = server.address() as AddressInfo;
+  const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+  return `${scheme}://${host}:${a.port}`;
+}
+
+/** trackSockets lets close() end idle keep-alive and long-poll connections instead of waiting on them. */
+function trackSockets(server: http.Server): Set<Socket> {
+  const sockets = new Set<Socket>();
+  server.on('connection', (s: Socket) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+  return sockets;
+}
+
+/**
+ * startServer boots Headway: storage adapter (migrated), policy source, state,
+ * keys, then the listeners. Anything wrong stops it with one clear error.
+ */
+export async function startServer(opts: StartOptions): Promise<RunningServer> {
+  const { config, logger } = opts;
+  if (opts.configSource === null) logger.info('no config file found; using built-in defaults', { data_dir: config.data_dir });
+  mkdirSync(config.data_dir, { recursive: true, mode: 0o750 });
+  logger.info('data directory', { path: config.data_dir });
+
+  const container = createContainer({ injectionMode: InjectionMode.PROXY, strict: true });
+  container.register({ config: asValue(config), logger: asValue(logger) });
+  const ctx = { container, config, logger };
+
+  await loadAdapter('storage', config.database.type, ctx, 'database.type');
+  const storage = container.resolve<StoragePort>(STORAGE);
+  assertStoragePort(storage, config.database.type);
+  const cleanups: Array<() => Promise<void> | void> = [() => storage.close()];
+  try {
+    logger.info('database ready', { database: storage.describe() });
+    await loadAdapter('policy', config.policy.mode, ctx, 'policy.mode');
+    const source = container.resolve<PolicySourcePort>(POLICY);
+    assertPolicySourcePort(source, config.policy.mode);
+
+    const noiseKey = loadOrCreateKey(config.noise.private_key_path);
+    if (noiseKey.created) logger.info('generated the control key', { path: config.noise.private_key_path });
+
+    const state = new State(storage, config, logger);
+    await state.init();
+    const policy = new PolicyService(source, state, logger, opts.engine ?? hujsonEngine);
+    await policy.init();
+    cleanups.push(() => policy.close());
+    const metrics = new Metrics(state);
+
+    const health = async () => {
+      try {
+        await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), 2000).unref())]);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const deps: ApiDeps = { state, policy, config, health };
+
+    const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false });
+    const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
+    const servers: http.Server[] = [main];
+    const sockets = trackSockets(main);
+    await listen(main, config.listen_addr);
+    cleanups.push(() => closeServer(main, sockets));
+    const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
+
+    if (config.metrics_listen_addr) {
+      const m = http.createServer(async (req, res) => {
+        if (req.url === '/metrics') {
+          res.setHeader('content-type', metrics.registry.contentType);
+          res.end(await metrics.registry.metrics());
+        } else {
+          res.statusCode = 404;
+          res.end('not found\n');
+        }
+      });
+      const ms = trackSockets(m);
+      await listen(m, config.metrics_listen_addr);
+      servers.push(m);
+      cleanups.push(() => closeServer(m, ms));
+      urls.metrics = urlOf(m, 'http');
+    }
+
+    if (config.unix_socket) {
+      const path = config.unix_socket;
+      mkdirSync(require_dirname(path), { recursive: true });
+      if (existsSync(path)) unlinkSync(path);
+      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
+      const ls = trackSockets(local);
+      await listen(local, { path });
+      chmodSync(path, parseInt(config.unix_socket_permission, 8));
+      cleanups.push(async () => { await closeServer(local, ls); if (existsSync(path)) unlinkSync(path); });
+      urls.socket = path;
+    }
+
+    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
+    let closed = false;
+    return {
+      config, state, policy, storage, metrics, controlPublicKey: noiseKey.publicKey, urls,
+      async close() {
+        if (closed) return;
+        closed = true;
+        for (const fn of cleanups.reverse()) {
+          try { await fn(); } catch (err) { logger.warn('shutdown step failed', { error: (err as Error).message }); }
+        }
+        logger.info('stopped');
+      },
+    };
+  } catch (err) {
+    for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
+    throw err;
+  }
+}
+
+function require_dirname(p: string): string {
+  const i = p.lastIndexOf('/');
+  return i > 0 ? p.slice(0, i) : '.';
+}
+
+function closeServer(server: http.Server, sockets: Set<Socket>): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections?.();
+    for (const s of sockets) s.destroy();
+  });
+}

@@ -1,0 +1,37 @@
+import { EventEmitter } from 'node:events';
+import type { Node, User } from '../domain.js';
+
+/** PeerPatch holds the fields a PeersChangedPatch can carry without a full peer. */
+export interface PeerPatch {
+  online?: boolean;
+  lastSeen?: Date | null;
+  endpoints?: string[];
+  derpRegion?: number;
+  keyExpiry?: Date | null;
+  discoKey?: string;
+  nodeKey?: string;
+}
+
+/** Change is one state change, published once after it is stored and applied. */
+export type Change =
+  | { type: 'node-added'; node: Node }
+  | { type: 'node-changed'; node: Node }
+  | { type: 'node-patch'; nodeId: number; patch: PeerPatch }
+  | { type: 'node-removed'; nodeId: number; node: Node }
+  | { type: 'user-changed'; user: User }
+  | { type: 'user-removed'; userId: number }
+  | { type: 'policy-changed' }
+  | { type: 'dns-changed' }
+  | { type: 'derp-changed' };
+
+/** ChangeBus fans every change out to map sessions and other listeners, synchronously and in order. */
+export class ChangeBus {
+  private readonly emitter = new EventEmitter();
+  constructor() { this.emitter.setMaxListeners(0); }
+  publish(change: Change): void { this.emitter.emit('change', change); }
+  subscribe(fn: (change: Change) => void): () => void {
+    this.emitter.on('change', fn);
+    return () => this.emitter.off('change', fn);
+  }
+  get listenerCount(): number { return this.emitter.listenerCount('change'); }
+}

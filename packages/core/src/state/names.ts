@@ -1,0 +1,45 @@
+/**
+ * sanitizeHostname turns what a device reports into a DNS label the way Tailscale
+ * does: first label only, lower case, anything outside [a-z0-9-] becomes '-',
+ * no leading or trailing '-', at most 63 characters; empty becomes `node`.
+ */
+export function sanitizeHostname(hostname: string): string {
+  const first = hostname.trim().split('.')[0] ?? '';
+  let s = first.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/-+/g, '-');
+  s = s.replace(/^-+/, '').slice(0, 63).replace(/-+$/, '');
+  return s || 'node';
+}
+
+const LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** checkDnsLabel explains why a name is not a valid DNS label, or returns undefined. */
+export function checkDnsLabel(name: string): string | undefined {
+  if (!name) return 'must not be empty';
+  if (name.length > 63) return `must be at most 63 characters, found ${name.length}`;
+  if (!LABEL.test(name)) return `must be a DNS label: lower-case letters, digits and '-', not starting or ending with '-'; found ${JSON.stringify(name)}`;
+  return undefined;
+}
+
+/** uniqueName appends -1, -2, ... to `base` until `taken` says no (kept within 63 characters). */
+export function uniqueName(base: string, taken: (name: string) => boolean): string {
+  if (!taken(base)) return base;
+  for (let i = 1; ; i++) {
+    const suffix = `-${i}`;
+    const name = base.slice(0, 63 - suffix.length).replace(/-+$/, '') + suffix;
+    if (!taken(name)) return name;
+  }
+}
+
+const USER = /^[a-zA-Z0-9][a-zA-Z0-9._@+-]{0,62}$/;
+
+export function checkUserName(name: string): string | undefined {
+  if (!name) return 'must not be empty';
+  if (!USER.test(name)) return `must be 1-63 characters of letters, digits, '.', '_', '-', '+' or '@', starting with a letter or digit; found ${JSON.stringify(name)}`;
+  return undefined;
+}
+
+const TAG = /^tag:[a-zA-Z0-9][a-zA-Z0-9-_.]*$/;
+
+export function checkTag(tag: string): string | undefined {
+  return TAG.test(tag) ? undefined : `expected tag:<name> (letters, digits, '-', '_', '.'), found ${JSON.stringify(tag)}`;
+}

@@ -1,0 +1,132 @@
+import t from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig, resolveConfig, envName, KEYS, REMOVED, parseDuration, formatDuration } from '../src/index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'hw-config-'));
+const write = (name: string, text: string) => { const p = join(dir, name); writeFileSync(p, text); return p; };
+const errors = (problems: { level: string; key: string; message: string }[]) => problems.filter((p) => p.level !== 'warn');
+
+t.test('built-in defaults: local-only addresses, sqlite under the data dir', async (t) => {
+  const { config, source, problems } = loadConfig({ env: {}, home: dir, cwd: dir });
+  t.equal(source, null);
+  t.same(problems, []);
+  t.equal(config.listen_addr, '127.0.0.1:8080');
+  t.equal(config.metrics_listen_addr, '127.0.0.1:9090');
+  t.equal(config.database.type, 'sqlite');
+  t.equal(config.database.sqlite.write_ahead_log, true);
+  t.equal(config.data_dir, join(dir, '.local', 'share', 'headway'));
+  t.equal(config.database.sqlite.path, join(config.data_dir, 'db.sqlite'));
+  t.equal(config.noise.private_key_path, join(config.data_dir, 'noise_private.key'));
+  t.equal(config.unix_socket, join(config.data_dir, 'headway.sock'));
+  t.same(config.derp.urls, [], 'no public DERP map unless configured');
+  t.equal(config.prefixes.v4, '100.64.0.0/10');
+});
+
+t.test('search order: explicit path, HEADWAY_CONFIG, then ./config.yaml', async (t) => {
+  const a = write('a.yaml', 'listen_addr: 127.0.0.1:1111\n');
+  const b = write('config.yaml', 'listen_addr: 127.0.0.1:2222\n');
+  t.equal(loadConfig({ path: a, env: { HEADWAY_CONFIG: b }, home: dir, cwd: dir }).config.listen_addr, '127.0.0.1:1111');
+  t.equal(loadConfig({ env: { HEADWAY_CONFIG: a }, home: dir, cwd: dir }).config.listen_addr, '127.0.0.1:1111');
+  t.equal(loadConfig({ env: {}, home: dir, cwd: dir }).config.listen_addr, '127.0.0.1:2222');
+  const missing = loadConfig({ path: join(dir, 'nope.yaml'), env: {}, home: dir, cwd: dir });
+  t.match(errors(missing.problems)[0]!.message, /nope\.yaml does not exist/);
+});
+
+t.test('environment overrides every key, dots become underscores', async (t) => {
+  t.equal(envName('database.sqlite.write_ahead_log'), 'HEADWAY_DATABASE_SQLITE_WRITE_AHEAD_LOG');
+  const { config, problems } = resolveConfig({ listen_addr: '127.0.0.1:1' }, {
+    env: {
+      HEADWAY_LISTEN_ADDR: '0.0.0.0:9999', HEADWAY_DATABASE_TYPE: 'postgres', HEADWAY_DATABASE_POSTGRES_PORT: '6543',
+      HEADWAY_DNS_NAMESERVERS_GLOBAL: '1.1.1.1, 9.9.9.9', HEADWAY_NODE_EXPIRY: '90d', HEADWAY_CLI_INSECURE: 'true',
+    },
+  });
+  t.same(problems, []);
+  t.equal(config.listen_addr, '0.0.0.0:9999');
+  t.equal(config.database.type, 'postgres');
+  t.equal(config.database.postgres.port, 6543);
+  t.same(config.dns.nameservers.global, ['1.1.1.1', '9.9.9.9']);
+  t.equal(config.node.expiry, 90 * 86_400_000);
+  t.equal(config.cli.insecure, true);
+  const bad = resolveConfig({}, { env: { HEADWAY_DATABASE_POSTGRES_PORT: 'abc' } });
+  t.match(errors(bad.problems)[0], { key: 'HEADWAY_DATABASE_POSTGRES_PORT (database.postgres.port)', message: /whole number/ });
+});
+
+t.test('removed keys are fatal and say exactly what to change', async (t) => {
+  const { problems } = resolveConfig({
+    randomize_client_port: true,
+    acl_policy_path: '/etc/acl.hujson',
+    dns_config: { magic_dns: true, base_domain: 'x.net', nameservers: ['1.1.1.1'] },
+    oidc: { expiry: '180d' },
+  });
+  const fatal = problems.filter((p) => p.level === 'fatal');
+  const by = (k: string) => fatal.find((p) => p.key === k)?.message;
+  t.match(by('randomize_client_port'), /randomizeClientPort: true.*top level of the policy file/);
+  t.match(by('acl_policy_path'), /policy\.path/);
+  t.match(by('dns_config.magic_dns'), /dns\.magic_dns/);
+  t.match(by('dns_config.base_domain'), /dns\.base_domain/);
+  t.match(by('dns_config.nameservers'), /dns\.nameservers\.global/);
+  t.match(by('oidc.expiry'), /node\.expiry/);
+  for (const k of Object.keys(REMOVED)) t.ok(!(k in KEYS), `${k} is not also a live key`);
+});
+
+t.test('renamed keys warn and keep working', async (t) => {
+  const { config, problems } = resolveConfig({ ephemeral_node_inactivity_timeout: '5m' });
+  t.equal(config.node.ephemeral.inactivity_timeout, 5 * 60_000);
+  t.equal(problems.length, 1);
+  t.match(problems[0], { level: 'warn', key: 'ephemeral_node_inactivity_timeout', message: /node\.ephemeral\.inactivity_timeout/ });
+});
+
+t.test('wrong types, bad CIDRs and durations name the key, what was found and what is expected', async (t) => {
+  const { problems } = resolveConfig({
+    listen_addr: 'localhost', prefixes: { v4: '100.64.0.0/33', allocation: 'roundrobin' }, node: { expiry: 'soon' },
+    log: { level: 'loud' }, database: { sqlite: { write_ahead_log: 'yes' } }, dns: { nameservers: { global: ['not-an-ip'] } },
+    unix_socket_permission: 'rwx', server_url: 'ftp://x',
+  });
+  const by = (k: string) => errors(problems).find((p) => p.key === k)?.message;
+  t.match(by('listen_addr'), /expected host:port.*found string "localhost"/);
+  t.match(by('prefixes.v4'), /CIDR prefix.*100\.64\.0\.0\/33/);
+  t.match(by('prefixes.allocation'), /one of sequential, random, found string "roundrobin"/);
+  t.match(by('node.expiry'), /duration such as 30m, 24h or 90d, found string "soon"/);
+  t.match(by('log.level'), /one of trace, debug, info, warn, error/);
+  t.match(by('database.sqlite.write_ahead_log'), /true or false, found string "yes"/);
+  t.match(by('dns.nameservers.global'), /not-an-ip/);
+  t.match(by('unix_socket_permission'), /octal file mode/);
+  t.match(by('server_url'), /http:\/\/ or https:\/\//);
+});
+
+t.test('conflicting keys', async (t) => {
+  const a = resolveConfig({ dns: { magic_dns: true, base_domain: '' } });
+  t.match(errors(a.problems)[0], { key: 'dns.base_domain', message: /must be set when dns.magic_dns/ });
+  const b = resolveConfig({ dns: { extra_records: [{ name: 'a.x', type: 'A', value: '10.0.0.1' }], extra_records_path: '/tmp/r.json' } });
+  t.match(errors(b.problems)[0], { key: 'dns.extra_records', message: /together with dns.extra_records_path/ });
+  const c = resolveConfig({ server_url: 'https://hw.example.net', dns: { base_domain: 'example.net' } });
+  t.match(errors(c.problems)[0], { key: 'dns.base_domain', message: /must not be inside the MagicDNS domain/ });
+  const d = resolveConfig({ tls_cert_path: '/x.pem' });
+  t.match(errors(d.problems)[0], { message: /must be set together/ });
+  const e = resolveConfig({ dns: { extra_records: [{ name: 'a', type: 'A', value: 'fd00::1' }] } });
+  t.match(errors(e.problems)[0], { key: 'dns.extra_records', message: /record 1: value must be an IPv4 address/ });
+});
+
+t.test('unknown keys warn; headscale-only keys are accepted silently', async (t) => {
+  const { problems } = resolveConfig({ colour: 'blue', oidc: { issuer: 'https://x' }, database: { gorm: { prepare_stmt: true } } });
+  t.same(problems, [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
+});
+
+t.test('YAML syntax errors carry line and column', async (t) => {
+  const p = write('broken.yaml', 'listen_addr: 127.0.0.1:8080\n  bad: [\n');
+  const { problems } = loadConfig({ path: p, env: {}, home: dir, cwd: dir });
+  t.match(errors(problems)[0]!.message, /broken\.yaml:\d+:\d+: invalid YAML/);
+});
+
+t.test('durations', async (t) => {
+  t.equal(parseDuration('30m'), 1_800_000);
+  t.equal(parseDuration('1h30m'), 5_400_000);
+  t.equal(parseDuration('87600h'), 87600 * 3_600_000);
+  t.equal(parseDuration('90d'), 90 * 86_400_000);
+  t.equal(parseDuration('0'), 0);
+  for (const bad of ['', '10', 'h', '1y', '-5m', '5 m']) t.equal(parseDuration(bad), undefined, bad);
+  t.equal(formatDuration(86_400_000 * 2), '2d');
+  t.equal(formatDuration(1500), '1500ms');
+});

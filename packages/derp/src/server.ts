@@ -1,0 +1,669 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { BOX_OVERHEAD, NONCE_LENGTH, openFrom, sealTo } from './box.js';
+import {
+  DERP_MAGIC,
+  encodeFrame,
+  FrameReader,
+  FrameTooLargeError,
+  FrameType,
+  looksLikeDisco,
+  MAX_CLIENT_INFO_LENGTH,
+  MAX_FRAME_LENGTH,
+  MAX_PACKET_SIZE,
+  PeerGoneReason,
+  PROTOCOL_VERSION,
+  type Frame,
+} from './frames.js';
+import { formatNodeKey, KEY_LENGTH, publicKeyFromPrivate } from './keys.js';
+import { isValidWebSocketKey, webSocketAccept, WebSocketStream } from './websocket.js';
+
+/** DerpLogger is the slice of a structured logger the relay writes to; @headway/core's Logger fits. */
+export interface DerpLogger {
+  debug(msg: string, fields?: Record<string, unknown>): void;
+  info(msg: string, fields?: Record<string, unknown>): void;
+  warn(msg: string, fields?: Record<string, unknown>): void;
+}
+
+/**
+ * DerpClientInfo describes a client asking to be admitted: what it declared in
+ * its sealed ClientInfo JSON and where it came from. For `transport: 'verify'`
+ * (an external derper asking the control server) only remoteAddress is known.
+ */
+export interface DerpClientInfo {
+  transport: 'derp' | 'websocket' | 'verify';
+  version?: number;
+  canAckPings?: boolean;
+  isProber?: boolean;
+  meshKey?: string;
+  remoteAddress?: string;
+}
+
+/** VerifyClient decides admission for a node key (`nodekey:<hex>`) after it proved ownership of it. */
+export type VerifyClient = (nodePublicKey: string, info: DerpClientInfo) => Promise<boolean>;
+
+export interface DerpServerOptions {
+  privateKey: Buffer;
+  verifyClient?: VerifyClient;
+  /** keepAliveMs is the KeepAlive period (default 60 s, plus up to 5 s of jitter like tailscale). */
+  keepAliveMs?: number;
+  /** sendQueueDepth caps packets buffered per client beyond the socket's own buffer (default 32). */
+  sendQueueDepth?: number;
+  /** loginTimeoutMs bounds how long a connection may take to log in (default 10 s). */
+  loginTimeoutMs?: number;
+  logger?: DerpLogger;
+}
+
+/** DerpServerStats are cumulative counters, useful for tests and metrics. */
+export interface DerpServerStats {
+  accepts: number;
+  packetsReceived: number;
+  packetsForwarded: number;
+  packetsDroppedUnknownDest: number;
+  packetsDroppedQueueFull: number;
+  packetsDroppedGone: number;
+  peerGoneDisconnectedFrames: number;
+  peerGoneNotHereFrames: number;
+  pings: number;
+  loginFailures: number;
+  protocolErrors: number;
+  unknownFrames: number;
+}
+
+export interface RestartNotice {
+  /** reconnectInMs advises clients how long to wait before reconnecting. */
+  reconnectInMs?: number;
+  /** tryForMs advises clients how long to keep trying before normal failure handling. */
+  tryForMs?: number;
+}
+
+const DEFAULT_KEEPALIVE_MS = 60_000;
+const DEFAULT_QUEUE_DEPTH = 32;
+const DEFAULT_LOGIN_TIMEOUT_MS = 10_000;
+const MAX_PING_LENGTH = 1000;
+/** Control frames (pong, peer-gone, keepalive) are tiny; this cap only stops a reader that never reads. */
+const MAX_CONTROL_QUEUE = 256;
+const NO_CONTENT_CHALLENGE_HEADER = 'x-tailscale-challenge';
+const NO_CONTENT_RESPONSE_HEADER = 'X-Tailscale-Response';
+
+const silentLogger: DerpLogger = { debug() {}, info() {}, warn() {} };
+
+type ConnState = 'login' | 'verifying' | 'active' | 'closed';
+
+/**
+ * ClientConn is one accepted connection. Writes never wait: frames go straight
+ * to the socket while it has room and otherwise into bounded queues drained on
+ * 'drain', so one slow reader can never stall forwarding for anyone else.
+ */
+class ClientConn {
+  state: ConnState = 'login';
+  keyHex = '';
+  key: Buffer = Buffer.alloc(0);
+  info: DerpClientInfo | undefined;
+  preferred = false;
+  readonly reader = new FrameReader(MAX_CLIENT_INFO_LENGTH);
+  readonly packetQueue: Buffer[] = [];
+  readonly controlQueue: Buffer[] = [];
+  /** sawSources holds keys of peers that sent to this client; it gets PeerGone when they leave. */
+  readonly sawSources = new Set<string>();
+  packetsDropped = 0;
+  /** pendingPong is the one queued Pong, if any; tailscale also keeps at most one waiting. */
+  pendingPong: Buffer | undefined;
+  keepAliveTimer: NodeJS.Timeout | undefined;
+  loginTimer: NodeJS.Timeout | undefined;
+  /** Token bucket for PeerGone(not here): 1 per second, burst 3, as tailscale limits it. */
+  notHereTokens = 3;
+  notHereRefilledAt = Date.now();
+
+  constructor(
+    readonly socket: Duplex,
+    readonly remoteAddress: string | undefined,
+    readonly transport: 'derp' | 'websocket',
+  ) {}
+
+  get writable(): boolean {
+    return !this.socket.destroyed && !this.socket.writableNeedDrain;
+  }
+
+  /** sendControl writes or queues a small non-droppable frame; false if the client is hopelessly behind. */
+  sendControl(frame: Buffer): boolean {
+    if (this.state === 'closed' || this.socket.destroyed) return false;
+    if (this.controlQueue.length === 0 && this.packetQueue.length === 0 && this.writable) {
+      this.socket.write(frame);
+      return true;
+    }
+    if (this.controlQueue.length >= MAX_CONTROL_QUEUE) return false;
+    this.controlQueue.push(frame);
+    return true;
+  }
+
+  /**
+   * sendPacketFrame writes or queues a data frame. When the queue is full it
+   * drops the oldest queued packet (fresher packets are worth more to
+   * WireGuard) and returns true so the caller can count the drop.
+   */
+  sendPacketFrame(frame: Buffer, depth: number): boolean {
+    if (this.controlQueue.length === 0 && this.packetQueue.length === 0 && this.writable) {
+      this.socket.write(frame);
+      return false;
+    }
+    let dropped = false;
+    if (this.packetQueue.length >= depth) {
+      this.packetQueue.shift();
+      this.packetsDropped++;
+      dropped = true;
+    }
+    this.packetQueue.push(frame);
+    return dropped;
+  }
+
+  /** flush moves queued frames to the socket until it signals backpressure again. */
+  flush(): void {
+    while (this.writable) {
+      const next = this.controlQueue.shift() ?? this.packetQueue.shift();
+      if (!next) return;
+      if (next === this.pendingPong) this.pendingPong = undefined;
+      this.socket.write(next);
+    }
+  }
+
+  takeNotHereToken(): boolean {
+    const now = Date.now();
+    this.notHereTokens = Math.min(3, this.notHereTokens + (now - this.notHereRefilledAt) / 1000);
+    this.notHereRefilledAt = now;
+    if (this.notHereTokens < 1) return false;
+    this.notHereTokens -= 1;
+    return true;
+  }
+}
+
+class ProtocolError extends Error {}
+
+/**
+ * DerpServer is an embedded DERP relay: it accepts upgraded HTTP connections
+ * (raw DERP or WebSocket), logs clients in with their node key, and relays
+ * packets between them. It owns no listener; the HTTP server hands it
+ * upgrades and requests.
+ */
+export class DerpServer {
+  readonly publicKey: Buffer;
+  private readonly privateKey: Buffer;
+  private readonly verifyClient: VerifyClient | undefined;
+  private readonly keepAliveMs: number;
+  private readonly queueDepth: number;
+  private readonly loginTimeoutMs: number;
+  private readonly log: DerpLogger;
+  /** clients maps raw-key hex to the one active connection for that key. */
+  private readonly clients = new Map<string, ClientConn>();
+  /** receiversOf maps a sender's key hex to connections it has sent to, who get PeerGone when it leaves. */
+  private readonly receiversOf = new Map<string, Set<ClientConn>>();
+  private readonly connections = new Set<ClientConn>();
+  private closing = false;
+  private readonly counters: DerpServerStats = {
+    accepts: 0,
+    packetsReceived: 0,
+    packetsForwarded: 0,
+    packetsDroppedUnknownDest: 0,
+    packetsDroppedQueueFull: 0,
+    packetsDroppedGone: 0,
+    peerGoneDisconnectedFrames: 0,
+    peerGoneNotHereFrames: 0,
+    pings: 0,
+    loginFailures: 0,
+    protocolErrors: 0,
+    unknownFrames: 0,
+  };
+
+  constructor(options: DerpServerOptions) {
+    if (!Buffer.isBuffer(options?.privateKey) || options.privateKey.length !== KEY_LENGTH) {
+      throw new Error(`DerpServer: privateKey must be a ${KEY_LENGTH}-byte Buffer`);
+    }
+    const keepAliveMs = options.keepAliveMs ?? DEFAULT_KEEPALIVE_MS;
+    if (!Number.isFinite(keepAliveMs) || keepAliveMs <= 0) throw new Error('DerpServer: keepAliveMs must be a positive number');
+    const queueDepth = options.sendQueueDepth ?? DEFAULT_QUEUE_DEPTH;
+    if (!Number.isInteger(queueDepth) || queueDepth < 1) throw new Error('DerpServer: sendQueueDepth must be a positive integer');
+    this.privateKey = Buffer.from(options.privateKey);
+    this.publicKey = publicKeyFromPrivate(this.privateKey);
+    this.verifyClient = options.verifyClient;
+    this.keepAliveMs = keepAliveMs;
+    this.queueDepth = queueDepth;
+    this.loginTimeoutMs = options.loginTimeoutMs ?? DEFAULT_LOGIN_TIMEOUT_MS;
+    this.log = options.logger ?? silentLogger;
+  }
+
+  /** publicKeyString is the server key as `nodekey:<hex>` (the DERP map's node key form). */
+  get publicKeyString(): string {
+    return formatNodeKey(this.publicKey);
+  }
+
+  /** clientCount is the number of distinct logged-in node keys. */
+  get clientCount(): number {
+    return this.clients.size;
+  }
+
+  get stats(): Readonly<DerpServerStats> {
+    return { ...this.counters };
+  }
+
+  /** isConnected reports whether a node key (`nodekey:<hex>`) has an active connection. */
+  isConnected(nodePublicKey: string): boolean {
+    return this.clients.has(keyHexOf(nodePublicKey));
+  }
+
+  /** queuedPackets reports how many packets wait in a client's send queue (for tests and metrics). */
+  queuedPackets(nodePublicKey: string): number {
+    return this.clients.get(keyHexOf(nodePublicKey))?.packetQueue.length ?? 0;
+  }
+
+  /** droppedPackets reports how many packets were dropped because a client's queue was full. */
+  droppedPackets(nodePublicKey: string): number {
+    return this.clients.get(keyHexOf(nodePublicKey))?.packetsDropped ?? 0;
+  }
+
+  /** disconnect drops a node's connection (e.g. the node was deleted); its peers get PeerGone. */
+  disconnect(nodePublicKey: string): boolean {
+    const conn = this.clients.get(keyHexOf(nodePublicKey));
+    if (!conn) return false;
+    this.log.info('derp: disconnecting client', { node_key: formatNodeKey(conn.key) });
+    this.closeConn(conn);
+    return true;
+  }
+
+  /** sendHealth tells a client its connection has a problem (empty string clears it). */
+  sendHealth(nodePublicKey: string, problem: string): boolean {
+    const conn = this.clients.get(keyHexOf(nodePublicKey));
+    if (!conn) return false;
+    return conn.sendControl(encodeFrame(FrameType.Health, Buffer.from(problem, 'utf8')));
+  }
+
+  /**
+   * handleRequest answers the relay's plain HTTP routes and returns false for
+   * paths it does not own, so the caller can route them elsewhere.
+   */
+  handleRequest(req: IncomingMessage, res: ServerResponse): boolean {
+    const path = pathOf(req);
+    switch (path) {
+      case '/derp':
+        res.writeHead(426, { 'Content-Type': 'text/plain; charset=utf-8', Connection: 'close' });
+        res.end('DERP requires connection upgrade\n');
+        return true;
+      case '/derp/probe':
+      case '/derp/latency-check':
+        if (req.method === 'GET' || req.method === 'HEAD') {
+          res.writeHead(200, { 'Access-Control-Allow-Origin': '*' });
+          res.end();
+        } else {
+          res.writeHead(405, { 'Content-Type': 'text/plain; charset=utf-8' });
+          res.end('bogus probe method\n');
+        }
+        return true;
+      case '/generate_204': {
+        const headers: Record<string, string> = {
+          'Cache-Control': 'no-cache, no-store, must-revalidate, no-transform, max-age=0',
+        };
+        const challenge = req.headers[NO_CONTENT_CHALLENGE_HEADER];
+        if (typeof challenge === 'string' && challenge.length > 0 && challenge.length <= 64 && /^[A-Za-z0-9._:-]+$/.test(challenge)) {
+          headers[NO_CONTENT_RESPONSE_HEADER] = `response ${challenge}`;
+        }
+        res.writeHead(204, headers);
+        res.end();
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  /**
+   * handleUpgrade takes over an HTTP upgrade for `/derp` (raw DERP or WebSocket
+   * with the `derp` subprotocol) and returns false, leaving the socket alone,
+   * for any other path.
+   */
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean {
+    if (pathOf(req) !== '/derp') return false;
+    socket.on('error', (err) => this.log.debug('derp: socket error', { err: err.message }));
+    if (this.closing) {
+      writeHttpError(socket, 503, 'DERP server is shutting down');
+      return true;
+    }
+    const upgrade = String(req.headers.upgrade ?? '').toLowerCase();
+    const protocols = String(req.headers['sec-websocket-protocol'] ?? '')
+      .split(',')
+      .map((p) => p.trim());
+    const remoteAddress = req.socket?.remoteAddress;
+
+    if (upgrade === 'websocket' && protocols.includes('derp')) {
+      const key = req.headers['sec-websocket-key'];
+      if (req.headers['sec-websocket-version'] !== '13' || !isValidWebSocketKey(key)) {
+        writeHttpError(socket, 400, 'WebSocket upgrade needs Sec-WebSocket-Version: 13 and a valid Sec-WebSocket-Key');
+        return true;
+      }
+      socket.write(
+        'HTTP/1.1 101 Switching Protocols\r\n' +
+          'Upgrade: websocket\r\n' +
+          'Connection: Upgrade\r\n' +
+          `Sec-WebSocket-Accept: ${webSocketAccept(key)}\r\n` +
+          'Sec-WebSocket-Protocol: derp\r\n\r\n',
+      );
+      if ('setNoDelay' in socket && typeof socket.setNoDelay === 'function') socket.setNoDelay(true);
+      const ws = new WebSocketStream(socket, { role: 'server', head, maxMessageBytes: MAX_CLIENT_INFO_LENGTH });
+      this.accept(ws, remoteAddress, 'websocket', Buffer.alloc(0));
+      return true;
+    }
+    // Very old clients sent "Upgrade: WebSocket" while speaking raw DERP, so a
+    // websocket upgrade without the derp subprotocol is treated as raw DERP.
+    if (upgrade !== 'derp' && upgrade !== 'websocket') {
+      writeHttpError(socket, 426, 'DERP requires connection upgrade');
+      return true;
+    }
+    if (req.headers['derp-fast-start'] !== '1') {
+      socket.write(
+        'HTTP/1.1 101 Switching Protocols\r\n' +
+          'Upgrade: DERP\r\n' +
+          'Connection: Upgrade\r\n' +
+          `Derp-Version: ${PROTOCOL_VERSION}\r\n` +
+          `Derp-Public-Key: ${this.publicKeyString}\r\n\r\n`,
+      );
+    }
+    this.accept(socket, remoteAddress, 'derp', head);
+    return true;
+  }
+
+  /**
+   * accept serves an already-upgraded byte stream; handleUpgrade calls it, and
+   * tests or other transports may too.
+   */
+  accept(socket: Duplex, remoteAddress: string | undefined, transport: 'derp' | 'websocket' = 'derp', head?: Buffer): void {
+    const conn = new ClientConn(socket, remoteAddress, transport);
+    this.counters.accepts++;
+    this.connections.add(conn);
+    if ('setNoDelay' in socket && typeof socket.setNoDelay === 'function') socket.setNoDelay(true);
+    socket.on('data', (chunk: Buffer) => this.onData(conn, chunk));
+    socket.on('drain', () => conn.flush());
+    socket.on('end', () => this.closeConn(conn));
+    socket.on('close', () => this.closeConn(conn));
+    socket.on('error', (err: Error) => {
+      this.log.debug('derp: connection error', { err: err.message, remote: remoteAddress });
+      this.closeConn(conn);
+    });
+    conn.loginTimer = setTimeout(() => {
+      this.counters.loginFailures++;
+      this.log.info('derp: login timed out', { remote: remoteAddress });
+      this.closeConn(conn);
+    }, this.loginTimeoutMs);
+    conn.loginTimer.unref();
+    socket.write(encodeFrame(FrameType.ServerKey, DERP_MAGIC, this.publicKey));
+    if (head && head.length > 0) this.onData(conn, head);
+  }
+
+  /**
+   * close tells every client the server is restarting, then closes all
+   * connections; it resolves once they are gone.
+   */
+  async close(notice: RestartNotice = {}): Promise<void> {
+    this.closing = true;
+    const restarting = Buffer.alloc(8);
+    restarting.writeUInt32BE(clampU32(notice.reconnectInMs ?? 0), 0);
+    restarting.writeUInt32BE(clampU32(notice.tryForMs ?? 0), 4);
+    const frame = encodeFrame(FrameType.Restarting, restarting);
+    const closed: Promise<void>[] = [];
+    for (const conn of this.connections) {
+      // Restarting goes out ahead of anything still queued; queued packets are dropped.
+      if (conn.state === 'active' && !conn.socket.destroyed) conn.socket.write(frame);
+      closed.push(
+        new Promise<void>((resolve) => {
+          if (conn.socket.destroyed) return resolve();
+          conn.socket.once('close', () => resolve());
+          // Give the Restarting frame a moment to leave, then force the socket shut.
+          setTimeout(() => conn.socket.destroy(), 200).unref();
+        }),
+      );
+      this.retire(conn);
+      conn.socket.end();
+    }
+    await Promise.all(closed);
+  }
+
+  private onData(conn: ClientConn, chunk: Buffer): void {
+    if (conn.state === 'closed') return;
+    conn.reader.push(chunk);
+    this.processFrames(conn);
+  }
+
+  private processFrames(conn: ClientConn): void {
+    try {
+      while (conn.state === 'login' || conn.state === 'active') {
+        const frame = conn.reader.next();
+        if (!frame) return;
+        if (conn.state === 'login') this.handleClientInfo(conn, frame);
+        else this.handleFrame(conn, frame);
+      }
+    } catch (err) {
+      // Whatever went wrong, it is confined to this connection: the relay keeps serving everyone else.
+      const expected = err instanceof ProtocolError || err instanceof FrameTooLargeError;
+      if (expected) this.counters.protocolErrors++;
+      if (conn.state === 'login') this.counters.loginFailures++;
+      const fields = {
+        err: err instanceof Error ? err.message : String(err),
+        remote: conn.remoteAddress,
+        node_key: conn.keyHex ? formatNodeKey(conn.key) : undefined,
+      };
+      if (expected) this.log.info('derp: closing client after protocol error', fields);
+      else this.log.warn('derp: closing client after internal error', fields);
+      this.closeConn(conn);
+    }
+  }
+
+  private handleClientInfo(conn: ClientConn, frame: Frame): void {
+    if (frame.type !== FrameType.ClientInfo) {
+      throw new ProtocolError(`expected ClientInfo frame, got type 0x${frame.type.toString(16)}`);
+    }
+    if (frame.payload.length < KEY_LENGTH + NONCE_LENGTH + BOX_OVERHEAD) throw new ProtocolError('short ClientInfo frame');
+    const clientKey = Buffer.from(frame.payload.subarray(0, KEY_LENGTH));
+    const opened = openFrom(frame.payload.subarray(KEY_LENGTH), clientKey, this.privateKey);
+    if (!opened) throw new ProtocolError('ClientInfo box does not open with the claimed client key');
+    let json: unknown;
+    try {
+      json = JSON.parse(opened.toString('utf8'));
+    } catch {
+      throw new ProtocolError('ClientInfo is not valid JSON');
+    }
+    if (typeof json !== 'object' || json === null || Array.isArray(json)) throw new ProtocolError('ClientInfo JSON is not an object');
+    const raw = json as Record<string, unknown>;
+    const info: DerpClientInfo = {
+      version: typeof raw.version === 'number' ? raw.version : 0,
+      canAckPings: raw.CanAckPings === true,
+      isProber: raw.IsProber === true,
+      transport: conn.transport,
+    };
+    if (typeof raw.meshKey === 'string' && raw.meshKey !== '') info.meshKey = raw.meshKey;
+    if (conn.remoteAddress !== undefined) info.remoteAddress = conn.remoteAddress;
+    conn.key = clientKey;
+    conn.keyHex = clientKey.toString('hex');
+    conn.info = info;
+    conn.state = 'verifying';
+    // Hold further frames until admission is decided; the socket's buffer absorbs them meanwhile.
+    conn.socket.pause();
+    const nodeKey = formatNodeKey(clientKey);
+    const verify = this.verifyClient;
+    // Promise.resolve().then also turns a synchronous throw in verifyClient into a refusal.
+    const decision = verify ? Promise.resolve().then(() => verify(nodeKey, info)) : Promise.resolve(true);
+    decision
+      .then(
+        (allowed) => this.finishLogin(conn, allowed === true),
+        (err: unknown) => {
+          this.log.warn('derp: verifyClient failed; refusing client', { node_key: nodeKey, err: String(err) });
+          this.finishLogin(conn, false);
+        },
+      )
+      .catch((err: unknown) => {
+        this.log.warn('derp: login failed', { node_key: nodeKey, err: String(err) });
+        this.closeConn(conn);
+      });
+  }
+
+  private finishLogin(conn: ClientConn, allowed: boolean): void {
+    if (conn.state !== 'verifying') return;
+    const nodeKey = formatNodeKey(conn.key);
+    if (!allowed || this.closing) {
+      this.counters.loginFailures++;
+      this.log.info('derp: client not admitted', { node_key: nodeKey, remote: conn.remoteAddress });
+      this.closeConn(conn);
+      return;
+    }
+    clearTimeout(conn.loginTimer);
+    conn.loginTimer = undefined;
+    conn.state = 'active';
+    conn.reader.maxLength = MAX_FRAME_LENGTH;
+    const previous = this.clients.get(conn.keyHex);
+    this.clients.set(conn.keyHex, conn);
+    if (previous && previous !== conn) {
+      // The newest connection wins; the key never left, so peers get no PeerGone.
+      this.log.info('derp: client reconnected; replacing previous connection', { node_key: nodeKey });
+      this.retire(previous);
+      previous.socket.destroy();
+    }
+    const serverInfo = sealTo(Buffer.from(JSON.stringify({ version: PROTOCOL_VERSION })), conn.key, this.privateKey);
+    conn.socket.write(encodeFrame(FrameType.ServerInfo, serverInfo));
+    this.startKeepAlive(conn);
+    this.log.debug('derp: client connected', { node_key: nodeKey, transport: conn.transport });
+    conn.socket.resume();
+    this.processFrames(conn);
+  }
+
+  private startKeepAlive(conn: ClientConn): void {
+    const jitter = Math.floor(Math.random() * Math.min(5000, this.keepAliveMs / 10));
+    const frame = encodeFrame(FrameType.KeepAlive);
+    conn.keepAliveTimer = setInterval(() => {
+      // A keepalive only matters if nothing else is flowing; skip it when the client is backed up.
+      if (conn.controlQueue.length === 0) conn.sendControl(frame);
+    }, this.keepAliveMs + jitter);
+    conn.keepAliveTimer.unref();
+  }
+
+  private handleFrame(conn: ClientConn, frame: Frame): void {
+    const p = frame.payload;
+    switch (frame.type) {
+      case FrameType.SendPacket:
+        if (p.length < KEY_LENGTH) throw new ProtocolError('short SendPacket frame');
+        if (p.length - KEY_LENGTH > MAX_PACKET_SIZE) throw new ProtocolError('SendPacket data over 64 KiB');
+        this.forward(conn, p.subarray(0, KEY_LENGTH), p.subarray(KEY_LENGTH));
+        return;
+      case FrameType.NotePreferred:
+        if (p.length !== 1) throw new ProtocolError(`NotePreferred must carry 1 byte, got ${p.length}`);
+        conn.preferred = p[0] !== 0;
+        return;
+      case FrameType.Ping: {
+        this.counters.pings++;
+        if (p.length < 8) throw new ProtocolError(`short Ping frame (${p.length} bytes)`);
+        if (p.length > MAX_PING_LENGTH) throw new ProtocolError(`Ping frame too large (${p.length} bytes)`);
+        // Like tailscale, at most one pong waits at a time; a client pinging faster is ignored.
+        if (conn.pendingPong) return;
+        const pong = encodeFrame(FrameType.Pong, p.subarray(0, 8));
+        if (conn.controlQueue.length === 0 && conn.packetQueue.length === 0 && conn.writable) {
+          conn.socket.write(pong);
+        } else if (conn.controlQueue.length < MAX_CONTROL_QUEUE) {
+          conn.pendingPong = pong;
+          conn.controlQueue.push(pong);
+        }
+        return;
+      }
+      case FrameType.ForwardPacket:
+      case FrameType.WatchConns:
+      case FrameType.ClosePeer:
+        // Mesh frames need a mesh key, and this embedded relay runs no mesh.
+        throw new ProtocolError(`mesh frame 0x${frame.type.toString(16)} from a non-mesh client`);
+      default:
+        this.counters.unknownFrames++;
+        return;
+    }
+  }
+
+  private forward(src: ClientConn, dstKey: Buffer, packet: Buffer): void {
+    this.counters.packetsReceived++;
+    const dstHex = dstKey.toString('hex');
+    const dst = this.clients.get(dstHex);
+    if (!dst || dst.state !== 'active') {
+      this.counters.packetsDroppedUnknownDest++;
+      // Tailscale only answers disco packets, rate-limited, so magicsock stops probing a peer not here.
+      if (looksLikeDisco(packet) && src.takeNotHereToken()) {
+        if (src.sendControl(encodeFrame(FrameType.PeerGone, dstKey, Buffer.of(PeerGoneReason.NotHere)))) {
+          this.counters.peerGoneNotHereFrames++;
+        }
+      }
+      return;
+    }
+    if (dst.socket.destroyed) {
+      this.counters.packetsDroppedGone++;
+      return;
+    }
+    const frame = encodeFrame(FrameType.RecvPacket, src.key, packet);
+    this.counters.packetsForwarded++;
+    if (dst.sendPacketFrame(frame, this.queueDepth)) this.counters.packetsDroppedQueueFull++;
+    if (!dst.sawSources.has(src.keyHex)) {
+      dst.sawSources.add(src.keyHex);
+      let receivers = this.receiversOf.get(src.keyHex);
+      if (!receivers) this.receiversOf.set(src.keyHex, (receivers = new Set()));
+      receivers.add(dst);
+    }
+  }
+
+  /** retire unregisters a connection exactly once: timers stop, queues empty, and peers learn it left. */
+  private retire(conn: ClientConn): void {
+    if (conn.state === 'closed') return;
+    const wasActive = conn.state === 'active';
+    conn.state = 'closed';
+    clearTimeout(conn.loginTimer);
+    clearInterval(conn.keepAliveTimer);
+    this.counters.packetsDroppedGone += conn.packetQueue.length;
+    conn.packetQueue.length = 0;
+    conn.controlQueue.length = 0;
+    this.connections.delete(conn);
+    for (const srcHex of conn.sawSources) {
+      const receivers = this.receiversOf.get(srcHex);
+      receivers?.delete(conn);
+      if (receivers && receivers.size === 0) this.receiversOf.delete(srcHex);
+    }
+    conn.sawSources.clear();
+    if (!wasActive || this.clients.get(conn.keyHex) !== conn) return;
+    this.clients.delete(conn.keyHex);
+    const receivers = this.receiversOf.get(conn.keyHex);
+    this.receiversOf.delete(conn.keyHex);
+    if (!receivers || this.closing) return;
+    const gone = encodeFrame(FrameType.PeerGone, conn.key, Buffer.of(PeerGoneReason.Disconnected));
+    for (const receiver of receivers) {
+      receiver.sawSources.delete(conn.keyHex);
+      if (receiver.sendControl(gone)) this.counters.peerGoneDisconnectedFrames++;
+    }
+  }
+
+  private closeConn(conn: ClientConn): void {
+    this.retire(conn);
+    if (!conn.socket.destroyed) conn.socket.destroy();
+  }
+}
+
+function keyHexOf(nodePublicKey: string): string {
+  if (typeof nodePublicKey !== 'string') return '';
+  return nodePublicKey.startsWith('nodekey:') ? nodePublicKey.slice(8).toLowerCase() : nodePublicKey.toLowerCase();
+}
+
+function pathOf(req: IncomingMessage): string {
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  return q === -1 ? url : url.slice(0, q);
+}
+
+function writeHttpError(socket: Duplex, status: number, message: string): void {
+  const reason = status === 400 ? 'Bad Request' : status === 426 ? 'Upgrade Required' : 'Service Unavailable';
+  const body = message + '\n';
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+function clampU32(ms: number): number {
+  if (!Number.isFinite(ms) || ms < 0) return 0;
+  return Math.min(Math.floor(ms), 0xffffffff);
+}

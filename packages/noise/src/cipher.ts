@@ -1,0 +1,81 @@
+import { createCipheriv, createDecipheriv, createHash, hkdfSync } from 'node:crypto';
+
+/** TAG_LENGTH is the ChaCha20-Poly1305 authentication tag size. */
+export const TAG_LENGTH = 16;
+const HASH = 'blake2s256';
+
+/** NonceOrder picks how the 64-bit counter is laid out: the Noise spec says little-endian, Tailscale uses big-endian. */
+export type NonceOrder = 'big' | 'little';
+
+/** blake2s hashes the concatenation of parts with BLAKE2s-256. */
+export function blake2s(...parts: Uint8Array[]): Buffer {
+  const h = createHash(HASH);
+  for (const p of parts) h.update(p);
+  return h.digest();
+}
+
+/** noiseHkdf is the Noise HKDF with two outputs (HMAC-BLAKE2s extract + expand); node's hkdf is byte-identical. */
+export function noiseHkdf(chainingKey: Uint8Array, inputKeyMaterial: Uint8Array): [Buffer, Buffer] {
+  const out = Buffer.from(hkdfSync(HASH, inputKeyMaterial, chainingKey, Buffer.alloc(0), 64));
+  return [out.subarray(0, 32), out.subarray(32, 64)];
+}
+
+function nonceBytes(counter: bigint, order: NonceOrder): Buffer {
+  const nonce = Buffer.alloc(12);
+  if (order === 'big') nonce.writeBigUInt64BE(counter, 4);
+  else nonce.writeBigUInt64LE(counter, 4);
+  return nonce;
+}
+
+/** aeadSeal encrypts with ChaCha20-Poly1305 and returns ciphertext||tag. */
+export function aeadSeal(key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array): Buffer {
+  const c = createCipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_LENGTH });
+  c.setAAD(ad, { plaintextLength: plaintext.length });
+  return Buffer.concat([c.update(plaintext), c.final(), c.getAuthTag()]);
+}
+
+/** aeadOpen verifies and decrypts ciphertext||tag; it throws on any authentication failure. */
+export function aeadOpen(key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, sealed: Uint8Array): Buffer {
+  if (sealed.length < TAG_LENGTH) throw new Error(`ciphertext too short: ${sealed.length} bytes, need at least ${TAG_LENGTH}`);
+  const body = sealed.subarray(0, sealed.length - TAG_LENGTH);
+  const d = createDecipheriv('chacha20-poly1305', key, nonce, { authTagLength: TAG_LENGTH });
+  d.setAAD(ad, { plaintextLength: body.length });
+  d.setAuthTag(sealed.subarray(sealed.length - TAG_LENGTH));
+  try {
+    return Buffer.concat([d.update(body), d.final()]);
+  } catch {
+    throw new Error('message authentication failed (wrong key, corrupted or replayed data)');
+  }
+}
+
+const MAX_COUNTER = (1n << 64n) - 1n;
+
+/**
+ * CipherState is one direction of a Noise transport: a key plus a strictly increasing counter.
+ * The counter may never reach 2^64-1 (reserved by Noise), so exhaustion is an error, not a wrap.
+ */
+export class CipherState {
+  private counter = 0n;
+  constructor(private readonly key: Buffer, private readonly order: NonceOrder = 'big') {
+    if (key.length !== 32) throw new Error(`cipher key must be 32 bytes, got ${key.length}`);
+  }
+
+  /** nonceCounter is the counter the next seal/open will use. */
+  get nonceCounter(): bigint {
+    return this.counter;
+  }
+
+  private nextNonce(): Buffer {
+    if (this.counter >= MAX_COUNTER) throw new Error('cipher nonce counter exhausted; the connection must be re-established');
+    return nonceBytes(this.counter++, this.order);
+  }
+
+  seal(plaintext: Uint8Array, ad: Uint8Array = Buffer.alloc(0)): Buffer {
+    return aeadSeal(this.key, this.nextNonce(), ad, plaintext);
+  }
+
+  /** open decrypts; a failure still consumes the nonce, which is fine because callers must drop the connection. */
+  open(sealed: Uint8Array, ad: Uint8Array = Buffer.alloc(0)): Buffer {
+    return aeadOpen(this.key, this.nextNonce(), ad, sealed);
+  }
+}

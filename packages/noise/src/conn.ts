@@ -1,0 +1,258 @@
+import { Duplex } from 'node:stream';
+import type { CipherState } from './cipher.js';
+import type { TransportKeys } from './handshake.js';
+import {
+  FRAME_HEADER_LENGTH,
+  MAX_FRAME_LENGTH,
+  MAX_PLAINTEXT_PER_RECORD,
+  MESSAGE_TYPE_ERROR,
+  MESSAGE_TYPE_RECORD,
+} from './messages.js';
+
+/** EARLY_PAYLOAD_MAGIC starts the optional server→client early payload ("\xff\xff\xffTS"); it can never begin an HTTP/2 frame. */
+export const EARLY_PAYLOAD_MAGIC = Buffer.from([0xff, 0xff, 0xff, 0x54, 0x53]);
+/** EARLY_PAYLOAD_PEEK_LENGTH is magic + u32 length, and also the size of an HTTP/2 frame header. */
+const EARLY_PAYLOAD_PEEK_LENGTH = 9;
+/** MAX_EARLY_PAYLOAD_LENGTH bounds what a client will buffer before HTTP/2 starts. */
+const MAX_EARLY_PAYLOAD_LENGTH = 1 << 20;
+
+/** sealRecords encrypts plaintext into as many type-4 records as needed (each ≤ 4077 plaintext bytes). */
+export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer {
+  const frames: Buffer[] = [];
+  for (let offset = 0; offset < plaintext.length; offset += MAX_PLAINTEXT_PER_RECORD) {
+    const sealed = cipher.seal(plaintext.subarray(offset, offset + MAX_PLAINTEXT_PER_RECORD));
+    const header = Buffer.alloc(FRAME_HEADER_LENGTH);
+    header[0] = MESSAGE_TYPE_RECORD;
+    header.writeUInt16BE(sealed.length, 1);
+    frames.push(header, sealed);
+  }
+  return Buffer.concat(frames);
+}
+
+/** encodeEarlyPayload frames a JSON object as the early payload plaintext (magic, u32 BE length, JSON). */
+export function encodeEarlyPayload(payload: object): Buffer {
+  const json = Buffer.from(JSON.stringify(payload), 'utf8');
+  const length = Buffer.alloc(4);
+  length.writeUInt32BE(json.length, 0);
+  return Buffer.concat([EARLY_PAYLOAD_MAGIC, length, json]);
+}
+
+/** NoiseConnOptions wire a finished handshake to the byte stream it ran on. */
+export interface NoiseConnOptions {
+  socket: Duplex;
+  keys: TransportKeys;
+  /** initialBytes already read from the socket past the handshake (e.g. the HTTP upgrade `head`). */
+  initialBytes?: Uint8Array;
+  /** peekEarlyPayload makes the connection (client side) strip an early payload from the first plaintext bytes. */
+  peekEarlyPayload?: boolean;
+  /** machinePublicKey is the peer's authenticated static key (server side: the client's machine key). */
+  peerPublicKey?: Buffer;
+  capabilityVersion?: number;
+}
+
+/**
+ * NoiseConn is a Duplex of plaintext over Tailscale's type-4 Noise records. Records may be split across or
+ * coalesced within socket reads; any decrypt failure, oversized frame or unexpected type destroys the
+ * connection, because a transport nonce once out of step can never recover.
+ */
+export class NoiseConn extends Duplex {
+  readonly socket: Duplex;
+  readonly handshakeHash: Buffer;
+  readonly peerPublicKey: Buffer | undefined;
+  readonly capabilityVersion: number | undefined;
+  /** earlyPayload resolves once the first plaintext bytes show whether the server sent one (always undefined without peeking). */
+  readonly earlyPayload: Promise<object | undefined>;
+
+  private readonly send: CipherState;
+  private readonly receive: CipherState;
+  private pending: Buffer = Buffer.alloc(0);
+  private peeking: boolean;
+  private peeked: Buffer = Buffer.alloc(0);
+  private resolveEarly!: (value: object | undefined) => void;
+  private rejectEarly!: (err: Error) => void;
+  private readonly onSocketData = (chunk: Buffer): void => this.receiveBytes(chunk);
+  private readonly onSocketEnd = (): void => this.finishReading();
+  private readonly onSocketError = (err: Error): void => {
+    this.destroy(err);
+  };
+  private readonly onSocketClose = (): void => {
+    if (!this.destroyed) {
+      this.finishReading();
+      this.destroy();
+    }
+  };
+
+  constructor(opts: NoiseConnOptions) {
+    super({ allowHalfOpen: true });
+    this.socket = opts.socket;
+    this.send = opts.keys.send;
+    this.receive = opts.keys.receive;
+    this.handshakeHash = opts.keys.handshakeHash;
+    this.peerPublicKey = opts.peerPublicKey;
+    this.capabilityVersion = opts.capabilityVersion;
+    this.peeking = opts.peekEarlyPayload ?? false;
+    this.earlyPayload = new Promise<object | undefined>((resolve, reject) => {
+      this.resolveEarly = resolve;
+      this.rejectEarly = reject;
+    });
+    // Nobody may be forced to observe this promise; a rejection also destroys the connection.
+    this.earlyPayload.catch(() => undefined);
+    if (!this.peeking) this.resolveEarly(undefined);
+    this.socket.on('data', this.onSocketData);
+    this.socket.on('end', this.onSocketEnd);
+    this.socket.on('error', this.onSocketError);
+    this.socket.on('close', this.onSocketClose);
+    if (opts.initialBytes && opts.initialBytes.length > 0) this.receiveBytes(Buffer.from(opts.initialBytes));
+    this.socket.resume();
+  }
+
+  private receiveBytes(chunk: Buffer): void {
+    if (this.destroyed) return;
+    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    while (this.pending.length >= FRAME_HEADER_LENGTH) {
+      const type = this.pending[0];
+      const length = this.pending.readUInt16BE(1);
+      if (FRAME_HEADER_LENGTH + length > MAX_FRAME_LENGTH) {
+        this.destroy(new Error(`noise frame too large: ${FRAME_HEADER_LENGTH + length} bytes exceeds ${MAX_FRAME_LENGTH}`));
+        return;
+      }
+      if (this.pending.length < FRAME_HEADER_LENGTH + length) return;
+      const body = this.pending.subarray(FRAME_HEADER_LENGTH, FRAME_HEADER_LENGTH + length);
+      this.pending = this.pending.subarray(FRAME_HEADER_LENGTH + length);
+      if (type === MESSAGE_TYPE_ERROR) {
+        this.destroy(new Error(`server error: ${JSON.stringify(body.toString('utf8'))}`));
+        return;
+      }
+      if (type !== MESSAGE_TYPE_RECORD) {
+        this.destroy(new Error(`unexpected noise message type ${type}, expected a transport record (4)`));
+        return;
+      }
+      let plaintext: Buffer;
+      try {
+        plaintext = this.receive.open(body);
+      } catch (err) {
+        this.destroy(new Error(`decrypting noise record: ${(err as Error).message}`));
+        return;
+      }
+      this.deliver(plaintext);
+      if (this.destroyed) return;
+    }
+  }
+
+  private deliver(plaintext: Buffer): void {
+    if (this.peeking) {
+      this.peeked = Buffer.concat([this.peeked, plaintext]);
+      this.tryFinishPeek(false);
+      return;
+    }
+    if (plaintext.length > 0 && !this.push(plaintext)) this.socket.pause();
+  }
+
+  private tryFinishPeek(atEnd: boolean): void {
+    const buf = this.peeked;
+    if (buf.length >= EARLY_PAYLOAD_PEEK_LENGTH && buf.subarray(0, EARLY_PAYLOAD_MAGIC.length).equals(EARLY_PAYLOAD_MAGIC)) {
+      const length = buf.readUInt32BE(EARLY_PAYLOAD_MAGIC.length);
+      if (length > MAX_EARLY_PAYLOAD_LENGTH) {
+        this.failPeek(new Error(`early payload of ${length} bytes exceeds the ${MAX_EARLY_PAYLOAD_LENGTH}-byte limit`));
+        return;
+      }
+      if (buf.length < EARLY_PAYLOAD_PEEK_LENGTH + length) {
+        if (atEnd) this.failPeek(new Error('connection ended inside the early payload'));
+        return;
+      }
+      let payload: unknown;
+      try {
+        payload = JSON.parse(buf.subarray(EARLY_PAYLOAD_PEEK_LENGTH, EARLY_PAYLOAD_PEEK_LENGTH + length).toString('utf8'));
+      } catch (err) {
+        this.failPeek(new Error(`early payload is not valid JSON: ${(err as Error).message}`));
+        return;
+      }
+      if (payload === null || typeof payload !== 'object') {
+        this.failPeek(new Error('early payload must be a JSON object'));
+        return;
+      }
+      this.endPeek(payload, buf.subarray(EARLY_PAYLOAD_PEEK_LENGTH + length));
+    } else if (buf.length >= EARLY_PAYLOAD_PEEK_LENGTH || atEnd) {
+      this.endPeek(undefined, buf);
+    }
+  }
+
+  private endPeek(payload: object | undefined, rest: Buffer): void {
+    this.peeking = false;
+    this.peeked = Buffer.alloc(0);
+    this.resolveEarly(payload);
+    if (rest.length > 0 && !this.push(rest)) this.socket.pause();
+  }
+
+  private failPeek(err: Error): void {
+    this.peeking = false;
+    this.rejectEarly(err);
+    this.destroy(err);
+  }
+
+  private finishReading(): void {
+    if (this.peeking) this.tryFinishPeek(true);
+    if (this.pending.length > 0 && !this.destroyed) {
+      this.destroy(new Error(`connection ended inside a noise frame (${this.pending.length} bytes pending)`));
+      return;
+    }
+    if (!this.destroyed) this.push(null);
+  }
+
+  override _read(): void {
+    this.socket.resume();
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+    if (chunk.length === 0) {
+      callback();
+      return;
+    }
+    let frames: Buffer;
+    try {
+      frames = sealRecords(this.send, chunk);
+    } catch (err) {
+      callback(err as Error);
+      return;
+    }
+    this.socket.write(frames, (err) => callback(err ?? null));
+  }
+
+  override _final(callback: (error?: Error | null) => void): void {
+    this.socket.end(() => callback());
+  }
+
+  override _destroy(err: Error | null, callback: (error?: Error | null) => void): void {
+    if (this.peeking) {
+      this.peeking = false;
+      this.rejectEarly(err ?? new Error('connection closed before the early payload was read'));
+    }
+    this.socket.off('data', this.onSocketData);
+    this.socket.off('end', this.onSocketEnd);
+    this.socket.off('close', this.onSocketClose);
+    // Keep a no-op error listener: the socket may still report a late error after we let go of it.
+    this.socket.off('error', this.onSocketError);
+    this.socket.on('error', () => undefined);
+    this.socket.destroy();
+    callback(err);
+  }
+
+  // http2 calls these on its transport when present; forward them to the TCP socket where one exists.
+  setNoDelay(noDelay?: boolean): this {
+    (this.socket as { setNoDelay?: (v?: boolean) => unknown }).setNoDelay?.(noDelay);
+    return this;
+  }
+
+  setKeepAlive(enable?: boolean, initialDelay?: number): this {
+    (this.socket as { setKeepAlive?: (e?: boolean, d?: number) => unknown }).setKeepAlive?.(enable, initialDelay);
+    return this;
+  }
+
+  get remoteAddress(): string | undefined {
+    return (this.socket as { remoteAddress?: string }).remoteAddress;
+  }
+
+  get remotePort(): number | undefined {
+    return (this.socket as { remotePort?: number }).remotePort;
+  }
+}

@@ -1,0 +1,310 @@
+import t, { type Test } from 'tap';
+import { createHash } from 'node:crypto';
+import { createServer, request, type Server } from 'node:http';
+import { connect as http2Connect, createServer as createHttp2Server } from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { Duplex } from 'node:stream';
+import {
+  acceptInitiation,
+  CipherState,
+  dialTs2021,
+  fetchControlKey,
+  formatKey,
+  generateKeyPair,
+  handleTs2021Upgrade,
+  MAX_PLAINTEXT_PER_RECORD,
+  NoiseConn,
+  sealRecords,
+  startClientHandshake,
+  type Ts2021ConnectionInfo,
+  type Ts2021ServerOptions,
+} from '../src/index.js';
+
+const control = generateKeyPair();
+
+interface TestServer {
+  url: string;
+  server: Server;
+  connections: Array<{ conn: NoiseConn; info: Ts2021ConnectionInfo }>;
+  refusals: string[];
+}
+
+/** startServer runs a loopback control server whose Noise connections are handed to `onConnection`. */
+async function startServer(
+  t: Test,
+  overrides: Partial<Ts2021ServerOptions> & { keyResponse?: object } = {},
+): Promise<TestServer> {
+  const connections: TestServer['connections'] = [];
+  const refusals: string[] = [];
+  const server = createServer((req, res) => {
+    if (req.url?.startsWith('/key')) {
+      res.setHeader('Content-Type', 'application/json');
+      res.end(JSON.stringify(overrides.keyResponse ?? { publicKey: formatKey('mkey', control.publicKey) }));
+      return;
+    }
+    res.statusCode = 404;
+    res.end();
+  });
+  server.on('upgrade', (req, socket, head) => {
+    handleTs2021Upgrade(req, socket, head, {
+      privateKey: control.privateKey,
+      onRefused: (reason) => refusals.push(reason),
+      ...overrides,
+      onConnection: (conn, info) => {
+        connections.push({ conn, info });
+        overrides.onConnection?.(conn, info);
+      },
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  t.teardown(() => {
+    for (const { conn } of connections) conn.destroy();
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return { url: `http://127.0.0.1:${port}`, server, connections, refusals };
+}
+
+function readExactly(stream: Duplex, n: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let have = 0;
+    const onData = (c: Buffer): void => {
+      chunks.push(c);
+      have += c.length;
+      if (have >= n) {
+        stream.off('data', onData);
+        stream.off('error', reject);
+        const all = Buffer.concat(chunks);
+        if (all.length > n) stream.unshift(all.subarray(n));
+        resolve(all.subarray(0, n));
+      }
+    };
+    stream.on('data', onData);
+    stream.on('error', reject);
+  });
+}
+
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+function rawUpgrade(url: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}/ts2021`, { method: 'POST', headers });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('upgrade', (res, socket) => {
+      socket.destroy();
+      resolve({ status: res.statusCode ?? 0, body: '' });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+t.test('fetchControlKey reads /key and rejects a zero or malformed key', async (t) => {
+  const good = await startServer(t);
+  t.same(await fetchControlKey(good.url, 130), control.publicKey);
+  const zero = await startServer(t, { keyResponse: { legacyPublicKey: 'mkey:' + '0'.repeat(64), publicKey: 'mkey:' + '0'.repeat(64) } });
+  await t.rejects(fetchControlKey(zero.url, 130), /control server is too old; no noise key/);
+  const bad = await startServer(t, { keyResponse: { publicKey: 'nodekey:' + '1'.repeat(64) } });
+  await t.rejects(fetchControlKey(bad.url, 130), /invalid mkey key/);
+});
+
+t.test('handshake, early payload and echo both ways over loopback', async (t) => {
+  const machine = generateKeyPair();
+  const srv = await startServer(t, {
+    earlyPayload: (info) => ({ nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32), seenVersion: info.capabilityVersion }),
+    onConnection: (conn) => conn.pipe(conn), // echo
+  });
+  const { conn, earlyPayload } = await dialTs2021({
+    url: srv.url,
+    machinePrivateKey: machine.privateKey,
+    controlPublicKey: control.publicKey,
+    capabilityVersion: 145,
+  });
+  t.teardown(() => conn.destroy());
+  t.same(earlyPayload, { nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32), seenVersion: 145 });
+  t.equal(srv.connections.length, 1);
+  t.same(srv.connections[0]!.info, { machineKey: formatKey('mkey', machine.publicKey), capabilityVersion: 145 });
+  t.same(srv.connections[0]!.conn.handshakeHash, conn.handshakeHash, 'both sides agree on the handshake hash');
+
+  conn.write('hello noise');
+  t.equal((await readExactly(conn, 11)).toString(), 'hello noise');
+
+  // Server-initiated bytes reach the client too (not only echoes).
+  srv.connections[0]!.conn.write('from server');
+  t.equal((await readExactly(conn, 11)).toString(), 'from server');
+
+  for (const size of [MAX_PLAINTEXT_PER_RECORD, MAX_PLAINTEXT_PER_RECORD + 1, 10_000, 200 * 1024]) {
+    const big = Buffer.alloc(size);
+    for (let i = 0; i < size; i++) big[i] = (i * 31 + size) & 0xff;
+    conn.write(big);
+    const back = await readExactly(conn, size);
+    t.equal(sha(back), sha(big), `${size}-byte write echoed intact`);
+  }
+});
+
+t.test('sealRecords splits into frames of at most 4096 bytes', async (t) => {
+  const key = Buffer.alloc(32, 3);
+  const frames = sealRecords(new CipherState(key), Buffer.alloc(10_000, 1));
+  const sizes: number[] = [];
+  for (let off = 0; off < frames.length; ) {
+    t.equal(frames[off], 4, 'record type');
+    const len = frames.readUInt16BE(off + 1);
+    sizes.push(3 + len);
+    off += 3 + len;
+  }
+  t.same(sizes, [4096, 4096, 10_000 - 2 * MAX_PLAINTEXT_PER_RECORD + 19]);
+});
+
+/** MemorySocket is a Duplex whose inbound bytes the test feeds by hand and whose outbound bytes it records. */
+class MemorySocket extends Duplex {
+  written: Buffer[] = [];
+  override _read(): void {}
+  override _write(chunk: Buffer, _e: BufferEncoding, cb: () => void): void {
+    this.written.push(chunk);
+    cb();
+  }
+}
+
+function handshakePair() {
+  const machine = generateKeyPair();
+  const hs = startClientHandshake({ machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130 });
+  const accepted = acceptInitiation({ controlPrivateKey: control.privateKey, initiation: hs.initiation });
+  return { client: hs.finish(accepted.response), server: accepted.keys };
+}
+
+t.test('records split across reads byte by byte, coalesced, and zero-length records', async (t) => {
+  const { client, server } = handshakePair();
+  const socket = new MemorySocket();
+  const conn = new NoiseConn({ socket, keys: client });
+  // A zero-length record is legal and must simply be skipped.
+  const first = sealRecords(server.send, Buffer.from('first '));
+  const empty = server.send.seal(Buffer.alloc(0));
+  const emptyFrame = Buffer.concat([Buffer.from([4, 0, empty.length]), empty]);
+  const rest = sealRecords(server.send, Buffer.from('second'));
+  const stream = Buffer.concat([first, emptyFrame, rest]);
+  const got = readExactly(conn, 12);
+  for (let i = 0; i < stream.length; i++) socket.push(stream.subarray(i, i + 1));
+  t.equal((await got).toString(), 'first second');
+  conn.destroy();
+});
+
+t.test('a corrupted record destroys the connection', async (t) => {
+  const { client, server } = handshakePair();
+  const socket = new MemorySocket();
+  const conn = new NoiseConn({ socket, keys: client });
+  const frame = sealRecords(server.send, Buffer.from('data'));
+  frame[frame.length - 1]! ^= 0xff;
+  const failed = new Promise<Error>((resolve) => conn.on('error', resolve));
+  socket.push(frame);
+  t.match((await failed).message, /decrypting noise record/);
+  t.ok(socket.destroyed, 'underlying socket is closed');
+});
+
+t.test('an oversized frame header is rejected', async (t) => {
+  const { client } = handshakePair();
+  const socket = new MemorySocket();
+  const conn = new NoiseConn({ socket, keys: client });
+  const failed = new Promise<Error>((resolve) => conn.on('error', resolve));
+  socket.push(Buffer.from([4, 0x10, 0x00]));
+  t.match((await failed).message, /frame too large: 4099 bytes/);
+});
+
+t.test('malformed upgrade requests get 400 before any upgrade', async (t) => {
+  const srv = await startServer(t);
+  const bad = await rawUpgrade(srv.url, { Upgrade: 'tailscale-control-protocol', Connection: 'upgrade', 'X-Tailscale-Handshake': '!!!not base64!!!' });
+  t.equal(bad.status, 400);
+  t.match(bad.body, /not standard padded base64/);
+  const short = await rawUpgrade(srv.url, { Upgrade: 'tailscale-control-protocol', Connection: 'upgrade', 'X-Tailscale-Handshake': Buffer.alloc(50).toString('base64') });
+  t.equal(short.status, 400);
+  t.match(short.body, /initiation is 50 bytes, expected 101/);
+  const missing = await rawUpgrade(srv.url, { Upgrade: 'tailscale-control-protocol', Connection: 'upgrade' });
+  t.equal(missing.status, 400);
+  t.match(missing.body, /missing Tailscale handshake header/);
+  const other = await rawUpgrade(srv.url, { Upgrade: 'h2c', Connection: 'upgrade', 'X-Tailscale-Handshake': 'AAAA' });
+  t.equal(other.status, 400);
+  t.match(other.body, /unknown next protocol "h2c"/);
+  // The Upgrade token is matched case-insensitively on the server side.
+  const machine = generateKeyPair();
+  const hs = startClientHandshake({ machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130 });
+  const mixed = await rawUpgrade(srv.url, { Upgrade: 'Tailscale-Control-Protocol', Connection: 'upgrade', 'X-Tailscale-Handshake': hs.initiation.toString('base64') });
+  t.equal(mixed.status, 101);
+  t.equal(srv.connections.length, 1, 'no connection from the malformed requests');
+});
+
+t.test('a client with the wrong control key fails the handshake', async (t) => {
+  const srv = await startServer(t);
+  const machine = generateKeyPair();
+  await t.rejects(
+    dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: generateKeyPair().publicKey, capabilityVersion: 130, timeoutMs: 3000 }),
+    /connection closed during the noise handshake/,
+  );
+  t.equal(srv.connections.length, 0);
+  t.match(srv.refusals, [/did not authenticate/]);
+});
+
+t.test('a too-old capability version is refused with an error frame', async (t) => {
+  const srv = await startServer(t);
+  const machine = generateKeyPair();
+  const dial = (capabilityVersion: number) =>
+    dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion, timeoutMs: 3000 });
+  await t.rejects(dial(100), /server error: "client capability version 100 is too old; this server requires at least 113/);
+  t.equal(srv.connections.length, 0);
+  const srv2 = await startServer(t, { minCapabilityVersion: 140 });
+  await t.rejects(
+    dialTs2021({ url: srv2.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130, timeoutMs: 3000 }),
+    /version 130 is too old; this server requires at least 140/,
+  );
+});
+
+t.test('dialing a non-upgrading server reports the HTTP status', async (t) => {
+  const server = createServer((_req, res) => {
+    res.statusCode = 404;
+    res.end('no such route');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const { port } = server.address() as AddressInfo;
+  await t.rejects(
+    dialTs2021({ url: `http://127.0.0.1:${port}`, machinePrivateKey: generateKeyPair().privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130 }),
+    /ts2021 upgrade refused: HTTP 404: no such route/,
+  );
+});
+
+t.test('HTTP/2 runs inside the Noise channel', async (t) => {
+  const h2 = createHttp2Server();
+  h2.on('stream', (stream, headers) => {
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.on('end', () => {
+      stream.respond({ ':status': 200, 'content-type': 'application/json' });
+      stream.end(JSON.stringify({ path: headers[':path'], body: Buffer.concat(chunks).toString() }));
+    });
+  });
+  const srv = await startServer(t, {
+    // Without an early payload the client's peek sees the server's HTTP/2 SETTINGS frame instead.
+    onConnection: (conn) => h2.emit('connection', conn),
+  });
+  const machine = generateKeyPair();
+  const { conn, earlyPayload } = await dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130 });
+  t.equal(earlyPayload, undefined);
+  const session = http2Connect('http://control.example', { createConnection: () => conn });
+  t.teardown(() => {
+    session.destroy();
+    h2.close();
+  });
+  const req = session.request({ ':method': 'POST', ':path': '/machine/register', 'content-type': 'application/json' });
+  req.end(JSON.stringify({ Version: 130 }).padEnd(9000, ' '));
+  const status = await new Promise<number>((resolve) => req.on('response', (h) => resolve(Number(h[':status']))));
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  const reply = JSON.parse(Buffer.concat(chunks).toString()) as { path: string; body: string };
+  t.equal(status, 200);
+  t.equal(reply.path, '/machine/register');
+  t.same(JSON.parse(reply.body), { Version: 130 }, '9000-byte request body crossed several records');
+});

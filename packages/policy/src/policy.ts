@@ -1,0 +1,516 @@
+import { PolicyError, parseHuJSON, toPlain, type JNode, type Pos } from './hujson.js';
+import { IPSet, parsePrefix } from './ip.js';
+
+/** Alias is one parsed policy name for a set of devices or addresses. */
+export type Alias =
+  | { kind: 'wildcard' }
+  | { kind: 'user'; name: string }
+  | { kind: 'userDomain'; domain: string }
+  | { kind: 'group'; name: string }
+  | { kind: 'tag'; name: string }
+  | { kind: 'host'; name: string }
+  | { kind: 'prefix'; text: string; set: IPSet }
+  | { kind: 'autogroup'; name: string };
+
+export interface PortRange {
+  First: number;
+  Last: number;
+}
+
+/** ProtoPorts is one `ip` entry of a grant: protocol numbers (null = Tailscale's default
+ * TCP/UDP/ICMP set) and port ranges. */
+export interface ProtoPorts {
+  protos: number[] | null;
+  ports: PortRange[];
+}
+
+export interface Grant {
+  src: Alias[];
+  dst: Alias[];
+  ip: ProtoPorts[];
+  app: Record<string, unknown[]> | null;
+  via: string[];
+}
+
+export interface AclRule {
+  action: 'accept';
+  proto: number[] | null;
+  src: Alias[];
+  dst: { alias: Alias; ports: PortRange[] }[];
+}
+
+export interface SshRule {
+  action: 'accept' | 'check';
+  checkPeriod: string | null;
+  src: Alias[];
+  dst: Alias[];
+  users: string[];
+  acceptEnv: string[];
+}
+
+export interface NodeAttr {
+  target: Alias[];
+  attr: string[];
+  app: Record<string, unknown[]> | null;
+}
+
+export interface PolicyTest {
+  src: string;
+  proto: number[] | null;
+  accept: string[];
+  deny: string[];
+}
+
+export interface SshPolicyTest {
+  src: string;
+  dst: string[];
+  accept: string[];
+  check: string[];
+  deny: string[];
+}
+
+/** Policy is a parsed and validated access policy. */
+export interface Policy {
+  groups: Record<string, string[]>;
+  hosts: Record<string, IPSet>;
+  tagOwners: Record<string, string[]>;
+  acls: AclRule[] | null;
+  grants: Grant[] | null;
+  ssh: SshRule[];
+  nodeAttrs: NodeAttr[];
+  autoApprovers: { routes: Record<string, Alias[]>; exitNode: Alias[] };
+  tests: PolicyTest[];
+  sshTests: SshPolicyTest[];
+  randomizeClientPort: boolean;
+}
+
+const PROTOCOLS: Record<string, number> = {
+  icmp: 1, igmp: 2, ipv4: 4, 'ip-in-ip': 4, tcp: 6, egp: 8, igp: 9, udp: 17,
+  gre: 47, esp: 50, ah: 51, 'ipv6-icmp': 58, sctp: 132, fc: 133,
+};
+
+const AUTOGROUPS = new Set([
+  'autogroup:internet', 'autogroup:member', 'autogroup:tagged', 'autogroup:self',
+  'autogroup:nonroot', 'autogroup:danger-all',
+]);
+
+function err(reason: string, at?: Pos): never {
+  throw new PolicyError(reason, at?.line ?? 0, at?.column ?? 0);
+}
+
+type ObjNode = Extract<JNode, { kind: 'object' }>;
+
+function expectObject(n: JNode, what: string): ObjNode {
+  if (n.kind !== 'object') err(`${what} must be an object`, n.pos);
+  return n;
+}
+
+/** fields checks an object against its allowed keys and returns them by name. */
+function fields(n: JNode, what: string, allowed: string[]): Map<string, JNode> {
+  const o = expectObject(n, what);
+  const out = new Map<string, JNode>();
+  for (const e of o.entries) {
+    if (!allowed.includes(e.key)) err(`unknown field ${JSON.stringify(e.key)} in ${what}`, e.keyPos);
+    out.set(e.key, e.value);
+  }
+  return out;
+}
+
+function str(n: JNode | undefined, what: string): string {
+  if (!n) return '';
+  if (n.kind !== 'string') err(`${what} must be a string`, n.pos);
+  return n.value;
+}
+
+function strList(n: JNode | undefined, what: string): string[] {
+  if (!n || n.kind === 'null') return [];
+  if (n.kind !== 'array') err(`${what} must be a list of strings`, n.pos);
+  return n.items.map((i) => str(i, what));
+}
+
+function capMap(n: JNode | undefined, what: string): Record<string, unknown[]> | null {
+  if (!n || n.kind === 'null') return null;
+  const o = expectObject(n, what);
+  const out: Record<string, unknown[]> = {};
+  for (const e of o.entries) {
+    if (e.value.kind !== 'array') err(`${what}[${JSON.stringify(e.key)}] must be a list`, e.value.pos);
+    out[e.key] = e.value.items.map(toPlain);
+  }
+  return out;
+}
+
+/** parseAlias classifies one alias string; it does not check that names exist. */
+export function parseAlias(text: string, at?: Pos): Alias {
+  if (text === '*') return { kind: 'wildcard' };
+  if (text.startsWith('autogroup:')) {
+    if (!AUTOGROUPS.has(text)) err(`autogroup ${JSON.stringify(text)} is not supported`, at);
+    return { kind: 'autogroup', name: text };
+  }
+  if (text.startsWith('group:')) return { kind: 'group', name: text };
+  if (text.startsWith('tag:')) return { kind: 'tag', name: text };
+  if (text.startsWith('user:*@')) return { kind: 'userDomain', domain: text.slice(7) };
+  if (text.includes('@')) return { kind: 'user', name: text };
+  const set = parsePrefix(text);
+  if (set) return { kind: 'prefix', text, set: new IPSet([set]) };
+  if (/^[0-9.:/a-fA-F]+$/.test(text) && /[.:]/.test(text)) err(`${JSON.stringify(text)}: invalid address`, at);
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(text)) err(`${JSON.stringify(text)}: invalid address`, at);
+  return { kind: 'host', name: text };
+}
+
+/** parsePortList parses `*`, `N`, `N-M` and comma lists; messages follow Tailscale's. */
+export function parsePortList(text: string): PortRange[] {
+  if (text === '*') return [{ First: 0, Last: 65535 }];
+  return text.split(',').map((part) => {
+    const dash = part.indexOf('-');
+    const a = dash < 0 ? part : part.slice(0, dash);
+    const b = dash < 0 ? part : part.slice(dash + 1);
+    if (!/^\d+$/.test(a)) throw new Error('invalid first integer');
+    if (!/^\d+$/.test(b)) throw new Error('invalid last integer');
+    const first = Number(a);
+    const last = Number(b);
+    if (first === 0) throw new Error("first port must be >0, or use '*' for wildcard");
+    if (first > 65535 || last > 65535) throw new Error('port out of range');
+    if (last < first) throw new Error('last port must be >= first port');
+    return { First: first, Last: last };
+  });
+}
+
+function parseProto(text: string, at?: Pos): number[] | null {
+  if (text === '') return null;
+  const lower = text.toLowerCase();
+  if (lower in PROTOCOLS) return [PROTOCOLS[lower]!];
+  if (/^[1-9]\d*$/.test(lower) && Number(lower) <= 255) return [Number(lower)];
+  err(`proto ${JSON.stringify(text)} is not a known protocol name or number 1-255`, at);
+}
+
+function parseGrantIP(text: string, at: Pos): ProtoPorts {
+  if (text === '*') return { protos: null, ports: [{ First: 0, Last: 65535 }] };
+  let proto = '';
+  let ports = text;
+  if (text.includes(':')) {
+    const parts = text.split(':');
+    if (parts.length !== 2) err(`ip ${JSON.stringify(text)}: expected proto:ports`, at);
+    proto = parts[0]!;
+    ports = parts[1]!;
+  }
+  const protos = proto === '' ? null : parseProto(proto, at);
+  try {
+    return { protos, ports: parsePortList(ports) };
+  } catch (e) {
+    err(`port range ${JSON.stringify(ports)}: ${(e as Error).message}`, at);
+  }
+}
+
+/** splitHostPort splits an ACL destination at its last colon (IPv6 literals may be bracketed). */
+function splitDst(text: string, at: Pos): { alias: string; ports: string } {
+  const i = text.lastIndexOf(':');
+  if (i < 0) err(`dst=${JSON.stringify(text)}: missing port (use ${JSON.stringify(text + ':*')})`, at);
+  let alias = text.slice(0, i);
+  if (alias.startsWith('[') && alias.endsWith(']')) alias = alias.slice(1, -1);
+  return { alias, ports: text.slice(i + 1) };
+}
+
+/** ParseOptions: tailnetDomains are the e-mail domains owned by the tailnet (for
+ * `user:*@domain` and `localpart:*@domain`); unset means such domains are not checked. */
+export interface ParseOptions {
+  tailnetDomains?: string[];
+}
+
+/** parsePolicy parses HuJSON policy text and validates it on its own (names, ports,
+ * autogroup placement). Validation against a device list (tests) is separate. */
+export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
+  const root = parseHuJSON(text);
+  const top = fields(root, 'policy', [
+    'acls', 'grants', 'groups', 'hosts', 'tagOwners', 'autoApprovers', 'ssh', 'nodeAttrs',
+    'tests', 'sshTests', 'randomizeClientPort', 'derpMap', 'disableIPv4', 'OneCGNATRoute',
+    'postures', 'defaultSrcPosture', 'ipsets', 'attrConfig',
+  ]);
+  const pol: Policy = {
+    groups: {}, hosts: {}, tagOwners: {}, acls: null, grants: null, ssh: [], nodeAttrs: [],
+    autoApprovers: { routes: {}, exitNode: [] }, tests: [], sshTests: [], randomizeClientPort: false,
+  };
+
+  const groupsNode = top.get('groups');
+  if (groupsNode && groupsNode.kind !== 'null') {
+    for (const e of expectObject(groupsNode, 'groups').entries) {
+      if (!e.key.startsWith('group:')) err(`groups: ${JSON.stringify(e.key)} must start with "group:"`, e.keyPos);
+      pol.groups[e.key] = strList(e.value, `groups[${JSON.stringify(e.key)}]`);
+    }
+    // Tailscale reports the last nested group it finds, so do the same.
+    let nested: [string, string] | null = null;
+    for (const [g, members] of Object.entries(pol.groups)) {
+      for (const m of members) if (m.startsWith('group:')) nested = [g, m];
+    }
+    if (nested) err(`groups[${JSON.stringify(nested[0])}]: ${JSON.stringify(nested[1])}: group members cannot be recursive`, groupsNode.pos);
+  }
+  const hostsNode = top.get('hosts');
+  if (hostsNode && hostsNode.kind !== 'null') {
+    for (const e of expectObject(hostsNode, 'hosts').entries) {
+      const v = str(e.value, `hosts[${JSON.stringify(e.key)}]`);
+      const r = parsePrefix(v);
+      if (!r) err(`hosts[${JSON.stringify(e.key)}]: ${JSON.stringify(v)}: invalid address`, e.value.pos);
+      pol.hosts[e.key] = new IPSet([r]);
+    }
+  }
+  const tagsNode = top.get('tagOwners');
+  if (tagsNode && tagsNode.kind !== 'null') {
+    for (const e of expectObject(tagsNode, 'tagOwners').entries) {
+      if (!/^tag:[A-Za-z]/.test(e.key)) {
+        err(`tagOwners[${JSON.stringify(e.key)}]: tag names must start with a letter, after 'tag:'`, e.keyPos);
+      }
+      pol.tagOwners[e.key] = strList(e.value, `tagOwners[${JSON.stringify(e.key)}]`);
+    }
+  }
+  const rcp = top.get('randomizeClientPort');
+  if (rcp) {
+    if (rcp.kind !== 'bool') err('randomizeClientPort must be true or false', rcp.pos);
+    pol.randomizeClientPort = rcp.value;
+  }
+
+  const checkTag = (name: string, at: Pos | undefined, prefix: string) => {
+    if (!(name in pol.tagOwners)) err(`${prefix}tag not found: ${JSON.stringify(name)}`, at);
+  };
+  const checkAlias = (a: Alias, at: Pos | undefined, side: string) => {
+    if (a.kind === 'tag') checkTag(a.name, at, side === 'src' ? 'src=' : '');
+    if (a.kind === 'host' && !(a.name in pol.hosts)) err(`host ${JSON.stringify(a.name)} not found`, at);
+    if (a.kind === 'group' && !(a.name in pol.groups)) err(`group ${JSON.stringify(a.name)} not found`, at);
+  };
+
+  const aclsNode = top.get('acls');
+  if (aclsNode && aclsNode.kind !== 'null') {
+    if (aclsNode.kind !== 'array') err('acls must be a list', aclsNode.pos);
+    pol.acls = aclsNode.items.map((item) => {
+      const f = fields(item, 'acl', ['action', 'src', 'dst', 'proto', 'ports', 'users']);
+      const action = str(f.get('action'), 'action');
+      if (action !== 'accept') err(`action=${JSON.stringify(action)} is not supported`, f.get('action')?.pos ?? item.pos);
+      const src = strList(f.get('src'), 'src').map((s) => {
+        const a = parseAlias(s, item.pos);
+        if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
+        checkAlias(a, item.pos, 'src');
+        return a;
+      });
+      const protoNode = f.get('proto');
+      const proto = protoNode ? parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos) : null;
+      const dst = strList(f.get('dst'), 'dst').map((d) => {
+        const { alias, ports: portText } = splitDst(d, item.pos);
+        let ports: PortRange[];
+        try {
+          ports = parsePortList(portText);
+        } catch (e) {
+          err(`dst=${JSON.stringify(d)}: port range ${JSON.stringify(portText)}: ${(e as Error).message}`, item.pos);
+        }
+        const a = parseAlias(alias, item.pos);
+        if (a.kind === 'tag' && !(a.name in pol.tagOwners)) err(`dst=${JSON.stringify(a.name)}: tag not found: ${JSON.stringify(a.name)}`, item.pos);
+        checkAlias(a, item.pos, 'dst');
+        if (a.kind === 'autogroup' && a.name === 'autogroup:danger-all') err('cannot use autogroup:danger-all as a dst', item.pos);
+        return { alias: a, ports };
+      });
+      if (dst.some((d) => d.alias.kind === 'autogroup' && d.alias.name === 'autogroup:self')) checkSelfSources(src, item.pos, true);
+      return { action: 'accept' as const, proto, src, dst };
+    });
+  }
+
+  const grantsNode = top.get('grants');
+  if (grantsNode && grantsNode.kind !== 'null') {
+    if (grantsNode.kind !== 'array') err('grants must be a list', grantsNode.pos);
+    pol.grants = grantsNode.items.map((item) => {
+      const f = fields(item, 'grant', ['src', 'dst', 'ip', 'app', 'via', 'srcPosture']);
+      const src = strList(f.get('src'), 'src').map((s) => {
+        const a = parseAlias(s, item.pos);
+        if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
+        checkAlias(a, item.pos, 'src');
+        return a;
+      });
+      const dst = strList(f.get('dst'), 'dst').map((d) => {
+        const a = parseAlias(d, item.pos);
+        if (a.kind === 'prefix' && (d === '0.0.0.0/0' || d === '::/0')) {
+          err(`dst ${JSON.stringify(d)}: to allow all IP addresses, use "*" or "autogroup:internet"`, item.pos);
+        }
+        if (a.kind === 'autogroup' && a.name === 'autogroup:danger-all') err('cannot use autogroup:danger-all as a dst', item.pos);
+        checkAlias(a, item.pos, 'dst');
+        return a;
+      });
+      const ipNode = f.get('ip');
+      const ip = ipNode && ipNode.kind === 'array'
+        ? ipNode.items.map((i) => parseGrantIP(str(i, 'ip'), i.pos))
+        : strList(ipNode, 'ip').map((s) => parseGrantIP(s, item.pos));
+      let app = capMap(f.get('app'), 'app');
+      if (app && Object.keys(app).length === 0) app = null;
+      if (ip.length === 0 && !app) err('ip and app can not both be empty', item.pos);
+      if (app) {
+        for (const name of Object.keys(app)) validateCapName(name, item.pos);
+        if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:internet')) err('cannot use app grants with autogroup:internet', item.pos);
+      }
+      const via = strList(f.get('via'), 'via');
+      for (const v of via) {
+        if (!v.startsWith('tag:')) err('via can only be a tag', item.pos);
+        if (!(v in pol.tagOwners)) err(`tag ${JSON.stringify(v)} not found`, item.pos);
+      }
+      if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self')) checkSelfSources(src, item.pos, false);
+      return { src, dst, ip, app, via };
+    });
+  }
+
+  const sshNode = top.get('ssh');
+  if (sshNode && sshNode.kind !== 'null') {
+    if (sshNode.kind !== 'array') err('ssh must be a list', sshNode.pos);
+    pol.ssh = sshNode.items.map((item) => parseSshRule(item, pol, opts, checkAlias));
+  }
+
+  const naNode = top.get('nodeAttrs');
+  if (naNode && naNode.kind !== 'null') {
+    if (naNode.kind !== 'array') err('nodeAttrs must be a list', naNode.pos);
+    pol.nodeAttrs = naNode.items.map((item) => {
+      const f = fields(item, 'nodeAttrs entry', ['target', 'attr', 'app', 'ipPool']);
+      for (const pool of strList(f.get('ipPool'), 'ipPool')) {
+        const r = parsePrefix(pool);
+        if (!r) err(`${JSON.stringify(pool)}: invalid address`, item.pos);
+        if (IPSet.of('100.100.100.0/24', '100.115.92.0/23').overlapsRange(r)) err(`IPPool(${pool}): network within reserved range`, item.pos);
+      }
+      const target = strList(f.get('target'), 'target').map((t) => {
+        const a = parseAlias(t, item.pos);
+        if (a.kind === 'tag') checkTag(a.name, item.pos, '');
+        else checkAlias(a, item.pos, 'target');
+        if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('internal server error', item.pos);
+        return a;
+      });
+      return { target, attr: strList(f.get('attr'), 'attr'), app: capMap(f.get('app'), 'app') };
+    });
+  }
+
+  const aaNode = top.get('autoApprovers');
+  if (aaNode && aaNode.kind !== 'null') {
+    const f = fields(aaNode, 'autoApprovers', ['routes', 'exitNode', 'services']);
+    const routes = f.get('routes');
+    if (routes && routes.kind !== 'null') {
+      for (const e of expectObject(routes, 'autoApprovers.routes').entries) {
+        if (!parsePrefix(e.key)) err(`autoApprovers.routes: ${JSON.stringify(e.key)}: invalid prefix`, e.keyPos);
+        pol.autoApprovers.routes[e.key] = strList(e.value, 'autoApprovers.routes').map((s) => parseAlias(s, e.value.pos));
+      }
+    }
+    pol.autoApprovers.exitNode = strList(f.get('exitNode'), 'autoApprovers.exitNode').map((s) => parseAlias(s, aaNode.pos));
+  }
+
+  const testsNode = top.get('tests');
+  if (testsNode && testsNode.kind !== 'null') {
+    if (testsNode.kind !== 'array') err('tests must be a list', testsNode.pos);
+    pol.tests = testsNode.items.map((item) => {
+      const f = fields(item, 'test', ['src', 'srcPostureAttrs', 'proto', 'accept', 'deny']);
+      const protoNode = f.get('proto');
+      const proto = protoNode ? parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos) : null;
+      return { src: str(f.get('src'), 'src'), proto, accept: strList(f.get('accept'), 'accept'), deny: strList(f.get('deny'), 'deny') };
+    });
+  }
+  const sshTestsNode = top.get('sshTests');
+  if (sshTestsNode && sshTestsNode.kind !== 'null') {
+    if (sshTestsNode.kind !== 'array') err('sshTests must be a list', sshTestsNode.pos);
+    pol.sshTests = sshTestsNode.items.map((item) => {
+      const f = fields(item, 'sshTest', ['src', 'srcPostureAttrs', 'dst', 'accept', 'check', 'deny']);
+      const t = {
+        src: str(f.get('src'), 'src'), dst: strList(f.get('dst'), 'dst'), accept: strList(f.get('accept'), 'accept'),
+        check: strList(f.get('check'), 'check'), deny: strList(f.get('deny'), 'deny'),
+      };
+      for (const d of t.dst) {
+        if (d === 'autogroup:internet' || (parsePrefix(d) && d.includes('/'))) err(`SSH tests dst contains disallowed element ${JSON.stringify(d)}`, item.pos);
+        if (d.startsWith('tag:') && !(d in pol.tagOwners)) err(`SSH tests dst contains unknown tag ${JSON.stringify(d)}`, item.pos);
+      }
+      for (const u of [...t.accept, ...t.check, ...t.deny]) if (u === '*') err('user "*" is not valid', item.pos);
+      return t;
+    });
+  }
+  return pol;
+}
+
+/** checkSelfSources: autogroup:self destinations need user-owned sources; ACLs (not
+ * grants) also accept "*", which then means "the same user's devices". */
+function checkSelfSources(src: Alias[], at: Pos, wildcardOk: boolean): void {
+  for (const a of src) {
+    const ok = (wildcardOk && a.kind === 'wildcard') || a.kind === 'user' || a.kind === 'group' || (a.kind === 'autogroup' && a.name === 'autogroup:member');
+    if (!ok) err('autogroup:self can only be used with users, groups, or supported autogroups', at);
+  }
+}
+
+const TAILSCALE_CAPS = new Set([
+  'tailscale.com/cap/drive', 'tailscale.com/cap/relay', 'tailscale.com/cap/webui',
+  'tailscale.com/cap/kubernetes', 'tailscale.com/cap/tsidp', 'tailscale.com/cap/secrets',
+]);
+
+function validateCapName(name: string, at: Pos): void {
+  if (name.includes('://') || !/^[^/]+\.[^/]+\/.+/.test(name)) err('capability name must have the form {domain}/{path}', at);
+  if (name.startsWith('tailscale.com/') && !TAILSCALE_CAPS.has(name)) err('capability name must not be in the tailscale.com domain', at);
+}
+
+const MAX_CHECK_SECONDS = 168 * 3600;
+
+/** parseGoDuration reads Go's time.Duration syntax (e.g. "12h30m"), in seconds. */
+export function parseGoDuration(text: string): number {
+  const m = /^([-+]?)((?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+|0)$/.exec(text);
+  if (!m) throw new PolicyError(`time: invalid duration ${JSON.stringify(text)}`);
+  const unit: Record<string, number> = { ns: 1e-9, us: 1e-6, 'µs': 1e-6, ms: 1e-3, s: 1, m: 60, h: 3600 };
+  let total = 0;
+  for (const part of m[2]!.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g)) total += Number(part[1]) * unit[part[2]!]!;
+  return m[1] === '-' ? -total : total;
+}
+
+/** formatGoDuration renders seconds like Go's Duration.String ("168h0m1s"). */
+export function formatGoDuration(seconds: number): string {
+  const neg = seconds < 0;
+  let s = Math.abs(Math.round(seconds));
+  const h = Math.floor(s / 3600); s -= h * 3600;
+  const m = Math.floor(s / 60); s -= m * 60;
+  const body = h > 0 ? `${h}h${m}m${s}s` : m > 0 ? `${m}m${s}s` : `${s}s`;
+  return (neg ? '-' : '') + body;
+}
+
+function parseSshRule(item: JNode, pol: Policy, opts: ParseOptions, checkAlias: (a: Alias, at: Pos | undefined, side: string) => void): SshRule {
+  const f = fields(item, 'ssh rule', ['action', 'src', 'dst', 'users', 'checkPeriod', 'acceptEnv']);
+  // The hosted service trims whitespace around SSH rule strings.
+  const action = str(f.get('action'), 'action').trim();
+  if (action === '') err('action must be specified', item.pos);
+  if (action !== 'accept' && action !== 'check') err(`${JSON.stringify(action)} is not a valid action`, item.pos);
+  const users = strList(f.get('users'), 'users').map((u) => u.trim());
+  if (users.length === 0) err('users must be specified', item.pos);
+  for (const u of users) {
+    if (u === '' || u === '*') err(`user ${JSON.stringify(u)} is not valid`, item.pos);
+  }
+  const knownDomain = (d: string, prefix: string) => {
+    // Only checkable when the caller says which domains belong to the tailnet.
+    if (opts.tailnetDomains && !opts.tailnetDomains.includes(d)) err(`${prefix}${d} is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
+  };
+  for (const u of users) {
+    if (u.startsWith('localpart:')) {
+      const rest = u.slice('localpart:'.length);
+      if (!rest.startsWith('*@')) continue;
+      const d = rest.slice(2);
+      if (d === '*') err(`* is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
+      if (d !== d.toLowerCase()) err(`PASSKEY is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
+      if (d !== '') knownDomain(d, '');
+    }
+  }
+  const src = strList(f.get('src'), 'src').map((s) => {
+    const a = parseAlias(s.trim(), item.pos);
+    if (a.kind === 'userDomain') knownDomain(a.domain, '[ssh] ');
+    checkAlias(a, item.pos, 'src');
+    return a;
+  });
+  const dst = strList(f.get('dst'), 'dst').map((d) => {
+    const a = parseAlias(d.trim(), item.pos);
+    if (a.kind === 'host' || a.kind === 'prefix') err(`invalid dst ${JSON.stringify(d)}`, item.pos);
+    checkAlias(a, item.pos, 'dst');
+    return a;
+  });
+  let checkPeriod: string | null = null;
+  const cp = f.get('checkPeriod');
+  if (cp && cp.kind !== 'null') {
+    checkPeriod = str(cp, 'checkPeriod');
+    if (checkPeriod !== 'always') {
+      const secs = parseGoDuration(checkPeriod);
+      if (secs < 0) err(`checkPeriod ${formatGoDuration(secs)} must be a positive duration`, cp.pos);
+      if (secs > MAX_CHECK_SECONDS) err(`checkPeriod ${formatGoDuration(secs)} is above the max (168h)`, cp.pos);
+    }
+  }
+  const acceptEnv = strList(f.get('acceptEnv'), 'acceptEnv');
+  if (acceptEnv.some((e) => e === '')) err('acceptEnv values cannot be empty', item.pos);
+  return { action: action as 'accept' | 'check', checkPeriod, src, dst, users, acceptEnv };
+}
+

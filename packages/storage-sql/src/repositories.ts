@@ -1,0 +1,296 @@
+import type { Knex } from 'knex';
+import {
+  StorageConflictError,
+  type ApiKey, type ApiKeyRepository, type NewApiKey, type NewNode, type NewPreAuthKey, type Node,
+  type NodePatch, type NodeRepository, type PendingRegistration, type PendingRegistrationRepository,
+  type PolicyRecord, type PolicyRepository, type PreAuthKey, type PreAuthKeyRepository,
+  type StorageRepositories, type User, type UserRepository,
+} from '@headway/core';
+import { toStorageError } from './errors.js';
+import {
+  NODE_COLUMNS, apiKeyFromRow, jsonText, nodeFromRow, pendingRegistrationFromRow, policyFromRow,
+  preAuthKeyFromRow, userFromRow, type Row,
+} from './rows.js';
+
+export type SqlDialect = 'sqlite' | 'postgres' | 'mysql';
+
+/** Executor is the knex instance or an open transaction; repositories work on either. */
+export type Executor = Knex | Knex.Transaction;
+
+/** POLICY_ROW_ID is the id of the single row of `policies`. */
+const POLICY_ROW_ID = 1;
+
+/** writableDate rejects Invalid Date before it reaches a driver that would store garbage or NULL. */
+function writableDate(value: Date, field: string): Date {
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
+    throw new TypeError(`storage: ${field} must be a valid Date`);
+  }
+  return value;
+}
+
+function writableDateOrNull(value: Date | null | undefined, field: string): Date | null {
+  return value === null || value === undefined ? null : writableDate(value, field);
+}
+
+/**
+ * insertId inserts one row and returns its generated id. The only dialect
+ * difference in the package: PostgreSQL needs RETURNING to report the id, while
+ * MySQL (no RETURNING) and SQLite answer with the insert id.
+ */
+async function insertId(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<number> {
+  if (dialect === 'postgres') {
+    const rows: Array<{ id: unknown }> = await db(table).insert(row).returning('id');
+    return Number(rows[0]!.id);
+  }
+  const ids: unknown[] = await db(table).insert(row);
+  return Number(ids[0]);
+}
+
+async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    throw toStorageError(err, table, fkField);
+  }
+}
+
+function userRepository(db: Executor, dialect: SqlDialect): UserRepository {
+  const byId = async (id: number): Promise<User | undefined> => {
+    const row = await db('users').where({ id }).first();
+    return row ? userFromRow(row) : undefined;
+  };
+  return {
+    async list(filter = {}) {
+      const q = db('users').select('*').orderBy('id');
+      if (filter.id !== undefined) q.where('id', filter.id);
+      if (filter.name !== undefined) q.where('name', filter.name);
+      if (filter.email !== undefined) q.where('email', filter.email);
+      return (await q).map(userFromRow);
+    },
+    get: byId,
+    async getByName(name) {
+      const row = await db('users').where({ name }).first();
+      return row ? userFromRow(row) : undefined;
+    },
+    async create(user) {
+      const id = await guarded('users', () => insertId(db, dialect, 'users', {
+        name: user.name,
+        display_name: user.displayName ?? '',
+        email: user.email ?? '',
+        created_at: new Date(),
+      }));
+      return (await byId(id))!;
+    },
+    async update(id, patch) {
+      const row: Row = {};
+      if (patch.name !== undefined) row.name = patch.name;
+      if (patch.displayName !== undefined) row.display_name = patch.displayName;
+      if (patch.email !== undefined) row.email = patch.email;
+      if (Object.keys(row).length > 0) {
+        const changed = await guarded('users', () => db('users').where({ id }).update(row));
+        if (changed === 0) return undefined;
+      }
+      return byId(id);
+    },
+    async delete(id) {
+      try {
+        return (await db('users').where({ id }).delete()) > 0;
+      } catch (err) {
+        const mapped = toStorageError(err, 'users', 'user_id');
+        if (mapped instanceof StorageConflictError) {
+          throw new StorageConflictError(`users: user ${id} still owns nodes; move or delete them first`, 'user_id');
+        }
+        throw mapped;
+      }
+    },
+  };
+}
+
+function nodeRow(node: NodePatch): Row {
+  const row: Row = {};
+  for (const [field, [column, encode]] of Object.entries(NODE_COLUMNS) as Array<[keyof NodePatch, [string, (v: unknown) => unknown]]>) {
+    const value = node[field];
+    if (value === undefined) continue;
+    if (field === 'expiry' || field === 'lastSeen') {
+      row[column] = writableDateOrNull(value as Date | null, field);
+    } else {
+      row[column] = encode(value);
+    }
+  }
+  return row;
+}
+
+function nodeRepository(db: Executor, dialect: SqlDialect): NodeRepository {
+  const byId = async (id: number): Promise<Node | undefined> => {
+    const row = await db('nodes').where({ id }).first();
+    return row ? nodeFromRow(row) : undefined;
+  };
+  return {
+    async list(filter = {}) {
+      const q = db('nodes').select('*').orderBy('id');
+      if (filter.userId !== undefined) q.where('user_id', filter.userId);
+      return (await q).map(nodeFromRow);
+    },
+    get: byId,
+    async getByMachineKey(machineKey) {
+      const row = await db('nodes').where({ machine_key: machineKey }).first();
+      return row ? nodeFromRow(row) : undefined;
+    },
+    async getByNodeKey(nodeKey) {
+      const row = await db('nodes').where({ node_key: nodeKey }).first();
+      return row ? nodeFromRow(row) : undefined;
+    },
+    async create(node: NewNode) {
+      const now = new Date();
+      const row = { ...nodeRow(node), created_at: now, updated_at: now };
+      const id = await guarded('nodes', () => insertId(db, dialect, 'nodes', row));
+      return (await byId(id))!;
+    },
+    async update(id, patch) {
+      const row = { ...nodeRow(patch), updated_at: new Date() };
+      const changed = await guarded('nodes', () => db('nodes').where({ id }).update(row));
+      return changed === 0 ? undefined : byId(id);
+    },
+    async delete(id) {
+      return (await db('nodes').where({ id }).delete()) > 0;
+    },
+  };
+}
+
+function preAuthKeyRepository(db: Executor, dialect: SqlDialect): PreAuthKeyRepository {
+  const byId = async (id: number): Promise<PreAuthKey | undefined> => {
+    const row = await db('pre_auth_keys').where({ id }).first();
+    return row ? preAuthKeyFromRow(row) : undefined;
+  };
+  return {
+    async list(filter = {}) {
+      const q = db('pre_auth_keys').select('*').orderBy('id');
+      if (filter.userId !== undefined) q.where('user_id', filter.userId);
+      return (await q).map(preAuthKeyFromRow);
+    },
+    get: byId,
+    async getByPrefix(prefix) {
+      const row = await db('pre_auth_keys').where({ prefix }).first();
+      return row ? preAuthKeyFromRow(row) : undefined;
+    },
+    async create(key: NewPreAuthKey) {
+      const row: Row = {
+        user_id: key.userId,
+        reusable: key.reusable,
+        ephemeral: key.ephemeral,
+        used: false,
+        expiration: writableDateOrNull(key.expiration, 'expiration'),
+        tags: jsonText(key.tags ?? []),
+        prefix: key.prefix,
+        hash: key.hash,
+        created_at: new Date(),
+      };
+      const id = await guarded('pre_auth_keys', () => insertId(db, dialect, 'pre_auth_keys', row), 'user_id');
+      return (await byId(id))!;
+    },
+    async markUsed(id) {
+      // The WHERE on `used` is the guard: of concurrent spenders, the database lets exactly one flip it.
+      const changed = await db('pre_auth_keys').where({ id, used: false }).update({ used: true });
+      return changed === 1;
+    },
+    async setExpiration(id, expiration) {
+      const changed = await db('pre_auth_keys').where({ id })
+        .update({ expiration: writableDate(expiration, 'expiration') });
+      return changed > 0;
+    },
+    async delete(id) {
+      return (await db('pre_auth_keys').where({ id }).delete()) > 0;
+    },
+  };
+}
+
+function apiKeyRepository(db: Executor, dialect: SqlDialect): ApiKeyRepository {
+  const byId = async (id: number): Promise<ApiKey | undefined> => {
+    const row = await db('api_keys').where({ id }).first();
+    return row ? apiKeyFromRow(row) : undefined;
+  };
+  return {
+    async list() {
+      return (await db('api_keys').select('*').orderBy('id')).map(apiKeyFromRow);
+    },
+    get: byId,
+    async getByPrefix(prefix) {
+      const row = await db('api_keys').where({ prefix }).first();
+      return row ? apiKeyFromRow(row) : undefined;
+    },
+    async create(key: NewApiKey) {
+      const row: Row = {
+        prefix: key.prefix,
+        hash: key.hash,
+        expiration: writableDateOrNull(key.expiration, 'expiration'),
+        last_seen: null,
+        created_at: new Date(),
+      };
+      const id = await guarded('api_keys', () => insertId(db, dialect, 'api_keys', row));
+      return (await byId(id))!;
+    },
+    async update(id, patch) {
+      const row: Row = {};
+      if (patch.expiration !== undefined) row.expiration = writableDateOrNull(patch.expiration, 'expiration');
+      if (patch.lastSeen !== undefined) row.last_seen = writableDateOrNull(patch.lastSeen, 'lastSeen');
+      if (Object.keys(row).length === 0) return (await byId(id)) !== undefined;
+      return (await db('api_keys').where({ id }).update(row)) > 0;
+    },
+    async delete(id) {
+      return (await db('api_keys').where({ id }).delete()) > 0;
+    },
+  };
+}
+
+function pendingRegistrationRepository(db: Executor): PendingRegistrationRepository {
+  return {
+    async get(key) {
+      const row = await db('pending_registrations').where({ key }).first();
+      return row ? pendingRegistrationFromRow(row) : undefined;
+    },
+    async put(reg: PendingRegistration) {
+      const row: Row = {
+        key: reg.key,
+        machine_key: reg.machineKey,
+        node_key: reg.nodeKey,
+        hostinfo: jsonText(reg.hostinfo),
+        expires_at: writableDate(reg.expiresAt, 'expiresAt'),
+        created_at: writableDate(reg.createdAt, 'createdAt'),
+      };
+      await db('pending_registrations').insert(row).onConflict('key').merge();
+    },
+    async delete(key) {
+      return (await db('pending_registrations').where({ key }).delete()) > 0;
+    },
+    async deleteExpired(now) {
+      return db('pending_registrations').where('expires_at', '<=', writableDate(now, 'now')).delete();
+    },
+  };
+}
+
+function policyRepository(db: Executor): PolicyRepository {
+  return {
+    async get() {
+      const row = await db('policies').where({ id: POLICY_ROW_ID }).first();
+      return row ? policyFromRow(row) : undefined;
+    },
+    async set(text): Promise<PolicyRecord> {
+      if (typeof text !== 'string') throw new TypeError('storage: policy text must be a string');
+      const updatedAt = new Date();
+      await db('policies').insert({ id: POLICY_ROW_ID, text, updated_at: updatedAt }).onConflict('id').merge();
+      return { text, updatedAt };
+    },
+  };
+}
+
+/** createRepositories binds every repository to `db`, the knex instance or a transaction. */
+export function createRepositories(db: Executor, dialect: SqlDialect): StorageRepositories {
+  return {
+    users: userRepository(db, dialect),
+    nodes: nodeRepository(db, dialect),
+    preAuthKeys: preAuthKeyRepository(db, dialect),
+    apiKeys: apiKeyRepository(db, dialect),
+    pendingRegistrations: pendingRegistrationRepository(db),
+    policy: policyRepository(db),
+  };
+}

@@ -1,0 +1,170 @@
+import type { ApiKey, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core';
+
+/** Row is one database row as a driver returns it: column name to raw value. */
+export type Row = Record<string, unknown>;
+
+/**
+ * toDate reads a timestamp column. PostgreSQL and MySQL (timezone 'Z') return
+ * Date; SQLite returns the epoch milliseconds knex bound; strings are accepted
+ * for rows written by hand. A value that is none of these is a corrupt row.
+ */
+export function toDate(value: unknown, column: string): Date {
+  if (value instanceof Date) return value;
+  if (typeof value === 'number' || typeof value === 'bigint') return new Date(Number(value));
+  if (typeof value === 'string') {
+    const numeric = /^-?\d+$/.test(value) ? new Date(Number(value)) : new Date(value);
+    if (!Number.isNaN(numeric.getTime())) return numeric;
+  }
+  throw new Error(`storage: column ${column} holds ${JSON.stringify(value)}, not a timestamp`);
+}
+
+export function toDateOrNull(value: unknown, column: string): Date | null {
+  return value === null || value === undefined ? null : toDate(value, column);
+}
+
+/** toBool reads a boolean column: PostgreSQL gives booleans, MySQL and SQLite give 0/1. */
+export function toBool(value: unknown): boolean {
+  return value === true || value === 1 || value === '1' || value === 1n;
+}
+
+export function toId(value: unknown): number {
+  return Number(value);
+}
+
+export function toIdOrNull(value: unknown): number | null {
+  return value === null || value === undefined ? null : Number(value);
+}
+
+export function toText(value: unknown): string {
+  return value === null || value === undefined ? '' : String(value);
+}
+
+function parseJson(value: unknown, column: string): unknown {
+  if (value === null || value === undefined) return null;
+  try {
+    return JSON.parse(String(value));
+  } catch {
+    throw new Error(`storage: column ${column} does not hold valid JSON`);
+  }
+}
+
+export function toStringArray(value: unknown, column: string): string[] {
+  const parsed = parseJson(value, column);
+  if (parsed === null) return [];
+  if (!Array.isArray(parsed) || parsed.some((v) => typeof v !== 'string')) {
+    throw new Error(`storage: column ${column} does not hold a JSON array of strings`);
+  }
+  return parsed as string[];
+}
+
+export function toObjectOrNull(value: unknown, column: string): Record<string, unknown> | null {
+  const parsed = parseJson(value, column);
+  if (parsed === null) return null;
+  if (typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new Error(`storage: column ${column} does not hold a JSON object`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+export function jsonText(value: unknown): string | null {
+  return value === null || value === undefined ? null : JSON.stringify(value);
+}
+
+export function userFromRow(r: Row): User {
+  return {
+    id: toId(r.id),
+    name: toText(r.name),
+    displayName: toText(r.display_name),
+    email: toText(r.email),
+    createdAt: toDate(r.created_at, 'users.created_at'),
+  };
+}
+
+export function nodeFromRow(r: Row): Node {
+  return {
+    id: toId(r.id),
+    machineKey: toText(r.machine_key),
+    nodeKey: toText(r.node_key),
+    discoKey: toText(r.disco_key),
+    hostname: toText(r.hostname),
+    givenName: toText(r.given_name),
+    userId: toIdOrNull(r.user_id),
+    tags: toStringArray(r.tags, 'nodes.tags'),
+    ipv4: r.ipv4 === null || r.ipv4 === undefined ? null : String(r.ipv4),
+    ipv6: r.ipv6 === null || r.ipv6 === undefined ? null : String(r.ipv6),
+    endpoints: toStringArray(r.endpoints, 'nodes.endpoints'),
+    hostinfo: toObjectOrNull(r.hostinfo, 'nodes.hostinfo'),
+    availableRoutes: toStringArray(r.available_routes, 'nodes.available_routes'),
+    approvedRoutes: toStringArray(r.approved_routes, 'nodes.approved_routes'),
+    registerMethod: toText(r.register_method) as RegisterMethod,
+    expiry: toDateOrNull(r.expiry, 'nodes.expiry'),
+    lastSeen: toDateOrNull(r.last_seen, 'nodes.last_seen'),
+    ephemeral: toBool(r.ephemeral),
+    authKeyId: toIdOrNull(r.auth_key_id),
+    createdAt: toDate(r.created_at, 'nodes.created_at'),
+    updatedAt: toDate(r.updated_at, 'nodes.updated_at'),
+  };
+}
+
+/** NODE_COLUMNS maps each writable Node field to its column and encoder. */
+export const NODE_COLUMNS: { [K in keyof Omit<Node, 'id' | 'createdAt' | 'updatedAt'>]: [string, (v: Node[K]) => unknown] } = {
+  machineKey: ['machine_key', (v) => v],
+  nodeKey: ['node_key', (v) => v],
+  discoKey: ['disco_key', (v) => v],
+  hostname: ['hostname', (v) => v],
+  givenName: ['given_name', (v) => v],
+  userId: ['user_id', (v) => v],
+  tags: ['tags', (v) => jsonText(v)],
+  ipv4: ['ipv4', (v) => v],
+  ipv6: ['ipv6', (v) => v],
+  endpoints: ['endpoints', (v) => jsonText(v)],
+  hostinfo: ['hostinfo', (v) => jsonText(v)],
+  availableRoutes: ['available_routes', (v) => jsonText(v)],
+  approvedRoutes: ['approved_routes', (v) => jsonText(v)],
+  registerMethod: ['register_method', (v) => v],
+  expiry: ['expiry', (v) => v],
+  lastSeen: ['last_seen', (v) => v],
+  ephemeral: ['ephemeral', (v) => v],
+  authKeyId: ['auth_key_id', (v) => v],
+};
+
+export function preAuthKeyFromRow(r: Row): PreAuthKey {
+  return {
+    id: toId(r.id),
+    userId: toIdOrNull(r.user_id),
+    reusable: toBool(r.reusable),
+    ephemeral: toBool(r.ephemeral),
+    used: toBool(r.used),
+    expiration: toDateOrNull(r.expiration, 'pre_auth_keys.expiration'),
+    tags: toStringArray(r.tags, 'pre_auth_keys.tags'),
+    prefix: toText(r.prefix),
+    hash: toText(r.hash),
+    createdAt: toDate(r.created_at, 'pre_auth_keys.created_at'),
+  };
+}
+
+export function apiKeyFromRow(r: Row): ApiKey {
+  return {
+    id: toId(r.id),
+    prefix: toText(r.prefix),
+    hash: toText(r.hash),
+    expiration: toDateOrNull(r.expiration, 'api_keys.expiration'),
+    lastSeen: toDateOrNull(r.last_seen, 'api_keys.last_seen'),
+    createdAt: toDate(r.created_at, 'api_keys.created_at'),
+  };
+}
+
+export function pendingRegistrationFromRow(r: Row): PendingRegistration {
+  return {
+    key: toText(r.key),
+    machineKey: toText(r.machine_key),
+    nodeKey: toText(r.node_key),
+    hostinfo: toObjectOrNull(r.hostinfo, 'pending_registrations.hostinfo'),
+    expiresAt: toDate(r.expires_at, 'pending_registrations.expires_at'),
+    createdAt: toDate(r.created_at, 'pending_registrations.created_at'),
+  };
+}
+
+export function policyFromRow(r: Row): PolicyRecord {
+  return { text: toText(r.text), updatedAt: toDate(r.updated_at, 'policies.updated_at') };
+}

@@ -1,0 +1,46 @@
+import type { Knex } from 'knex';
+import { silentLogger, type Logger, type StoragePort, type StorageRepositories } from '@headway/core';
+import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
+import { runMigrations } from './migrate.js';
+import { createRepositories, type SqlDialect } from './repositories.js';
+
+export interface SqlStorageOptions {
+  dialect: SqlDialect;
+  /** describe names the database for logs, without secrets, e.g. `postgres 127.0.0.1:5432/headway`. */
+  describe: string;
+  logger?: Logger;
+  /** migrations defaults to the full MIGRATIONS list; tests pass a prefix of it. */
+  migrations?: readonly SqlMigration[];
+}
+
+/**
+ * createSqlStorage implements StoragePort over a knex instance the caller built
+ * and owns the connection settings of; `close()` destroys that instance.
+ */
+export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePort {
+  const { dialect, describe } = opts;
+  const logger = (opts.logger ?? silentLogger).child({ storage: dialect });
+  const migrations = opts.migrations ?? MIGRATIONS;
+  const repositories = createRepositories(knex, dialect);
+  let closed = false;
+  return {
+    ...repositories,
+    async migrate() {
+      const version = await runMigrations(knex, migrations);
+      logger.info('database schema up to date', { database: describe, schema_version: version });
+    },
+    async transaction<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T> {
+      // knex commits when fn resolves and rolls back (rethrowing) when it rejects.
+      return knex.transaction((trx) => fn(createRepositories(trx, dialect)));
+    },
+    async ping() {
+      await knex.raw('select 1');
+    },
+    describe: () => describe,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await knex.destroy();
+    },
+  };
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env node
+// Runs every compiled test file with tap and ends with one line `N passed, N failed`
+// (tap's own summary is a JSON-ish comment that CI does not read).
+import { spawn } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const filters = process.argv.slice(2);
+
+function collect(dir, out) {
+  let entries;
+  try { entries = readdirSync(dir); } catch { return; }
+  for (const e of entries) {
+    const p = join(dir, e);
+    if (statSync(p).isDirectory()) collect(p, out);
+    else if (e.endsWith('.test.js')) out.push(relative(root, p));
+  }
+}
+
+const files = [];
+for (const group of ['packages', 'examples']) {
+  let pkgs = [];
+  try { pkgs = readdirSync(join(root, group)); } catch { continue; }
+  for (const pkg of pkgs) collect(join(root, group, pkg, 'dist', 'test'), files);
+}
+const selected = filters.length ? files.filter((f) => filters.some((x) => f.includes(x))) : files;
+if (!selected.length) {
+  console.error('no test files found (did the build run?)');
+  console.log('0 passed, 1 failed');
+  process.exit(1);
+}
+
+const args = ['--disable-coverage', '--allow-empty-coverage', '-R', 'tap', '--timeout=900', '--jobs=2', ...selected];
+const child = spawn(join(root, 'node_modules', '.bin', 'tap'), args, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+let tail = '';
+child.stdout.on('data', (chunk) => {
+  process.stdout.write(chunk);
+  tail = (tail + chunk.toString()).slice(-4000);
+});
+child.on('close', (code) => {
+  const m = /# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?(?:, skip: (\d+))?(?:, todo: (\d+))?/.exec(tail);
+  const pass = Number(m?.[2] ?? 0), fail = Number(m?.[3] ?? 0), skip = Number(m?.[4] ?? 0);
+  const failed = fail || (code !== 0 ? Math.max(1, fail) : 0);
+  console.log(`${pass} passed, ${failed} failed${skip ? `, ${skip} skipped` : ''}`);
+  process.exit(code ?? 1);
+});

@@ -64,7 +64,9 @@ export function usageLine(message: string): string {
   const cleaned = message
     .replace(/See more help with --help/g, '')
     .replace(/The following errors? occurred:/g, '')
-    .replace(/^Parsing --(\S+)\s*\n\s*/, '--$1: ');
+    .replace(/^Parsing --(\S+)\s*\n\s*/, '--$1: ')
+    .replace(/Missing required flag (\S+)/g, 'missing required flag --$1')
+    .replace(/^Nonexistent flags?: /, 'unknown flag: ');
   return cleaned
     .split('\n')
     .map((l) => l.trim())
@@ -77,25 +79,27 @@ export function boolFlag(opts: { description: string; char?: Interfaces.Alphabet
   return Flags.boolean({ ...opts, allowNo: true, default: opts.default ?? false });
 }
 
+async function parseDurationFlag(input: string): Promise<number> {
+  const ms = parseDuration(input);
+  if (ms === undefined) throw new UsageError(`${JSON.stringify(input)} is not a duration (use e.g. 30m, 24h, 90d, 87600h)`);
+  if (ms <= 0) throw new UsageError(`${JSON.stringify(input)} must be longer than zero`);
+  return ms;
+}
+
 /** durationFlag reads `30m`, `24h`, `90d`, `87600h` into milliseconds; anything else is a usage error. */
 export function durationFlag(opts: { description: string; char?: Interfaces.AlphabetLowercase; default: string }) {
-  const parse = async (input: string): Promise<number> => {
-    const ms = parseDuration(input);
-    if (ms === undefined) throw new UsageError(`${JSON.stringify(input)} is not a duration (use e.g. 30m, 24h, 90d, 87600h)`);
-    if (ms <= 0) throw new UsageError(`${JSON.stringify(input)} must be longer than zero`);
-    return ms;
-  };
-  return Flags.custom<number>({ description: opts.description, char: opts.char, parse, default: async () => parse(opts.default), defaultHelp: async () => opts.default })();
+  const ms = parseDuration(opts.default);
+  if (ms === undefined) throw new Error(`durationFlag: bad default ${opts.default}`);
+  return Flags.custom<number>({ parse: parseDurationFlag })({ description: opts.description, char: opts.char, default: ms, defaultHelp: async () => opts.default });
 }
 
 /** idFlag is a numeric resource id (the server's ids are positive integers sent as strings). */
-export function idFlag(opts: { description: string; char?: Interfaces.AlphabetLowercase; required?: boolean }) {
-  const parse = async (input: string): Promise<string> => {
+export const idFlag = Flags.custom<string>({
+  parse: async (input: string) => {
     if (!/^[1-9]\d*$/.test(input.trim())) throw new UsageError(`${JSON.stringify(input)} is not an id (a positive whole number)`);
     return input.trim();
-  };
-  return Flags.custom<string>({ description: opts.description, char: opts.char, parse, required: opts.required ?? false })();
-}
+  },
+});
 
 /** listFlag takes comma-separated values and may be repeated; an empty value (`--tags ""`) means none. */
 export function listFlag(opts: { description: string; char?: Interfaces.AlphabetLowercase }) {
@@ -106,6 +110,9 @@ export function listFlag(opts: { description: string; char?: Interfaces.Alphabet
 export function splitList(values: string[] | undefined): string[] {
   return (values ?? []).flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '');
 }
+
+/** ParsedValues is the shape of parsed flags or args: values keyed by name. */
+export type ParsedValues = Record<string, unknown>;
 
 /**
  * HeadwayCommand is the base of every `headway` command: it owns the global flags
@@ -124,7 +131,7 @@ export abstract class HeadwayCommand extends Command {
   protected configPath: string | undefined;
   private apiClient: ApiClient | undefined;
 
-  protected override async parse<F extends Interfaces.FlagOutput, B extends Interfaces.FlagOutput, A extends Interfaces.ArgOutput>(
+  protected override async parse<F extends ParsedValues, B extends ParsedValues, A extends ParsedValues>(
     options?: Interfaces.Input<F, B, A>,
     argv: string[] = this.argv,
   ): Promise<Interfaces.ParserOutput<F, B, A>> {
@@ -134,7 +141,6 @@ export abstract class HeadwayCommand extends Command {
     try {
       parsed = await super.parse(input, normalizeBooleanArgv(argv, defs));
     } catch (e) {
-      if (e instanceof UsageError) throw e;
       throw new UsageError(usageLine(e instanceof Error ? e.message : String(e)));
     }
     const globals = parsed.flags as Record<string, unknown>;

@@ -400,7 +400,7 @@ export class TailnetContext {
   /** routeVisible reports whether `viewer` gets route `prefix` of `router` in AllowedIPs:
    * either some rule lets the viewer send into the route, or the viewer's own filter
    * accepts packets from the route (so replies and inbound traffic must be routed). */
-  routeVisible(viewer: NodeInfo, router: NodeInfo, prefix: string, cache: Map<string, { srcs: IPSet; dsts: IPSet }[]>): boolean {
+  routeVisible(viewer: NodeInfo, router: NodeInfo, prefix: string, cache: Map<string, { srcs: IPSet; dsts: IPSet }[]>, includeVia = true): boolean {
     const m = (n: NodeInfo) => {
       let v = cache.get(n.node.id);
       if (!v) { v = this.matchers(n); cache.set(n.node.id, v); }
@@ -411,8 +411,8 @@ export class TailnetContext {
     const reaches = (dsts: IPSet) => (exit ? dsts.overlaps(INTERNET) : dsts.overlaps(route));
     // A standby router for the same prefix always knows the primary's route.
     if (viewer.subnetRoutes.includes(prefix)) return true;
-    if (this.viaServes(viewer, router, prefix)) return true;
-    if ([...m(viewer), ...m(router)].some((x) => (viewer.addrs.some((a) => x.srcs.containsAddr(a)) || x.srcs.overlaps(viewer.subnetSet)) && reaches(x.dsts))) return true;
+    if (includeVia && this.viaServes(viewer, router, prefix)) return true;
+    if ([...m(viewer), ...(includeVia ? m(router) : [])].some((x) => (viewer.addrs.some((a) => x.srcs.containsAddr(a)) || x.srcs.overlaps(viewer.subnetSet)) && reaches(x.dsts))) return true;
     if (exit) return false;
     let inbound = this.inboundCache.get(viewer.node.id);
     if (!inbound) {

@@ -104,6 +104,7 @@ export function previewNodes(policy: Policy | null, snapshot: Snapshot): Record<
     const servedFor = (r: string) => {
       if (!viewer) return primary.get(r) === id;
       const v = viewer;
+      if (ctx.routeVisible(v, i, r, cache, false)) return primary.get(r) === id;
       const viaRouter = ctx.infos.find((j) => j.subnetRoutes.includes(r) && ctx.viaServes(v, j, r));
       if (viaRouter) return viaRouter.node.id === id;
       return primary.get(r) === id && visible(r);

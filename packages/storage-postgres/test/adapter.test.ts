@@ -44,16 +44,16 @@ t.test('a closed port gives one message naming database, address and reason', as
 t.test('register() fails the same way and registers nothing', async (t) => {
   const port = await closedPort();
   const container = createContainer();
-  await t.rejects(postgresStorageAdapter.register({ container, config: configWith(networkConfig({ port })), logger: silentLogger }),
+  await t.rejects(async () => postgresStorageAdapter.register({ container, config: configWith(networkConfig({ port })), logger: silentLogger }),
     { message: `cannot connect to postgres at 127.0.0.1:${port} (database headway, user headway): connect ECONNREFUSED 127.0.0.1:${port}` });
   t.equal(container.hasRegistration('storage'), false);
 });
 
 t.test('bad config values are named', async (t) => {
   const container = createContainer();
-  await t.rejects(postgresStorageAdapter.register({ container, config: configWith(networkConfig({ host: '' })), logger: silentLogger }),
+  await t.rejects(async () => postgresStorageAdapter.register({ container, config: configWith(networkConfig({ host: '' })), logger: silentLogger }),
     /database\.postgres\.host/);
-  await t.rejects(postgresStorageAdapter.register({ container, config: configWith(networkConfig({ ssl: 'sometimes' })), logger: silentLogger }),
+  await t.rejects(async () => postgresStorageAdapter.register({ container, config: configWith(networkConfig({ ssl: 'sometimes' })), logger: silentLogger }),
     /database\.postgres\.ssl: unknown ssl mode "sometimes"/);
 });
 

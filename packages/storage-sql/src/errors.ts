@@ -108,7 +108,3 @@ export function toStorageError(err: unknown, table: string, fkField?: string): u
   return err;
 }
 
-/** isStorageConflict reports whether `err` is a uniqueness or reference conflict raised by this package. */
-export function isStorageConflict(err: unknown): err is StorageConflictError {
-  return err instanceof StorageConflictError;
-}

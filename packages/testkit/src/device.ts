@@ -235,7 +235,11 @@ export class TestDevice extends EventEmitter {
       throw new Error(`register response is not JSON: ${JSON.stringify(reply.body.toString('utf8').slice(0, 200))}`);
     }
     if (!parsed.Error && !parsed.AuthURL && !parsed.NodeKeyExpired) this.previousNodeKey = undefined;
-    if (opts.hostinfo) this.lastHostinfo = { ...this.lastHostinfo, ...opts.hostinfo };
+    // tailscaled keeps one Hostinfo and repeats it (routes, tags included) on every later request.
+    this.lastHostinfo = {
+      ...this.lastHostinfo, ...(opts.hostinfo ?? {}),
+      ...(opts.routes ? { RoutableIPs: opts.routes } : {}), ...(opts.tags ? { RequestTags: opts.tags } : {}),
+    };
     return parsed;
   }
 
@@ -297,10 +301,18 @@ export class TestDevice extends EventEmitter {
       };
       // A stream closed by stopMap or a dropped session ends without 'end'; treat it as a normal end.
       req.on('close', finish);
+      // Node may deliver the first DATA chunk before 'response' when headers and data
+      // arrive together; hold chunks until the status is known.
+      const early: Buffer[] = [];
       req.on('response', (h) => {
         status = Number(h[':status']);
+        for (const c of early.splice(0)) onData(c);
       });
       req.on('data', (chunk: Buffer) => {
+        if (status === 0) early.push(chunk);
+        else onData(chunk);
+      });
+      const onData = (chunk: Buffer): void => {
         if (status !== 200) {
           errorBody += chunk.toString('utf8');
           return;
@@ -329,7 +341,7 @@ export class TestDevice extends EventEmitter {
           }
           this.emit('update', msg);
         }
-      });
+      };
       req.on('end', () => {
         if (status !== 200) {
           fail(new ControlHttpError('map request', status, errorBody.trim()));

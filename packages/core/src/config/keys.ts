@@ -80,6 +80,7 @@ export const KEYS: Record<string, KeySpec> = {
   'dns.search_domains': { kind: 'strings', default: [], doc: 'extra search domains' },
   'dns.extra_records': { kind: 'records', default: [], doc: 'extra A/AAAA records ({name, type, value})' },
   'dns.extra_records_path': { kind: 'path', default: '', empty: true, doc: 'JSON file of extra records, re-read when it changes' },
+  plugins: { kind: 'strings', default: [], doc: 'npm packages of extra adapters to load (for example a DNS records plugin)' },
   unix_socket: { kind: 'path', default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' },
   unix_socket_permission: { kind: 'filemode', default: '0770', doc: 'file mode of the socket (octal)' },
   'logtail.enabled': { kind: 'bool', default: false, doc: 'accepted for headscale compatibility; clients are told not to upload logs' },

@@ -76,6 +76,7 @@ export interface HeadwayConfig {
   log: { level: 'trace' | 'debug' | 'info' | 'warn' | 'error'; format: 'text' | 'json' };
   policy: { mode: string; path: string };
   dns: DnsConfig;
+  plugins: string[];
   unix_socket: string;
   unix_socket_permission: string;
   logtail: { enabled: boolean };

@@ -17,6 +17,8 @@ import { hujsonEngine } from '../policy/engine.js';
 import { createApp } from './app.js';
 import { Metrics } from './metrics.js';
 import type { ApiDeps } from '../api/routes.js';
+import { ControlServer } from '../control/control.js';
+import { assertDnsPort, DNS, type DnsPort } from '../ports/policy.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -32,6 +34,7 @@ export interface RunningServer {
   policy: PolicyService;
   storage: StoragePort;
   metrics: Metrics;
+  control: ControlServer;
   controlPublicKey: Buffer;
   urls: { http: string; metrics?: string; socket?: string };
   close(): Promise<void>;
@@ -96,6 +99,17 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     cleanups.push(() => policy.close());
     const metrics = new Metrics(state);
 
+    let dnsPlugin: DnsPort | undefined;
+    // `plugins` lists extra adapter packages; the DNS port is the one they may provide today.
+    for (const pkg of config.plugins) {
+      await loadAdapter('dns', pkg, ctx, 'plugins');
+      dnsPlugin = container.resolve<DnsPort>(DNS);
+      assertDnsPort(dnsPlugin, pkg);
+    }
+    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugin });
+    await control.init();
+    cleanups.push(() => control.close());
+
     const health = async () => {
       try {
         await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), 2000).unref())]);
@@ -104,15 +118,24 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         return false;
       }
     };
-    const deps: ApiDeps = { state, policy, config, health };
+    const deps: ApiDeps = {
+      state, policy, config, health,
+      registerPending: (key, userId) => control.registrar.approve(key, userId),
+      primaryRoutes: (id) => control.view.primaryRoutes(id),
+    };
 
     const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => control.routes(router) });
     const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
-    await listen(main, config.listen_addr);
-    cleanups.push(() => closeServer(main, sockets));
+    control.attach(main);
+    try {
+      await listen(main, config.listen_addr);
+    } catch (err) {
+      throw new Error(`listen_addr ${config.listen_addr}: ${(err as Error).message}`);
+    }
+    cleanups.splice(cleanups.length - 1, 0, () => closeServer(main, sockets));
     const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
 
     if (config.metrics_listen_addr) {
@@ -147,7 +170,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, controlPublicKey: noiseKey.publicKey, urls,
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls,
       async close() {
         if (closed) return;
         closed = true;

@@ -335,11 +335,13 @@ export class State {
    * authenticatePreAuthKey checks a presented key and, for a single-use key, spends
    * it with the storage's guarded update; the error text is what the client prints.
    */
-  async authenticatePreAuthKey(presented: string, opts: { spend: boolean }): Promise<PreAuthKey> {
+  async authenticatePreAuthKey(presented: string, opts: { spend: boolean; spentBy?: number | null }): Promise<PreAuthKey> {
     const parsed = parseSecret('auth', presented);
     const key = parsed ? await this.storage.preAuthKeys.getByPrefix(parsed.prefix) : undefined;
     if (!parsed || !key || !secretMatches(parsed.secret, key.hash)) throw new HeadwayError('unauthorized', 'invalid authkey');
     if (key.expiration && key.expiration.getTime() <= Date.now()) throw new HeadwayError('unauthorized', 'authkey expired');
+    // A machine re-registering with the single-use key it joined with may present it again.
+    if (!key.reusable && key.used && key.id === opts.spentBy) return key;
     if (!key.reusable && key.used) throw new HeadwayError('unauthorized', 'authkey already used');
     if (opts.spend && !key.reusable) {
       if (!(await this.storage.preAuthKeys.markUsed(key.id))) throw new HeadwayError('unauthorized', 'authkey already used');

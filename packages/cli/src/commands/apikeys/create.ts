@@ -3,7 +3,7 @@ import { commandAliases, expiresAt } from '../../topics.js';
 
 export default class ApiKeysCreate extends HeadwayCommand {
   static override summary = 'Create an API key (printed once; use it as cli.api_key on remote machines)';
-  static override aliases = commandAliases('apikeys', 'create', ['c', 'new']);
+  static override hiddenAliases = commandAliases('apikeys', 'create', ['c', 'new']);
   static override flags = {
     expiration: durationFlag({ char: 'e', description: 'how long the key stays valid (e.g. 30m, 24h, 90d, 87600h)', default: '90d' }),
   };

@@ -5,7 +5,7 @@ import { commandAliases, seg } from '../../topics.js';
 
 export default class ApiKeysDelete extends HeadwayCommand {
   static override summary = 'Delete an API key';
-  static override aliases = commandAliases('apikeys', 'delete', ['remove', 'del']);
+  static override hiddenAliases = commandAliases('apikeys', 'delete', ['remove', 'del']);
   static override args = { prefix: Args.string({ name: 'KEY_ID', description: 'the key prefix (instead of --prefix)' }) };
   static override flags = {
     prefix: Flags.string({ char: 'p', description: 'prefix of the key' }),

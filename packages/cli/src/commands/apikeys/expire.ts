@@ -4,7 +4,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class ApiKeysExpire extends HeadwayCommand {
   static override summary = 'Expire (revoke) an API key';
-  static override aliases = commandAliases('apikeys', 'expire', ['revoke', 'exp', 'e']);
+  static override hiddenAliases = commandAliases('apikeys', 'expire', ['revoke', 'exp', 'e']);
   static override args = { prefix: Args.string({ name: 'KEY_ID', description: 'the key prefix (instead of --prefix)' }) };
   static override flags = {
     prefix: Flags.string({ char: 'p', description: 'prefix of the key' }),

@@ -5,7 +5,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class ApiKeysList extends HeadwayCommand {
   static override summary = 'List API keys (prefixes only; secrets are never shown again)';
-  static override aliases = commandAliases('apikeys', 'list', ['ls', 'show']);
+  static override hiddenAliases = commandAliases('apikeys', 'list', ['ls', 'show']);
 
   async run(): Promise<void> {
     await this.parse(ApiKeysList);

@@ -3,7 +3,7 @@ import { HeadwayCommand } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {
   static override summary = 'Check the config file and environment (no server needed)';
-  static override aliases = ['configtest'];
+  static override hiddenAliases = ['configtest'];
 
   async run(): Promise<void> {
     await this.parse(ConfigCheck);

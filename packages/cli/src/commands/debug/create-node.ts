@@ -6,7 +6,7 @@ import { checkRoutes, commandAliases } from '../../topics.js';
 
 export default class DebugCreateNode extends HeadwayCommand {
   static override summary = 'Create a node record without a device (tests and demos)';
-  static override aliases = commandAliases('debug', 'create-node');
+  static override hiddenAliases = commandAliases('debug', 'create-node');
   static override flags = {
     user: Flags.string({ char: 'u', description: 'owner (name or id)', required: true }),
     name: Flags.string({ description: 'hostname of the node', required: true }),

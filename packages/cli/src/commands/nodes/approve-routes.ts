@@ -5,7 +5,7 @@ import { checkRoutes, commandAliases, seg } from '../../topics.js';
 
 export default class NodesApproveRoutes extends HeadwayCommand {
   static override summary = 'Replace the approved routes of a node (--routes "" removes them all)';
-  static override aliases = commandAliases('nodes', 'approve-routes');
+  static override hiddenAliases = commandAliases('nodes', 'approve-routes');
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
     routes: listFlag({ char: 'r', description: 'routes to approve, comma-separated (10.0.0.0/8,192.168.0.0/24)' }),

@@ -3,7 +3,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class NodesBackfillIps extends HeadwayCommand {
   static override summary = 'Give every node an address of each enabled family, and drop addresses of disabled ones';
-  static override aliases = commandAliases('nodes', 'backfillips');
+  static override hiddenAliases = commandAliases('nodes', 'backfillips');
 
   async run(): Promise<void> {
     await this.parse(NodesBackfillIps);

@@ -4,7 +4,7 @@ import { commandAliases, seg } from '../../topics.js';
 
 export default class NodesDelete extends HeadwayCommand {
   static override summary = 'Delete a node';
-  static override aliases = commandAliases('nodes', 'delete', ['del']);
+  static override hiddenAliases = commandAliases('nodes', 'delete', ['del']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
   };

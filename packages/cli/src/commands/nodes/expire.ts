@@ -5,7 +5,7 @@ import { commandAliases, seg } from '../../topics.js';
 
 export default class NodesExpire extends HeadwayCommand {
   static override summary = 'Expire (log out) a node now';
-  static override aliases = commandAliases('nodes', 'expire', ['logout', 'exp', 'e']);
+  static override hiddenAliases = commandAliases('nodes', 'expire', ['logout', 'exp', 'e']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
   };

@@ -5,7 +5,7 @@ import { commandAliases, seg } from '../../topics.js';
 
 export default class NodesListRoutes extends HeadwayCommand {
   static override summary = 'List the routes nodes announce, have approved, and serve';
-  static override aliases = commandAliases('nodes', 'list-routes', ['lsr', 'routes']);
+  static override hiddenAliases = commandAliases('nodes', 'list-routes', ['lsr', 'routes']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'only this node' }),
   };

@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class NodesList extends HeadwayCommand {
   static override summary = 'List nodes';
-  static override aliases = commandAliases('nodes', 'list', ['ls', 'show']);
+  static override hiddenAliases = commandAliases('nodes', 'list', ['ls', 'show']);
   static override flags = {
     user: Flags.string({ char: 'u', description: 'only nodes of this user (name or id)' }),
   };

@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class NodesRegister extends HeadwayCommand {
   static override summary = 'Register a waiting device to a user (the key from its login URL)';
-  static override aliases = commandAliases('nodes', 'register');
+  static override hiddenAliases = commandAliases('nodes', 'register');
   static override flags = {
     user: Flags.string({ char: 'u', description: 'user (name or id) that will own the node', required: true }),
     key: Flags.string({ char: 'k', description: 'registration key shown in the login URL', required: true }),

@@ -6,7 +6,7 @@ import { seg, commandAliases } from '../../topics.js';
 
 export default class NodesRename extends HeadwayCommand {
   static override summary = "Rename a node (its tailnet name; the device's hostname is unchanged)";
-  static override aliases = commandAliases('nodes', 'rename');
+  static override hiddenAliases = commandAliases('nodes', 'rename');
   static override args = { newName: Args.string({ name: 'NEW_NAME', description: 'new name', required: true }) };
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),

@@ -5,7 +5,7 @@ import { checkTags, commandAliases, seg } from '../../topics.js';
 
 export default class NodesTag extends HeadwayCommand {
   static override summary = 'Replace the tags of a node (--tags "" removes them all)';
-  static override aliases = commandAliases('nodes', 'tag', ['tags', 't']);
+  static override hiddenAliases = commandAliases('nodes', 'tag', ['tags', 't']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
     tags: listFlag({ char: 't', description: 'tags to set, comma-separated (tag:a,tag:b)' }),

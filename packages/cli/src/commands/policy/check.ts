@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PolicyCheck extends HeadwayCommand {
   static override summary = 'Check a policy file (against the server, or offline when none is reachable)';
-  static override aliases = commandAliases('policy', 'check');
+  static override hiddenAliases = commandAliases('policy', 'check');
   static override flags = {
     file: Flags.string({ char: 'f', description: "policy file (HuJSON); default: the server's current policy" }),
   };

@@ -3,7 +3,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PolicyGet extends HeadwayCommand {
   static override summary = 'Print the policy in effect';
-  static override aliases = commandAliases('policy', 'get', ['show', 'view', 'fetch']);
+  static override hiddenAliases = commandAliases('policy', 'get', ['show', 'view', 'fetch']);
 
   async run(): Promise<void> {
     await this.parse(PolicyGet);

@@ -8,7 +8,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PolicyPreview extends HeadwayCommand {
   static override summary = 'Show what each node of a topology would get under a policy (offline)';
-  static override aliases = commandAliases('policy', 'preview');
+  static override hiddenAliases = commandAliases('policy', 'preview');
   static override flags = {
     file: Flags.string({ char: 'f', description: 'policy file (HuJSON)', required: true }),
     topology: Flags.string({ description: 'topology file (JSON or YAML: users[], nodes{name: {tags, user, ipv4, ipv6, routable_ips, approved_routes}})', required: true }),
@@ -59,7 +59,7 @@ function ports(p: { First: number; Last: number }): string {
 function ruleLine(r: FilterRule): string {
   const proto = r.IPProto?.length ? ` proto ${r.IPProto.join(',')}` : '';
   if (r.DstPorts?.length) {
-    return `${r.SrcIPs.join(', ')} -> ${r.DstPorts.map((d) => `${d.IP}:${ports(d.Ports)}`).join(', ')}${proto}`;
+    return `${r.SrcIPs.join(', ')} -> ${r.DstPorts.map((d) => `${d.IP.includes(':') ? `[${d.IP}]` : d.IP}:${ports(d.Ports)}`).join(', ')}${proto}`;
   }
   if (r.CapGrant?.length) {
     return `${r.SrcIPs.join(', ')} -> ${r.CapGrant.map((g) => `${g.Dsts.join(', ')} caps ${Object.keys(g.CapMap).join(', ')}`).join('; ')}`;

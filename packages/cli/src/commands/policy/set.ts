@@ -5,7 +5,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PolicySet extends HeadwayCommand {
   static override summary = 'Replace the policy (database policy mode)';
-  static override aliases = commandAliases('policy', 'set', ['put', 'update']);
+  static override hiddenAliases = commandAliases('policy', 'set', ['put', 'update']);
   static override flags = {
     file: Flags.string({ char: 'f', description: 'policy file (HuJSON)', required: true }),
   };

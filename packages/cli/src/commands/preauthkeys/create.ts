@@ -6,7 +6,7 @@ import { checkTags, commandAliases, expiresAt } from '../../topics.js';
 
 export default class PreAuthKeysCreate extends HeadwayCommand {
   static override summary = 'Create a pre-auth key (printed once)';
-  static override aliases = commandAliases('preauthkeys', 'create', ['c', 'new']);
+  static override hiddenAliases = commandAliases('preauthkeys', 'create', ['c', 'new']);
   static override flags = {
     user: Flags.string({ char: 'u', description: 'user (id or name) that will own the nodes; optional for tagged keys' }),
     reusable: boolFlag({ description: 'the key can register more than one node' }),

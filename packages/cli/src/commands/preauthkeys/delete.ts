@@ -5,7 +5,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PreAuthKeysDelete extends HeadwayCommand {
   static override summary = 'Delete a pre-auth key';
-  static override aliases = commandAliases('preauthkeys', 'delete', ['del', 'rm', 'd']);
+  static override hiddenAliases = commandAliases('preauthkeys', 'delete', ['del', 'rm', 'd']);
   static override args = { key: Args.string({ description: 'the key or its prefix (instead of --id)' }) };
   static override flags = {
     id: idFlag({ char: 'i', description: 'id of the key' }),

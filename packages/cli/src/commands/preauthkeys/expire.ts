@@ -7,7 +7,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PreAuthKeysExpire extends HeadwayCommand {
   static override summary = 'Expire a pre-auth key';
-  static override aliases = commandAliases('preauthkeys', 'expire', ['revoke', 'exp', 'e']);
+  static override hiddenAliases = commandAliases('preauthkeys', 'expire', ['revoke', 'exp', 'e']);
   static override args = { key: Args.string({ description: 'the key or its prefix (instead of --id)' }) };
   static override flags = {
     id: idFlag({ char: 'i', description: 'id of the key' }),

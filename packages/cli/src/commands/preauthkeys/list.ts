@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class PreAuthKeysList extends HeadwayCommand {
   static override summary = 'List pre-auth keys';
-  static override aliases = commandAliases('preauthkeys', 'list', ['ls', 'show']);
+  static override hiddenAliases = commandAliases('preauthkeys', 'list', ['ls', 'show']);
   static override flags = {
     user: Flags.string({ char: 'u', description: 'only keys of this user (id or name)' }),
   };

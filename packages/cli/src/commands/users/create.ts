@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class UsersCreate extends HeadwayCommand {
   static override summary = 'Create a user';
-  static override aliases = commandAliases('users', 'create', ['c', 'new']);
+  static override hiddenAliases = commandAliases('users', 'create', ['c', 'new']);
   static override args = { name: Args.string({ description: 'user name', required: true }) };
   static override flags = {
     'display-name': Flags.string({ char: 'd', description: 'display name' }),

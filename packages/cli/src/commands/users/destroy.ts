@@ -4,7 +4,7 @@ import { commandAliases, requireOneOf, resolveUser, seg } from '../../topics.js'
 
 export default class UsersDestroy extends HeadwayCommand {
   static override summary = 'Destroy a user (with --force, also its nodes and keys)';
-  static override aliases = commandAliases('users', 'destroy', ['delete']);
+  static override hiddenAliases = commandAliases('users', 'destroy', ['delete']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the user to destroy' }),
     name: Flags.string({ char: 'n', description: 'name of the user (instead of --identifier)' }),

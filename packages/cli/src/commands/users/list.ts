@@ -6,7 +6,7 @@ import { commandAliases } from '../../topics.js';
 
 export default class UsersList extends HeadwayCommand {
   static override summary = 'List users';
-  static override aliases = commandAliases('users', 'list', ['ls', 'show']);
+  static override hiddenAliases = commandAliases('users', 'list', ['ls', 'show']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'only the user with this id' }),
     name: Flags.string({ char: 'n', description: 'only the user with this name' }),

@@ -6,7 +6,7 @@ import { commandAliases, requireOneOf, resolveUser, seg } from '../../topics.js'
 
 export default class UsersRename extends HeadwayCommand {
   static override summary = 'Rename a user';
-  static override aliases = commandAliases('users', 'rename', ['mv']);
+  static override hiddenAliases = commandAliases('users', 'rename', ['mv']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the user to rename' }),
     name: Flags.string({ char: 'n', description: 'current name of the user (instead of --identifier)' }),

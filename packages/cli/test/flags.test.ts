@@ -1,0 +1,132 @@
+import t from 'tap';
+import { FakeApi, headway, tempDir } from './helpers.js';
+
+// Each case spawns the CLI; on a busy 2-core machine that takes a while.
+t.setTimeout(240_000);
+
+// Every case must fail before any request is sent: exit 2, one line on stderr naming the problem.
+const cases: [string[], RegExp][] = [
+  [['preauthkeys', 'create', '-u', '1', '--expiration', '3x'], /--expiration: "3x" is not a duration/],
+  [['preauthkeys', 'create', '-u', '1', '-e', '1y'], /--expiration: "1y" is not a duration/],
+  [['apikeys', 'create', '--expiration', '0'], /--expiration: "0" must be longer than zero/],
+  [['apikeys', 'create', '--expiration', 'soon'], /"soon" is not a duration/],
+  [['nodes', 'tag', '-i', '1', '-t', 'web'], /--tags: "web" is not a tag/],
+  [['nodes', 'tag', '-i', '1', '--tags', 'tag:ok,tag:bad name'], /"tag:bad name" is not a tag/],
+  [['nodes', 'tag', '-i', '1', '-t', 'tag:'], /"tag:" is not a tag/],
+  [['nodes', 'tag', '-t', 'tag:a'], /missing required flag --identifier/],
+  [['nodes', 'tag', '-i', '1'], /pass --tags/],
+  [['nodes', 'delete'], /missing required flag --identifier/],
+  [['nodes', 'expire', '-i', 'abc'], /--identifier: "abc" is not an id/],
+  [['nodes', 'expire', '--identifier=-3'], /is not an id/],
+  [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0'], /"10.0.0.0" is not a CIDR prefix/],
+  [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0/33'], /"10.0.0.0\/33" is not a CIDR prefix/],
+  [['nodes', 'rename', '-i', '1'], /Missing 1 required arg/i],
+  [['nodes', 'list', 'extra'], /Unexpected argument: extra/],
+  [['nodes', 'register', '--user', 'alice'], /missing required flag --key/],
+  [['preauthkeys', 'create', '-u', '1', '--ephemeral=maybe'], /--ephemeral expects true or false, got "maybe"/],
+  [['preauthkeys', 'create', '-u', '1', '--tags', 'tag:a,admin'], /"admin" is not a tag/],
+  [['preauthkeys', 'expire'], /pass --id ID/],
+  [['preauthkeys', 'delete', '--id', 'x1'], /"x1" is not an id/],
+  [['users', 'list', '-o', 'xml'], /--output=xml.*json, json-line, yaml/],
+  [['users', 'list', '--output', 'table'], /json, json-line, yaml/],
+  [['users', 'list', '--bogus'], /unknown flag: --bogus/],
+  [['users', 'create'], /Missing 1 required arg/i],
+  [['users', 'rename', '--new-name', 'bob'], /pass --identifier or --name/],
+  [['users', 'rename', '-i', '1'], /missing required flag --new-name/],
+  [['users', 'destroy'], /pass --identifier or --name/],
+  [['users', 'destroy', '--force=perhaps', '-i', '1'], /--force expects true or false/],
+  [['apikeys', 'expire'], /pass --prefix PREFIX, --id ID/],
+  [['apikeys', 'expire', '--prefix', 'abc', 'def'], /only one of/],
+  [['apikeys', 'delete'], /pass --prefix PREFIX/],
+  [['debug', 'create-node', '--user', 'alice'], /missing required flag --name/],
+  [['debug', 'create-node', '--user', 'alice', '--name', 'n', '--route', 'nope'], /--route: "nope" is not a CIDR/],
+  [['policy', 'set'], /missing required flag --file/],
+  [['policy', 'preview', '-f', 'x.hujson'], /missing required flag --topology/],
+  [['frobnicate'], /unknown command "frobnicate"/],
+  [['users', 'frobnicate'], /unknown command "users frobnicate"/],
+];
+
+t.test('bad input exits 2 with one clear line and sends nothing', async (t) => {
+  const { dir, cleanup } = tempDir();
+  const api = new FakeApi(dir);
+  await api.start();
+  t.teardown(async () => {
+    await api.close();
+    cleanup();
+  });
+  const env = { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath };
+  // A few at a time: each run is a separate node process.
+  const results: Awaited<ReturnType<typeof headway>>[] = [];
+  for (let i = 0; i < cases.length; i += 4) {
+    results.push(...(await Promise.all(cases.slice(i, i + 4).map(([args]) => headway(args, { env, cwd: dir })))));
+  }
+  for (const [i, [args, message]] of cases.entries()) {
+    const r = results[i]!;
+    t.equal(r.code, 2, `${args.join(' ')}: exit code (stderr: ${r.stderr.trim()})`);
+    t.match(r.stderr, message, `${args.join(' ')}: message`);
+    t.equal(r.stderr.trim().split('\n').length, 1, `${args.join(' ')}: one line`);
+    t.equal(r.stdout, '', `${args.join(' ')}: nothing on stdout`);
+  }
+  t.equal(api.requests.length, 0, 'no request reached the server');
+});
+
+t.test('no server: one line naming the socket, exit 1', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const socket = `${dir}/missing.sock`;
+  const r = await headway(['users', 'list'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: socket }, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, new RegExp(`^Error: cannot reach the headway server at unix socket ${socket.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+  t.equal(r.stderr.trim().split('\n').length, 1);
+
+  const j = await headway(['users', 'list', '-o', 'json'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: socket }, cwd: dir });
+  t.equal(j.code, 1);
+  t.equal(j.stderr, '');
+  const parsed = JSON.parse(j.stdout) as { error: string };
+  t.match(parsed.error, /cannot reach the headway server at unix socket/);
+
+  const remote = await headway(['nodes', 'list'], { env: { HOME: dir, HEADWAY_CLI_ADDRESS: 'http://127.0.0.1:9' }, cwd: dir });
+  t.equal(remote.code, 1);
+  t.match(remote.stderr, /cannot reach the headway server at http:\/\/127\.0\.0\.1:9/);
+});
+
+t.test('a -c file that does not exist is an error naming it', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const r = await headway(['nodes', 'list', '-c', `${dir}/nope.yaml`], { env: { HOME: dir }, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /nope\.yaml does not exist/);
+});
+
+t.test('destructive commands refuse without a TTY unless --force', async (t) => {
+  const { dir, cleanup } = tempDir();
+  const api = new FakeApi(dir);
+  api.on('GET', '/api/v1/node/3', { body: { node: { id: '3', name: 'box', givenName: 'box' } } });
+  api.on('DELETE', '/api/v1/node/3', { body: {} });
+  api.on('POST', '/api/v1/node/backfillips', { body: { changes: [] } });
+  await api.start();
+  t.teardown(async () => {
+    await api.close();
+    cleanup();
+  });
+  const env = { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath };
+  const r = await headway(['nodes', 'delete', '-i', '3'], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /pass --force/);
+  t.notOk(api.requests.some((q) => q.method === 'DELETE'), 'nothing deleted');
+
+  const b = await headway(['nodes', 'backfillips'], { env, cwd: dir });
+  t.equal(b.code, 1);
+  t.match(b.stderr, /pass --force/);
+  t.notOk(api.requests.some((q) => q.path.endsWith('backfillips')), 'no backfill sent');
+
+  const f = await headway(['nodes', 'delete', '-i', '3', '--force'], { env, cwd: dir });
+  t.equal(f.code, 0, f.stderr);
+  t.equal(f.stdout.trim(), 'Node deleted');
+  t.equal(api.last.method, 'DELETE');
+  t.equal(api.last.path, '/api/v1/node/3');
+
+  const no = await headway(['nodes', 'delete', '-i', '3', '--force=false'], { env, cwd: dir });
+  t.equal(no.code, 1, '--force=false means no force');
+  t.match(no.stderr, /pass --force/);
+});

@@ -1,0 +1,144 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+import { FIXTURES, FakeApi, headway, tempDir } from './helpers.js';
+
+// Each step spawns the CLI; on a busy 2-core machine that takes a while.
+t.setTimeout(240_000);
+
+const fx = (name: string) => `${FIXTURES}${name}`;
+
+t.test('config check', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const env = { HOME: dir };
+
+  let r = await headway(['config', 'check', '-c', fx('valid.yaml')], { env, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, `Config is valid (${fx('valid.yaml')})\n`);
+
+  r = await headway(['config', 'check', '-c', fx('removed-key.yaml')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stdout, /randomize_client_port/);
+  t.match(r.stdout, /randomizeClientPort/);
+  t.notMatch(r.stdout, /Config is valid/);
+
+  r = await headway(['config', 'check', '-c', fx('renamed-key.yaml')], { env, cwd: dir });
+  t.equal(r.code, 0, 'a renamed key only warns');
+  t.match(r.stdout, /^warning: ephemeral_node_inactivity_timeout: renamed to `node\.ephemeral\.inactivity_timeout`/);
+  t.match(r.stdout, /Config is valid/);
+
+  r = await headway(['config', 'check', '-c', fx('bad-cidr.yaml')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stdout, /^error: prefixes\.v4: .*100\.64\.0\.0\/33/);
+
+  r = await headway(['config', 'check', '-c', fx('bad-cidr.yaml'), '-o', 'json'], { env, cwd: dir });
+  t.equal(r.code, 1);
+  const report = JSON.parse(r.stdout) as { valid: boolean; problems: { level: string; key: string }[] };
+  t.equal(report.valid, false);
+  t.same(report.problems.map((p) => [p.level, p.key]), [['error', 'prefixes.v4']]);
+
+  r = await headway(['config', 'check', '-c', `${dir}/missing.yaml`], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stdout, /missing\.yaml does not exist/);
+
+  r = await headway(['config', 'check'], { env, cwd: dir });
+  t.equal(r.code, 0, 'no file at all is valid: built-in defaults');
+  t.match(r.stdout, /no config file found/);
+
+  r = await headway(['configtest', '-c', fx('removed-key.yaml')], { env, cwd: dir });
+  t.equal(r.code, 1, 'headscale spelling `configtest` works');
+});
+
+t.test('policy check without a server checks offline', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const env = { HOME: dir, HEADWAY_UNIX_SOCKET: `${dir}/none.sock` };
+
+  let r = await headway(['policy', 'check', '-f', fx('good.hujson')], { env, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, 'Policy is valid\n');
+  t.match(r.stderr, /checking offline/);
+
+  r = await headway(['policy', 'check', '-f', fx('empty-acls.hujson')], { env, cwd: dir });
+  t.equal(r.code, 0);
+  t.match(r.stdout, /^Policy is valid\nwarning: .*all traffic between devices will be denied/);
+
+  r = await headway(['policy', 'check', '-f', fx('bad.hujson')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, new RegExp(`Error: ${fx('bad.hujson').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:5:3: .*bogusField`), 'error names file, line and column');
+  t.equal(r.stdout, '');
+
+  r = await headway(['policy', 'check', '-f', fx('good.hujson'), '-o', 'json'], { env, cwd: dir });
+  t.same(JSON.parse(r.stdout), { valid: true, warnings: [], checked_by: 'offline' });
+
+  r = await headway(['policy', 'check', '-f', `${dir}/nope.hujson`], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /policy file .*nope\.hujson does not exist/);
+});
+
+t.test('policy preview', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const env = { HOME: dir };
+  let r = await headway(['policy', 'preview', '-f', fx('server-only.hujson'), '--topology', fx('topology.json')], { env, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  const text = r.stdout;
+  t.match(text, /^server \(100\.64\.0\.3\/32, fd7a:115c:a1e0::3\/128\)\n  tags: tag:server\n  filter rules:\n    100\.64\.0\.1, fd7a:115c:a1e0::1 -> 100\.64\.0\.3:22, 100\.64\.0\.3:443, \[fd7a:115c:a1e0::3\]:22, \[fd7a:115c:a1e0::3\]:443\n  peers: alice-laptop$/m);
+  t.match(text, /^bob-phone .*\n  filter rules:\n    \(none: nothing may connect to this node\)\n  peers: \(none\)$/m);
+
+  r = await headway(['policy', 'preview', '-f', fx('server-only.hujson'), '--topology', fx('topology.json'), '-o', 'json'], { env, cwd: dir });
+  const result = JSON.parse(r.stdout) as { accepted: boolean; nodes: Record<string, { peers: { name: string }[] }> };
+  t.equal(result.accepted, true);
+  t.same(result.nodes['alice-laptop']!.peers.map((p) => p.name), ['server']);
+
+  r = await headway(['policy', 'preview', '-f', fx('bad.hujson'), '--topology', fx('topology.json')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /policy rejected: .*bogusField/);
+
+  r = await headway(['policy', 'preview', '-f', fx('good.hujson'), '--topology', fx('valid.yaml')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /a topology needs "users"/);
+});
+
+t.test('version', async (t) => {
+  const r = await headway(['version']);
+  t.equal(r.code, 0);
+  t.match(r.stdout, /^\d+\.\d+\.\d+\n$/);
+  const j = await headway(['version', '-o', 'json']);
+  t.match(JSON.parse(j.stdout), { version: /^\d+\.\d+\.\d+$/ });
+});
+
+t.test('serve stops on config problems with log lines, exit 1', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const r = await headway(['serve', '-c', fx('removed-key.yaml')], { env: { HOME: dir }, cwd: dir });
+  t.equal(r.code, 1);
+  t.match(r.stderr, /^\S+ FTL randomize_client_port: removed: .*randomizeClientPort/m);
+  t.equal(r.stdout, '');
+  const bad = await headway(['serve', '-c', fx('bad-cidr.yaml')], { env: { HOME: dir }, cwd: dir });
+  t.equal(bad.code, 1);
+  t.match(bad.stderr, /^\S+ ERR prefixes\.v4: /m);
+});
+
+const helloBuilt = existsSync(fileURLToPath(new URL('../../../../examples/plugin-cli-hello/dist/src/commands/hello.js', import.meta.url)));
+
+t.test('the example plugin adds `headway hello`', { skip: helloBuilt ? false : 'examples/plugin-cli-hello is not built (run npx tsc -b examples/plugin-cli-hello)' }, async (t) => {
+  const { dir, cleanup } = tempDir();
+  const api = new FakeApi(dir);
+  api.on('GET', '/api/v1/health', { body: { databaseConnectivity: true } });
+  await api.start();
+  t.teardown(async () => {
+    await api.close();
+    cleanup();
+  });
+  let r = await headway(['hello', '--name', 'Ada'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath }, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, 'Hello, Ada!\nserver: healthy\n');
+  t.equal(api.last.path, '/api/v1/health');
+  r = await headway(['hello', '-o', 'json'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: `${dir}/none.sock` }, cwd: dir });
+  t.equal(r.code, 0);
+  t.match(JSON.parse(r.stdout), { greeting: 'Hello, world!', server: /^unknown \(cannot reach/ });
+  r = await headway(['hello', '--bogus'], { env: { HOME: dir }, cwd: dir });
+  t.equal(r.code, 2, 'plugin commands get the same usage-error handling');
+});

@@ -1,0 +1,343 @@
+import http from 'node:http';
+import http2 from 'node:http2';
+import type { Duplex } from 'node:stream';
+import type Router from '@koa/router';
+import { handleTs2021Upgrade } from '@headway/noise';
+import { DerpServer, StunServer, verifyHandler } from '@headway/derp';
+import type { HeadwayConfig } from '../config/schema.js';
+import { parseHostPort } from '../config/load.js';
+import type { Node } from '../domain.js';
+import type { Logger } from '../log.js';
+import { loadOrCreateKey } from '../kernel/keyfile.js';
+import type { DnsPort } from '../ports/policy.js';
+import type { PolicyService } from '../policy/service.js';
+import type { State } from '../state/state.js';
+import type { Metrics } from '../server/metrics.js';
+import { DerpMapSource } from './derpmap.js';
+import { DnsConfigSource } from './dns.js';
+import { frame, zstdReady } from './frames.js';
+import { Mapper } from './mapper.js';
+import { NetworkView } from './netview.js';
+import { Registrar, routesFromHostinfo } from './register.js';
+import { MapSession, SessionHub } from './sessions.js';
+import { MIN_CAPABILITY_VERSION, type MapRequest, type RegisterRequest } from './wire.js';
+
+const H2_BODY_LIMIT = 1024 * 1024;
+
+export interface ControlOptions {
+  state: State;
+  config: HeadwayConfig;
+  logger: Logger;
+  metrics: Metrics;
+  policy: PolicyService;
+  controlKey: { privateKey: Buffer; publicKey: Buffer };
+  dnsPlugin?: DnsPort;
+}
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+/**
+ * ControlServer speaks the Tailscale control protocol: `/key`, the ts2021 Noise
+ * upgrade with HTTP/2 inside, register and map, the register page, and (when
+ * enabled) the embedded DERP relay with STUN.
+ */
+export class ControlServer {
+  readonly view: NetworkView;
+  readonly mapper: Mapper;
+  readonly hub: SessionHub;
+  readonly registrar: Registrar;
+  readonly dns: DnsConfigSource;
+  readonly derpMap: DerpMapSource;
+  derp?: DerpServer;
+  stun?: StunServer;
+  private readonly conns = new Map<string, Set<Duplex>>();
+  private readonly streams = new Map<number, Set<http2.Http2ServerResponse>>();
+  private readonly ephemeralTimers = new Map<number, NodeJS.Timeout>();
+  private unsubscribe?: () => void;
+
+  constructor(private readonly o: ControlOptions) {
+    const { state, config, logger } = o;
+    this.view = new NetworkView(state, logger);
+    const prefixes = [config.prefixes.v4, config.prefixes.v6].filter(Boolean);
+    this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugin);
+    this.derpMap = new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }));
+    this.mapper = new Mapper(state, config, this.view, this.dns, this.derpMap);
+    this.hub = new SessionHub(state, this.mapper, logger, o.metrics, () => o.policy.policyText);
+    this.hub.closeNode = (id) => this.endStreams(id);
+    this.registrar = new Registrar(state, config, logger);
+  }
+
+  async init(): Promise<void> {
+    await zstdReady();
+    await this.dns.init();
+    const { config, state, logger } = this.o;
+    if (config.derp.server.enabled) {
+      const key = loadOrCreateKey(config.derp.server.private_key_path);
+      this.derp = new DerpServer({
+        privateKey: key.privateKey,
+        logger,
+        verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
+      });
+      const stunAddr = parseHostPort(config.derp.server.stun_listen_addr)!;
+      this.stun = new StunServer();
+      try {
+        await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+      } catch (err) {
+        throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
+      }
+    }
+    await this.derpMap.init();
+    if (!Object.keys(this.derpMap.map.Regions).length) {
+      logger.warn('the DERP map is empty: devices behind NAT cannot reach each other; enable derp.server or set derp.urls/derp.paths');
+    }
+    this.hub.start();
+    this.unsubscribe = state.bus.subscribe((c) => {
+      if (c.type === 'policy-changed') void this.applyAutoApprovals(state.listNodes());
+      if (c.type === 'node-removed') {
+        this.derp?.disconnect(c.node.nodeKey);
+        clearTimeout(this.ephemeralTimers.get(c.nodeId));
+      }
+    });
+    for (const n of state.listNodes()) if (n.ephemeral) this.scheduleEphemeral(n.id);
+  }
+
+  /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
+  admits(nodeKey: string): boolean {
+    const node = this.o.state.nodeByNodeKey(nodeKey);
+    return Boolean(node && !(node.expiry && node.expiry.getTime() <= Date.now()));
+  }
+
+  /** attach takes over HTTP upgrades for /ts2021 and /derp on a listener. */
+  attach(server: http.Server): void {
+    server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+      const path = (req.url ?? '').split('?')[0];
+      if (path === '/ts2021') {
+        handleTs2021Upgrade(req, socket, head, {
+          privateKey: this.o.controlKey.privateKey,
+          minCapabilityVersion: MIN_CAPABILITY_VERSION,
+          onConnection: (conn, info) => this.serveConnection(conn, info),
+          onRefused: (reason: string) => this.o.logger.info('ts2021 connection refused', { reason }),
+        });
+        return;
+      }
+      if (path === '/derp' && this.derp?.handleUpgrade(req, socket, head)) return;
+      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    });
+  }
+
+  /** routes mounts the plain-HTTP control routes on the main listener's router. */
+  routes(router: Router): void {
+    router.get('/key', (ctx) => {
+      const v = Number(ctx.query.v);
+      if (!ctx.query.v || !Number.isInteger(v)) { ctx.status = 400; ctx.body = 'missing or invalid capability version (?v=N)\n'; return; }
+      if (v < 39) { ctx.status = 400; ctx.body = 'client too old\n'; return; }
+      ctx.body = { legacyPublicKey: `mkey:${'0'.repeat(64)}`, publicKey: `mkey:${this.o.controlKey.publicKey.toString('hex')}` };
+    });
+    router.get('/register/:key', async (ctx) => {
+      const key = String(ctx.params.key);
+      const pending = /^[A-Za-z0-9_-]{1,64}$/.test(key) ? await this.o.state.getPending(key) : undefined;
+      ctx.type = 'text/html; charset=utf-8';
+      if (!pending) {
+        ctx.status = 404;
+        ctx.body = `<!doctype html><title>Headway</title><h1>Registration expired</h1><p>This registration link is unknown or has expired. Run <code>tailscale up</code> again on the device to get a new one.</p>`;
+        return;
+      }
+      const host = escapeHtml(String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device'));
+      ctx.body = `<!doctype html><meta charset="utf-8"><title>Headway: register ${host}</title>
+<h1>Register ${host}</h1>
+<p>An administrator can add this device to the network by running, on the Headway server:</p>
+<pre><code>headway nodes register --user &lt;USER&gt; --key ${escapeHtml(key)}</code></pre>
+<p>Replace <code>&lt;USER&gt;</code> with the user who will own the device. This link expires at ${pending.expiresAt.toISOString()}.</p>`;
+    });
+    const derpRoute = (ctx: import('koa').Context) => {
+      if (this.derp && this.derp.handleRequest(ctx.req, ctx.res)) ctx.respond = false;
+      else { ctx.status = 404; ctx.body = 'DERP relay not enabled (derp.server.enabled)\n'; }
+    };
+    router.get('/derp', derpRoute);
+    router.get('/derp/probe', derpRoute);
+    router.get('/derp/latency-check', derpRoute);
+    router.get('/generate_204', derpRoute);
+    const verify = verifyHandler(async (nodeKey: string) => this.admits(nodeKey));
+    router.post('/verify', async (ctx) => { ctx.respond = false; await verify(ctx.req, ctx.res); });
+  }
+
+  private serveConnection(conn: Duplex, info: { machineKey: string; capabilityVersion: number }): void {
+    const set = this.conns.get(info.machineKey) ?? this.conns.set(info.machineKey, new Set()).get(info.machineKey)!;
+    set.add(conn);
+    conn.on('close', () => { set.delete(conn); if (!set.size) this.conns.delete(info.machineKey); });
+    conn.on('error', () => undefined);
+    const h2 = http2.createServer({ settings: { enablePush: false } });
+    h2.on('request', (req, res) => {
+      this.handle(req, res, info).catch((err: Error) => {
+        this.o.logger.error('control request failed', { path: req.url, error: err.message });
+        if (!res.headersSent) { res.writeHead(500); res.end('internal error\n'); } else res.end();
+      });
+    });
+    h2.on('sessionError', () => conn.destroy());
+    h2.on('session', (session) => session.on('error', () => undefined));
+    h2.emit('connection', conn);
+  }
+
+  private async body(req: http2.Http2ServerRequest): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of req) {
+      size += (c as Buffer).length;
+      if (size > H2_BODY_LIMIT) throw Object.assign(new Error('body too large'), { status: 413 });
+      chunks.push(c as Buffer);
+    }
+    return Buffer.concat(chunks);
+  }
+
+  private reply(res: http2.Http2ServerResponse, status: number, text: string): void {
+    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8' });
+    res.end(text + '\n');
+  }
+
+  private async handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, info: { machineKey: string }): Promise<void> {
+    const path = (req.url ?? '').split('?')[0];
+    if (req.method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
+      return this.reply(res, 501, `${req.method} ${path} is not implemented by Headway`);
+    }
+    let parsed: unknown;
+    try {
+      const raw = await this.body(req);
+      parsed = JSON.parse(raw.toString('utf8') || '{}');
+    } catch (err) {
+      return this.reply(res, (err as { status?: number }).status ?? 400, `invalid request body: ${(err as Error).message}`);
+    }
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return this.reply(res, 400, 'request body must be a JSON object');
+    const version = Number((parsed as { Version?: unknown }).Version ?? 0);
+    if (!Number.isInteger(version) || version < MIN_CAPABILITY_VERSION) {
+      return this.reply(res, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
+    }
+    if (path === '/machine/register') {
+      const abort = new AbortController();
+      res.on('close', () => abort.abort());
+      const out = await this.registrar.handle(parsed as RegisterRequest, info.machineKey, abort.signal);
+      if (abort.signal.aborted) return;
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(out));
+      return;
+    }
+    return this.map(parsed as MapRequest, res, info.machineKey);
+  }
+
+  private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
+    const { state, metrics } = this.o;
+    const found = mr.NodeKey ? state.nodeByNodeKey(mr.NodeKey) : undefined;
+    if (!found || found.machineKey !== machineKey) return this.reply(res, 404, 'node not found');
+    const node = await this.updateFromRequest(found, mr);
+    const zstd = mr.Compress === 'zstd';
+    if (!mr.Stream) {
+      if (mr.OmitPeers) { res.writeHead(200); res.end(); return; }
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.end(frame(this.mapper.fullMap(node, mr.Version), zstd));
+      metrics.mapMessages.inc({ kind: 'full' });
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    clearTimeout(this.ephemeralTimers.get(node.id));
+    state.sessionOpened(node.id);
+    const current = state.getNode(node.id) ?? node;
+    res.write(frame(this.mapper.fullMap(current, mr.Version), zstd));
+    metrics.mapMessages.inc({ kind: 'full' });
+    this.hub.open(session, current);
+    const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
+    streams.add(res);
+    res.on('close', () => {
+      streams.delete(res);
+      if (!streams.size) this.streams.delete(node.id);
+      this.hub.close(session);
+      void state.sessionClosed(node.id).then(() => {
+        const n = state.getNode(node.id);
+        if (n?.ephemeral && !state.isOnline(n.id)) this.scheduleEphemeral(n.id);
+      });
+    });
+  }
+
+  /** updateFromRequest stores what a map request reports and tells peers the smallest change. */
+  private async updateFromRequest(node: Node, mr: MapRequest): Promise<Node> {
+    const { state } = this.o;
+    let current = node;
+    const patch: Parameters<State['publishPatch']>[1] = {};
+    const store: Partial<Node> = {};
+    if (mr.DiscoKey && /^discokey:[0-9a-f]{64}$/.test(mr.DiscoKey) && mr.DiscoKey !== node.discoKey) {
+      store.discoKey = patch.discoKey = mr.DiscoKey;
+    }
+    if (Array.isArray(mr.Endpoints) && JSON.stringify(mr.Endpoints) !== JSON.stringify(node.endpoints)) {
+      store.endpoints = patch.endpoints = mr.Endpoints.filter((e) => typeof e === 'string');
+    }
+    let full = false;
+    if (mr.Hostinfo && typeof mr.Hostinfo === 'object') {
+      const before = (node.hostinfo ?? {}) as { NetInfo?: { PreferredDERP?: number } };
+      const derp = mr.Hostinfo.NetInfo?.PreferredDERP;
+      if (derp && derp !== before.NetInfo?.PreferredDERP) patch.derpRegion = derp;
+      const strip = (h: Record<string, unknown>) => JSON.stringify({ ...h, NetInfo: undefined });
+      const routes = routesFromHostinfo(mr.Hostinfo);
+      full = strip(mr.Hostinfo) !== strip(before as Record<string, unknown>) || JSON.stringify(routes) !== JSON.stringify(node.availableRoutes);
+      store.hostinfo = mr.Hostinfo as Record<string, unknown>;
+      if (mr.Hostinfo.Hostname) store.hostname = mr.Hostinfo.Hostname;
+      store.availableRoutes = routes;
+    }
+    if (full) {
+      current = await state.updateNode(node.id, store);
+      await this.applyAutoApprovals([current]);
+      current = state.getNode(node.id) ?? current;
+      if (Object.keys(patch).length) state.publishPatch(node.id, patch);
+    } else if (Object.keys(store).length) {
+      current = await state.updateNode(node.id, store, 'silent');
+      if (Object.keys(patch).length) state.publishPatch(node.id, patch);
+    }
+    return current;
+  }
+
+  /** applyAutoApprovals stores routes the policy's autoApprovers approve for what nodes advertise. */
+  private async applyAutoApprovals(nodes: Node[]): Promise<void> {
+    if (!this.view.hasPolicy) return;
+    for (const n of nodes) {
+      const node = this.o.state.getNode(n.id);
+      if (!node) continue;
+      const eff = this.view.forNode(node.id).approvedRoutes.filter((r) => node.availableRoutes.includes(r));
+      const missing = eff.filter((r) => !node.approvedRoutes.includes(r));
+      if (missing.length) {
+        await this.o.state.approveRoutes(node.id, [...node.approvedRoutes, ...missing]).catch((err: Error) =>
+          this.o.logger.warn('auto-approval failed', { node: node.id, error: err.message }));
+      }
+    }
+  }
+
+  private scheduleEphemeral(id: number): void {
+    const timeout = this.o.config.node.ephemeral.inactivity_timeout;
+    clearTimeout(this.ephemeralTimers.get(id));
+    const t = setTimeout(() => {
+      this.ephemeralTimers.delete(id);
+      const n = this.o.state.getNode(id);
+      if (n?.ephemeral && !this.o.state.isOnline(id)) {
+        this.o.logger.info('deleting inactive ephemeral node', { node: id, name: n.givenName });
+        void this.o.state.deleteNode(id).catch(() => undefined);
+      }
+    }, timeout);
+    t.unref();
+    this.ephemeralTimers.set(id, t);
+  }
+
+  private endStreams(nodeId: number): void {
+    for (const res of [...(this.streams.get(nodeId) ?? [])]) res.end();
+  }
+
+  async close(): Promise<void> {
+    this.unsubscribe?.();
+    for (const t of this.ephemeralTimers.values()) clearTimeout(t);
+    this.hub.stop();
+    for (const set of this.streams.values()) for (const res of set) res.end();
+    for (const set of this.conns.values()) for (const c of set) c.destroy();
+    this.dns.close();
+    this.derpMap.close();
+    await this.derp?.close();
+    await this.stun?.close();
+  }
+}

@@ -1,0 +1,131 @@
+import { readFile } from 'node:fs/promises';
+import YAML from 'yaml';
+import type { HeadwayConfig } from '../config/schema.js';
+import { parseHostPort } from '../config/load.js';
+import type { Logger } from '../log.js';
+
+export interface DerpRegion { RegionID: number; RegionCode: string; RegionName: string; Nodes: Record<string, unknown>[]; [k: string]: unknown }
+export interface DerpMap { Regions: Record<string, DerpRegion>; [k: string]: unknown }
+
+const REGION_FIELDS = ['RegionID', 'RegionCode', 'RegionName', 'Latitude', 'Longitude', 'Avoid', 'NoMeasureNoHome', 'Nodes'];
+const NODE_FIELDS = ['Name', 'RegionID', 'HostName', 'CertName', 'IPv4', 'IPv6', 'STUNPort', 'STUNOnly', 'DERPPort', 'CanPort80', 'InsecureForTests', 'STUNTestIP'];
+
+/** Go decodes JSON (and headscale's YAML) field names case-insensitively; normalize to tailcfg names. */
+function normalize(obj: Record<string, unknown>, fields: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(obj)) {
+    const name = fields.find((f) => f.toLowerCase() === k.toLowerCase().replace(/_/g, '')) ?? k;
+    out[name] = v;
+  }
+  return out;
+}
+
+/** parseDerpMap reads a DERP map document (JSON or YAML, any key case) into tailcfg form. */
+export function parseDerpMap(text: string, origin: string): DerpMap {
+  let doc: unknown;
+  try {
+    doc = YAML.parse(text);
+  } catch (err) {
+    throw new Error(`${origin}: not valid YAML or JSON: ${(err as Error).message}`);
+  }
+  const root = doc && typeof doc === 'object' ? Object.fromEntries(Object.entries(doc).map(([k, v]) => [k.toLowerCase(), v])) : {};
+  const regions = root.regions;
+  if (!regions || typeof regions !== 'object') throw new Error(`${origin}: expected a "Regions" mapping of region id to region`);
+  const out: DerpMap = { Regions: {} };
+  for (const [id, raw] of Object.entries(regions as Record<string, unknown>)) {
+    if (!raw || typeof raw !== 'object') throw new Error(`${origin}: region ${id} must be a mapping`);
+    const r = normalize(raw as Record<string, unknown>, REGION_FIELDS);
+    const rid = Number(r.RegionID ?? id);
+    if (!Number.isInteger(rid) || rid <= 0) throw new Error(`${origin}: region ${id} has no valid RegionID`);
+    const nodes = Array.isArray(r.Nodes) ? r.Nodes.map((n) => normalize(n as Record<string, unknown>, NODE_FIELDS)) : [];
+    if (!nodes.length) throw new Error(`${origin}: region ${rid} has no Nodes`);
+    out.Regions[String(rid)] = { ...r, RegionID: rid, RegionCode: String(r.RegionCode ?? ''), RegionName: String(r.RegionName ?? ''), Nodes: nodes.map((n) => ({ ...n, RegionID: rid })) };
+  }
+  return out;
+}
+
+/** embeddedRegion describes the built-in relay as clients must dial it (host and port from server_url). */
+export function embeddedRegion(config: HeadwayConfig): DerpRegion {
+  const url = new URL(config.server_url);
+  const https = url.protocol === 'https:';
+  const port = Number(url.port || (https ? 443 : 80));
+  const stun = parseHostPort(config.derp.server.stun_listen_addr);
+  const s = config.derp.server;
+  const node: Record<string, unknown> = {
+    Name: String(s.region_id), RegionID: s.region_id, HostName: url.hostname.replace(/^\[|\]$/g, ''),
+    DERPPort: port, STUNPort: stun ? stun.port : -1, CanPort80: !https && port === 80,
+  };
+  if (s.ipv4) node.IPv4 = s.ipv4;
+  if (s.ipv6) node.IPv6 = s.ipv6;
+  // Without TLS the client may only use the relay in test mode (TS_DEBUG_USE_DERP_HTTP=1).
+  if (!https) node.InsecureForTests = true;
+  return { RegionID: s.region_id, RegionCode: s.region_code, RegionName: s.region_name, Nodes: [node] };
+}
+
+/**
+ * DerpMapSource merges `derp.urls`, `derp.paths` and the embedded region by region
+ * id (later sources win), refreshes them periodically, and reports changes.
+ */
+export class DerpMapSource {
+  private current: DerpMap = { Regions: {} };
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly config: HeadwayConfig, private readonly logger: Logger, private readonly onChange: () => void) {}
+
+  async init(): Promise<void> {
+    this.current = await this.build(true);
+    const d = this.config.derp;
+    if (d.auto_update_enabled && (d.urls.length || d.paths.length) && d.update_frequency > 0) {
+      this.timer = setInterval(() => void this.refresh(), d.update_frequency);
+      this.timer.unref();
+    }
+  }
+
+  get map(): DerpMap { return this.current; }
+
+  async refresh(): Promise<boolean> {
+    try {
+      const next = await this.build(false);
+      if (JSON.stringify(next) === JSON.stringify(this.current)) return false;
+      this.current = next;
+      this.logger.info('DERP map updated', { regions: Object.keys(next.Regions).length });
+      this.onChange();
+      return true;
+    } catch (err) {
+      this.logger.warn('DERP map refresh failed; keeping the previous map', { error: (err as Error).message });
+      return false;
+    }
+  }
+
+  private async build(strict: boolean): Promise<DerpMap> {
+    const merged: DerpMap = { Regions: {} };
+    const add = (m: DerpMap) => Object.assign(merged.Regions, m.Regions);
+    for (const url of this.config.derp.urls) {
+      try {
+        const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+        if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        add(parseDerpMap(await res.text(), url));
+      } catch (err) {
+        const msg = `derp.urls ${url}: ${(err as Error).message}`;
+        if (strict) this.logger.warn(msg); else throw new Error(msg);
+      }
+    }
+    for (const path of this.config.derp.paths) {
+      let text: string;
+      try {
+        text = await readFile(path, 'utf8');
+      } catch (err) {
+        throw new Error(`derp.paths ${path}: ${(err as Error).message}`);
+      }
+      add(parseDerpMap(text, `derp.paths ${path}`));
+    }
+    const s = this.config.derp.server;
+    if (s.enabled && s.automatically_add_embedded_derp_region) {
+      const r = embeddedRegion(this.config);
+      merged.Regions[String(r.RegionID)] = r;
+    }
+    return merged;
+  }
+
+  close(): void { clearInterval(this.timer); }
+}

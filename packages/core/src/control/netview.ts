@@ -1,0 +1,138 @@
+import { ALLOW_ALL, compilePolicy, parsePolicy, TailnetContext, type CompiledNode, type Policy } from '@headway/policy';
+import type { Node } from '../domain.js';
+import type { Logger } from '../log.js';
+import { isExitRoute } from '../net/ip.js';
+import { snapshotOf } from '../policy/engine.js';
+import type { State } from '../state/state.js';
+
+/**
+ * NetworkView is what the compiled policy means for each node right now: its
+ * packet filter, SSH policy, CapMap additions, visible peers and effective routes,
+ * plus which node is primary for each subnet route. Results are computed lazily
+ * and dropped whenever the tailnet or the policy changes.
+ */
+export class NetworkView {
+  private policyText: string | undefined;
+  private policy: Policy | null = null;
+  private ctx?: TailnetContext;
+  private readonly compiled = new Map<number, CompiledNode>();
+  private allIds?: number[];
+  /** route → node id; sticky while the primary stays online. */
+  private readonly primaries = new Map<string, number>();
+  private primaryOf = new Map<number, string[]>();
+
+  constructor(private readonly state: State, private readonly logger: Logger) {}
+
+  /** setPolicy installs new (already validated) policy text. */
+  setPolicy(text: string | undefined): void {
+    this.policyText = text;
+    this.policy = text === undefined ? null : parsePolicy(text);
+    this.invalidate();
+  }
+
+  get hasPolicy(): boolean { return this.policy !== null; }
+
+  invalidate(): void {
+    this.ctx = undefined;
+    this.compiled.clear();
+    this.allIds = undefined;
+  }
+
+  private context(): TailnetContext {
+    this.ctx ??= new TailnetContext(this.policy, snapshotOf(this.state));
+    return this.ctx;
+  }
+
+  forNode(id: number): CompiledNode {
+    let c = this.compiled.get(id);
+    if (c) return c;
+    if (!this.policy) {
+      this.allIds ??= this.state.listNodes().map((n) => n.id);
+      const node = this.state.getNode(id);
+      c = {
+        packetFilter: ALLOW_ALL, sshPolicy: null, capMap: {}, randomizeClientPort: false,
+        peers: this.allIds.filter((x) => x !== id).map(String),
+        approvedRoutes: node ? node.approvedRoutes : [],
+      };
+    } else {
+      try {
+        c = compilePolicy(this.policy, snapshotOf(this.state), String(id), this.context());
+      } catch (err) {
+        // A policy that was valid can fail against a node it never saw; deny rather than open up.
+        this.logger.error('policy compile failed for node; sending an empty filter', { node: id, error: (err as Error).message });
+        c = { packetFilter: [], sshPolicy: null, capMap: {}, peers: [], approvedRoutes: [], randomizeClientPort: false };
+      }
+    }
+    this.compiled.set(id, c);
+    return c;
+  }
+
+  peersOf(id: number): number[] {
+    return this.forNode(id).peers.map(Number);
+  }
+
+  /** effectiveApproved: admin-approved plus auto-approved routes, limited to what the node advertises. */
+  effectiveApproved(node: Node): string[] {
+    const approved = this.policy ? this.forNode(node.id).approvedRoutes : node.approvedRoutes;
+    const available = new Set(node.availableRoutes);
+    return approved.filter((r) => available.has(r));
+  }
+
+  /**
+   * updatePrimaries picks one online router per subnet route, keeping the current
+   * one while it stays online (no flapping), and returns the nodes whose primary
+   * routes changed.
+   */
+  updatePrimaries(): Set<number> {
+    const candidates = new Map<string, Node[]>();
+    for (const n of this.state.listNodes()) {
+      for (const r of this.effectiveApproved(n)) {
+        if (isExitRoute(r)) continue;
+        (candidates.get(r) ?? candidates.set(r, []).get(r)!).push(n);
+      }
+    }
+    const next = new Map<string, number>();
+    for (const [route, nodes] of candidates) {
+      const cur = this.primaries.get(route);
+      const online = nodes.filter((n) => this.state.isOnline(n.id));
+      let pick: number;
+      if (cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
+      else if (online.length) pick = online[0]!.id;
+      else if (cur !== undefined && nodes.some((n) => n.id === cur)) pick = cur;
+      else pick = nodes[0]!.id;
+      next.set(route, pick);
+    }
+    const before = this.primaryOf;
+    const after = new Map<number, string[]>();
+    for (const [route, id] of next) (after.get(id) ?? after.set(id, []).get(id)!).push(route);
+    for (const list of after.values()) list.sort();
+    const changed = new Set<number>();
+    for (const id of new Set([...before.keys(), ...after.keys()])) {
+      if ((before.get(id) ?? []).join(',') !== (after.get(id) ?? []).join(',')) changed.add(id);
+    }
+    this.primaries.clear();
+    for (const [r, id] of next) this.primaries.set(r, id);
+    this.primaryOf = after;
+    return changed;
+  }
+
+  primaryRoutes(id: number): string[] { return this.primaryOf.get(id) ?? []; }
+
+  /** allowedIPs: the node's addresses, the subnet routes it is primary for, and approved exit routes. */
+  allowedIPs(node: Node): string[] {
+    const out = addresses(node);
+    out.push(...this.primaryRoutes(node.id));
+    const eff = this.effectiveApproved(node);
+    if (eff.includes('0.0.0.0/0') && eff.includes('::/0')) out.push('0.0.0.0/0', '::/0');
+    return out;
+  }
+
+  get text(): string | undefined { return this.policyText; }
+}
+
+export function addresses(node: Node): string[] {
+  const out: string[] = [];
+  if (node.ipv4) out.push(`${node.ipv4}/32`);
+  if (node.ipv6) out.push(`${node.ipv6}/128`);
+  return out;
+}

@@ -1,0 +1,196 @@
+import type { HeadwayConfig } from '../config/schema.js';
+import type { Node, PreAuthKey, User } from '../domain.js';
+import { HeadwayError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { canonicalPrefix } from '../net/ip.js';
+import type { State } from '../state/state.js';
+import { isZeroTime, TAGGED_USER_ID, type Hostinfo, type RegisterRequest, type RegisterResponse } from './wire.js';
+
+const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
+
+export function routesFromHostinfo(h: Hostinfo | undefined): string[] {
+  const out = new Set<string>();
+  for (const r of h?.RoutableIPs ?? []) {
+    const c = typeof r === 'string' && r.includes('/') ? canonicalPrefix(r) : undefined;
+    if (c) out.add(c);
+  }
+  return [...out].sort();
+}
+
+/**
+ * Registrar answers /machine/register the way a stock client expects: failures go
+ * in the response's Error field (HTTP 200), and interactive logins get an AuthURL
+ * whose follow-up request is held open until an administrator approves it.
+ */
+export class Registrar {
+  private readonly waiters = new Map<string, Set<(nodeId: number | undefined) => void>>();
+
+  constructor(private readonly state: State, private readonly config: HeadwayConfig, private readonly logger: Logger) {}
+
+  private authUrl(key: string): string { return `${this.config.server_url}/register/${key}`; }
+
+  private defaultExpiry(tagged: boolean): Date | null {
+    return this.config.node.expiry > 0 && !tagged ? new Date(Date.now() + this.config.node.expiry) : null;
+  }
+
+  private authorized(node: Node): RegisterResponse {
+    const user: User | undefined = node.userId !== null ? this.state.getUser(node.userId) : undefined;
+    const tagged = node.tags.length > 0 || !user;
+    const id = tagged ? TAGGED_USER_ID : user!.id;
+    const login = tagged ? 'tagged-devices' : user!.email || user!.name;
+    const display = tagged ? 'Tagged Devices' : user!.displayName || user!.name;
+    return {
+      User: { ID: id, DisplayName: display, ProfilePicURL: '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
+      Login: { ID: id, Provider: '', LoginName: login, DisplayName: display, ProfilePicURL: '' },
+      NodeKeyExpired: Boolean(node.expiry && node.expiry.getTime() <= Date.now()),
+      MachineAuthorized: true,
+      AuthURL: '',
+      Error: '',
+    };
+  }
+
+  private fail(error: string): RegisterResponse {
+    return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: '', Error: error };
+  }
+
+  async handle(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
+    const nodeKey = req.NodeKey;
+    if (!nodeKey || !/^nodekey:[0-9a-f]{64}$/.test(nodeKey)) return this.fail('invalid NodeKey');
+    const byKey = this.state.nodeByNodeKey(nodeKey);
+    if (byKey && byKey.machineKey !== machineKey) {
+      this.logger.warn('register refused: node key belongs to another machine', { node: byKey.id });
+      return this.fail('node key is registered to another machine');
+    }
+    const expiry = isZeroTime(req.Expiry) ? undefined : new Date(req.Expiry!);
+
+    // 1. Logout: an expiry in the past.
+    if (expiry && expiry.getTime() <= Date.now()) {
+      const node = byKey ?? this.state.nodeByMachineKey(machineKey);
+      if (!node || node.machineKey !== machineKey) return this.fail('node not found');
+      if (node.ephemeral) {
+        await this.state.deleteNode(node.id);
+        return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
+      }
+      const expired = await this.state.expireNode(node.id, new Date());
+      return { ...this.authorized(expired), NodeKeyExpired: true };
+    }
+
+    // 2. Follow-up of an interactive login: wait for the administrator.
+    if (req.Followup) return this.followup(req, machineKey, signal);
+
+    const authKey = req.Auth?.AuthKey?.trim();
+    // 3. Known node, no new credentials: the tailscaled-restart path.
+    if (!authKey) {
+      if (byKey) {
+        if (byKey.expiry && byKey.expiry.getTime() <= Date.now()) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
+        await this.refresh(byKey, req);
+        return this.authorized(this.state.requireNode(byKey.id));
+      }
+      // Seamless key renewal: the old node key and machine key identify the node.
+      const old = req.OldNodeKey && req.OldNodeKey !== ZERO_NODE_KEY ? this.state.nodeByNodeKey(req.OldNodeKey) : undefined;
+      if (old && old.machineKey === machineKey && !(old.expiry && old.expiry.getTime() <= Date.now())) {
+        const updated = await this.state.updateNode(old.id, { nodeKey }, 'silent');
+        this.state.publishPatch(old.id, { nodeKey });
+        return this.authorized(updated);
+      }
+      return this.interactive(req, machineKey);
+    }
+
+    // 4. Pre-auth key.
+    return this.withAuthKey(req, machineKey, authKey, expiry);
+  }
+
+  private async withAuthKey(req: RegisterRequest, machineKey: string, authKey: string, expiry: Date | undefined): Promise<RegisterResponse> {
+    const existing = this.state.nodeByMachineKey(machineKey);
+    let key: PreAuthKey;
+    try {
+      key = await this.state.authenticatePreAuthKey(authKey, { spend: true, spentBy: existing?.authKeyId });
+    } catch (err) {
+      if (err instanceof HeadwayError) return this.fail(err.message);
+      throw err;
+    }
+    const tagged = key.tags.length > 0;
+    const nodeExpiry = expiry ?? this.defaultExpiry(tagged);
+    const hostinfo = (req.Hostinfo ?? {}) as Record<string, unknown>;
+    const routes = routesFromHostinfo(req.Hostinfo);
+    if (existing) {
+      const updated = await this.state.updateNode(existing.id, {
+        nodeKey: req.NodeKey!, hostinfo, hostname: req.Hostinfo?.Hostname || existing.hostname,
+        userId: key.userId ?? existing.userId, tags: tagged ? key.tags : existing.tags, expiry: nodeExpiry,
+        availableRoutes: routes, authKeyId: key.id, registerMethod: 'authkey',
+      });
+      return this.authorized(updated);
+    }
+    const node = await this.state.createNode({
+      machineKey, nodeKey: req.NodeKey!, hostname: req.Hostinfo?.Hostname || 'node', userId: key.userId,
+      tags: key.tags, hostinfo, availableRoutes: routes, registerMethod: 'authkey', expiry: nodeExpiry,
+      ephemeral: key.ephemeral, authKeyId: key.id,
+    });
+    this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'authkey', key_prefix: key.prefix });
+    return this.authorized(node);
+  }
+
+  private async interactive(req: RegisterRequest, machineKey: string): Promise<RegisterResponse> {
+    const reg = await this.state.createPending({ machineKey, nodeKey: req.NodeKey!, hostinfo: (req.Hostinfo ?? null) as Record<string, unknown> | null });
+    return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(reg.key), Error: '' };
+  }
+
+  private async followup(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
+    const m = /\/register\/([A-Za-z0-9_-]+)$/.exec(req.Followup ?? '');
+    const key = m?.[1];
+    const pending = key ? await this.state.getPending(key) : undefined;
+    if (!key || !pending || pending.machineKey !== machineKey) {
+      // Unknown or expired: hand out a fresh URL (the same URL again would make the client back off).
+      return this.interactive(req, machineKey);
+    }
+    const nodeId = await new Promise<number | undefined>((resolve) => {
+      const set = this.waiters.get(key) ?? this.waiters.set(key, new Set()).get(key)!;
+      const done = (id: number | undefined) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); resolve(id); };
+      set.add(done);
+      const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
+      timer.unref();
+      signal.addEventListener('abort', () => done(undefined), { once: true });
+    });
+    if (signal.aborted) return this.fail('request cancelled');
+    if (nodeId === undefined) return this.interactive(req, machineKey);
+    const node = this.state.getNode(nodeId);
+    return node ? this.authorized(node) : this.fail('node not found');
+  }
+
+  /**
+   * approve registers (or re-registers) the machine behind a pending AuthURL for a
+   * user, then releases the client's held follow-up request.
+   */
+  async approve(key: string, userId: number): Promise<number> {
+    const pending = await this.state.getPending(key);
+    if (!pending) throw new HeadwayError('not_found', `registration key ${key} not found or expired; run tailscale up again for a new one`, 'key');
+    const hostinfo = pending.hostinfo as Hostinfo | null;
+    const existing = this.state.nodeByMachineKey(pending.machineKey);
+    let node: Node;
+    if (existing) {
+      node = await this.state.updateNode(existing.id, {
+        nodeKey: pending.nodeKey, userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
+        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
+      });
+    } else {
+      node = await this.state.createNode({
+        machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId,
+        hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
+        expiry: this.defaultExpiry(false),
+      });
+    }
+    await this.state.deletePending(key);
+    this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'cli' });
+    for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
+    return node.id;
+  }
+
+  /** refresh stores what a returning device reports (hostname, routes) without a new login. */
+  private async refresh(node: Node, req: RegisterRequest): Promise<void> {
+    if (!req.Hostinfo) return;
+    const routes = routesFromHostinfo(req.Hostinfo);
+    if (JSON.stringify(routes) !== JSON.stringify(node.availableRoutes) || (req.Hostinfo.Hostname && req.Hostinfo.Hostname !== node.hostname)) {
+      await this.state.updateNode(node.id, { hostinfo: req.Hostinfo as Record<string, unknown>, hostname: req.Hostinfo.Hostname || node.hostname, availableRoutes: routes });
+    }
+  }
+}

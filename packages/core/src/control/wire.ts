@@ -1,0 +1,54 @@
+/** Wire shapes of the control protocol (Go field names, see tailcfg). Only what the server reads or writes. */
+
+export interface Hostinfo {
+  Hostname?: string;
+  OS?: string;
+  RoutableIPs?: string[];
+  RequestTags?: string[];
+  NetInfo?: { PreferredDERP?: number } & Record<string, unknown>;
+  Services?: unknown[];
+  [k: string]: unknown;
+}
+
+export interface RegisterRequest {
+  Version?: number;
+  NodeKey?: string;
+  OldNodeKey?: string;
+  Auth?: { AuthKey?: string } | null;
+  Expiry?: string;
+  Followup?: string;
+  Hostinfo?: Hostinfo;
+  Ephemeral?: boolean;
+}
+
+export interface RegisterResponse {
+  User?: { ID: number; DisplayName: string; ProfilePicURL: string; Created: string };
+  Login?: { ID: number; Provider: string; LoginName: string; DisplayName: string; ProfilePicURL: string };
+  NodeKeyExpired: boolean;
+  MachineAuthorized: boolean;
+  AuthURL: string;
+  Error: string;
+}
+
+export interface MapRequest {
+  Version?: number;
+  Compress?: string;
+  KeepAlive?: boolean;
+  NodeKey?: string;
+  DiscoKey?: string;
+  Stream?: boolean;
+  OmitPeers?: boolean;
+  Hostinfo?: Hostinfo;
+  Endpoints?: string[];
+}
+
+/** MIN_CAPABILITY_VERSION is Tailscale 1.80; newer versions are never refused. */
+export const MIN_CAPABILITY_VERSION = 113;
+
+/** TAGGED_USER_ID is the user id Tailscale shows for devices owned by tags. */
+export const TAGGED_USER_ID = 2147455555;
+
+/** Go's zero time: Tailscale sends it for "unset". */
+export function isZeroTime(s: string | undefined): boolean {
+  return !s || s.startsWith('0001-01-01');
+}

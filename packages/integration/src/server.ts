@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createLogger, resolveConfig, startServer, type HeadwayConfig, type Logger, type RunningServer } from '@headway/core';
+
+export interface TestServer extends RunningServer {
+  dataDir: string;
+  logs: string[];
+  /** stop closes the server; remove also deletes its data directory. */
+  stop(opts?: { remove?: boolean }): Promise<void>;
+}
+
+/**
+ * startTestServer runs the real server on ephemeral loopback ports with its own
+ * data directory (SQLite by default), collecting log lines for assertions.
+ */
+export async function startTestServer(raw: Record<string, unknown> = {}, opts: { dataDir?: string; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'headway-test-'));
+  const merged = {
+    listen_addr: '127.0.0.1:0',
+    metrics_listen_addr: '127.0.0.1:0',
+    data_dir: dataDir,
+    ...raw,
+  } as Record<string, unknown>;
+  const { config, problems } = resolveConfig(merged, { env: opts.env ?? {}, baseDir: dataDir });
+  const bad = problems.filter((p) => p.level !== 'warn');
+  if (bad.length) throw new Error(`test config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+  const logs: string[] = [];
+  const logger: Logger = createLogger({ level: 'debug', write: (l) => logs.push(l) });
+  // The server URL must be the real port; a fixed one is picked after listening, so bind first.
+  let server = await startServer({ config, logger, configSource: 'test' });
+  if (!raw.server_url) {
+    const url = server.urls.http;
+    const port = new URL(url).port;
+    await server.close();
+    const again = resolveConfig({ ...merged, listen_addr: `127.0.0.1:${port}`, server_url: url }, { env: opts.env ?? {}, baseDir: dataDir });
+    server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test' });
+  }
+  return Object.assign(server, {
+    dataDir,
+    logs,
+    async stop(o: { remove?: boolean } = {}) {
+      await server.close();
+      if (o.remove !== false && !opts.dataDir) rmSync(dataDir, { recursive: true, force: true });
+    },
+  });
+}
+
+/** adminFetch calls the API with an API key over TCP. */
+export async function adminFetch(server: RunningServer, key: string, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
+  const res = await fetch(server.urls.http + path, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    body: body !== undefined ? JSON.stringify(body) : undefined,
+  });
+  const text = await res.text();
+  let json: unknown;
+  try { json = text ? JSON.parse(text) : undefined; } catch { json = text; }
+  return { status: res.status, json };
+}

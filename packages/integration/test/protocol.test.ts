@@ -1,0 +1,193 @@
+import t from 'tap';
+import { TestDevice } from '@headway/testkit';
+import { startTestServer, type TestServer } from '../src/server.js';
+
+async function authKey(s: TestServer, opts: { reusable?: boolean; ephemeral?: boolean; tags?: string[]; user?: string } = {}): Promise<string> {
+  const name = opts.user ?? 'alice';
+  const user = s.state.userByName(name) ?? await s.state.createUser({ name });
+  const { secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: opts.reusable ?? true, ephemeral: opts.ephemeral, tags: opts.tags });
+  return secret;
+}
+
+async function join(s: TestServer, hostname: string, key: string, extra: { routes?: string[] } = {}): Promise<TestDevice> {
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname });
+  await d.connect();
+  const r = await d.register({ authKey: key, routes: extra.routes });
+  if (r.Error) throw new Error(`register ${hostname}: ${r.Error}`);
+  await d.startMap({ stream: true });
+  return d;
+}
+
+t.test('two devices join with a pre-auth key and see each other', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  const a = await join(s, 'laptop', key);
+  const b = await join(s, 'phone', key);
+  t.teardown(() => { a.close(); b.close(); });
+  await a.waitFor((nm) => [...nm.peers.values()].some((p) => p.Name?.startsWith('phone.')), 5000);
+  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  const nodeB = s.state.nodeByNodeKey(b.nodeKeyText)!;
+  t.equal(a.netmap.self?.Name, 'laptop.headway.net.');
+  t.same(a.netmap.self?.Addresses, [`${nodeA.ipv4}/32`, `${nodeA.ipv6}/128`]);
+  const peerOfB = b.netmap.peers.get(nodeA.id)!;
+  t.ok(peerOfB, 'b lists a');
+  t.same(peerOfB.Addresses, [`${nodeA.ipv4}/32`, `${nodeA.ipv6}/128`]);
+  await b.waitFor((nm) => nm.peers.get(nodeA.id)?.Online === true, 5000);
+  t.ok(s.state.isOnline(nodeA.id) && s.state.isOnline(nodeB.id), 'both online on the server');
+  t.same(a.netmap.packetFilter, [{ SrcIPs: ['*'], DstPorts: [{ IP: '*', Ports: { First: 0, Last: 65535 } }] }], 'allow-all without a policy');
+  t.ok(a.netmap.derpMap, 'DERP map present');
+  t.equal(a.netmap.dnsConfig?.Proxied, true);
+});
+
+t.test('rename, tags, route approval and delete reach the other device', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  const a = await join(s, 'router', key, { routes: ['10.1.0.0/24', '0.0.0.0/0', '::/0'] });
+  const b = await join(s, 'viewer', key);
+  t.teardown(() => { a.close(); b.close(); });
+  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  await b.waitFor((nm) => nm.peers.has(nodeA.id), 5000);
+
+  await s.state.renameNode(nodeA.id, 'gateway');
+  await b.waitFor((nm) => nm.peers.get(nodeA.id)?.Name === 'gateway.headway.net.', 5000);
+  await a.waitFor((nm) => nm.self?.Name === 'gateway.headway.net.', 5000);
+  t.pass('rename reached peer and self');
+
+  await s.state.setTags(nodeA.id, ['tag:router']);
+  await b.waitFor((nm) => JSON.stringify(nm.peers.get(nodeA.id)?.Tags) === '["tag:router"]', 5000);
+  t.pass('tags reached the peer');
+
+  t.same(s.state.getNode(nodeA.id)!.availableRoutes, ['0.0.0.0/0', '10.1.0.0/24', '::/0']);
+  await s.state.approveRoutes(nodeA.id, ['10.1.0.0/24', '0.0.0.0/0']);
+  const nm = await b.waitFor((m) => (m.peers.get(nodeA.id)?.PrimaryRoutes ?? []).includes('10.1.0.0/24'), 5000);
+  const allowed = nm.peers.get(nodeA.id)!.AllowedIPs!;
+  t.ok(allowed.includes('10.1.0.0/24'), 'subnet in AllowedIPs');
+  t.ok(allowed.includes('0.0.0.0/0') && allowed.includes('::/0'), 'approving 0.0.0.0/0 approves both exit routes');
+
+  await s.state.deleteNode(nodeA.id);
+  await b.waitFor((m) => !m.peers.has(nodeA.id), 5000);
+  t.pass('delete removed the peer');
+});
+
+t.test('online state follows sessions; a second session of one node is also updated', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  const a = await join(s, 'a', key);
+  const b = await join(s, 'b', key);
+  const nodeB = s.state.nodeByNodeKey(b.nodeKeyText)!;
+  await a.waitFor((m) => m.peers.get(nodeB.id)?.Online === true, 5000);
+  // Same machine, second stream.
+  const a2 = new TestDevice({ serverUrl: s.urls.http, hostname: 'a', machineKey: a.machineKey, nodeKey: a.nodeKey });
+  await a2.connect();
+  await a2.startMap({ stream: true });
+  t.teardown(() => { a.close(); a2.close(); });
+  b.close();
+  await a.waitFor((m) => m.peers.get(nodeB.id)?.Online === false, 5000);
+  await a2.waitFor((m) => m.peers.get(nodeB.id)?.Online === false, 5000);
+  t.notOk(s.state.isOnline(nodeB.id));
+  t.ok(s.state.getNode(nodeB.id)!.lastSeen, 'last seen recorded');
+});
+
+t.test('pre-auth key rules: single-use, expired, unknown', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const single = await authKey(s, { reusable: false });
+  const a = new TestDevice({ serverUrl: s.urls.http, hostname: 'one' });
+  await a.connect();
+  t.equal((await a.register({ authKey: single })).Error, '');
+  const b = new TestDevice({ serverUrl: s.urls.http, hostname: 'two' });
+  await b.connect();
+  t.equal((await b.register({ authKey: single })).Error, 'authkey already used');
+  t.equal((await b.register({ authKey: 'hwkey-auth-aaaaaaaaaaaa-' + 'A'.repeat(43) })).Error, 'invalid authkey');
+  // The same machine re-registering with its own single-use key is not refused.
+  t.equal((await a.register({ authKey: single })).Error, '');
+  const user = s.state.userByName('alice')!;
+  const { key, secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+  await s.state.expirePreAuthKey(key.id);
+  t.equal((await b.register({ authKey: secret })).Error, 'authkey expired');
+  a.close(); b.close();
+});
+
+t.test('interactive registration: AuthURL, held follow-up, approval', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const user = await s.state.createUser({ name: 'bob' });
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'desk' });
+  await d.connect();
+  const first = await d.register({}) as { AuthURL: string; [k: string]: unknown };
+  t.match(first.AuthURL, new RegExp(`^${s.urls.http}/register/[A-Za-z0-9_-]+$`));
+  const page = await fetch(first.AuthURL);
+  const html = await page.text();
+  const regKey = first.AuthURL.split('/').pop()!;
+  t.match(html, `headway nodes register --user &lt;USER&gt; --key ${regKey}`);
+  const followup = d.register({ followup: first.AuthURL });
+  await new Promise((r) => setTimeout(r, 200));
+  const nodeId = await s.control.registrar.approve(regKey, user.id);
+  const res = await followup;
+  t.equal(res.MachineAuthorized, true);
+  t.equal(res.AuthURL, '');
+  t.equal(s.state.getNode(nodeId)!.userId, user.id);
+  t.equal((await fetch(first.AuthURL)).status, 404, 'the link is spent');
+  // An unknown follow-up gets a fresh URL, not the same one.
+  const again = await d.register({ followup: `${s.urls.http}/register/nope` });
+  t.not(again.AuthURL, first.AuthURL);
+  t.ok(again.AuthURL);
+  d.close();
+});
+
+t.test('logout expires the node; restart keeps id and addresses; node key of another machine refused', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  const a = await join(s, 'box', key);
+  const node = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  a.close();
+  // tailscaled restart: same machine and node key, no auth.
+  const again = new TestDevice({ serverUrl: s.urls.http, hostname: 'box', machineKey: a.machineKey, nodeKey: a.nodeKey });
+  await again.connect();
+  const r = await again.register({});
+  t.equal(r.MachineAuthorized, true);
+  t.equal(r.AuthURL, '');
+  await again.startMap({ stream: true });
+  t.equal(again.netmap.self?.ID, node.id);
+  t.same(again.netmap.self?.Addresses, [`${node.ipv4}/32`, `${node.ipv6}/128`]);
+  // Another machine presenting this node key is refused.
+  const thief = new TestDevice({ serverUrl: s.urls.http, hostname: 'evil', nodeKey: a.nodeKey });
+  await thief.connect();
+  t.match((await thief.register({ authKey: key })).Error, /another machine/);
+  thief.close();
+  const out = await again.logout();
+  t.equal(out.NodeKeyExpired, true);
+  t.ok(s.state.getNode(node.id)!.expiry!.getTime() <= Date.now(), 'expired');
+  again.close();
+});
+
+t.test('ephemeral nodes disappear after the inactivity timeout', async (t) => {
+  const s = await startTestServer({ node: { ephemeral: { inactivity_timeout: '1s' } } });
+  t.teardown(() => s.stop());
+  const key = await authKey(s, { ephemeral: true });
+  const a = await join(s, 'temp', key);
+  const id = s.state.nodeByNodeKey(a.nodeKeyText)!.id;
+  t.ok(s.state.getNode(id)!.ephemeral);
+  a.close();
+  const start = Date.now();
+  while (s.state.getNode(id) && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 100));
+  t.notOk(s.state.getNode(id), 'deleted');
+});
+
+t.test('a policy set in database mode changes filters live', async (t) => {
+  const s = await startTestServer({ policy: { mode: 'database' } });
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  const a = await join(s, 'a', key);
+  const b = await join(s, 'b', key);
+  t.teardown(() => { a.close(); b.close(); });
+  const policy = JSON.stringify({ acls: [{ action: 'accept', src: ['alice@'], dst: ['alice@:22'] }] });
+  await s.policy.set(policy);
+  const nm = await a.waitFor((m) => JSON.stringify(m.packetFilter).includes('"First":22'), 5000);
+  t.ok(nm.packetFilter!.every((r) => r.DstPorts?.every((p) => p.Ports.First === 22)), 'only port 22');
+  await t.rejects(s.policy.set('{ "acls": [ { "action": "accept", "src": ["nobody@"], } '), { code: 'invalid_policy' });
+});

@@ -1,0 +1,78 @@
+import t from 'tap';
+import { PolicyError, parsePolicy, parseAlias, parsePortList } from '../src/index.js';
+
+/** rejection parses text that must be rejected and reports where and why. */
+function rejection(text: string): { line: number; column: number; message: string; isPolicyError: boolean } {
+  try {
+    parsePolicy(text);
+  } catch (e) {
+    const pe = e as PolicyError;
+    return { line: pe.line, column: pe.column, message: pe.message, isPolicyError: e instanceof PolicyError };
+  }
+  return { line: -1, column: -1, message: 'accepted', isPolicyError: false };
+}
+
+t.test('HuJSON extensions are accepted', async (tt) => {
+  const pol = parsePolicy(`{
+    // comment
+    "acls": [ /* inline */
+      {"action": "accept", "src": ["*"], "dst": ["*:*"],},
+    ],
+  }`);
+  tt.equal(pol.acls?.length, 1);
+  tt.same(pol.acls?.[0]?.dst[0]?.ports, [{ First: 0, Last: 65535 }]);
+});
+
+t.test('strictness: each rejected construct names its position', async (tt) => {
+  const cases: [string, number, number, RegExp][] = [
+    ['{\n  "groups": {},\n    acls: []\n}', 3, 5, /unquoted key "acls"/],
+    ["{\n  'acls': []\n}", 2, 3, /single-quoted/],
+    ['{\n  "acls": []\n  "groups": {}\n}', 3, 3, /missing comma/],
+    ['{\n  # hash comment\n}', 2, 3, /"#" comments/],
+    ['{\n  "hosts": {"a": 100.1.2.3}\n}', 2, 18, /quoteless string/],
+    ['{\n  "hosts": {"a": abc}\n}', 2, 18, /quoteless string "abc"/],
+    ['{\n  "hosts": {"a": "10.0.0.1\n"}\n}', 2, 18, /multi-line strings/],
+    ['   \n  // nothing\n', 3, 1, /empty policy/],
+    ['{\n  "acls": [],\n  "aclz": []\n}', 3, 3, /unknown field "aclz" in policy/],
+    ['{"acls": [\n {"action": "accept", "src": ["*"], "dst": ["*:*"], "extra": 1}\n]}', 2, 53, /unknown field "extra" in acl/],
+  ];
+  for (const [text, line, column, pattern] of cases) {
+    const r = rejection(text);
+    tt.ok(r.isPolicyError, `${JSON.stringify(text)} is rejected with a PolicyError`);
+    tt.same([r.line, r.column], [line, column], `position for ${JSON.stringify(text)}`);
+    tt.match(r.message, pattern);
+    tt.ok(r.message.startsWith(`line ${line}, column ${column}: `), 'message leads with the position');
+  }
+});
+
+t.test('semantic errors use Tailscale wording', async (tt) => {
+  const msg = (text: string) => {
+    try { parsePolicy(text); return ''; } catch (e) { return (e as PolicyError).reason; }
+  };
+  tt.equal(msg('{"acls":[{"action":"accept","src":["tag:nope"],"dst":["*:*"]}]}'), 'src=tag not found: "tag:nope"');
+  tt.equal(msg('{"acls":[{"action":"deny","src":["*"],"dst":["*:*"]}]}'), 'action="deny" is not supported');
+  tt.equal(msg('{"tagOwners":{"tag:s":[]},"acls":[{"action":"accept","src":["*"],"dst":["tag:s:ssh"]}]}'), 'dst="tag:s:ssh": port range "ssh": invalid first integer');
+  tt.equal(msg('{"grants":[{"src":["*"],"dst":["*"]}]}'), 'ip and app can not both be empty');
+  tt.equal(msg('{"grants":[{"src":["*"],"dst":["0.0.0.0/0"],"ip":["*"]}]}'), 'dst "0.0.0.0/0": to allow all IP addresses, use "*" or "autogroup:internet"');
+  tt.equal(msg('{"ssh":[{"action":"check","checkPeriod":"200h","src":["autogroup:member"],"dst":["autogroup:self"],"users":["root"]}]}'), 'checkPeriod 200h0m0s is above the max (168h)');
+  tt.equal(msg('{"groups":{"group:a":["group:b"],"group:b":["x@y.z"]}}'), 'groups["group:a"]: "group:b": group members cannot be recursive');
+});
+
+t.test('aliases', async (tt) => {
+  tt.same(parseAlias('*'), { kind: 'wildcard' });
+  tt.same(parseAlias('odin@example.com'), { kind: 'user', name: 'odin@example.com' });
+  tt.same(parseAlias('odin@'), { kind: 'user', name: 'odin@' });
+  tt.same(parseAlias('group:admins'), { kind: 'group', name: 'group:admins' });
+  tt.same(parseAlias('tag:server'), { kind: 'tag', name: 'tag:server' });
+  tt.same(parseAlias('autogroup:member'), { kind: 'autogroup', name: 'autogroup:member' });
+  tt.same(parseAlias('webserver'), { kind: 'host', name: 'webserver' });
+  const p = parseAlias('10.0.0.0/8');
+  tt.equal(p.kind, 'prefix');
+  tt.same(p.kind === 'prefix' ? p.set.prefixes() : [], ['10.0.0.0/8']);
+  const v6 = parseAlias('fd7a:115c:a1e0::1');
+  tt.same(v6.kind === 'prefix' ? v6.set.prefixes() : [], ['fd7a:115c:a1e0::1']);
+  tt.throws(() => parseAlias('autogroup:bogus'), /not supported/);
+  tt.throws(() => parseAlias('%bogus%'), /invalid address/);
+  tt.same(parsePortList('22,80-90'), [{ First: 22, Last: 22 }, { First: 80, Last: 90 }]);
+  tt.throws(() => parsePortList('0'), /first port must be >0/);
+});

@@ -41,7 +41,7 @@ function str(body: Record<string, unknown>, field: string, required = false): st
     if (required) throw badField(field, 'is required');
     return undefined;
   }
-  if (typeof v === 'number' && Number.isFinite(v)) return String(v);
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
   if (typeof v !== 'string') throw badField(field, `expected a string, found ${typeof v}`);
   return v;
 }

@@ -1,0 +1,77 @@
+import { spawn } from 'node:child_process';
+import { existsSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import t from 'tap';
+import { RUN, headway, tempDir } from './helpers.js';
+
+// Boots the real server (sqlite), so it only runs once the workspace is built.
+t.setTimeout(120_000);
+
+function sqliteBuilt(): boolean {
+  try {
+    const require = createRequire(import.meta.url);
+    return existsSync(require.resolve('@headway/storage-sqlite'));
+  } catch {
+    return false;
+  }
+}
+
+const core = (await import('@headway/core')) as Record<string, unknown>;
+const skip = typeof core.startServer !== 'function' || !sqliteBuilt() ? 'the server (startServer, storage-sqlite) is not built' : false;
+
+function config(dir: string, dbPath: string): string {
+  const path = `${dir}/config.yaml`;
+  writeFileSync(path, [
+    'server_url: http://127.0.0.1:18080',
+    'listen_addr: 127.0.0.1:0',
+    'metrics_listen_addr: ""',
+    `data_dir: ${dir}/data`,
+    'database:',
+    '  type: sqlite',
+    '  sqlite:',
+    `    path: ${dbPath}`,
+    '',
+  ].join('\n'));
+  return path;
+}
+
+t.test('serve: boot failure is one FATAL line, exit 1', { skip }, async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const r = await headway(['serve', '-c', config(dir, '/dev/null/db.sqlite')], { env: { HOME: dir }, cwd: dir });
+  t.equal(r.code, 1);
+  const fatal = r.stderr.split('\n').filter((l) => / FTL /.test(l));
+  t.equal(fatal.length, 1, r.stderr);
+  t.match(fatal[0], /\/dev\/null\/db\.sqlite/);
+  t.notMatch(r.stderr, /\n\s+at /, 'no stack trace');
+});
+
+t.test('serve: answers the CLI on its socket and stops cleanly on SIGTERM', { skip }, async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const cfg = config(dir, `${dir}/data/db.sqlite`);
+  const child = spawn(process.execPath, [RUN, 'serve', '-c', cfg], { cwd: dir, env: { ...process.env, HOME: dir }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  t.teardown(() => {
+    if (child.exitCode === null) child.kill('SIGKILL');
+  });
+
+  const socket = `${dir}/data/headway.sock`;
+  for (let i = 0; i < 150 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
+  t.ok(existsSync(socket), `the API socket appears (stderr: ${stderr})`);
+
+  const created = await headway(['users', 'create', 'alice', '-c', cfg], { env: { HOME: dir }, cwd: dir });
+  t.equal(created.code, 0, created.stderr);
+  const listed = await headway(['users', 'list', '-o', 'json', '-c', cfg], { env: { HOME: dir }, cwd: dir });
+  t.equal(listed.code, 0, listed.stderr);
+  t.match(JSON.parse(listed.stdout), [{ name: 'alice' }]);
+  const dup = await headway(['users', 'create', 'alice', '-c', cfg], { env: { HOME: dir }, cwd: dir });
+  t.equal(dup.code, 1, 'a server-side refusal exits 1');
+  t.equal(dup.stderr.trim().split('\n').length, 1, `one line: ${dup.stderr}`);
+
+  child.kill('SIGTERM');
+  t.equal(await exited, 0, 'exit 0 after SIGTERM');
+  t.match(stderr, /received SIGTERM, shutting down/);
+});

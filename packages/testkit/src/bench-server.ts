@@ -1,0 +1,154 @@
+/**
+ * bench-server is the child-process entry of `npm run bench`: it runs the real Headway server
+ * (SQLite in a temp dir, log level warn, no metrics listener) and answers the driver over IPC.
+ * Forked with --expose-gc so memory samples are taken after a full collection.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { isServerRequest, type MemorySample, type ServerMessage, type ServerRequest } from './bench-ipc.js';
+
+/** CoreConfig is the part of HeadwayConfig the benchmark reads. */
+interface CoreConfig {
+  dns: { base_domain: string };
+}
+
+/** CoreServer is the slice of @headway/core's RunningServer the benchmark uses; testkit has no compile-time core dependency. */
+interface CoreServer {
+  config: CoreConfig;
+  urls: { http: string };
+  state: {
+    createUser(input: { name: string }): Promise<{ id: number }>;
+    createPreAuthKey(input: { userId: number; reusable?: boolean }): Promise<{ secret: string }>;
+    nodeByNodeKey(key: string): { id: number } | undefined;
+    renameNode(id: number, name: string): Promise<unknown>;
+  };
+  close(): Promise<void>;
+}
+
+/** CoreModule is the slice of @headway/core's exports the benchmark calls. */
+interface CoreModule {
+  resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
+    config: CoreConfig;
+    problems: Array<{ key: string; message: string; level: string }>;
+  };
+  startServer(opts: { config: CoreConfig; logger: unknown; configSource?: string | null }): Promise<CoreServer>;
+  createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
+}
+
+// A variable specifier keeps tsc from resolving (and so depending on) @headway/core at compile time.
+const CORE_MODULE = '@headway/core';
+
+function send(msg: ServerMessage, then?: () => void): void {
+  process.send?.(msg, undefined, undefined, () => then?.());
+}
+
+/** sampleMemory collects garbage twice (weak refs and finalizers settle after the first) and reads usage. */
+export function sampleMemory(): MemorySample {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (gc) {
+    gc();
+    gc();
+  }
+  const m = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  return {
+    rss: m.rss,
+    heapUsed: m.heapUsed,
+    heapTotal: m.heapTotal,
+    external: m.external,
+    arrayBuffers: m.arrayBuffers,
+    cpuUserMs: cpu.user / 1000,
+    cpuSystemMs: cpu.system / 1000,
+  };
+}
+
+async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
+  const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
+  const base = {
+    listen_addr: '127.0.0.1:0',
+    metrics_listen_addr: '',
+    data_dir: dataDir,
+    log: { level: 'warn' },
+  };
+  const resolve = (raw: Record<string, unknown>): CoreConfig => {
+    const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
+    const bad = problems.filter((p) => p.level !== 'warn');
+    if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+    return config;
+  };
+  // server_url must carry the real port, which is known only after a first bind; rebind on that port.
+  const probe = await core.startServer({ config: resolve(base), logger, configSource: 'bench' });
+  const url = probe.urls.http;
+  await probe.close();
+  return core.startServer({
+    config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }),
+    logger,
+    configSource: 'bench',
+  });
+}
+
+async function main(): Promise<void> {
+  if (!process.send) throw new Error('bench-server must be started with child_process.fork by bench.js');
+  const core = (await import(CORE_MODULE)) as CoreModule;
+  const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
+  const server = await boot(core, dataDir);
+  const user = await server.state.createUser({ name: 'bench' });
+  const { secret } = await server.state.createPreAuthKey({ userId: user.id, reusable: true });
+
+  let stopping = false;
+  const stop = async (): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    await server.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+
+  const handle = async (req: ServerRequest): Promise<unknown> => {
+    switch (req.op) {
+      case 'memory':
+        return sampleMemory();
+      case 'nodeId': {
+        const node = server.state.nodeByNodeKey(req.nodeKey);
+        if (!node) throw new Error(`no node with node key ${req.nodeKey}`);
+        return node.id;
+      }
+      case 'rename': {
+        const t0 = performance.now();
+        await server.state.renameNode(req.nodeId, req.name);
+        return performance.now() - t0;
+      }
+      case 'stop':
+        await stop();
+        return null;
+    }
+  };
+
+  process.on('message', (raw: unknown) => {
+    if (!isServerRequest(raw)) {
+      process.stderr.write(`[server] ignoring malformed IPC message: ${JSON.stringify(raw).slice(0, 200)}\n`);
+      return;
+    }
+    handle(raw).then(
+      (result) => {
+        // Disconnect only once the reply is written, or the driver would never see it.
+        send({ type: 'reply', id: raw.id, ok: true, result }, raw.op === 'stop' ? () => process.disconnect() : undefined);
+      },
+      (err: unknown) => send({ type: 'reply', id: raw.id, ok: false, error: (err as Error).message ?? String(err) }),
+    );
+  });
+  // The driver dying must not leave a server (and its temp dir) behind.
+  process.on('disconnect', () => {
+    stop().finally(() => process.exit(0));
+  });
+
+  send({ type: 'ready', url: server.urls.http, authKey: secret, baseDomain: server.config.dns.base_domain, dataDir });
+}
+
+main().catch((err: unknown) => {
+  const message = (err as Error).stack ?? String(err);
+  if (process.send) send({ type: 'fatal', error: message });
+  else process.stderr.write(message + '\n');
+  process.exitCode = 1;
+  setTimeout(() => process.exit(1), 100).unref();
+});

@@ -15,12 +15,15 @@ export interface MemorySample {
   cpuSystemMs: number;
 }
 
-/** ServerRequest is what the driver asks of the server process; `id` pairs a request with its reply. */
-export type ServerRequest =
-  | { id: number; op: 'memory' }
-  | { id: number; op: 'nodeId'; nodeKey: string }
-  | { id: number; op: 'rename'; nodeId: number; name: string }
-  | { id: number; op: 'stop' };
+/** ServerCommand is what the driver asks of the server process. */
+export type ServerCommand =
+  | { op: 'memory' }
+  | { op: 'nodeId'; nodeKey: string }
+  | { op: 'rename'; nodeId: number; name: string }
+  | { op: 'stop' };
+
+/** ServerRequest is a ServerCommand on the wire; `id` pairs it with its reply. */
+export type ServerRequest = ServerCommand & { id: number };
 
 /** ServerReady is sent once the server listens and the user and reusable key exist. */
 export interface ServerReady {

@@ -1,0 +1,447 @@
+/**
+ * bench is `npm run bench`: for each fleet size N it forks the real server (bench-server.js), joins N virtual
+ * devices, waits for full mesh convergence, samples the server's own memory per session, times how fast a
+ * rename reaches every peer, then runs the DERP relay benchmark. Human-readable tables go to stdout, followed
+ * by one `BENCH_JSON {...}` line holding every figure.
+ *
+ * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000]
+ * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 50),
+ *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark).
+ */
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { cpus, totalmem } from 'node:os';
+import { TestDevice } from './device.js';
+import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
+import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySummary } from './bench-stats.js';
+
+const DEFAULT_SIZES = [100, 1000, 5000];
+/** FD_HEADROOM covers what each process holds besides one socket per session: the database, listeners, stdio, IPC. */
+const FD_HEADROOM = 256;
+
+/** BenchOptions are the knobs read from argv and the environment. */
+export interface BenchOptions {
+  sizes: number[];
+  /** explicitSizes: --sizes was given, so every listed size runs regardless of BENCH_MAX. */
+  explicitSizes: boolean;
+  maxSize: number;
+  concurrency: number;
+  renames: number;
+  derpPackets: number;
+}
+
+/** SizeResult holds every figure measured for one fleet size. */
+export interface SizeResult {
+  devices: number;
+  concurrency: number;
+  joinMs: number;
+  joinsPerSecond: number;
+  joinLatency: LatencySummary;
+  /** convergenceAfterJoinMs runs from the last join finishing until every netmap has N-1 peers. */
+  convergenceAfterJoinMs: number;
+  /** convergenceTotalMs runs from the first join starting until full convergence. */
+  convergenceTotalMs: number;
+  server: {
+    before: MemorySample;
+    after: MemorySample;
+    heapPerSessionBytes: number;
+    rssPerSessionBytes: number;
+    externalPerSessionBytes: number;
+    /** cpuMsJoinAndConverge is server user+system CPU spent between the two memory samples. */
+    cpuMsJoinAndConverge: number;
+  };
+  /** client: the driver process's own growth, i.e. what N virtual devices cost (not the server). */
+  client: { rssPerDeviceBytes: number; heapPerDeviceBytes: number };
+  rename: {
+    runs: number;
+    /** perRun: each rename's propagation to the N-1 other devices, then all runs pooled in `all`. */
+    perRun: LatencySummary[];
+    all: LatencySummary;
+    /** serverApplyMs: time the server took inside renameNode (store + publish), per run. */
+    serverApplyMs: number[];
+    timeouts: number;
+  };
+  teardownMs: number;
+}
+
+/** DerpResult mirrors @headway/derp's RelayBenchmarkResult. */
+export interface DerpResult {
+  packets: number;
+  size: number;
+  packetsPerSecond: number;
+  megabitsPerSecond: number;
+  roundTripP50Ms: number;
+  roundTripP99Ms: number;
+  addedLatencyP50Ms: number;
+  addedLatencyP99Ms: number;
+  droppedPackets: number;
+  elapsedMs: number;
+}
+
+interface DerpModule {
+  runRelayBenchmark(opts: { packets: number; size: number }): Promise<DerpResult>;
+}
+
+// A variable specifier keeps tsc from resolving @headway/derp at compile time (testkit does not depend on it).
+const DERP_MODULE = '@headway/derp';
+
+function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) throw new Error(`${name}: "${raw}" is not an integer >= ${min}`);
+  return n;
+}
+
+/** parseOptions reads `--sizes a,b,c` (or `--sizes=a,b,c`) and the BENCH_* variables. */
+export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): BenchOptions {
+  let sizes = DEFAULT_SIZES;
+  let explicitSizes = false;
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--sizes') {
+      const value = argv[++i];
+      if (value === undefined) throw new Error('--sizes needs a value, e.g. --sizes 100,1000');
+      sizes = parseSizes(value);
+      explicitSizes = true;
+    } else if (arg.startsWith('--sizes=')) {
+      sizes = parseSizes(arg.slice('--sizes='.length));
+      explicitSizes = true;
+    } else {
+      throw new Error(`unknown argument "${arg}"; usage: bench.js [--sizes 100,1000,5000]`);
+    }
+  }
+  return {
+    sizes,
+    explicitSizes,
+    maxSize: envInt(env, 'BENCH_MAX', 1000, 2),
+    concurrency: envInt(env, 'BENCH_CONCURRENCY', 50, 1),
+    renames: envInt(env, 'BENCH_RENAMES', 5, 1),
+    derpPackets: envInt(env, 'BENCH_DERP_PACKETS', 20000, 0),
+  };
+}
+
+/** fileDescriptorLimit asks a shell for the soft RLIMIT_NOFILE this process inherited (Node has no getrlimit). */
+function fileDescriptorLimit(): number {
+  try {
+    const out = execFileSync('/bin/sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
+    return out === 'unlimited' ? Number.POSITIVE_INFINITY : Number(out);
+  } catch {
+    return Number.NaN;
+  }
+}
+
+function collectGarbage(): void {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (gc) {
+    gc();
+    gc();
+  }
+}
+
+/** ServerProcess is the forked bench-server with a request/reply layer over IPC. */
+class ServerProcess {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private exited = false;
+
+  private constructor(readonly child: ChildProcess, readonly ready: ServerReady) {
+    child.on('message', (raw: unknown) => {
+      if (!isServerMessage(raw) || raw.type !== 'reply') return;
+      const waiter = this.pending.get(raw.id);
+      if (!waiter) return;
+      this.pending.delete(raw.id);
+      if (raw.ok) waiter.resolve(raw.result);
+      else waiter.reject(new Error(`server: ${raw.error}`));
+    });
+    child.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const w of this.pending.values()) w.reject(new Error(`server process exited (code ${code}, signal ${signal})`));
+      this.pending.clear();
+    });
+  }
+
+  static start(): Promise<ServerProcess> {
+    const entry = new URL('./bench-server.js', import.meta.url);
+    const child = fork(entry, [], { execArgv: ['--expose-gc'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    return new Promise<ServerProcess>((resolve, reject) => {
+      const onMessage = (raw: unknown): void => {
+        if (!isServerMessage(raw)) return;
+        if (raw.type === 'ready') {
+          cleanup();
+          resolve(new ServerProcess(child, raw));
+        } else if (raw.type === 'fatal') {
+          cleanup();
+          reject(new Error(`server process failed to start: ${raw.error}`));
+        }
+      };
+      const onExit = (code: number | null): void => {
+        cleanup();
+        reject(new Error(`server process exited with code ${code} before it was ready`));
+      };
+      const cleanup = (): void => {
+        child.off('message', onMessage);
+        child.off('exit', onExit);
+      };
+      child.on('message', onMessage);
+      child.on('exit', onExit);
+    });
+  }
+
+  request<T>(req: ServerCommand, timeoutMs = 60_000): Promise<T> {
+    if (this.exited) return Promise.reject(new Error('server process has exited'));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`server did not answer ${req.op} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.pending.set(id, {
+        resolve: (v) => { clearTimeout(timer); resolve(v as T); },
+        reject: (e) => { clearTimeout(timer); reject(e); },
+      });
+      this.child.send({ ...req, id });
+    });
+  }
+
+  /** stop asks for a clean shutdown (which removes the temp dir), killing the process if it does not exit. */
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    try {
+      await this.request({ op: 'stop' }, 30_000);
+    } catch {
+      this.child.kill('SIGKILL');
+    }
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/** runPool runs `work(i)` for i in [0, count) with at most `limit` in flight; the first failure rejects. */
+async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed: Error | undefined;
+  const lane = async (): Promise<void> => {
+    while (!failed && next < count) {
+      const i = next++;
+      try {
+        await work(i);
+      } catch (err) {
+        failed ??= err as Error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+  if (failed) throw failed;
+}
+
+function log(line: string): void {
+  process.stdout.write(line + '\n');
+}
+
+/** runSize measures one fleet of `n` devices against a fresh server process. */
+async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
+  const server = await ServerProcess.start();
+  const devices: TestDevice[] = [];
+  try {
+    const { url, authKey, baseDomain } = server.ready;
+    const suffix = baseDomain ? `.${baseDomain}.` : '.';
+    collectGarbage();
+    const clientBefore = process.memoryUsage();
+    const serverBefore = await server.request<MemorySample>({ op: 'memory' });
+
+    // Join: connect, register, start the streamed map poll.
+    for (let i = 0; i < n; i++) devices.push(new TestDevice({ serverUrl: url, hostname: `bench-${i}` }));
+    const joinLatencies: number[] = [];
+    let done = 0;
+    const joinStart = performance.now();
+    await runPool(n, opts.concurrency, async (i) => {
+      const d = devices[i]!;
+      const t0 = performance.now();
+      await d.connect();
+      const reply = await d.register({ authKey });
+      if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
+      await d.startMap({ stream: true });
+      joinLatencies.push(performance.now() - t0);
+      done++;
+      if (n >= 1000 && done % 500 === 0) log(`  [${n}] ${done}/${n} joined after ${((performance.now() - joinStart) / 1000).toFixed(1)} s`);
+    });
+    const joinEnd = performance.now();
+    const joinMs = joinEnd - joinStart;
+    log(`  [${n}] joined ${n} devices in ${(joinMs / 1000).toFixed(2)} s (${(n / (joinMs / 1000)).toFixed(1)} joins/s, concurrency ${opts.concurrency})`);
+
+    // Convergence: every device sees every other one.
+    const convergeTimeout = Math.max(60_000, n * 60);
+    await Promise.all(devices.map((d) => d.waitFor((nm) => nm.peers.size === n - 1, convergeTimeout)));
+    const convergedAt = performance.now();
+    log(`  [${n}] converged (every netmap has ${n - 1} peers) ${((convergedAt - joinEnd) / 1000).toFixed(2)} s after the last join`);
+
+    const serverAfter = await server.request<MemorySample>({ op: 'memory' });
+    collectGarbage();
+    const clientAfter = process.memoryUsage();
+
+    // Rename propagation: time from asking the server until each other device's netmap shows the new name.
+    const perRun: LatencySummary[] = [];
+    const pooled: number[] = [];
+    const serverApplyMs: number[] = [];
+    let timeouts = 0;
+    for (let run = 0; run < opts.renames; run++) {
+      const target = devices[Math.floor((run * n) / opts.renames)]!;
+      const nodeId = await server.request<number>({ op: 'nodeId', nodeKey: target.nodeKeyText });
+      const name = `renamed-${run}-${nodeId}`;
+      // With MagicDNS the peer's Name is the FQDN `<name>.<base_domain>.`.
+      const expectedName = `${name}${suffix}`;
+      const samples: number[] = [];
+      let t0 = 0;
+      const watchers = devices.filter((d) => d !== target).map((d) => {
+        let seenAt = 0;
+        return d.waitFor((nm) => {
+          if (seenAt === 0 && t0 > 0 && nm.peers.get(nodeId)?.Name === expectedName) seenAt = performance.now();
+          return seenAt > 0;
+        }, 30_000).then(
+          () => { samples.push(seenAt - t0); },
+          () => { timeouts++; },
+        );
+      });
+      t0 = performance.now();
+      serverApplyMs.push(round2(await server.request<number>({ op: 'rename', nodeId, name })));
+      await Promise.all(watchers);
+      const summary = summarize(samples);
+      perRun.push(summary);
+      pooled.push(...samples);
+      log(`  [${n}] rename ${run + 1}/${opts.renames}: ${summary.count} peers updated, p50 ${summary.p50} ms, p99 ${summary.p99} ms, max ${summary.max} ms`);
+    }
+
+    const teardownStart = performance.now();
+    await runPool(devices.length, 200, (i) => devices[i]!.close());
+    devices.length = 0;
+    await server.stop();
+    const teardownMs = performance.now() - teardownStart;
+
+    return {
+      devices: n,
+      concurrency: opts.concurrency,
+      joinMs: round2(joinMs),
+      joinsPerSecond: round2(n / (joinMs / 1000)),
+      joinLatency: summarize(joinLatencies),
+      convergenceAfterJoinMs: round2(convergedAt - joinEnd),
+      convergenceTotalMs: round2(convergedAt - joinStart),
+      server: {
+        before: serverBefore,
+        after: serverAfter,
+        heapPerSessionBytes: Math.round((serverAfter.heapUsed - serverBefore.heapUsed) / n),
+        rssPerSessionBytes: Math.round((serverAfter.rss - serverBefore.rss) / n),
+        externalPerSessionBytes: Math.round((serverAfter.external - serverBefore.external) / n),
+        cpuMsJoinAndConverge: round2(serverAfter.cpuUserMs + serverAfter.cpuSystemMs - serverBefore.cpuUserMs - serverBefore.cpuSystemMs),
+      },
+      client: {
+        rssPerDeviceBytes: Math.round((clientAfter.rss - clientBefore.rss) / n),
+        heapPerDeviceBytes: Math.round((clientAfter.heapUsed - clientBefore.heapUsed) / n),
+      },
+      rename: { runs: opts.renames, perRun, all: summarize(pooled), serverApplyMs, timeouts },
+      teardownMs: round2(teardownMs),
+    };
+  } finally {
+    await Promise.all(devices.map((d) => d.close().catch(() => undefined)));
+    await server.stop();
+  }
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions(process.argv.slice(2));
+  const fdLimit = fileDescriptorLimit();
+  const machine = {
+    nproc: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    memoryMiB: Math.round(totalmem() / 1048576),
+    node: process.version,
+    platform: `${process.platform}-${process.arch}`,
+    fdLimit: Number.isFinite(fdLimit) ? fdLimit : String(fdLimit),
+    gcExposed: typeof (globalThis as { gc?: unknown }).gc === 'function',
+  };
+  log(`Headway benchmark — ${machine.nproc} CPU (${machine.cpuModel}), ${machine.memoryMiB} MiB, node ${machine.node}, ulimit -n ${fdLimit}`);
+  if (!machine.gcExposed) log('note: run with node --expose-gc for stable memory figures (npm run bench does)');
+
+  const results: SizeResult[] = [];
+  const skipped: Array<{ devices: number; reason: string }> = [];
+  const failed: Array<{ devices: number; error: string }> = [];
+  for (const n of opts.sizes) {
+    if (!opts.explicitSizes && n > opts.maxSize) {
+      const reason = `above BENCH_MAX=${opts.maxSize} (set BENCH_MAX=${n} or pass --sizes to run it)`;
+      log(`skip N=${n}: ${reason}`);
+      skipped.push({ devices: n, reason });
+      continue;
+    }
+    // Driver and server each hold one socket per session (the server runs in its own process).
+    const needed = n + FD_HEADROOM;
+    if (Number.isNaN(fdLimit)) log(`note: could not read ulimit -n; N=${n} needs about ${needed} file descriptors per process`);
+    else if (fdLimit < needed) {
+      const reason = `needs about ${needed} file descriptors per process but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2}) to run this size`;
+      log(`skip N=${n}: ${reason}`);
+      skipped.push({ devices: n, reason });
+      continue;
+    }
+    log(`\n== N=${n} devices ==`);
+    try {
+      results.push(await runSize(n, opts));
+    } catch (err) {
+      const error = (err as Error).message;
+      log(`  [${n}] FAILED: ${error}`);
+      failed.push({ devices: n, error });
+    }
+  }
+
+  let derp: DerpResult | undefined;
+  let derpError: string | undefined;
+  if (opts.derpPackets > 0) {
+    log(`\n== DERP relay: ${opts.derpPackets} packets of 1200 bytes, echoed ==`);
+    try {
+      const mod = (await import(DERP_MODULE)) as DerpModule;
+      derp = await mod.runRelayBenchmark({ packets: opts.derpPackets, size: 1200 });
+    } catch (err) {
+      derpError = (err as Error).message;
+      log(`  FAILED: ${derpError}`);
+    }
+  }
+
+  log('\n== Control plane ==');
+  if (results.length) {
+    log(formatTable([
+      ['N', 'join s', 'joins/s', 'join p99 ms', 'converge s', 'srv heap KiB/sess', 'srv rss KiB/sess', 'srv CPU s', 'client rss KiB/dev', 'rename p50 ms', 'p99 ms', 'max ms'],
+      ...results.map((r) => [
+        String(r.devices),
+        (r.joinMs / 1000).toFixed(2),
+        r.joinsPerSecond.toFixed(1),
+        r.joinLatency.p99.toFixed(0),
+        (r.convergenceAfterJoinMs / 1000).toFixed(2),
+        kib(r.server.heapPerSessionBytes),
+        kib(r.server.rssPerSessionBytes),
+        (r.server.cpuMsJoinAndConverge / 1000).toFixed(1),
+        kib(r.client.rssPerDeviceBytes),
+        r.rename.all.p50.toFixed(1),
+        r.rename.all.p99.toFixed(1),
+        r.rename.all.max.toFixed(1),
+      ]),
+    ]));
+    for (const r of results) {
+      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; rename pooled over ${r.rename.runs} runs x ${r.devices - 1} peers (${r.rename.all.count} samples, ${r.rename.timeouts} timeouts); server-side renameNode ${r.rename.serverApplyMs.join('/')} ms`);
+    }
+  } else {
+    log('(no control-plane size completed)');
+  }
+  if (derp) {
+    log('\n== DERP relay ==');
+    log(formatTable([
+      ['packet B', 'packets', 'packets/s', 'Mbit/s', 'added p50 ms', 'added p99 ms', 'rtt p50 ms', 'rtt p99 ms', 'dropped'],
+      [String(derp.size), String(derp.packets), String(derp.packetsPerSecond), derp.megabitsPerSecond.toFixed(1), derp.addedLatencyP50Ms.toFixed(3), derp.addedLatencyP99Ms.toFixed(3), derp.roundTripP50Ms.toFixed(3), derp.roundTripP99Ms.toFixed(3), String(derp.droppedPackets)],
+    ]));
+  }
+  log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, sizes: results, skipped, failed, derp: derp ?? null, derpError: derpError ?? null }));
+  if (failed.length || derpError) process.exitCode = 1;
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench: ${(err as Error).message ?? String(err)}\n`);
+  process.exitCode = 1;
+});

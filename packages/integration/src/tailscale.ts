@@ -343,6 +343,19 @@ function waitForExit(child: ChildProcess, timeoutMs: number): Promise<boolean> {
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+// liveDevices are devices not yet stopped; if the test process exits without
+// stopping them (a crash, a forgotten teardown), the exit hook kills their
+// daemons so no tailscaled outlives the test run on a shared machine.
+const liveDevices = new Set<{ daemon: ChildProcess; dir: string }>();
+let exitHookInstalled = false;
+
+function killLiveDevicesAtExit(): void {
+  for (const live of liveDevices) {
+    live.daemon.kill('SIGKILL');
+    rmSync(live.dir, { recursive: true, force: true });
+  }
+}
+
 // AUTH_URL_LINE finds the URL the CLI prints after "To authenticate, visit:".
 const AUTH_URL_LINE = /To authenticate, visit:\s+(\S+)/;
 
@@ -362,6 +375,7 @@ export class TailscaleDevice {
   readonly env: Record<string, string>;
   readonly #daemon: ChildProcess;
   readonly #cliChildren = new Set<ChildProcess>();
+  readonly #live: { daemon: ChildProcess; dir: string };
   #stopped = false;
 
   private constructor(name: string, binaries: TailscaleBinaries, dir: string, env: Record<string, string>, daemon: ChildProcess) {
@@ -373,6 +387,7 @@ export class TailscaleDevice {
     this.logPath = join(dir, 'tailscaled.log');
     this.env = env;
     this.#daemon = daemon;
+    this.#live = { daemon, dir };
   }
 
   /**
@@ -418,6 +433,11 @@ export class TailscaleDevice {
       closeSync(logFd);
     }
     const device = new TailscaleDevice(options.name, binaries, dir, env, daemon);
+    liveDevices.add(device.#live);
+    if (!exitHookInstalled) {
+      exitHookInstalled = true;
+      process.once('exit', killLiveDevicesAtExit);
+    }
     const spawnError = new Promise<Error>((resolve) => daemon.once('error', resolve));
     try {
       await Promise.race([
@@ -456,6 +476,7 @@ export class TailscaleDevice {
     const deadline = Date.now() + timeoutMs;
     let last = '';
     while (Date.now() < deadline) {
+      if (this.#stopped) throw new Error(`tailscaled (${this.name}) was stopped during start`);
       if (this.exited) {
         throw new Error(`tailscaled (${this.name}) exited during start (code ${this.#daemon.exitCode}, signal ${this.#daemon.signalCode}):\n${this.logTail()}`);
       }
@@ -628,7 +649,7 @@ export class TailscaleDevice {
     if (options.icmp === true) args.push('--icmp');
     args.push(peer);
     const r = await this.cliOk(args, { timeoutMs: count * perPingMs + 10_000 });
-    const pongs = [...r.stdout.matchAll(/^pong from .* via (\S+(?: \S+)?) in /gm)];
+    const pongs = [...r.stdout.matchAll(/^pong from .* via (\S+) in /gm)];
     const via = pongs.at(-1)?.[1];
     return via === undefined ? { output: r.stdout } : { output: r.stdout, via };
   }
@@ -673,6 +694,7 @@ export class TailscaleDevice {
         }
       }
     }
+    liveDevices.delete(this.#live);
     if (options.keepDir !== true) rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -92,6 +92,8 @@ t.test('DERP map: files merged by region with the embedded relay; bad files name
   t.equal(regions['900']!.Nodes[0]!.HostName, 'derp.home.example');
   t.equal(regions['999']!.RegionCode, 'headway');
   t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: Number(new URL(s.urls.http).port), InsecureForTests: true });
+  t.equal(regions['999']!.Nodes[0]!.STUNPort, s.control.stun!.address().port, 'the port STUN really bound');
+  t.not(regions['999']!.Nodes[0]!.STUNPort, 0);
   t.throws(() => parseDerpMap('regions: {901: {nodes: []}}', 'x.yaml'), /x\.yaml: region 901 has no Nodes/);
   t.throws(() => parseDerpMap('[1,2]', 'y.json'), /y\.json: expected a "Regions" mapping/);
 });

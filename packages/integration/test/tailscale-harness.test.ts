@@ -1,4 +1,5 @@
 import t from 'tap';
+import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -152,5 +153,29 @@ for (const binaries of installed) {
     t.notOk(pidAlive(pid), 'tailscaled pid is gone');
     t.notOk(existsSync(device.dir), 'temp dir removed');
     await t.rejects(device.status(), /device h.* is stopped/);
+  });
+}
+
+if (installed.length > 0) {
+  t.test('a test process that exits without stop() takes its tailscaled with it', async (t) => {
+    const harness = new URL('../src/tailscale.js', import.meta.url).href;
+    const script = `
+      const { TailscaleDevice } = await import(${JSON.stringify(harness)});
+      const d = await TailscaleDevice.start({ name: 'orphan' });
+      console.log(JSON.stringify({ pid: d.pid, dir: d.dir }));
+      process.exit(0);
+    `;
+    const out = await new Promise<string>((resolve, reject) => {
+      execFile(process.execPath, ['--input-type=module', '-e', script], { timeout: 30_000 }, (err, stdout, stderr) => {
+        if (err) reject(new Error(`${err.message}\n${stderr}`));
+        else resolve(stdout);
+      });
+    });
+    const { pid, dir } = JSON.parse(out.trim()) as { pid: number; dir: string };
+    t.ok(pid > 0);
+    const deadline = Date.now() + 5000;
+    while (pidAlive(pid) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    t.notOk(pidAlive(pid), 'orphaned tailscaled was killed at exit');
+    t.notOk(existsSync(dir), 'orphaned temp dir was removed at exit');
   });
 }

@@ -6,7 +6,8 @@
  *
  * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 50),
- *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark).
+ *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
+ *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
 import { cpus, totalmem } from 'node:os';
@@ -162,7 +163,10 @@ class ServerProcess {
 
   static start(): Promise<ServerProcess> {
     const entry = new URL('./bench-server.js', import.meta.url);
-    const child = fork(entry, [], { execArgv: ['--expose-gc'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of the server process there, to see where join time goes.
+    const profileDir = process.env.BENCH_CPU_PROF;
+    const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])];
+    const child = fork(entry, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     return new Promise<ServerProcess>((resolve, reject) => {
       const onMessage = (raw: unknown): void => {
         if (!isServerMessage(raw)) return;

@@ -83,7 +83,8 @@ export class ControlServer {
       const stunAddr = parseHostPort(config.derp.server.stun_listen_addr)!;
       this.stun = new StunServer();
       try {
-        await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+        const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+        this.derpMap.stunPort = bound.port;
       } catch (err) {
         throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
       }

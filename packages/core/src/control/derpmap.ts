@@ -45,7 +45,7 @@ export function parseDerpMap(text: string, origin: string): DerpMap {
 }
 
 /** embeddedRegion describes the built-in relay as clients must dial it (host and port from server_url). */
-export function embeddedRegion(config: HeadwayConfig): DerpRegion {
+export function embeddedRegion(config: HeadwayConfig, boundStunPort?: number): DerpRegion {
   const url = new URL(config.server_url);
   const https = url.protocol === 'https:';
   const port = Number(url.port || (https ? 443 : 80));
@@ -53,7 +53,7 @@ export function embeddedRegion(config: HeadwayConfig): DerpRegion {
   const s = config.derp.server;
   const node: Record<string, unknown> = {
     Name: String(s.region_id), RegionID: s.region_id, HostName: url.hostname.replace(/^\[|\]$/g, ''),
-    DERPPort: port, STUNPort: stun ? stun.port : -1, CanPort80: !https && port === 80,
+    DERPPort: port, STUNPort: boundStunPort ?? (stun ? stun.port : -1), CanPort80: !https && port === 80,
   };
   if (s.ipv4) node.IPv4 = s.ipv4;
   if (s.ipv6) node.IPv6 = s.ipv6;
@@ -69,6 +69,8 @@ export function embeddedRegion(config: HeadwayConfig): DerpRegion {
 export class DerpMapSource {
   private current: DerpMap = { Regions: {} };
   private timer?: NodeJS.Timeout;
+  /** stunPort is the port STUN actually bound (stun_listen_addr may ask for port 0). */
+  stunPort?: number;
 
   constructor(private readonly config: HeadwayConfig, private readonly logger: Logger, private readonly onChange: () => void) {}
 
@@ -121,7 +123,7 @@ export class DerpMapSource {
     }
     const s = this.config.derp.server;
     if (s.enabled && s.automatically_add_embedded_derp_region) {
-      const r = embeddedRegion(this.config);
+      const r = embeddedRegion(this.config, this.stunPort);
       merged.Regions[String(r.RegionID)] = r;
     }
     return merged;

@@ -13,7 +13,7 @@ import {
   type Frame,
 } from './frames.js';
 import { formatNodeKey, generateDerpKeyPair, KEY_LENGTH, parseNodeKey, publicKeyFromPrivate } from './keys.js';
-import { newWebSocketKey, webSocketAccept, WebSocketStream } from './websocket.js';
+import { newWebSocketKey, webSocketAccept, WebSocketStream } from '@headway/noise';
 
 /** DerpMessage is one server-to-client frame, decoded. */
 export type DerpMessage =

@@ -44,5 +44,5 @@ export {
   type DerpAdmitClientRequest,
   type DerpAdmitClientResponse,
 } from './verify.js';
-export { WebSocketStream, webSocketAccept, isValidWebSocketKey, newWebSocketKey, WsCloseCode, type WebSocketStreamOptions } from './websocket.js';
+export { WebSocketStream, webSocketAccept, isValidWebSocketKey, newWebSocketKey, WsCloseCode, type WebSocketStreamOptions } from '@headway/noise';
 export { runRelayBenchmark, type RelayBenchmarkOptions, type RelayBenchmarkResult } from './bench.js';

@@ -16,7 +16,7 @@ import {
   type Frame,
 } from './frames.js';
 import { formatNodeKey, KEY_LENGTH, publicKeyFromPrivate } from './keys.js';
-import { isValidWebSocketKey, webSocketAccept, WebSocketStream } from './websocket.js';
+import { isValidWebSocketKey, webSocketAccept, WebSocketStream } from '@headway/noise';
 
 /** DerpLogger is the slice of a structured logger the relay writes to; @headway/core's Logger fits. */
 export interface DerpLogger {

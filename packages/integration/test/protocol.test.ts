@@ -191,3 +191,26 @@ t.test('a policy set in database mode changes filters live', async (t) => {
   t.ok(nm.packetFilter!.every((r) => r.DstPorts?.every((p) => p.Ports.First === 22)), 'only port 22');
   await t.rejects(s.policy.set('{ "acls": [ { "action": "accept", "src": ["nobody@"], } '), { code: 'invalid_policy' });
 });
+
+t.test('autoApprovers approve advertised routes on join and again when the policy changes', async (t) => {
+  const s = await startTestServer({ policy: { mode: 'database' } });
+  t.teardown(() => s.stop());
+  const key = await authKey(s);
+  await s.policy.set(JSON.stringify({
+    acls: [{ action: 'accept', src: ['*'], dst: ['*:*'] }],
+    autoApprovers: { routes: { '10.50.0.0/16': ['alice@'] } },
+  }));
+  const r = await join(s, 'router', key, { routes: ['10.50.1.0/24', '10.60.0.0/24'] });
+  t.teardown(() => r.close());
+  const id = s.state.nodeByNodeKey(r.nodeKeyText)!.id;
+  const start = Date.now();
+  while (!s.state.getNode(id)!.approvedRoutes.includes('10.50.1.0/24') && Date.now() - start < 5000) await new Promise((res) => setTimeout(res, 50));
+  t.same(s.state.getNode(id)!.approvedRoutes, ['10.50.1.0/24'], 'inside the auto-approved range only');
+  await s.policy.set(JSON.stringify({
+    acls: [{ action: 'accept', src: ['*'], dst: ['*:*'] }],
+    autoApprovers: { routes: { '10.50.0.0/16': ['alice@'], '10.60.0.0/16': ['alice@'] } },
+  }));
+  const again = Date.now();
+  while (!s.state.getNode(id)!.approvedRoutes.includes('10.60.0.0/24') && Date.now() - again < 5000) await new Promise((res) => setTimeout(res, 50));
+  t.same(s.state.getNode(id)!.approvedRoutes, ['10.50.1.0/24', '10.60.0.0/24'], 'the policy change approved the second route');
+});

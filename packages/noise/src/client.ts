@@ -1,13 +1,12 @@
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { NoiseConn } from './conn.js';
 import { isZeroKey, parseMachineKey } from './keys.js';
 import { responseLengthFromHeader, startClientHandshake } from './messages.js';
 import { HANDSHAKE_HEADER, UPGRADE_PROTOCOL } from './server.js';
-import { websocketAccept, WebSocketStream } from './websocket.js';
+import { newWebSocketKey, webSocketAccept, WebSocketStream } from './websocket.js';
 
 /** DialTs2021Options describe one native (HTTP upgrade) ts2021 dial. */
 export interface DialTs2021Options {
@@ -93,7 +92,7 @@ export async function dialTs2021(opts: DialTs2021Options): Promise<DialTs2021Res
     capabilityVersion: opts.capabilityVersion,
   });
   const request = base.protocol === 'https:' ? httpsRequest : httpRequest;
-  const websocketKey = randomBytes(16).toString('base64');
+  const websocketKey = newWebSocketKey();
   const initiationText = handshake.initiation.toString('base64');
   const req = request({
     protocol: base.protocol,
@@ -146,11 +145,11 @@ export async function dialTs2021(opts: DialTs2021Options): Promise<DialTs2021Res
     let stream: Duplex = socket;
     let streamHead = head;
     if (opts.websocket) {
-      if (res.headers['sec-websocket-accept'] !== websocketAccept(websocketKey) || res.headers['sec-websocket-protocol'] !== UPGRADE_PROTOCOL) {
+      if (res.headers['sec-websocket-accept'] !== webSocketAccept(websocketKey) || res.headers['sec-websocket-protocol'] !== UPGRADE_PROTOCOL) {
         socket.destroy();
         throw new Error('ts2021 websocket upgrade answered with a wrong Sec-WebSocket-Accept or subprotocol');
       }
-      stream = new WebSocketStream(socket, 'client', head);
+      stream = new WebSocketStream(socket, { role: 'client', head });
       streamHead = Buffer.alloc(0);
     } else if (res.headers.upgrade !== UPGRADE_PROTOCOL) {
       socket.destroy();

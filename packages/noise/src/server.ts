@@ -3,7 +3,7 @@ import type { Duplex } from 'node:stream';
 import { NoiseConn, encodeEarlyPayload, sealRecords } from './conn.js';
 import { formatKey } from './keys.js';
 import { acceptInitiation, errorFrame, HandshakeRefusal, INITIATION_LENGTH } from './messages.js';
-import { websocketAccept, WebSocketStream } from './websocket.js';
+import { webSocketAccept, WebSocketStream } from './websocket.js';
 
 /** UPGRADE_PROTOCOL is the Upgrade token of the native ts2021 transport; the client compares it byte for byte. */
 export const UPGRADE_PROTOCOL = 'tailscale-control-protocol';
@@ -103,9 +103,9 @@ function handleWebSocketUpgrade(
   if (!initiation) return undefined;
   socket.write(
     `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
-      `Sec-WebSocket-Accept: ${websocketAccept(key)}\r\nSec-WebSocket-Protocol: ${UPGRADE_PROTOCOL}\r\n\r\n`,
+      `Sec-WebSocket-Accept: ${webSocketAccept(key)}\r\nSec-WebSocket-Protocol: ${UPGRADE_PROTOCOL}\r\n\r\n`,
   );
-  const ws = new WebSocketStream(socket, 'server', head);
+  const ws = new WebSocketStream(socket, { role: 'server', head });
   ws.on('error', () => undefined);
   let accepted;
   try {

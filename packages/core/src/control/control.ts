@@ -95,7 +95,9 @@ export class ControlServer {
     }
     this.hub.start();
     this.unsubscribe = state.bus.subscribe((c) => {
+      // autoApprovers apply whenever a node's advertised routes may have changed, and to all on a policy change.
       if (c.type === 'policy-changed') void this.applyAutoApprovals(state.listNodes());
+      if (c.type === 'node-added' || c.type === 'node-changed') void this.applyAutoApprovals([c.node]);
       if (c.type === 'node-removed') {
         this.derp?.disconnect(c.node.nodeKey);
         clearTimeout(this.ephemeralTimers.get(c.nodeId));
@@ -286,8 +288,6 @@ export class ControlServer {
     }
     if (full) {
       current = await state.updateNode(node.id, store);
-      await this.applyAutoApprovals([current]);
-      current = state.getNode(node.id) ?? current;
       if (Object.keys(patch).length) state.publishPatch(node.id, patch);
     } else if (Object.keys(store).length) {
       current = await state.updateNode(node.id, store, 'silent');

@@ -1,7 +1,35 @@
 import t, { type Test } from 'tap';
-import { createServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { webSocketAccept, WebSocketStream, WsCloseCode, isValidWebSocketKey } from '../src/websocket.js';
-import { RawConn } from './helpers.js';
+
+/** WirePeer is the hand-driven end of a TCP connection: it records every byte and whether the socket closed. */
+interface WirePeer {
+  socket: Socket;
+  readonly data: Buffer;
+  readonly closed: boolean;
+}
+
+async function dialWirePeer(port: number): Promise<WirePeer> {
+  const socket = connect({ host: '127.0.0.1', port });
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  const peer = { socket, data: Buffer.alloc(0), closed: false };
+  socket.on('data', (c: Buffer) => (peer.data = Buffer.concat([peer.data, c])));
+  socket.on('close', () => (peer.closed = true));
+  socket.on('error', () => {});
+  return peer;
+}
+
+/** eventually polls cond, since the stream's reactions arrive as later socket events. */
+async function eventually(cond: () => boolean, what: string, timeoutMs = 3000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
 
 /** clientFrame builds one client-to-server frame, masked unless told otherwise. */
 function clientFrame(opcode: number, payload: Buffer, opts: { fin?: boolean; masked?: boolean; rsv?: number } = {}): Buffer {
@@ -40,13 +68,13 @@ function serverFrames(data: Buffer): { opcode: number; payload: Buffer }[] {
   return out;
 }
 
-async function pair(t: Test): Promise<{ ws: WebSocketStream; raw: RawConn; received: () => Buffer }> {
+async function pair(t: Test): Promise<{ ws: WebSocketStream; raw: WirePeer; received: () => Buffer }> {
   let accepted!: (s: Socket) => void;
   const got = new Promise<Socket>((r) => (accepted = r));
   const server = createServer((s) => accepted(s));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise<void>((r) => server.close(() => r())));
-  const raw = await RawConn.open((server.address() as AddressInfo).port);
+  const raw = await dialWirePeer((server.address() as AddressInfo).port);
   const ws = new WebSocketStream(await got, { role: 'server', maxMessageBytes: 1000 });
   ws.on('error', () => {});
   const chunks: Buffer[] = [];
@@ -72,13 +100,13 @@ t.test('fragmented binary messages become one byte stream; ping gets pong', asyn
   raw.socket.write(clientFrame(0x0, Buffer.from('lo '), { fin: false }));
   raw.socket.write(clientFrame(0x0, Buffer.from('world')));
   raw.socket.write(clientFrame(0x2, Buffer.alloc(300, 7)));
-  await raw.until(() => serverFrames(raw.data).some((f) => f.opcode === 0xa));
+  await eventually(() => serverFrames(raw.data).some((f) => f.opcode === 0xa), 'pong');
   const pong = serverFrames(raw.data).find((f) => f.opcode === 0xa);
   t.equal(pong?.payload.toString(), 'pingdata', 'pong echoes the ping payload unmasked');
   await new Promise((r) => setTimeout(r, 20));
   t.same(received(), Buffer.concat([Buffer.from('hello world'), Buffer.alloc(300, 7)]));
   ws.write(Buffer.from('reply'));
-  await raw.until(() => serverFrames(raw.data).some((f) => f.opcode === 0x2));
+  await eventually(() => serverFrames(raw.data).some((f) => f.opcode === 0x2), 'binary reply');
   t.equal(serverFrames(raw.data).find((f) => f.opcode === 0x2)?.payload.toString(), 'reply', 'server frames are binary and unmasked');
 });
 
@@ -89,7 +117,7 @@ t.test('close is echoed and ends the stream', async (t) => {
   code.writeUInt16BE(1000);
   raw.socket.write(clientFrame(0x8, code));
   await ended;
-  await raw.until(() => serverFrames(raw.data).some((f) => f.opcode === 0x8));
+  await eventually(() => serverFrames(raw.data).some((f) => f.opcode === 0x8), 'close frame');
   t.equal(serverFrames(raw.data).find((f) => f.opcode === 0x8)?.payload.readUInt16BE(0), 1000);
   t.equal(ws.closeCode, 1000);
 });
@@ -107,7 +135,7 @@ for (const [name, bytes, expected] of violations) {
   t.test(`protocol violation closes with ${expected}: ${name}`, async (t) => {
     const { ws, raw } = await pair(t);
     raw.socket.write(bytes);
-    await raw.waitClosed();
+    await eventually(() => raw.closed, 'socket close');
     const close = serverFrames(raw.data).find((f) => f.opcode === 0x8);
     t.equal(close?.payload.readUInt16BE(0), expected);
     t.ok(ws.destroyed);

@@ -8,7 +8,7 @@
  * join with a key, interactive join, admin changes (rename, tag, routes,
  * delete), ephemeral cleanup, tailscaled restart, server restart, logout.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -161,12 +161,30 @@ for (const binaries of installed) {
     const alice = await server.state.createUser({ name: 'alice' });
     const { secret: reusableKey } = await server.state.createPreAuthKey({ userId: alice.id, reusable: true });
 
+    // The steps share devices and node ids, so after one fails the rest are
+    // skipped with its name instead of failing with confusing follow-on errors.
+    let failedStep: string | undefined;
+    const step = async (name: string, body: (t: Test) => Promise<void>): Promise<void> => {
+      if (failedStep !== undefined) {
+        t.skip(`${name} (skipped: step "${failedStep}" failed)`, () => undefined);
+        return;
+      }
+      await t.test(name, async (t) => {
+        try {
+          await body(t);
+        } finally {
+          if (!t.passing()) failedStep = name;
+        }
+      });
+      if (failedStep === undefined && !t.passing()) failedStep = name;
+    };
+
     const a = await startDevice('a');
     let b = await startDevice('b');
     let idA = '';
     let idB = '';
 
-    await t.test('1. two devices join with a pre-auth key and see each other', async (t) => {
+    await step('1. two devices join with a pre-auth key and see each other', async (t) => {
       await a.up({ loginServer, authKey: reusableKey, hostname: 'alpha', timeoutMs: JOIN_TIMEOUT_MS });
       await b.up({ loginServer, authKey: reusableKey, hostname: 'bravo', timeoutMs: JOIN_TIMEOUT_MS });
       const nodes = await admin.waitForNodes('both online', (ns) => ns.length === 2 && ns.every((n) => n.online), SYNC_TIMEOUT_MS);
@@ -192,7 +210,7 @@ for (const binaries of installed) {
 
     let idC = '';
     let c: TailscaleDevice | undefined;
-    await t.test('2. interactive join: AuthURL, then `headway nodes register`', async (t) => {
+    await step('2. interactive join: AuthURL, then `headway nodes register`', async (t) => {
       c = await startDevice('c');
       const up = await c.up({ loginServer, hostname: 'charlie', advertiseRoutes: ['10.77.0.0/24'], advertiseExitNode: true, timeoutMs: JOIN_TIMEOUT_MS });
       const authUrl = up.authUrl ?? '';
@@ -210,7 +228,7 @@ for (const binaries of installed) {
       t.same(sorted(node.available_routes), ['0.0.0.0/0', '10.77.0.0/24', '::/0'], 'advertised routes reached the server');
     });
 
-    await t.test('3. admin changes reach the other device', async (t) => {
+    await step('3. admin changes reach the other device', async (t) => {
       const cli0 = Date.now();
       await admin.json<CliNode>(['nodes', 'rename', '-i', idB, 'bravo-two']);
       const applied = Date.now();
@@ -245,7 +263,7 @@ for (const binaries of installed) {
       await c!.stop();
     });
 
-    await t.test('4. an ephemeral node disappears after its tailscaled stops', async (t) => {
+    await step('4. an ephemeral node disappears after its tailscaled stops', async (t) => {
       const { secret } = await server.state.createPreAuthKey({ userId: alice.id, reusable: false, ephemeral: true });
       const e = await startDevice('e');
       await e.up({ loginServer, authKey: secret, hostname: 'echo', timeoutMs: JOIN_TIMEOUT_MS });
@@ -263,7 +281,7 @@ for (const binaries of installed) {
       t.pass('alpha no longer lists echo');
     });
 
-    await t.test('5a. restarting tailscaled with the same state keeps the node', async (t) => {
+    await step('5a. restarting tailscaled with the same state keeps the node', async (t) => {
       const before = await b.status();
       const nodeCount = (await admin.nodes()).length;
       const stateDir = b.stateDir;
@@ -282,7 +300,7 @@ for (const binaries of installed) {
       t.pass('alpha sees bravo online again');
     });
 
-    await t.test('6. restarting the server: devices reconnect without registering again', async (t) => {
+    await step('6. restarting the server: devices reconnect without registering again', async (t) => {
       const nodesBefore = await admin.nodes();
       const port = new URL(loginServer).port;
       await server.stop({ remove: false });
@@ -304,7 +322,7 @@ for (const binaries of installed) {
       t.pass('a rename after the restart still propagates');
     });
 
-    await t.test('5b. `tailscale logout` expires the node', async (t) => {
+    await step('5b. `tailscale logout` expires the node', async (t) => {
       await b.logout();
       const nodes = await admin.waitForNodes('bravo expired', (ns) => {
         const e = byId(ns, idB).expiry;

@@ -13,6 +13,9 @@ export interface MemorySample {
   /** cpuUserMs / cpuSystemMs are process.cpuUsage() totals in milliseconds. */
   cpuUserMs: number;
   cpuSystemMs: number;
+  /** loopDelay: server event-loop delay since the previous sample (ms); long stalls delay every session. */
+  loopDelayP99Ms: number;
+  loopDelayMaxMs: number;
 }
 
 /** ServerCommand is what the driver asks of the server process. */

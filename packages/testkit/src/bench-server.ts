@@ -6,6 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { isServerRequest, type MemorySample, type ServerMessage, type ServerRequest } from './bench-ipc.js';
 
 /** CoreConfig is the part of HeadwayConfig the benchmark reads. */
@@ -43,6 +44,9 @@ function send(msg: ServerMessage, then?: () => void): void {
   process.send?.(msg, undefined, undefined, () => then?.());
 }
 
+const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+loopDelay.enable();
+
 /** sampleMemory collects garbage twice (weak refs and finalizers settle after the first) and reads usage. */
 export function sampleMemory(): MemorySample {
   const gc = (globalThis as { gc?: () => void }).gc;
@@ -60,7 +64,15 @@ export function sampleMemory(): MemorySample {
     arrayBuffers: m.arrayBuffers,
     cpuUserMs: cpu.user / 1000,
     cpuSystemMs: cpu.system / 1000,
+    ...takeLoopDelay(),
   };
+}
+
+/** takeLoopDelay reads and resets the event-loop delay histogram (nanoseconds inside). */
+function takeLoopDelay(): { loopDelayP99Ms: number; loopDelayMaxMs: number } {
+  const out = { loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6 };
+  loopDelay.reset();
+  return out;
 }
 
 async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {

@@ -5,7 +5,9 @@
  * by one `BENCH_JSON {...}` line holding every figure.
  *
  * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000]
- * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 50),
+ * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 20:
+ *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
+ *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),
  *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
  */
@@ -18,6 +20,8 @@ import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySumma
 const DEFAULT_SIZES = [100, 1000, 5000];
 /** FD_HEADROOM covers what each process holds besides one socket per session: the database, listeners, stdio, IPC. */
 const FD_HEADROOM = 256;
+/** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
+const JOIN_ATTEMPTS = 3;
 
 /** BenchOptions are the knobs read from argv and the environment. */
 export interface BenchOptions {
@@ -28,6 +32,8 @@ export interface BenchOptions {
   concurrency: number;
   renames: number;
   derpPackets: number;
+  /** joinBudgetSeconds: a size whose joins take longer is abandoned and reported as failed with its progress. */
+  joinBudgetSeconds: number;
 }
 
 /** SizeResult holds every figure measured for one fleet size. */
@@ -37,6 +43,10 @@ export interface SizeResult {
   joinMs: number;
   joinsPerSecond: number;
   joinLatency: LatencySummary;
+  /** joinRetries counts joins re-attempted after a dial timeout (at most JOIN_ATTEMPTS - 1 each). */
+  joinRetries: number;
+  /** joinProgress: elapsed seconds at every tenth of the fleet (N >= 1000 only), showing how join cost grows. */
+  joinProgress: Array<{ joined: number; seconds: number }>;
   /** convergenceAfterJoinMs runs from the last join finishing until every netmap has N-1 peers. */
   convergenceAfterJoinMs: number;
   /** convergenceTotalMs runs from the first join starting until full convergence. */
@@ -49,6 +59,9 @@ export interface SizeResult {
     externalPerSessionBytes: number;
     /** cpuMsJoinAndConverge is server user+system CPU spent between the two memory samples. */
     cpuMsJoinAndConverge: number;
+    /** eventLoopDelay*: the server's event-loop delay during join and convergence. */
+    eventLoopDelayP99Ms: number;
+    eventLoopDelayMaxMs: number;
   };
   /** client: the driver process's own growth, i.e. what N virtual devices cost (not the server). */
   client: { rssPerDeviceBytes: number; heapPerDeviceBytes: number };
@@ -115,9 +128,10 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = p
     sizes,
     explicitSizes,
     maxSize: envInt(env, 'BENCH_MAX', 1000, 2),
-    concurrency: envInt(env, 'BENCH_CONCURRENCY', 50, 1),
+    concurrency: envInt(env, 'BENCH_CONCURRENCY', 20, 1),
     renames: envInt(env, 'BENCH_RENAMES', 5, 1),
     derpPackets: envInt(env, 'BENCH_DERP_PACKETS', 20000, 0),
+    joinBudgetSeconds: envInt(env, 'BENCH_JOIN_BUDGET_S', 600, 1),
   };
 }
 
@@ -258,22 +272,51 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
     // Join: connect, register, start the streamed map poll.
     for (let i = 0; i < n; i++) devices.push(new TestDevice({ serverUrl: url, hostname: `bench-${i}` }));
     const joinLatencies: number[] = [];
+    let joinRetries = 0;
     let done = 0;
+    const joinProgress: Array<{ joined: number; seconds: number }> = [];
+    const progressEvery = n >= 1000 ? Math.max(100, Math.floor(n / 10)) : 0;
     const joinStart = performance.now();
+    const joinDeadline = joinStart + opts.joinBudgetSeconds * 1000;
     await runPool(n, opts.concurrency, async (i) => {
-      const d = devices[i]!;
+      if (performance.now() > joinDeadline) {
+        const elapsed = (performance.now() - joinStart) / 1000;
+        throw new Error(`join budget of ${opts.joinBudgetSeconds} s used up: ${done}/${n} devices joined in ${elapsed.toFixed(0)} s ` +
+          (joinProgress.length ? `(progress ${joinProgress.map((p) => `${p.joined}@${p.seconds}s`).join(' ')}) ` : '') + `(raise BENCH_JOIN_BUDGET_S to wait longer)`);
+      }
       const t0 = performance.now();
-      await d.connect();
-      const reply = await d.register({ authKey });
-      if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
-      await d.startMap({ stream: true });
+      for (let attempt = 1; ; attempt++) {
+        const d = devices[i]!;
+        try {
+          await d.connect();
+          const reply = await d.register({ authKey });
+          if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
+          await d.startMap({ stream: true });
+          break;
+        } catch (err) {
+          const message = (err as Error).message;
+          // tailscaled retries a dial that timed out under load; do the same, keeping the device's identity
+          // so a register that did land is not counted as a second node.
+          if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
+            throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
+          }
+          joinRetries++;
+          await d.close().catch(() => undefined);
+          devices[i] = new TestDevice({ serverUrl: url, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
+          await new Promise((r) => setTimeout(r, 250 * attempt));
+        }
+      }
       joinLatencies.push(performance.now() - t0);
       done++;
-      if (n >= 1000 && done % 500 === 0) log(`  [${n}] ${done}/${n} joined after ${((performance.now() - joinStart) / 1000).toFixed(1)} s`);
+      if (progressEvery && done % progressEvery === 0) {
+        const seconds = round2((performance.now() - joinStart) / 1000);
+        joinProgress.push({ joined: done, seconds });
+        log(`  [${n}] ${done}/${n} joined after ${seconds.toFixed(1)} s`);
+      }
     });
     const joinEnd = performance.now();
     const joinMs = joinEnd - joinStart;
-    log(`  [${n}] joined ${n} devices in ${(joinMs / 1000).toFixed(2)} s (${(n / (joinMs / 1000)).toFixed(1)} joins/s, concurrency ${opts.concurrency})`);
+    log(`  [${n}] joined ${n} devices in ${(joinMs / 1000).toFixed(2)} s (${(n / (joinMs / 1000)).toFixed(1)} joins/s, concurrency ${opts.concurrency}, ${joinRetries} retried dials)`);
 
     // Convergence: every device sees every other one.
     const convergeTimeout = Math.max(60_000, n * 60);
@@ -329,6 +372,8 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
       joinMs: round2(joinMs),
       joinsPerSecond: round2(n / (joinMs / 1000)),
       joinLatency: summarize(joinLatencies),
+      joinRetries,
+      joinProgress,
       convergenceAfterJoinMs: round2(convergedAt - joinEnd),
       convergenceTotalMs: round2(convergedAt - joinStart),
       server: {
@@ -338,6 +383,8 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
         rssPerSessionBytes: Math.round((serverAfter.rss - serverBefore.rss) / n),
         externalPerSessionBytes: Math.round((serverAfter.external - serverBefore.external) / n),
         cpuMsJoinAndConverge: round2(serverAfter.cpuUserMs + serverAfter.cpuSystemMs - serverBefore.cpuUserMs - serverBefore.cpuSystemMs),
+        eventLoopDelayP99Ms: round2(serverAfter.loopDelayP99Ms),
+        eventLoopDelayMaxMs: round2(serverAfter.loopDelayMaxMs),
       },
       client: {
         rssPerDeviceBytes: Math.round((clientAfter.rss - clientBefore.rss) / n),
@@ -429,7 +476,7 @@ async function main(): Promise<void> {
       ]),
     ]));
     for (const r of results) {
-      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; rename pooled over ${r.rename.runs} runs x ${r.devices - 1} peers (${r.rename.all.count} samples, ${r.rename.timeouts} timeouts); server-side renameNode ${r.rename.serverApplyMs.join('/')} ms`);
+      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; rename pooled over ${r.rename.runs} runs x ${r.devices - 1} peers (${r.rename.all.count} samples, ${r.rename.timeouts} timeouts); server-side renameNode ${r.rename.serverApplyMs.join('/')} ms; server event-loop delay during join p99 ${r.server.eventLoopDelayP99Ms} ms, max ${r.server.eventLoopDelayMaxMs} ms; ${r.joinRetries} join retries`);
     }
   } else {
     log('(no control-plane size completed)');

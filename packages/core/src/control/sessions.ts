@@ -126,19 +126,21 @@ export class SessionHub {
   private apply(c: Change): void {
     switch (c.type) {
       case 'node-patch': return this.patch(c.nodeId, c.patch);
-      case 'node-added': this.shapes.set(c.node.id, shapeOf(c.node)); return this.structural([c.node.id]);
+      case 'node-added':
+        this.shapes.set(c.node.id, shapeOf(c.node));
+        return this.mapper.view.hasPolicy ? this.structural([c.node.id]) : this.openAdded(c.node);
       case 'node-removed':
         this.shapes.delete(c.node.id);
         this.mapper.forget(c.nodeId);
         this.closeNode?.(c.nodeId);
-        return this.structural([]);
+        return this.mapper.view.hasPolicy ? this.structural([]) : this.openRemoved(c.nodeId);
       case 'node-changed': {
         const shape = shapeOf(c.node);
         const same = sameShape(this.shapes.get(c.node.id), shape);
         this.shapes.set(c.node.id, shape);
         this.mapper.forget(c.node.id);
         if (same) return this.peerChanged(c.node);
-        return this.structural([c.node.id]);
+        return this.mapper.view.hasPolicy ? this.structural([c.node.id]) : this.openChanged(c.node);
       }
       case 'user-changed': case 'user-removed': return this.structural([]);
       case 'policy-changed':
@@ -163,6 +165,66 @@ export class SessionHub {
 
   private broadcast(json: string): void {
     this.sendAll([...this.sessions()].map((s) => [s, json] as [MapSession, string]));
+  }
+
+  /*
+   * Without a policy every node sees every node with the same allow-all filter, so
+   * a join, a delete or a routing change is applied to each session directly
+   * instead of re-deriving every session's peer set (which made a join cost
+   * sessions x peers, and a fleet's arrival cubic).
+   */
+
+  private openAdded(node: Node): void {
+    this.mapper.view.invalidate();
+    const moved = this.primariesMoved();
+    const upsert = [node.id, ...moved].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
+    const text = upsert.map((n) => this.mapper.peer(n)).join(',');
+    const json = `{"PeersChanged":[${text}],"UserProfiles":${this.mapper.profilesFor(upsert)}}`;
+    const targets: Array<[MapSession, string]> = [];
+    for (const s of this.sessions()) {
+      if (s.nodeId === node.id) continue;
+      s.peers.add(node.id);
+      targets.push([s, json]);
+    }
+    this.sendAll(targets);
+  }
+
+  private openRemoved(nodeId: number): void {
+    this.mapper.view.invalidate();
+    const moved = this.primariesMoved().map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
+    const changed = moved.length ? `,"PeersChanged":[${moved.map((n) => this.mapper.peer(n)).join(',')}]` : '';
+    const json = `{"PeersRemoved":[${nodeId}]${changed}}`;
+    const targets: Array<[MapSession, string]> = [];
+    for (const s of this.sessions()) {
+      if (!s.peers.delete(nodeId) && !changed) continue;
+      targets.push([s, json]);
+    }
+    this.sendAll(targets);
+  }
+
+  private openChanged(node: Node): void {
+    this.mapper.view.invalidate();
+    const ids = [...new Set([node.id, ...this.primariesMoved()])];
+    const nodes = ids.map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
+    const json = `{"PeersChanged":[${nodes.map((n) => this.mapper.peer(n)).join(',')}],"UserProfiles":${this.mapper.profilesFor(nodes)}}`;
+    const targets: Array<[MapSession, string]> = [];
+    for (const s of this.sessions()) {
+      if (ids.includes(s.nodeId)) {
+        const self = this.state.getNode(s.nodeId);
+        const others = nodes.filter((n) => n.id !== s.nodeId);
+        const parts = [`"Node":${this.mapper.selfNode(self!, s.capVersion)}`];
+        if (others.length) parts.push(`"PeersChanged":[${others.map((n) => this.mapper.peer(n)).join(',')}]`);
+        targets.push([s, `{${parts.join(',')}}`]);
+      } else targets.push([s, json]);
+    }
+    this.sendAll(targets);
+  }
+
+  /** primariesMoved recomputes primary routers and forgets the cached JSON of nodes that changed role. */
+  private primariesMoved(): number[] {
+    const moved = [...this.mapper.view.updatePrimaries()];
+    for (const id of moved) this.mapper.forget(id);
+    return moved;
   }
 
   /** peerChanged: a node changed in a way that does not alter who sees whom (e.g. renamed). */

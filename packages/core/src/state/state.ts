@@ -38,6 +38,9 @@ export class State {
   private readonly users = new Map<number, User>();
   private readonly nodes = new Map<number, Node>();
   private readonly sessions = new Map<number, number>();
+  /** Key indexes: every register and map request looks a node up by key. */
+  private readonly byNodeKey = new Map<string, Node>();
+  private readonly byMachineKey = new Map<string, Node>();
   private v4?: AddressAllocator;
   private v6?: AddressAllocator;
   /** Serializes allocations so two registrations never propose the same address. */
@@ -51,7 +54,7 @@ export class State {
     if (v6) this.v6 = new AddressAllocator(v6, allocation);
     for (const u of await this.storage.users.list()) this.users.set(u.id, u);
     for (const n of await this.storage.nodes.list()) {
-      this.nodes.set(n.id, n);
+      this.putNode(n);
       this.v4?.markUsed(n.ipv4);
       this.v6?.markUsed(n.ipv6);
     }
@@ -133,8 +136,22 @@ export class State {
     if (!n) throw notFound('node', id);
     return n;
   }
-  nodeByMachineKey(key: string): Node | undefined { return [...this.nodes.values()].find((n) => n.machineKey === key); }
-  nodeByNodeKey(key: string): Node | undefined { return [...this.nodes.values()].find((n) => n.nodeKey === key); }
+  nodeByMachineKey(key: string): Node | undefined { return this.byMachineKey.get(key); }
+  nodeByNodeKey(key: string): Node | undefined { return this.byNodeKey.get(key); }
+
+  /** putNode stores a node in memory and keeps the key indexes in step. */
+  private putNode(n: Node): void {
+    const old = this.nodes.get(n.id);
+    if (old) this.dropKeys(old);
+    this.nodes.set(n.id, n);
+    this.byNodeKey.set(n.nodeKey, n);
+    this.byMachineKey.set(n.machineKey, n);
+  }
+
+  private dropKeys(n: Node): void {
+    if (this.byNodeKey.get(n.nodeKey)?.id === n.id) this.byNodeKey.delete(n.nodeKey);
+    if (this.byMachineKey.get(n.machineKey)?.id === n.id) this.byMachineKey.delete(n.machineKey);
+  }
 
   isOnline(id: number): boolean { return (this.sessions.get(id) ?? 0) > 0; }
   onlineCount(): number { return [...this.sessions.values()].filter((c) => c > 0).length; }
@@ -167,7 +184,7 @@ export class State {
         ephemeral: input.ephemeral ?? false,
         authKeyId: input.authKeyId ?? null,
       }));
-      this.nodes.set(node.id, node);
+      this.putNode(node);
       this.bus.publish({ type: 'node-added', node });
       return node;
     });
@@ -197,7 +214,7 @@ export class State {
     this.requireNode(id);
     const updated = await this.conflicts(() => this.storage.nodes.update(id, patch));
     if (!updated) throw notFound('node', id);
-    this.nodes.set(id, updated);
+    this.putNode(updated);
     if (publish === 'full') this.bus.publish({ type: 'node-changed', node: updated });
     return updated;
   }
@@ -213,6 +230,7 @@ export class State {
   async deleteNode(id: number): Promise<Node> {
     const node = this.requireNode(id);
     await this.storage.nodes.delete(id);
+    this.dropKeys(node);
     this.nodes.delete(id);
     this.sessions.delete(id);
     this.v4?.release(node.ipv4);

@@ -23,7 +23,7 @@ import { assertDnsPort, DNS, type DnsPort } from '../ports/policy.js';
 export interface StartOptions {
   config: HeadwayConfig;
   logger: Logger;
-  /** the config file read, or null for built-in defaults (logged once). */
+  /** the config file read, or null for built-in defaults (the caller logs which, once). */
   configSource?: string | null;
   engine?: PolicyEngine;
 }
@@ -71,7 +71,6 @@ function trackSockets(server: http.Server): Set<Socket> {
  */
 export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
-  if (opts.configSource === null) logger.info('no config file found; using built-in defaults', { data_dir: config.data_dir });
   mkdirSync(config.data_dir, { recursive: true, mode: 0o750 });
   logger.info('data directory', { path: config.data_dir });
 

@@ -22,6 +22,9 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
     data_dir: dataDir,
     ...raw,
   } as Record<string, unknown>;
+  // The embedded relay is on by default; tests run in parallel, so STUN takes any free port.
+  const derp = (merged.derp ?? {}) as { server?: Record<string, unknown> };
+  merged.derp = { ...derp, server: { stun_listen_addr: '127.0.0.1:0', ...(derp.server ?? {}) } };
   const { config, problems } = resolveConfig(merged, { env: opts.env ?? {}, baseDir: dataDir });
   const bad = problems.filter((p) => p.level !== 'warn');
   if (bad.length) throw new Error(`test config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);

@@ -94,6 +94,10 @@ t.test('DERP map: files merged by region with the embedded relay; bad files name
   t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: Number(new URL(s.urls.http).port), InsecureForTests: true });
   t.equal(regions['999']!.Nodes[0]!.STUNPort, s.control.stun!.address().port, 'the port STUN really bound');
   t.not(regions['999']!.Nodes[0]!.STUNPort, 0);
+  writeFileSync(yamlMap, 'regions:\n  901:\n    regionid: 901\n    regioncode: away\n    regionname: Away\n    nodes:\n      - name: 901a\n        regionid: 901\n        hostname: derp.away.example\n');
+  t.equal(await s.control.derpMap.refresh(), true, 'the periodic refresh sees the change');
+  await d.waitFor((nm) => Object.keys(nm.derpMap?.Regions ?? {}).sort().join() === '901,999', 5000);
+  t.pass('a changed DERP map reaches connected devices');
   t.throws(() => parseDerpMap('regions: {901: {nodes: []}}', 'x.yaml'), /x\.yaml: region 901 has no Nodes/);
   t.throws(() => parseDerpMap('[1,2]', 'y.json'), /y\.json: expected a "Regions" mapping/);
 });

@@ -82,6 +82,7 @@ async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
     metrics_listen_addr: '',
     data_dir: dataDir,
     log: { level: 'warn' },
+    derp: { server: { stun_listen_addr: '127.0.0.1:0' } },
   };
   const resolve = (raw: Record<string, unknown>): CoreConfig => {
     const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });

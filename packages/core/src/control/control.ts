@@ -80,13 +80,17 @@ export class ControlServer {
         logger,
         verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
       });
-      const stunAddr = parseHostPort(config.derp.server.stun_listen_addr)!;
-      this.stun = new StunServer();
-      try {
-        const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
-        this.derpMap.stunPort = bound.port;
-      } catch (err) {
-        throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
+      const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
+      if (stunAddr) {
+        this.stun = new StunServer();
+        try {
+          const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+          this.derpMap.stunPort = bound.port;
+        } catch (err) {
+          throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
+        }
+      } else {
+        this.derpMap.stunPort = -1;
       }
     }
     await this.derpMap.init();

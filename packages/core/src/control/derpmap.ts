@@ -49,7 +49,7 @@ export function embeddedRegion(config: HeadwayConfig, boundStunPort?: number): D
   const url = new URL(config.server_url);
   const https = url.protocol === 'https:';
   const port = Number(url.port || (https ? 443 : 80));
-  const stun = parseHostPort(config.derp.server.stun_listen_addr);
+  const stun = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
   const s = config.derp.server;
   const node: Record<string, unknown> = {
     Name: String(s.region_id), RegionID: s.region_id, HostName: url.hostname.replace(/^\[|\]$/g, ''),

@@ -148,7 +148,7 @@ t.test('subnet routes: one primary among online routers, failing over when it go
   r1.close();
   await viewer.waitFor((m) => (m.peers.get(n2.id)?.PrimaryRoutes ?? []).includes('10.9.0.0/24') && !(m.peers.get(n1.id)?.PrimaryRoutes ?? []).length, 5000);
   t.pass('failed over to r2');
-  const listed = s.state.listNodes().map((n) => s.control.view.primaryRoutes(n.id));
+  const listed = s.state.listNodes().map((n) => s.control.primaryRoutes(n.id));
   t.same(listed.flat(), ['10.9.0.0/24']);
 });
 

@@ -111,6 +111,12 @@ export class ControlServer {
   }
 
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
+  /** primaryRoutes answers API reads with primaries brought up to date first. */
+  primaryRoutes(nodeId: number): string[] {
+    this.hub.syncPrimaries();
+    return this.view.primaryRoutes(nodeId);
+  }
+
   admits(nodeKey: string): boolean {
     const node = this.o.state.nodeByNodeKey(nodeKey);
     return Boolean(node && !(node.expiry && node.expiry.getTime() <= Date.now()));
@@ -238,6 +244,7 @@ export class ControlServer {
     if (!found || found.machineKey !== machineKey) return this.reply(res, 404, 'node not found');
     const node = await this.updateFromRequest(found, mr);
     const zstd = mr.Compress === 'zstd';
+    this.hub.syncPrimaries();
     if (!mr.Stream) {
       if (mr.OmitPeers) { res.writeHead(200); res.end(); return; }
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
@@ -249,6 +256,7 @@ export class ControlServer {
     const session = new MapSession(node.id, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     clearTimeout(this.ephemeralTimers.get(node.id));
     state.sessionOpened(node.id);
+    this.hub.syncPrimaries();
     const current = state.getNode(node.id) ?? node;
     res.write(frame(this.mapper.fullMap(current, mr.Version), zstd));
     metrics.mapMessages.inc({ kind: 'full' });

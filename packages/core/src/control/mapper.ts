@@ -32,6 +32,8 @@ export class Mapper {
   ) {}
 
   forget(id: number): void { this.peerJson.delete(id); }
+  dnsConfig(): Record<string, unknown> { return this.dns.config(); }
+  derpMap(): unknown { return this.derp.map; }
   forgetAll(): void { this.peerJson.clear(); }
 
   fqdn(node: Node): string {

@@ -8,6 +8,8 @@ import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
+/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load). */
+const BATCH_WINDOW_MS = 20;
 
 /** MapSession is one streaming /machine/map response: what it last told its node, and how to reach it. */
 export class MapSession {
@@ -89,6 +91,7 @@ export class SessionHub {
 
   stop(): void {
     this.unsubscribe?.();
+    clearTimeout(this.flushTimer);
     for (const set of this.byNode.values()) for (const s of set) s.close();
     this.byNode.clear();
   }
@@ -123,33 +126,104 @@ export class SessionHub {
     if (set && !set.size) this.byNode.delete(session.nodeId);
   }
 
+  // ---- change batching ----
+  // Changes are collected for a short window and sent as one message per session:
+  // a burst of joins then costs one fan-out instead of one per join. A node that is
+  // sent whole in a batch absorbs its own patches (its JSON is rendered at flush).
+  private readonly pendingFull = new Set<number>();
+  private readonly pendingSelf = new Set<number>();
+  private readonly pendingRemoved = new Set<number>();
+  private readonly pendingPatch = new Map<number, Record<string, unknown>>();
+  private pendingStructural = false;
+  private pendingPrimaries = false;
+  private flushTimer?: NodeJS.Timeout;
+
+  private schedule(): void {
+    if (this.flushTimer) return;
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = undefined;
+      try {
+        this.flush();
+      } catch (err) {
+        this.logger.error('failed to send a batch of changes to map sessions', { error: (err as Error).message });
+      }
+    }, BATCH_WINDOW_MS);
+  }
+
+  /** flushNow sends whatever is pending at once (shutdown, tests). */
+  flushNow(): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    this.flush();
+  }
+
   private apply(c: Change): void {
+    const policy = this.mapper.view.hasPolicy;
     switch (c.type) {
-      case 'node-patch': return this.patch(c.nodeId, c.patch);
+      case 'node-patch': return this.queuePatch(c.nodeId, c.patch);
       case 'node-added':
         this.shapes.set(c.node.id, shapeOf(c.node));
-        return this.mapper.view.hasPolicy ? this.structural([c.node.id]) : this.openAdded(c.node);
+        this.mapper.view.invalidate();
+        this.pendingFull.add(c.node.id);
+        this.pendingPrimaries = true;
+        if (policy) this.pendingStructural = true;
+        break;
       case 'node-removed':
         this.shapes.delete(c.node.id);
         this.mapper.forget(c.nodeId);
+        this.mapper.view.invalidate();
         this.closeNode?.(c.nodeId);
-        return this.mapper.view.hasPolicy ? this.structural([]) : this.openRemoved(c.nodeId);
+        this.pendingFull.delete(c.nodeId);
+        this.pendingSelf.delete(c.nodeId);
+        this.pendingPatch.delete(c.nodeId);
+        this.pendingRemoved.add(c.nodeId);
+        this.pendingPrimaries = true;
+        if (policy) this.pendingStructural = true;
+        break;
       case 'node-changed': {
         const shape = shapeOf(c.node);
         const same = sameShape(this.shapes.get(c.node.id), shape);
         this.shapes.set(c.node.id, shape);
         this.mapper.forget(c.node.id);
-        if (same) return this.peerChanged(c.node);
-        return this.mapper.view.hasPolicy ? this.structural([c.node.id]) : this.openChanged(c.node);
+        this.pendingFull.add(c.node.id);
+        this.pendingSelf.add(c.node.id);
+        if (!same) {
+          this.mapper.view.invalidate();
+          this.pendingPrimaries = true;
+          if (policy) this.pendingStructural = true;
+        }
+        break;
       }
-      case 'user-changed': case 'user-removed': return this.structural([]);
+      case 'user-changed': case 'user-removed':
+        this.mapper.view.invalidate();
+        this.pendingStructural = true;
+        break;
       case 'policy-changed':
         this.mapper.view.setPolicy(this.policyText());
         this.mapper.forgetAll();
-        return this.structural(this.state.listNodes().map((n) => n.id));
-      case 'dns-changed': return this.broadcast(`{"DNSConfig":${JSON.stringify((this.mapper as unknown as { dns: { config(): unknown } }).dns.config())}}`);
-      case 'derp-changed': return this.broadcast(`{"DERPMap":${JSON.stringify((this.mapper as unknown as { derp: { map: unknown } }).derp.map)}}`);
+        for (const n of this.state.listNodes()) { this.pendingFull.add(n.id); this.pendingSelf.add(n.id); }
+        this.pendingStructural = true;
+        this.pendingPrimaries = true;
+        break;
+      case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`);
+      case 'derp-changed': this.flushNow(); return this.broadcast(`{"DERPMap":${JSON.stringify(this.mapper.derpMap())}}`);
     }
+    this.schedule();
+  }
+
+  private queuePatch(nodeId: number, patch: PeerPatch): void {
+    this.mapper.forget(nodeId);
+    const pc = this.pendingPatch.get(nodeId) ?? { NodeID: nodeId };
+    if (patch.online !== undefined) { pc.Online = patch.online; this.pendingPrimaries = true; }
+    if (patch.lastSeen) pc.LastSeen = patch.lastSeen.toISOString();
+    if (patch.endpoints) pc.Endpoints = patch.endpoints;
+    if (patch.derpRegion !== undefined) pc.DERPRegion = patch.derpRegion;
+    if (patch.keyExpiry !== undefined) pc.KeyExpiry = patch.keyExpiry ? patch.keyExpiry.toISOString() : '0001-01-01T00:00:00Z';
+    if (patch.discoKey) pc.DiscoKey = patch.discoKey;
+    if (patch.nodeKey) pc.Key = patch.nodeKey;
+    this.pendingPatch.set(nodeId, pc);
+    if (patch.keyExpiry !== undefined || patch.nodeKey) this.pendingSelf.add(nodeId);
+    this.schedule();
   }
 
   private sendAll(targets: Array<[MapSession, string]>): void {
@@ -167,145 +241,73 @@ export class SessionHub {
     this.sendAll([...this.sessions()].map((s) => [s, json] as [MapSession, string]));
   }
 
-  /*
-   * Without a policy every node sees every node with the same allow-all filter, so
-   * a join, a delete or a routing change is applied to each session directly
-   * instead of re-deriving every session's peer set (which made a join cost
-   * sessions x peers, and a fleet's arrival cubic).
+  /**
+   * syncPrimaries brings primary routers up to date now (for API reads and full
+   * maps), queueing the nodes whose role moved for the next flush.
    */
+  syncPrimaries(): void {
+    if (!this.pendingPrimaries) return;
+    this.pendingPrimaries = false;
+    for (const id of this.mapper.view.updatePrimaries()) {
+      this.mapper.forget(id);
+      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); }
+    }
+    this.schedule();
+  }
 
-  private openAdded(node: Node): void {
-    this.mapper.view.invalidate();
-    const moved = this.primariesMoved();
-    const upsert = [node.id, ...moved].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
-    const text = upsert.map((n) => this.mapper.peer(n)).join(',');
-    const json = `{"PeersChanged":[${text}],"UserProfiles":${this.mapper.profilesFor(upsert)}}`;
+  /** flush turns everything pending into at most one message per session. */
+  private flush(): void {
+    this.syncPrimaries();
+    const full = [...this.pendingFull].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
+    const fullIds = new Set(full.map((n) => n.id));
+    const self = new Set(this.pendingSelf);
+    const removed = [...this.pendingRemoved];
+    const patches = [...this.pendingPatch.values()].filter((p) => !fullIds.has(p.NodeID as number) && this.state.getNode(p.NodeID as number));
+    const structural = this.pendingStructural;
+    this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear();
+    this.pendingStructural = false;
+    if (!full.length && !removed.length && !patches.length && !structural && !self.size) return;
+
+    const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
+    const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
     const targets: Array<[MapSession, string]> = [];
     for (const s of this.sessions()) {
-      if (s.nodeId === node.id) continue;
-      s.peers.add(node.id);
-      targets.push([s, json]);
-    }
-    this.sendAll(targets);
-  }
-
-  private openRemoved(nodeId: number): void {
-    this.mapper.view.invalidate();
-    const moved = this.primariesMoved().map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
-    const changed = moved.length ? `,"PeersChanged":[${moved.map((n) => this.mapper.peer(n)).join(',')}]` : '';
-    const json = `{"PeersRemoved":[${nodeId}]${changed}}`;
-    const targets: Array<[MapSession, string]> = [];
-    for (const s of this.sessions()) {
-      if (!s.peers.delete(nodeId) && !changed) continue;
-      targets.push([s, json]);
-    }
-    this.sendAll(targets);
-  }
-
-  private openChanged(node: Node): void {
-    this.mapper.view.invalidate();
-    const ids = [...new Set([node.id, ...this.primariesMoved()])];
-    const nodes = ids.map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n));
-    const json = `{"PeersChanged":[${nodes.map((n) => this.mapper.peer(n)).join(',')}],"UserProfiles":${this.mapper.profilesFor(nodes)}}`;
-    const targets: Array<[MapSession, string]> = [];
-    for (const s of this.sessions()) {
-      if (ids.includes(s.nodeId)) {
-        const self = this.state.getNode(s.nodeId);
-        const others = nodes.filter((n) => n.id !== s.nodeId);
-        const parts = [`"Node":${this.mapper.selfNode(self!, s.capVersion)}`];
-        if (others.length) parts.push(`"PeersChanged":[${others.map((n) => this.mapper.peer(n)).join(',')}]`);
-        targets.push([s, `{${parts.join(',')}}`]);
-      } else targets.push([s, json]);
-    }
-    this.sendAll(targets);
-  }
-
-  /** primariesMoved recomputes primary routers and forgets the cached JSON of nodes that changed role. */
-  private primariesMoved(): number[] {
-    const moved = [...this.mapper.view.updatePrimaries()];
-    for (const id of moved) this.mapper.forget(id);
-    return moved;
-  }
-
-  /** peerChanged: a node changed in a way that does not alter who sees whom (e.g. renamed). */
-  private peerChanged(node: Node): void {
-    const peerText = this.mapper.peer(node);
-    const profiles = this.mapper.profilesFor([node]);
-    const targets: Array<[MapSession, string]> = [];
-    for (const s of this.sessions()) {
-      if (s.nodeId === node.id) targets.push([s, `{"Node":${this.mapper.selfNode(node, s.capVersion)}}`]);
-      else if (s.peers.has(node.id)) targets.push([s, `{"PeersChanged":[${peerText}],"UserProfiles":${profiles}}`]);
-    }
-    this.sendAll(targets);
-  }
-
-  private patch(nodeId: number, patch: PeerPatch): void {
-    this.mapper.forget(nodeId);
-    const pc: Record<string, unknown> = { NodeID: nodeId };
-    if (patch.online !== undefined) pc.Online = patch.online;
-    if (patch.lastSeen) pc.LastSeen = patch.lastSeen.toISOString();
-    if (patch.endpoints) pc.Endpoints = patch.endpoints;
-    if (patch.derpRegion !== undefined) pc.DERPRegion = patch.derpRegion;
-    if (patch.keyExpiry !== undefined) pc.KeyExpiry = patch.keyExpiry ? patch.keyExpiry.toISOString() : '0001-01-01T00:00:00Z';
-    if (patch.discoKey) pc.DiscoKey = patch.discoKey;
-    if (patch.nodeKey) pc.Key = patch.nodeKey;
-    const json = `{"PeersChangedPatch":[${JSON.stringify(pc)}]}`;
-    const targets: Array<[MapSession, string]> = [];
-    const node = this.state.getNode(nodeId);
-    for (const s of this.sessions()) {
-      if (s.nodeId === nodeId) {
-        if ((patch.keyExpiry !== undefined || patch.nodeKey) && node) targets.push([s, `{"Node":${this.mapper.selfNode(node, s.capVersion)}}`]);
-      } else if (s.peers.has(nodeId)) targets.push([s, json]);
-    }
-    this.sendAll(targets);
-    // Online changes can move subnet routes to another router.
-    if (patch.online !== undefined) {
-      const moved = this.mapper.view.updatePrimaries();
-      if (moved.size) {
-        for (const id of moved) this.mapper.forget(id);
-        this.resync([...moved]);
-      }
-    }
-  }
-
-  /** structural: visibility may have changed; recompute every session's view and send differences. */
-  private structural(changed: number[]): void {
-    this.mapper.view.invalidate();
-    const moved = this.mapper.view.updatePrimaries();
-    for (const id of moved) this.mapper.forget(id);
-    this.resync([...new Set([...changed, ...moved])]);
-  }
-
-  private resync(changed: number[]): void {
-    const changedSet = new Set(changed);
-    const targets: Array<[MapSession, string]> = [];
-    for (const s of this.sessions()) {
-      const self = this.state.getNode(s.nodeId);
-      if (!self) continue;
-      const v = this.mapper.view.forNode(s.nodeId);
-      const next = new Set(v.peers.map(Number));
-      const removed = [...s.peers].filter((id) => !next.has(id));
-      const upsert: Node[] = [];
-      for (const id of next) {
-        if (!s.peers.has(id) || changedSet.has(id)) {
-          const n = this.state.getNode(id);
-          if (n) upsert.push(n);
-        }
-      }
-      const filter = this.mapper.filterJson(s.nodeId);
-      const ssh = this.mapper.sshJson(s.nodeId);
+      const me = this.state.getNode(s.nodeId);
+      if (!me) continue;
       const parts: string[] = [];
-      if (changedSet.has(s.nodeId)) parts.push(`"Node":${this.mapper.selfNode(self, s.capVersion)}`);
-      if (removed.length) parts.push(`"PeersRemoved":${JSON.stringify(removed)}`);
-      if (upsert.length) {
+      if (self.has(s.nodeId)) parts.push(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
+      let gone: number[];
+      let upsert: Node[];
+      if (structural) {
+        // Visibility may have changed: compare what the session has with what it should see.
+        const next = new Set(this.mapper.view.forNode(s.nodeId).peers.map(Number));
+        gone = [...s.peers].filter((id) => !next.has(id));
+        upsert = [];
+        for (const id of next) {
+          if (!s.peers.has(id) || fullIds.has(id)) {
+            const n = this.state.getNode(id);
+            if (n) upsert.push(n);
+          }
+        }
         upsert.sort((a, b) => a.id - b.id);
-        parts.push(`"PeersChanged":[${upsert.map((n) => this.mapper.peer(n)).join(',')}]`, `"UserProfiles":${this.mapper.profilesFor(upsert)}`);
+        s.peers = next;
+        const filter = this.mapper.filterJson(s.nodeId);
+        const ssh = this.mapper.sshJson(s.nodeId);
+        if (filter !== s.filter) { parts.push(`"PacketFilter":${filter}`); s.filter = filter; }
+        if (ssh !== s.ssh) { parts.push(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
+      } else {
+        // No visibility change: every node sees every node, or only content changed.
+        gone = removed.filter((id) => s.peers.delete(id));
+        upsert = this.mapper.view.hasPolicy ? full.filter((n) => s.peers.has(n.id)) : full.filter((n) => n.id !== s.nodeId);
+        for (const n of upsert) s.peers.add(n.id);
       }
-      if (filter !== s.filter) parts.push(`"PacketFilter":${filter}`);
-      if (ssh !== s.ssh) parts.push(`"SSHPolicy":${ssh}`);
-      s.peers = next;
-      s.filter = filter;
-      s.ssh = ssh;
+      if (gone.length) parts.push(`"PeersRemoved":${JSON.stringify(gone)}`);
+      if (upsert.length) {
+        parts.push(`"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`);
+        parts.push(`"UserProfiles":${this.mapper.profilesFor(upsert)}`);
+      }
+      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !upsert.some((n) => n.id === p.NodeID));
+      if (mine.length) parts.push(`"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`);
       if (parts.length) targets.push([s, `{${parts.join(',')}}`]);
     }
     this.sendAll(targets);

@@ -120,7 +120,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const deps: ApiDeps = {
       state, policy, config, health,
       registerPending: (key, userId) => control.registrar.approve(key, userId),
-      primaryRoutes: (id) => control.view.primaryRoutes(id),
+      primaryRoutes: (id) => control.primaryRoutes(id),
     };
 
     const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;

@@ -1,2 +1,3 @@
 export * from './server.js';
 export * from './tailscale.js';
+export * from './cli.js';

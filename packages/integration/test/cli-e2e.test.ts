@@ -1,26 +1,13 @@
 import t from 'tap';
-import { execFile } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { repoRoot } from '../src/tailscale.js';
 import { startTestServer } from '../src/server.js';
+import { runHeadway } from '../src/cli.js';
 
-const run = promisify(execFile);
-const bin = join(repoRoot(), 'packages', 'cli', 'bin', 'run.js');
 const home = mkdtempSync(join(tmpdir(), 'hw-cli-home-'));
 
-/** headway runs the real CLI with no config file, reaching the server through env overrides only. */
-async function headway(env: Record<string, string>, ...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [bin, ...args], { cwd: home, env: { PATH: process.env.PATH ?? '', HOME: home, ...env }, timeout: 60_000 });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === 'number' ? e.code : 1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
-  }
-}
+const headway = (env: Record<string, string>, ...args: string[]) => runHeadway(env, args);
 
 t.test('a new administrator\'s walk-through, over the socket and remotely with an API key', async (t) => {
   const s = await startTestServer();

@@ -9,16 +9,13 @@
  * delete), ephemeral cleanup, tailscaled restart, server restart, logout.
  */
 import t, { type Test } from 'tap';
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { startTestServer, type TestServer } from '../src/server.js';
+import { runHeadway } from '../src/cli.js';
 import { requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
 
-/** CLI_RUN is packages/cli/bin/run.js, located from dist/test so the test works from any cwd. */
-const CLI_RUN = fileURLToPath(new URL('../../../cli/bin/run.js', import.meta.url));
 
 /** CliNode is one entry of `headway nodes list -o json` (the headscale-compatible snake_case shape). */
 interface CliNode {
@@ -43,31 +40,20 @@ function sleep(ms: number): Promise<void> {
 }
 
 /**
- * Admin runs the `headway` CLI against one server's unix socket. HOME and
- * cwd are a scratch directory and HEADWAY_* variables of the caller are
- * dropped, so no config file or stray setting can redirect it.
+ * Admin runs the `headway` CLI against one server's unix socket through
+ * runHeadway (scratch HOME and cwd, none of the caller's HEADWAY_* variables).
  */
 class Admin {
-  readonly #home: string;
   socket: string;
 
   constructor(socket: string) {
     this.socket = socket;
-    this.#home = mkdtempSync(join(tmpdir(), 'hw-cli-'));
   }
 
   /** json runs `headway <args> -o json` and returns the parsed output; throws with stderr on failure. */
   async json<T>(args: string[]): Promise<T> {
-    const env: Record<string, string> = {};
-    for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('HEADWAY_') && !k.startsWith('TAP')) env[k] = v;
-    Object.assign(env, { HOME: this.#home, HEADWAY_UNIX_SOCKET: this.socket });
     const full = [...args, '-o', 'json'];
-    const { code, stdout, stderr } = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(process.execPath, [CLI_RUN, ...full], { env, cwd: this.#home, timeout: 30_000 }, (err, out, errOut) => {
-        const c = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-        resolve({ code: c, stdout: String(out), stderr: String(errOut) });
-      });
-    });
+    const { code, stdout, stderr } = await runHeadway({ HEADWAY_UNIX_SOCKET: this.socket }, full, 30_000);
     if (code !== 0) throw new Error(`headway ${full.join(' ')} exited ${code}: ${(stderr || stdout).trim().slice(-1000)}`);
     try {
       return JSON.parse(stdout) as T;
@@ -91,10 +77,6 @@ class Admin {
       await sleep(300);
     }
     throw new Error(`nodes list: ${what} not seen within ${timeoutMs} ms; last: ${JSON.stringify(last.map((n) => ({ id: n.id, name: n.given_name, online: n.online })))}`);
-  }
-
-  cleanup(): void {
-    rmSync(this.#home, { recursive: true, force: true });
   }
 }
 
@@ -155,7 +137,6 @@ for (const binaries of installed) {
     // The server variable changes on restart; the cleanup stops whichever is current.
     cleanups.push(() => server.stop({ remove: false }));
     const admin = new Admin(socketOf(server));
-    cleanups.push(() => admin.cleanup());
     const loginServer = server.urls.http;
 
     const alice = await server.state.createUser({ name: 'alice' });

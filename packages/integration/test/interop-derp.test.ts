@@ -10,7 +10,7 @@
  * assertion below exercise the relay.
  */
 import t from 'tap';
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync, mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -18,22 +18,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startTestServer, type TestServer } from '../src/server.js';
+import { runHeadwayOn } from '../src/cli.js';
 import { requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
 
 const CLI = fileURLToPath(new URL('../../../cli/bin/run.js', import.meta.url));
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** runCli runs the admin CLI against the test server's socket; cwd and HOME are empty so no config file applies. */
-function runCli(s: TestServer, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const home = mkdtempSync(join(tmpdir(), 'hw-cli-home-'));
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: home, HEADWAY_UNIX_SOCKET: s.urls.socket };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { cwd: home, env, timeout: 30_000 }, (err, stdout, stderr) => {
-      rmSync(home, { recursive: true, force: true });
-      resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr });
-    });
-  });
-}
+/** runCli runs the admin CLI against the test server's socket (see runHeadwayOn). */
+const runCli = (s: TestServer, args: string[]) => runHeadwayOn(s, args, 30_000);
 
 /** freeTcpPort asks the kernel for an unused loopback port (it is free again when this returns). */
 async function freeTcpPort(): Promise<number> {

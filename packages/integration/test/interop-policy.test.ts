@@ -6,12 +6,12 @@
  * and the Taildrive node attributes and capability grant.
  */
 import t from 'tap';
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startTestServer, type TestServer } from '../src/server.js';
+import { runHeadwayOn } from '../src/cli.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
 
 const CLI = fileURLToPath(new URL('../../../cli/bin/run.js', import.meta.url));
@@ -45,18 +45,8 @@ function basePolicy(extraAdminSources: string[] = []): Record<string, unknown> {
   };
 }
 
-/** runCli runs the admin CLI against the test server's socket; cwd and HOME are empty so no config file applies. */
-function runCli(s: TestServer, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const home = mkdtempSync(join(tmpdir(), 'hw-cli-home-'));
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: home, HEADWAY_UNIX_SOCKET: s.urls.socket };
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { cwd: home, env, timeout: 30_000 }, (err, stdout, stderr) => {
-      rmSync(home, { recursive: true, force: true });
-      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+/** runCli runs the admin CLI against the test server's socket (see runHeadwayOn). */
+const runCli = (s: TestServer, args: string[]) => runHeadwayOn(s, args, 30_000);
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 

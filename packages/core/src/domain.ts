@@ -42,6 +42,11 @@ export interface Node {
   updatedAt: Date;
 }
 
+/** ownedByTags: a node with tags (or without a user) belongs to its tags, not to a person. */
+export function ownedByTags(n: Pick<Node, 'tags' | 'userId'>): boolean {
+  return n.tags.length > 0 || n.userId === null;
+}
+
 export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt'>;
 export type NodePatch = Partial<Omit<Node, 'id' | 'createdAt' | 'updatedAt'>>;
 

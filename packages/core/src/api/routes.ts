@@ -1,8 +1,10 @@
 import type { Context } from 'koa';
-import { badField, HeadwayError, notFound } from '../errors.js';
+import { randomBytes } from 'node:crypto';
+import { badField, HeadwayError } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseDuration } from '../config/duration.js';
 import type { State } from '../state/state.js';
+import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
 import { readJson } from './http.js';
 import { apiKeyView, nodeView, preAuthKeyView, userView } from './views.js';
@@ -173,7 +175,6 @@ export const ROUTES: Route[] = [
       const name = str(b, 'name', true)!;
       if (!name.trim()) throw badField('name', 'must not be empty');
       const routes = strList(b, 'routes') ?? [];
-      const { randomBytes } = await import('node:crypto');
       const key = str(b, 'key');
       if (key !== undefined && !/^mkey:[0-9a-f]{64}$/.test(key)) throw badField('key', `expected mkey:<64 hex digits>, found ${JSON.stringify(key)}`);
       const node = await deps.state.createNode({
@@ -181,7 +182,7 @@ export const ROUTES: Route[] = [
         nodeKey: `nodekey:${randomBytes(32).toString('hex')}`,
         discoKey: `discokey:${randomBytes(32).toString('hex')}`,
         hostname: name, userId: user.id, registerMethod: 'debug',
-        availableRoutes: await validRoutes(routes),
+        availableRoutes: canonicalRoutes(routes),
       });
       return { node: view(deps, node) };
     },
@@ -299,14 +300,3 @@ function apiKeyRef(b: Record<string, unknown>): { prefix?: string; id?: number }
   if (!prefix) throw badField('prefix', 'is required (or id)');
   return { prefix };
 }
-
-async function validRoutes(routes: string[]): Promise<string[]> {
-  const { canonicalPrefix } = await import('../net/ip.js');
-  return routes.map((r) => {
-    const c = r.includes('/') ? canonicalPrefix(r) : undefined;
-    if (!c) throw badField('routes', `expected CIDR prefixes such as 10.0.0.0/24, found ${JSON.stringify(r)}`);
-    return c;
-  });
-}
-
-export { notFound };

@@ -99,7 +99,12 @@ export class DerpMapSource {
     }
   }
 
-  private async build(strict: boolean): Promise<DerpMap> {
+  /**
+   * build merges every source. At start-up (firstLoad) an unreachable URL only
+   * warns so the server still starts; on a refresh it throws, and the caller keeps
+   * the previous map.
+   */
+  private async build(firstLoad: boolean): Promise<DerpMap> {
     const merged: DerpMap = { Regions: {} };
     const add = (m: DerpMap) => Object.assign(merged.Regions, m.Regions);
     for (const url of this.config.derp.urls) {
@@ -109,7 +114,7 @@ export class DerpMapSource {
         add(parseDerpMap(await res.text(), url));
       } catch (err) {
         const msg = `derp.urls ${url}: ${(err as Error).message}`;
-        if (strict) this.logger.warn(msg); else throw new Error(msg);
+        if (firstLoad) this.logger.warn(msg); else throw new Error(msg);
       }
     }
     for (const path of this.config.derp.paths) {

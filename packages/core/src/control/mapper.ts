@@ -1,10 +1,21 @@
 import type { HeadwayConfig } from '../config/schema.js';
-import type { Node, User } from '../domain.js';
+import { ownedByTags, type Node, type User } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import { TAGGED_USER_ID } from './wire.js';
+
+export interface OwnerIdentity { id: number; loginName: string; displayName: string }
+
+/**
+ * ownerIdentity is who a node belongs to as Tailscale shows it (node User,
+ * UserProfiles, the register reply): its user, or the shared tagged-devices identity.
+ */
+export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | undefined): OwnerIdentity {
+  if (ownedByTags(node) || !user) return { id: TAGGED_USER_ID, loginName: 'tagged-devices', displayName: 'Tagged Devices' };
+  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
+}
 
 /** Capabilities every node receives about itself, whatever the policy says. */
 const BASE_SELF_CAPS: Record<string, unknown[]> = {
@@ -49,7 +60,7 @@ export class Mapper {
       ID: node.id,
       StableID: String(node.id),
       Name: this.fqdn(node),
-      User: node.tags.length || node.userId === null ? TAGGED_USER_ID : node.userId,
+      User: this.owner(node).id,
       Key: node.nodeKey,
       Machine: node.machineKey,
       Addresses: addrs,
@@ -88,18 +99,15 @@ export class Mapper {
     return JSON.stringify(this.nodeObject(node, true, capVersion));
   }
 
-  userProfile(userId: number | null, tagged: boolean): Record<string, unknown> {
-    if (tagged || userId === null) return { ID: TAGGED_USER_ID, LoginName: 'tagged-devices', DisplayName: 'Tagged Devices' };
-    const u: User | undefined = this.state.getUser(userId);
-    return { ID: userId, LoginName: u ? (u.email || u.name) : `user-${userId}`, DisplayName: u ? (u.displayName || u.name) : `user-${userId}` };
+  private owner(node: Node): OwnerIdentity {
+    return ownerIdentity(node, node.userId !== null ? this.state.getUser(node.userId) : undefined);
   }
 
   profilesFor(nodes: Node[]): string {
     const seen = new Map<number, Record<string, unknown>>();
     for (const n of nodes) {
-      const tagged = n.tags.length > 0 || n.userId === null;
-      const p = this.userProfile(n.userId, tagged);
-      seen.set(p.ID as number, p);
+      const o = this.owner(n);
+      seen.set(o.id, { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
     }
     return JSON.stringify([...seen.values()]);
   }

@@ -4,7 +4,8 @@ import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { canonicalPrefix } from '../net/ip.js';
 import type { State } from '../state/state.js';
-import { isZeroTime, TAGGED_USER_ID, type Hostinfo, type RegisterRequest, type RegisterResponse } from './wire.js';
+import { ownerIdentity } from './mapper.js';
+import { isZeroTime, type Hostinfo, type RegisterRequest, type RegisterResponse } from './wire.js';
 
 const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
 
@@ -35,13 +36,10 @@ export class Registrar {
 
   private authorized(node: Node): RegisterResponse {
     const user: User | undefined = node.userId !== null ? this.state.getUser(node.userId) : undefined;
-    const tagged = node.tags.length > 0 || !user;
-    const id = tagged ? TAGGED_USER_ID : user!.id;
-    const login = tagged ? 'tagged-devices' : user!.email || user!.name;
-    const display = tagged ? 'Tagged Devices' : user!.displayName || user!.name;
+    const o = ownerIdentity(node, user);
     return {
-      User: { ID: id, DisplayName: display, ProfilePicURL: '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
-      Login: { ID: id, Provider: '', LoginName: login, DisplayName: display, ProfilePicURL: '' },
+      User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
+      Login: { ID: o.id, Provider: '', LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: '' },
       NodeKeyExpired: Boolean(node.expiry && node.expiry.getTime() <= Date.now()),
       MachineAuthorized: true,
       AuthURL: '',

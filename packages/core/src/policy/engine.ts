@@ -1,4 +1,5 @@
 import { parsePolicy, policyWarnings, runPolicyTests, type Snapshot } from '@headway/policy';
+import { ownedByTags } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { PolicyEngine } from './service.js';
 
@@ -9,7 +10,7 @@ export function snapshotOf(state: State): Snapshot {
     nodes: state.listNodes().map((n) => ({
       id: String(n.id),
       name: n.givenName,
-      userId: n.tags.length || n.userId === null ? undefined : String(n.userId),
+      userId: ownedByTags(n) ? undefined : String(n.userId),
       tags: n.tags,
       ipv4: n.ipv4 ?? undefined,
       ipv6: n.ipv6 ?? undefined,

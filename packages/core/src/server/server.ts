@@ -1,8 +1,8 @@
 import { createContainer, asValue, InjectionMode } from 'awilix';
-import { chmodSync, existsSync, mkdirSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
-import { readFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
@@ -10,7 +10,7 @@ import type { Logger } from '../log.js';
 import { loadAdapter } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
-import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '../ports/policy.js';
+import { assertDnsPort, assertPolicySourcePort, DNS, POLICY, type DnsPort, type PolicySourcePort } from '../ports/policy.js';
 import { State } from '../state/state.js';
 import { PolicyService, type PolicyEngine } from '../policy/service.js';
 import { hujsonEngine } from '../policy/engine.js';
@@ -18,7 +18,6 @@ import { createApp } from './app.js';
 import { Metrics } from './metrics.js';
 import type { ApiDeps } from '../api/routes.js';
 import { ControlServer } from '../control/control.js';
-import { assertDnsPort, DNS, type DnsPort } from '../ports/policy.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -156,7 +155,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     if (config.unix_socket) {
       const path = config.unix_socket;
-      mkdirSync(require_dirname(path), { recursive: true });
+      mkdirSync(dirname(path), { recursive: true });
       if (existsSync(path)) unlinkSync(path);
       const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
       const ls = trackSockets(local);
@@ -183,11 +182,6 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
     throw err;
   }
-}
-
-function require_dirname(p: string): string {
-  const i = p.lastIndexOf('/');
-  return i > 0 ? p.slice(0, i) : '.';
 }
 
 function closeServer(server: http.Server, sockets: Set<Socket>): Promise<void> {

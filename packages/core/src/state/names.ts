@@ -1,3 +1,15 @@
+import { badField } from '../errors.js';
+import { canonicalPrefix } from '../net/ip.js';
+
+/** canonicalRoutes checks each entry is a CIDR prefix and returns it in canonical form. */
+export function canonicalRoutes(routes: string[], field = 'routes'): string[] {
+  return routes.map((r) => {
+    const c = r.includes('/') ? canonicalPrefix(r) : undefined;
+    if (!c) throw badField(field, `expected CIDR prefixes such as 10.0.0.0/24, found ${JSON.stringify(r)}`);
+    return c;
+  });
+}
+
 /**
  * sanitizeHostname turns what a device reports into a DNS label the way Tailscale
  * does: first label only, lower case, anything outside [a-z0-9-] becomes '-',

@@ -3,12 +3,12 @@ import type { ApiKey, Node, NodePatch, PendingRegistration, PreAuthKey, Register
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
-import { canonicalPrefix, isExitRoute } from '../net/ip.js';
+import { isExitRoute } from '../net/ip.js';
 import { StorageConflictError, type StoragePort } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
-import { checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
+import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
 export const PENDING_TTL_MS = 15 * 60_000;
@@ -190,8 +190,15 @@ export class State {
     });
   }
 
-  private async withAddresses<T>(fn: (v4: string | null, v6: string | null) => Promise<T>): Promise<T> {
-    const run = this.allocating.then(async () => {
+  /** serialized runs allocation steps one at a time; a failed step does not block the next. */
+  private serialized<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.allocating.then(fn);
+    this.allocating = run.catch(() => undefined);
+    return run;
+  }
+
+  private withAddresses<T>(fn: (v4: string | null, v6: string | null) => Promise<T>): Promise<T> {
+    return this.serialized(async () => {
       const v4 = this.v4 ? this.v4.next() : null;
       const v6 = this.v6 ? this.v6.next() : null;
       if (v4 === undefined || v6 === undefined) {
@@ -205,8 +212,6 @@ export class State {
         throw err;
       }
     });
-    this.allocating = run.catch(() => undefined);
-    return run;
   }
 
   /** updateNode stores a patch and publishes it as a full peer change. */
@@ -261,9 +266,7 @@ export class State {
   async approveRoutes(id: number, routes: string[]): Promise<Node> {
     this.requireNode(id);
     const set = new Set<string>();
-    for (const r of routes.map((x) => x.trim()).filter(Boolean)) {
-      const c = canonicalPrefix(r);
-      if (!c || !r.includes('/')) throw badField('routes', `expected CIDR prefixes such as 10.0.0.0/24, found ${JSON.stringify(r)}`);
+    for (const c of canonicalRoutes(routes.map((x) => x.trim()).filter(Boolean))) {
       if (isExitRoute(c)) { set.add('0.0.0.0/0'); set.add('::/0'); } else set.add(c);
     }
     return this.updateNode(id, { approvedRoutes: [...set].sort() });
@@ -281,8 +284,8 @@ export class State {
     return changed;
   }
 
-  private async allocateFor(node: Node, v4: boolean, v6: boolean): Promise<Node> {
-    const run = this.allocating.then(async () => {
+  private allocateFor(node: Node, v4: boolean, v6: boolean): Promise<Node> {
+    return this.serialized(async () => {
       const ip4 = v4 ? this.v4!.next() ?? null : node.ipv4;
       const ip6 = v6 ? this.v6!.next() ?? null : node.ipv6;
       try {
@@ -292,8 +295,6 @@ export class State {
         throw err;
       }
     });
-    this.allocating = run.catch(() => undefined);
-    return run;
   }
 
   // ---- sessions (online state) ----

@@ -40,7 +40,9 @@ child.stdout.on('data', (chunk) => {
   tail = (tail + chunk.toString()).slice(-4000);
 });
 child.on('close', (code) => {
-  const m = /# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?(?:, skip: (\d+))?(?:, todo: (\d+))?/.exec(tail);
+  // The last summary line is tap's own; earlier ones may be quoted from a test's output.
+  const all = [...tail.matchAll(/^# \{ total: (\d+)(?:, pass: (\d+))?(?:, fail: (\d+))?(?:, skip: (\d+))?(?:, todo: (\d+))?/gm)];
+  const m = all[all.length - 1];
   const pass = Number(m?.[2] ?? 0), fail = Number(m?.[3] ?? 0), skip = Number(m?.[4] ?? 0);
   const failed = fail || (code !== 0 ? Math.max(1, fail) : 0);
   console.log(`${pass} passed, ${failed} failed${skip ? `, ${skip} skipped` : ''}`);

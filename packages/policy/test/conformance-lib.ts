@@ -22,8 +22,13 @@ export interface ConformanceCase {
 
 export const CATEGORIES = ['acl', 'grant', 'ssh', 'nodeattrs', 'routes', 'policytest', 'sshtest'];
 
-/** conformanceDir finds shared/conformance/tailscale-saas by walking up from this file. */
+/**
+ * conformanceDir finds shared/conformance/tailscale-saas by walking up from this file;
+ * HEADWAY_CONFORMANCE_DIR names another place (a path that does not exist means "none").
+ */
 export function conformanceDir(): string | null {
+  const fromEnv = process.env.HEADWAY_CONFORMANCE_DIR;
+  if (fromEnv !== undefined) return existsSync(fromEnv) ? fromEnv : null;
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let k = 0; k < 10; k++) {
     const candidate = join(dir, '..', 'shared', 'conformance', 'tailscale-saas');

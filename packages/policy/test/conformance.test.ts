@@ -14,7 +14,10 @@ export const SKIPS: Record<string, string> = {
 
 const root = conformanceDir();
 if (!root) {
-  t.fail('conformance data not found (expected ../shared/conformance relative to the repo)');
+  // A clone without the shared folder beside it skips with the reason; CI must have the data.
+  const reason = 'conformance data not found (expected ../shared/conformance beside the repository, or HEADWAY_CONFORMANCE_DIR)';
+  if (process.env.CI === 'true') t.fail(reason);
+  else t.test('conformance', { skip: reason }, () => undefined);
 } else {
   for (const category of CATEGORIES) {
     t.test(`conformance ${category}`, async (tt) => {

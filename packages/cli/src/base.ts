@@ -167,18 +167,20 @@ export abstract class HeadwayCommand extends Command {
   }
 
   /**
-   * confirm asks before a destructive action. --force skips it; with no TTY on stdin
-   * there is nobody to ask, so it refuses rather than guessing.
+   * confirm asks before a destructive action and says whether to go ahead. --force skips
+   * it (and only that: it never widens what the action does); with no TTY on stdin there is
+   * nobody to ask, so it refuses rather than guessing. Answering no returns false: the
+   * caller prints what did not happen and exits 0, as headscale does.
    */
-  protected async confirm(question: string): Promise<void> {
-    if (this.force) return;
+  protected async confirm(question: string): Promise<boolean> {
+    if (this.force) return true;
     if (!process.stdin.isTTY) {
       throw new ConfirmationRefused(`${question} Not confirmed: stdin is not a terminal; pass --force to proceed`);
     }
     const rl = createInterface({ input: process.stdin, output: process.stderr });
     try {
       const answer = (await rl.question(`${question} [y/N] `)).trim().toLowerCase();
-      if (answer !== 'y' && answer !== 'yes') throw new ConfirmationRefused('aborted');
+      return answer === 'y' || answer === 'yes';
     } finally {
       rl.close();
     }

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { FakeApi, headway, tempDir } from './helpers.js';
+import { FakeApi, headway, headwayTty, tempDir } from './helpers.js';
 
 // Each case spawns the CLI; on a busy 2-core machine that takes a while.
 t.setTimeout(240_000);
@@ -129,4 +129,32 @@ t.test('destructive commands refuse without a TTY unless --force', async (t) => 
   const no = await headway(['nodes', 'delete', '-i', '3', '--force=false'], { env, cwd: dir });
   t.equal(no.code, 1, '--force=false means no force');
   t.match(no.stderr, /pass --force/);
+});
+
+t.test('declining a prompt prints what did not happen and exits 0 (headscale)', async (t) => {
+  const { dir, cleanup } = tempDir();
+  const api = new FakeApi(dir);
+  api.on('GET', '/api/v1/user', { body: { users: [{ id: '2', name: 'bob' }] } });
+  api.on('DELETE', '/api/v1/user/2', { body: {} });
+  api.on('GET', '/api/v1/node/3', { body: { node: { id: '3', name: 'box', givenName: 'box' } } });
+  api.on('DELETE', '/api/v1/node/3', { body: {} });
+  await api.start();
+  t.teardown(async () => {
+    await api.close();
+    cleanup();
+  });
+  const env = { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath };
+  const u = await headwayTty(['users', 'destroy', '-n', 'bob'], 'n\n', { env, cwd: dir });
+  t.equal(u.code, 0, u.stdout);
+  t.match(u.stdout, /Remove the user "bob" \(2\) and its pre-auth keys\? \[y\/N\]/);
+  t.match(u.stdout, /User not destroyed/);
+  const n = await headwayTty(['nodes', 'delete', '-i', '3'], 'no\n', { env, cwd: dir });
+  t.equal(n.code, 0, n.stdout);
+  t.match(n.stdout, /Node not deleted/);
+  t.notOk(api.requests.some((q) => q.method === 'DELETE'), 'nothing deleted');
+
+  const y = await headwayTty(['users', 'destroy', '-n', 'bob'], 'y\n', { env, cwd: dir });
+  t.equal(y.code, 0, y.stdout);
+  t.match(y.stdout, /User destroyed/);
+  t.equal(api.last.method, 'DELETE', 'yes goes ahead');
 });

@@ -99,9 +99,9 @@ export const ROUTES: Route[] = [
     handler: async (ctx, { state }) => ({ user: userView(await state.renameUser(idParam(ctx), String(ctx.params.newName))) }),
   },
   {
-    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user (409 while it owns nodes unless ?force=true)', query: { force: 'true to delete its nodes too' }, response: '{}',
+    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale)', response: '{}',
     handler: async (ctx, { state }) => {
-      await state.deleteUser(idParam(ctx), ctx.query.force === 'true');
+      await state.deleteUser(idParam(ctx));
       return {};
     },
   },

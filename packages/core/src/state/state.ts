@@ -108,15 +108,18 @@ export class State {
     return updated;
   }
 
-  /** deleteUser refuses while the user owns nodes, unless forced (then the nodes go first). */
-  async deleteUser(id: number, force = false): Promise<void> {
+  /**
+   * deleteUser removes a user and its pre-auth keys, and refuses while the user still
+   * owns nodes, as headscale does: deleting a person must never take devices with it.
+   */
+  async deleteUser(id: number): Promise<void> {
     const user = this.users.get(id);
     if (!user) throw notFound('user', id);
     const owned = this.listNodes({ userId: id });
-    if (owned.length && !force) {
-      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s); delete them first or force`);
+    if (owned.length) {
+      const names = owned.slice(0, 5).map((n) => n.givenName).join(', ') + (owned.length > 5 ? ', ...' : '');
+      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete or move them first (headway nodes delete -i ID)`);
     }
-    for (const n of owned) await this.deleteNode(n.id);
     await this.storage.users.delete(id);
     this.users.delete(id);
     this.bus.publish({ type: 'user-removed', userId: id });

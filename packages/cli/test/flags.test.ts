@@ -20,7 +20,8 @@ const cases: [string[], RegExp][] = [
   [['nodes', 'expire', '--identifier=-3'], /is not an id/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0'], /"10.0.0.0" is not a CIDR prefix/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0/33'], /"10.0.0.0\/33" is not a CIDR prefix/],
-  [['nodes', 'rename', '-i', '1'], /Missing 1 required arg/i],
+  // Regression (garbled `Missing 1 required arg:; name  user name`): the argument is named with what it is for.
+  [['nodes', 'rename', '-i', '1'], /^Error: Missing required argument NEWNAME \(new name\)\. See `headway nodes rename --help`\.$/m],
   [['nodes', 'list', 'extra'], /Unexpected argument: extra/],
   [['nodes', 'register', '--user', 'alice'], /missing required flag --key/],
   [['preauthkeys', 'create', '-u', '1', '--ephemeral=maybe'], /--ephemeral expects true or false, got "maybe"/],
@@ -30,7 +31,14 @@ const cases: [string[], RegExp][] = [
   [['users', 'list', '-o', 'xml'], /--output=xml.*json, json-line, yaml/],
   [['users', 'list', '--output', 'table'], /json, json-line, yaml/],
   [['users', 'list', '--bogus'], /unknown flag: --bogus/],
-  [['users', 'create'], /Missing 1 required arg/i],
+  [['users', 'create'], /^Error: Missing required argument NAME \(user name\)\. See `headway users create --help`\.$/m],
+  // Regression (no "did you mean" for flags or commands): the nearest flag of that command, the nearest command.
+  [['preauthkeys', 'create', '-u', '1', '--expire', '1h'], /unknown flag: --expire \(did you mean --expiration\?\)\. See `headway preauthkeys create --help`/],
+  [['users', 'list', '--nme', 'x'], /unknown flag: --nme \(did you mean --name\?\)/],
+  [['users', 'lst'], /unknown command "users lst"; did you mean "users list"\?/],
+  [['user', 'lst'], /did you mean "users list"\?/],
+  [['nodse'], /unknown command "nodse"; did you mean "nodes"\?/],
+  [['policy', 'chekc', '-f', 'x'], /did you mean "policy check"\?/],
   [['users', 'rename', '--new-name', 'bob'], /pass --identifier or --name/],
   [['users', 'rename', '-i', '1'], /missing required flag --new-name/],
   [['users', 'destroy'], /pass --identifier or --name/],
@@ -42,7 +50,7 @@ const cases: [string[], RegExp][] = [
   [['debug', 'create-node', '--user', 'alice', '--name', 'n', '--route', 'nope'], /--route: "nope" is not a CIDR/],
   [['policy', 'set'], /missing required flag --file/],
   [['policy', 'preview', '-f', 'x.hujson'], /missing required flag --topology/],
-  [['frobnicate'], /unknown command "frobnicate"/],
+  [['frobnicate'], /unknown command "frobnicate"; run `headway --help`/],
   [['users', 'frobnicate'], /unknown command "users frobnicate"/],
 ];
 

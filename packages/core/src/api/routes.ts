@@ -262,7 +262,7 @@ export const ROUTES: Route[] = [
     handler: async (_ctx, { policy }) => policy.current(),
   },
   {
-    method: 'PUT', path: '/api/v1/policy', summary: 'Replace the policy (database mode)', body: { policy: 'HuJSON text (required)' }, response: '{policy: string, updatedAt: string}',
+    method: 'PUT', path: '/api/v1/policy', summary: 'Replace the policy (database mode)', body: { policy: 'HuJSON text (required)' }, response: '{policy: string, updatedAt: string, warnings: string[]}',
     handler: async (ctx, { policy }) => {
       const b = await readJson(ctx, 4 * 1024 * 1024);
       return policy.set(str(b, 'policy', true)!);

@@ -10,6 +10,23 @@ import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 
+/** sameUserName compares user names without case: new names must differ in more than case. */
+export function sameUserName(a: string, b: string): boolean {
+  return a.toLowerCase() === b.toLowerCase();
+}
+
+/** warnCaseDuplicates names users stored before names were unique without case, so an admin can rename them. */
+function warnCaseDuplicates(users: User[], logger: Logger): void {
+  const groups = new Map<string, User[]>();
+  for (const u of users) groups.set(u.name.toLowerCase(), [...(groups.get(u.name.toLowerCase()) ?? []), u]);
+  for (const same of groups.values()) {
+    if (same.length < 2) continue;
+    logger.warn('users differ only by case; user names are now unique without case, rename all but one (headway users rename -i ID -r NEW)', {
+      users: same.map((u) => `${u.name} (id ${u.id})`).join(', '),
+    });
+  }
+}
+
 const LAST_SEEN_INTERVAL_MS = 60_000;
 export const PENDING_TTL_MS = 15 * 60_000;
 
@@ -53,6 +70,7 @@ export class State {
     if (v4) this.v4 = new AddressAllocator(v4, allocation);
     if (v6) this.v6 = new AddressAllocator(v6, allocation);
     for (const u of await this.storage.users.list()) this.users.set(u.id, u);
+    warnCaseDuplicates([...this.users.values()], this.logger);
     for (const n of await this.storage.nodes.list()) {
       this.putNode(n);
       this.v4?.markUsed(n.ipv4);
@@ -65,13 +83,17 @@ export class State {
   listUsers(filter: { id?: number; name?: string; email?: string } = {}): User[] {
     return [...this.users.values()]
       .filter((u) => (filter.id === undefined || u.id === filter.id)
-        && (filter.name === undefined || u.name === filter.name)
+        && (filter.name === undefined || sameUserName(u.name, filter.name))
         && (filter.email === undefined || u.email === filter.email))
       .sort((a, b) => a.id - b.id);
   }
 
   getUser(id: number): User | undefined { return this.users.get(id); }
-  userByName(name: string): User | undefined { return [...this.users.values()].find((u) => u.name === name); }
+  /** userByName ignores case: `alice` and `Alice` are one user, as login names are (an exact match wins for old data holding both). */
+  userByName(name: string): User | undefined {
+    const all = [...this.users.values()];
+    return all.find((u) => u.name === name) ?? all.find((u) => sameUserName(u.name, name));
+  }
 
   /** resolveUser accepts a numeric id or a name, as the CLI's --user does. */
   resolveUser(ref: string | number, field = 'user'): User {
@@ -87,7 +109,8 @@ export class State {
     const err = checkUserName(input.name);
     if (err) throw badField('name', err);
     if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address, found ${JSON.stringify(input.email)}`);
-    if (this.userByName(input.name)) throw new HeadwayError('name_taken', `user ${input.name} already exists`, 'name');
+    const taken = this.userByName(input.name);
+    if (taken) throw new HeadwayError('name_taken', `user ${input.name} already exists${taken.name !== input.name ? ` as ${taken.name} (names are compared without case)` : ''}`, 'name');
     const user = await this.conflicts(() => this.storage.users.create(input));
     this.users.set(user.id, user);
     this.bus.publish({ type: 'user-changed', user });
@@ -100,7 +123,7 @@ export class State {
     const err = checkUserName(newName);
     if (err) throw badField('newName', err);
     const other = this.userByName(newName);
-    if (other && other.id !== id) throw new HeadwayError('name_taken', `user ${newName} already exists`, 'newName');
+    if (other && other.id !== id) throw new HeadwayError('name_taken', `user ${newName} already exists${other.name !== newName ? ` as ${other.name} (names are compared without case)` : ''}`, 'newName');
     const updated = await this.conflicts(() => this.storage.users.update(id, { name: newName }));
     if (!updated) throw notFound('user', id);
     this.users.set(id, updated);

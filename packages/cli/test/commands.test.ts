@@ -7,6 +7,11 @@ import { ALICE, FakeApi, NODE, headway, problem, tempDir, type RunResult } from 
 // Each step spawns the CLI; on a busy 2-core machine that takes a while.
 t.setTimeout(240_000);
 
+const manyErrors = {
+  status: 400, contentType: 'application/problem+json',
+  body: { type: 'about:blank', title: 'Invalid policy', status: 400, code: 'invalid_policy', detail: '2 errors: line 1, column 2: a; line 3, column 4: b', errors: ['line 1, column 2: a', 'line 3, column 4: b'] },
+};
+
 const BARE = { id: '2', name: 'bare', createdAt: '2026-01-03T00:00:00Z' };
 
 const PAK = {
@@ -41,9 +46,13 @@ t.test('commands send the contract requests and render the answers', async (t) =
     .on('POST', '/api/v1/apikey/expire', { body: {} })
     .on('DELETE', '/api/v1/apikey/pfx2', { body: {} })
     .on('GET', '/api/v1/policy', { body: { policy: '{"acls": []}\n', updatedAt: '2026-01-01T00:00:00Z', mode: 'database' } })
-    .on('PUT', '/api/v1/policy', (r) => ({ body: { policy: (r.body as { policy: string }).policy, updatedAt: '2026-02-02T00:00:00Z' } }))
+    .on('PUT', '/api/v1/policy', (r) => ((r.body as { policy: string }).policy.includes('many')
+      ? manyErrors
+      : { body: { policy: (r.body as { policy: string }).policy, updatedAt: '2026-02-02T00:00:00Z', warnings: ['the policy has an empty acls list and no grants: all traffic between devices will be denied'] } }))
     .on('POST', '/api/v1/policy/check', (r) =>
-      (r.body as { policy: string }).policy.includes('bad') ? problem(400, 'line 1, column 3: unknown field "bad"') : { body: { valid: true, warnings: ['device x will see no peers'] } })
+      (r.body as { policy: string }).policy.includes('many')
+        ? manyErrors
+        : (r.body as { policy: string }).policy.includes('bad') ? problem(400, 'line 1, column 3: unknown field "bad"', 'invalid_policy') : { body: { valid: true, warnings: ['device x will see no peers'] } })
     .on('GET', '/api/v1/health', { body: { databaseConnectivity: true } });
   await api.start();
   t.teardown(async () => {
@@ -261,12 +270,34 @@ t.test('commands send the contract requests and render the answers', async (t) =
     r = await run('policy', 'get', '-o', 'json');
     t.same(JSON.parse(r.stdout), { policy: '{"acls": []}\n', updated_at: '2026-01-01T00:00:00Z', mode: 'database' });
 
+    // Regression (policy get printed an empty line with no policy set).
+    api.on('GET', '/api/v1/policy', { body: { policy: '', updatedAt: null, mode: 'file' } });
+    r = await run('policy', 'get');
+    t.equal(r.stdout, 'No policy is set (policy.mode: file): all traffic between devices is allowed.\n');
+    r = await run('policy', 'get', '-o', 'json');
+    t.same(JSON.parse(r.stdout), { policy: '', updated_at: null, mode: 'file' }, 'machine output unchanged');
+    api.on('GET', '/api/v1/policy', { body: { policy: '{"acls": []}\n', updatedAt: '2026-01-01T00:00:00Z', mode: 'database' } });
+
     writeFileSync(`${dir}/good.hujson`, '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}');
     writeFileSync(`${dir}/bad.hujson`, '{"bad": 1}');
     r = await run('policy', 'set', '-f', `${dir}/good.hujson`);
     t.equal(api.last.method, 'PUT');
     t.same(api.last.body, { policy: '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}' });
-    t.equal(r.stdout, 'Policy updated.\n');
+    // Regression (policy set of a deny-all policy said only "Policy updated."): the server's warnings are printed.
+    t.equal(r.stdout, 'Policy updated.\nwarning: the policy has an empty acls list and no grants: all traffic between devices will be denied\n');
+    r = await run('policy', 'set', '-f', `${dir}/good.hujson`, '-o', 'json');
+    t.same(JSON.parse(r.stdout).warnings, ['the policy has an empty acls list and no grants: all traffic between devices will be denied']);
+
+    // Regression (policy check stopped at the first error): every error the server lists, one per line.
+    writeFileSync(`${dir}/many.hujson`, '{"many": 1}');
+    const many = await headway(['policy', 'check', '-f', `${dir}/many.hujson`], { env, cwd: dir });
+    t.equal(many.code, 1);
+    t.equal(many.stderr, 'Error: the policy has 2 errors:\n  line 1, column 2: a\n  line 3, column 4: b\n');
+    const manyJson = await headway(['policy', 'check', '-f', `${dir}/many.hujson`, '-o', 'json'], { env, cwd: dir });
+    t.same(JSON.parse(manyJson.stdout), { valid: false, errors: ['line 1, column 2: a', 'line 3, column 4: b'], checked_by: 'server' });
+    const manySet = await headway(['policy', 'set', '-f', `${dir}/many.hujson`], { env, cwd: dir });
+    t.equal(manySet.code, 1);
+    t.equal(manySet.stderr, 'Error: the policy has 2 errors:\n  line 1, column 2: a\n  line 3, column 4: b\n');
 
     r = await run('policy', 'check', '-f', `${dir}/good.hujson`);
     t.equal(api.last.path, '/api/v1/policy/check');
@@ -276,7 +307,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(bad.stderr, 'Error: line 1, column 3: unknown field "bad"\n', 'problem detail is printed');
     const badJson = await headway(['policy', 'check', '-f', `${dir}/bad.hujson`, '-o', 'json'], { env, cwd: dir });
     t.equal(badJson.code, 1);
-    t.same(JSON.parse(badJson.stdout), { error: 'line 1, column 3: unknown field "bad"' });
+    t.same(JSON.parse(badJson.stdout), { valid: false, errors: ['line 1, column 3: unknown field "bad"'], checked_by: 'server' });
 
     r = await run('health');
     t.equal(r.stdout, 'OK: database reachable\n');

@@ -69,6 +69,22 @@ t.test('policy check without a server checks offline', async (t) => {
   t.match(r.stderr, new RegExp(`Error: ${fx('bad.hujson').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:5:3: .*bogusField`), 'error names file, line and column');
   t.equal(r.stdout, '');
 
+  // Regression (policy check stopped at the first error): all of them, each with file, line and column.
+  r = await headway(['policy', 'check', '-f', fx('multi-error.hujson')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  const lines = r.stderr.trimEnd().split('\n').filter((l) => !l.startsWith('note:'));
+  t.equal(lines[0], 'Error: the policy has 8 errors:');
+  t.equal(lines.length, 9, 'one line per error');
+  t.match(r.stderr, /multi-error\.hujson:9:3: unknown field "aclz" in policy/);
+  t.match(r.stderr, /multi-error\.hujson:5:5: host "alice" not found \(define it under "hosts", or write "alice@" for a user named alice\)/);
+  t.match(r.stderr, /multi-error\.hujson:7:5: dst="\*:99999": port range "99999": port out of range/);
+
+  // Offline nobody knows the users: the ones the policy names are listed as not verified.
+  writeFileSync(`${dir}/users.hujson`, '{"acls": [{"action": "accept", "src": ["alice@"], "dst": ["bob@:*"]}]}');
+  r = await headway(['policy', 'check', '-f', `${dir}/users.hujson`], { env, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, 'Policy is valid\nwarning: users are not verified offline: alice@, bob@\n');
+
   r = await headway(['policy', 'check', '-f', fx('good.hujson'), '-o', 'json'], { env, cwd: dir });
   t.same(JSON.parse(r.stdout), { valid: true, warnings: [], checked_by: 'offline' });
 

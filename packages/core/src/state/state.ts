@@ -141,7 +141,7 @@ export class State {
     const owned = this.listNodes({ userId: id });
     if (owned.length) {
       const names = owned.slice(0, 5).map((n) => n.givenName).join(', ') + (owned.length > 5 ? ', ...' : '');
-      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete or move them first (headway nodes delete -i ID)`);
+      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete them first (headway nodes delete -i ID)`);
     }
     await this.storage.users.delete(id);
     this.users.delete(id);

@@ -149,7 +149,7 @@ export abstract class HeadwayCommand extends Command {
   static override baseFlags = {
     config: Flags.string({ char: 'c', description: 'config file (default: $HEADWAY_CONFIG, /etc/headway/config.yaml, ~/.headway/config.yaml, ./config.yaml)', helpGroup: 'GLOBAL' }),
     output: Flags.option({ char: 'o', description: 'output format; empty for human-readable', options: OUTPUT_FORMATS, helpGroup: 'GLOBAL' })(),
-    force: Flags.boolean({ description: 'disable prompts and force the execution', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
+    force: Flags.boolean({ description: 'answer yes to confirmation prompts (it never makes a command do more)', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
   };
 
   protected outputFormat: OutputFormat | undefined;

@@ -51,6 +51,7 @@ const cases: [string[], RegExp][] = [
   [['policy', 'set'], /missing required flag --file/],
   [['policy', 'preview', '-f', 'x.hujson'], /missing required flag --topology/],
   [['frobnicate'], /unknown command "frobnicate"; run `headway --help`/],
+  [['--bogus'], /unknown flag "--bogus" before any command/],
   [['users', 'frobnicate'], /unknown command "users frobnicate"/],
 ];
 

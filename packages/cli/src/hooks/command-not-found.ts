@@ -41,6 +41,10 @@ export function suggestCommand(config: Interfaces.Config, id: string): string | 
  * argument rather than an unknown command.
  */
 const commandNotFound: Hook<'command_not_found'> = async function (opts) {
+  if (opts.id.startsWith('-')) {
+    process.stderr.write(`Error: unknown flag ${JSON.stringify(opts.id)} before any command; run \`headway --help\` for the list of commands\n`);
+    process.exit(2);
+  }
   const parts = opts.id.split(':');
   for (let i = parts.length - 1; i >= 1; i--) {
     if (opts.config.findCommand(parts.slice(0, i).join(':'))) {

@@ -9,23 +9,7 @@ import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
-
-/** sameUserName compares user names without case: new names must differ in more than case. */
-export function sameUserName(a: string, b: string): boolean {
-  return a.toLowerCase() === b.toLowerCase();
-}
-
-/** warnCaseDuplicates names users stored before names were unique without case, so an admin can rename them. */
-function warnCaseDuplicates(users: User[], logger: Logger): void {
-  const groups = new Map<string, User[]>();
-  for (const u of users) groups.set(u.name.toLowerCase(), [...(groups.get(u.name.toLowerCase()) ?? []), u]);
-  for (const same of groups.values()) {
-    if (same.length < 2) continue;
-    logger.warn('users differ only by case; user names are now unique without case, rename all but one (headway users rename -i ID -r NEW)', {
-      users: same.map((u) => `${u.name} (id ${u.id})`).join(', '),
-    });
-  }
-}
+import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
 export const PENDING_TTL_MS = 15 * 60_000;

@@ -138,4 +138,7 @@ t.test('policy set in file mode says what to change, in plain words', async (t) 
     + 'Set policy.mode: database to manage it with `headway policy set`, or write it to the file named by policy.path and send SIGHUP\n');
   const get = await runHeadwayOn(s, ['policy', 'get']);
   t.equal(get.stdout, 'No policy is set (policy.mode: file): all traffic between devices is allowed.\n');
+  const check = await runHeadwayOn(s, ['policy', 'check']);
+  t.equal(check.code, 0, check.stderr);
+  t.equal(check.stdout, 'No policy is set: all traffic between devices is allowed.\n', 'checking the policy in force when there is none');
 });

@@ -30,6 +30,11 @@ export default class PolicyCheck extends HeadwayCommand {
         }
       } else {
         const text = (await this.client().get<{ policy: string }>('/api/v1/policy')).policy ?? '';
+        if (text === '') {
+          // Nothing to check: without a policy the server allows all traffic.
+          this.print({ valid: true, warnings: [], checked_by: checkedBy, policy_set: false }, 'No policy is set: all traffic between devices is allowed.');
+          return;
+        }
         ({ warnings } = await this.serverCheck(text));
       }
     } catch (e) {

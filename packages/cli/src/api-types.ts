@@ -68,4 +68,6 @@ export interface ApiProblem {
   detail?: string;
   code?: string;
   field?: string;
+  /** errors lists every problem found when there are several (an invalid policy). */
+  errors?: string[];
 }

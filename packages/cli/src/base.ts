@@ -3,6 +3,7 @@ import { Command, Errors, Flags, type Interfaces } from '@oclif/core';
 import { parseDuration } from '@headway/core';
 import YAML from 'yaml';
 import { ApiClient, clientFromConfigFile } from './client.js';
+import { closest } from './suggest.js';
 
 /** OUTPUT_FORMATS are the machine-readable formats -o accepts (headscale's set); no -o means human text. */
 export const OUTPUT_FORMATS = ['json', 'json-line', 'yaml'] as const;
@@ -74,6 +75,31 @@ export function usageLine(message: string): string {
     .join('; ');
 }
 
+/**
+ * parseErrorLine turns an oclif parse error into one line a person can act on: a missing
+ * argument is named with what it is for, an unknown flag gets the nearest flag of that
+ * command ("did you mean"), and both point at the command's --help.
+ */
+export function parseErrorLine(e: unknown, defs: Record<string, unknown>, id: string | undefined): string {
+  const help = id ? ` See \`headway ${id.replace(/:/g, ' ')} --help\`.` : '';
+  const err = e as { args?: { name?: string; description?: string }[]; flags?: string[]; message?: string };
+  const name = (e as Error)?.constructor?.name;
+  if (name === 'RequiredArgsError' && Array.isArray(err.args) && err.args.length > 0) {
+    const list = err.args.map((a) => `${(a.name ?? '').toUpperCase()}${a.description ? ` (${a.description})` : ''}`).join(', ');
+    return `Missing required argument${err.args.length === 1 ? '' : 's'} ${list}.${help}`;
+  }
+  if (name === 'NonExistentFlagsError' && Array.isArray(err.flags) && err.flags.length > 0) {
+    const known = Object.keys(defs).map((f) => `--${f}`);
+    const parts = err.flags.map((raw) => {
+      const flag = raw.replace(/=.*$/s, '');
+      const guess = flag.startsWith('--') ? closest(flag, known) : undefined;
+      return guess ? `${flag} (did you mean ${guess}?)` : flag;
+    });
+    return `unknown flag${parts.length === 1 ? '' : 's'}: ${parts.join(', ')}.${help}`;
+  }
+  return usageLine(e instanceof Error ? e.message : String(e));
+}
+
 /** boolFlag is a boolean flag that also accepts `--no-x` and `--x=true|false`. */
 export function boolFlag(opts: { description: string; char?: Interfaces.AlphabetLowercase | Interfaces.AlphabetUppercase; default?: boolean; helpGroup?: string }) {
   return Flags.boolean({ ...opts, allowNo: true, default: opts.default ?? false });
@@ -123,7 +149,7 @@ export abstract class HeadwayCommand extends Command {
   static override baseFlags = {
     config: Flags.string({ char: 'c', description: 'config file (default: $HEADWAY_CONFIG, /etc/headway/config.yaml, ~/.headway/config.yaml, ./config.yaml)', helpGroup: 'GLOBAL' }),
     output: Flags.option({ char: 'o', description: 'output format; empty for human-readable', options: OUTPUT_FORMATS, helpGroup: 'GLOBAL' })(),
-    force: Flags.boolean({ description: 'disable prompts and force the execution', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
+    force: Flags.boolean({ description: 'answer yes to confirmation prompts (it never makes a command do more)', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
   };
 
   protected outputFormat: OutputFormat | undefined;
@@ -141,7 +167,7 @@ export abstract class HeadwayCommand extends Command {
     try {
       parsed = await super.parse(input, normalizeBooleanArgv(argv, defs));
     } catch (e) {
-      throw new UsageError(usageLine(e instanceof Error ? e.message : String(e)));
+      throw new UsageError(parseErrorLine(e, defs, this.ctor.id ?? this.id));
     }
     const globals = parsed.flags as Record<string, unknown>;
     this.outputFormat = globals.output as OutputFormat | undefined;
@@ -167,18 +193,20 @@ export abstract class HeadwayCommand extends Command {
   }
 
   /**
-   * confirm asks before a destructive action. --force skips it; with no TTY on stdin
-   * there is nobody to ask, so it refuses rather than guessing.
+   * confirm asks before a destructive action and says whether to go ahead. --force skips
+   * it (and only that: it never widens what the action does); with no TTY on stdin there is
+   * nobody to ask, so it refuses rather than guessing. Answering no returns false: the
+   * caller prints what did not happen and exits 0, as headscale does.
    */
-  protected async confirm(question: string): Promise<void> {
-    if (this.force) return;
+  protected async confirm(question: string): Promise<boolean> {
+    if (this.force) return true;
     if (!process.stdin.isTTY) {
       throw new ConfirmationRefused(`${question} Not confirmed: stdin is not a terminal; pass --force to proceed`);
     }
     const rl = createInterface({ input: process.stdin, output: process.stderr });
     try {
       const answer = (await rl.question(`${question} [y/N] `)).trim().toLowerCase();
-      if (answer !== 'y' && answer !== 'yes') throw new ConfirmationRefused('aborted');
+      return answer === 'y' || answer === 'yes';
     } finally {
       rl.close();
     }

@@ -93,10 +93,11 @@ export function apiKeyJson(k: ApiKeyInfo): Record<string, unknown> {
   };
 }
 
+/** usersTable leads with the user name (what every other command takes); the display name is optional and often blank. */
 export function usersTable(users: ApiUser[]): string {
   return renderTable(
-    ['ID', 'Name', 'Username', 'Email', 'Created'],
-    users.map((u) => [u.id, u.displayName ?? '', u.name, u.email ?? '', formatTime(u.createdAt)]),
+    ['ID', 'Name', 'Display name', 'Email', 'Created'],
+    users.map((u) => [u.id, u.name, u.displayName ?? '', u.email ?? '', formatTime(u.createdAt)]),
   );
 }
 
@@ -121,10 +122,11 @@ export function nodesTable(nodes: ApiNode[]): string {
   );
 }
 
+/** routesTable shows the device's own hostname under "Hostname" and the name given to it in the tailnet under "Name", as `nodes list` does. */
 export function routesTable(nodes: ApiNode[]): string {
   return renderTable(
-    ['ID', 'Hostname', 'Approved', 'Available', 'Serving (Primary)'],
-    nodes.map((n) => [n.id, n.givenName, n.approvedRoutes ?? [], n.availableRoutes ?? [], n.subnetRoutes ?? []]),
+    ['ID', 'Hostname', 'Name', 'Approved', 'Available', 'Serving (Primary)'],
+    nodes.map((n) => [n.id, n.name, n.givenName, n.approvedRoutes ?? [], n.availableRoutes ?? [], n.subnetRoutes ?? []]),
   );
 }
 

@@ -52,7 +52,9 @@ export function expiresAt(ms: number, now = Date.now()): string {
 export async function resolveUser(client: ApiClient, id: string | undefined, name: string | undefined): Promise<ApiUser> {
   const query = id ? { id } : { name };
   const { users } = await client.get<{ users: ApiUser[] }>('/api/v1/user', query);
-  const matches = (users ?? []).filter((u) => (id ? u.id === id : u.name === name));
+  // The server compares names without case; an exact spelling wins if old data holds both.
+  const exact = (users ?? []).filter((u) => (id ? u.id === id : u.name === name));
+  const matches = exact.length || id ? exact : (users ?? []).filter((u) => u.name.toLowerCase() === name?.toLowerCase());
   if (matches.length === 0) throw new Error(id ? `no user with id ${id}` : `no user named ${JSON.stringify(name)}`);
   if (matches.length > 1) throw new Error(`${matches.length} users are named ${JSON.stringify(name)}; use --identifier`);
   return matches[0]!;

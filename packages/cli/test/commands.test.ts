@@ -7,6 +7,13 @@ import { ALICE, FakeApi, NODE, headway, problem, tempDir, type RunResult } from 
 // Each step spawns the CLI; on a busy 2-core machine that takes a while.
 t.setTimeout(240_000);
 
+const manyErrors = {
+  status: 400, contentType: 'application/problem+json',
+  body: { type: 'about:blank', title: 'Invalid policy', status: 400, code: 'invalid_policy', detail: '2 errors: line 1, column 2: a; line 3, column 4: b', errors: ['line 1, column 2: a', 'line 3, column 4: b'] },
+};
+
+const BARE = { id: '2', name: 'bare', createdAt: '2026-01-03T00:00:00Z' };
+
 const PAK = {
   id: '4', key: 'hwkey-auth-abc123-***', user: ALICE, reusable: false, ephemeral: true, used: false,
   expiration: '2026-05-01T00:00:00Z', createdAt: '2026-04-01T00:00:00Z', aclTags: [],
@@ -16,10 +23,11 @@ t.test('commands send the contract requests and render the answers', async (t) =
   const { dir, cleanup } = tempDir();
   const api = new FakeApi(dir);
   api
-    .on('GET', '/api/v1/user', (r) => ({ body: { users: r.query.name === 'nobody' ? [] : [ALICE] } }))
+    .on('GET', '/api/v1/user', (r) => ({ body: { users: r.query.name === 'nobody' ? [] : r.query.id === '2' ? [BARE] : r.query.name === 'bare' ? [BARE] : [ALICE] } }))
     .on('POST', '/api/v1/user', (r) => ({ body: { user: { ...ALICE, ...(r.body as object) } } }))
     .on('POST', '/api/v1/user/1/rename/bob', { body: { user: { ...ALICE, name: 'bob' } } })
-    .on('DELETE', '/api/v1/user/1', (r) => (r.query.force === 'true' ? { body: {} } : problem(409, 'user alice still owns 2 nodes; pass --force to delete them too', 'conflict')))
+    .on('DELETE', '/api/v1/user/1', problem(409, 'user alice still owns 2 node(s) (laptop-1, phone); delete them first', 'user_has_nodes'))
+    .on('DELETE', '/api/v1/user/2', { body: {} })
     .on('GET', '/api/v1/node', { body: { nodes: [NODE, { ...NODE, id: '8', name: 'phone', givenName: 'phone', approvedRoutes: [], availableRoutes: [], subnetRoutes: [], online: false, user: null, tags: [] }] } })
     .on('GET', '/api/v1/node/7', { body: { node: NODE } })
     .on('POST', '/api/v1/node/7/rename/new%20name', { body: { node: { ...NODE, givenName: 'new-name' } } })
@@ -38,9 +46,13 @@ t.test('commands send the contract requests and render the answers', async (t) =
     .on('POST', '/api/v1/apikey/expire', { body: {} })
     .on('DELETE', '/api/v1/apikey/pfx2', { body: {} })
     .on('GET', '/api/v1/policy', { body: { policy: '{"acls": []}\n', updatedAt: '2026-01-01T00:00:00Z', mode: 'database' } })
-    .on('PUT', '/api/v1/policy', (r) => ({ body: { policy: (r.body as { policy: string }).policy, updatedAt: '2026-02-02T00:00:00Z' } }))
+    .on('PUT', '/api/v1/policy', (r) => ((r.body as { policy: string }).policy.includes('many')
+      ? manyErrors
+      : { body: { policy: (r.body as { policy: string }).policy, updatedAt: '2026-02-02T00:00:00Z', warnings: ['the policy has an empty acls list and no grants: all traffic between devices will be denied'] } }))
     .on('POST', '/api/v1/policy/check', (r) =>
-      (r.body as { policy: string }).policy.includes('bad') ? problem(400, 'line 1, column 3: unknown field "bad"') : { body: { valid: true, warnings: ['device x will see no peers'] } })
+      (r.body as { policy: string }).policy.includes('many')
+        ? manyErrors
+        : (r.body as { policy: string }).policy.includes('bad') ? problem(400, 'line 1, column 3: unknown field "bad"', 'invalid_policy') : { body: { valid: true, warnings: ['device x will see no peers'] } })
     .on('GET', '/api/v1/health', { body: { databaseConnectivity: true } });
   await api.start();
   t.teardown(async () => {
@@ -67,9 +79,15 @@ t.test('commands send the contract requests and render the answers', async (t) =
     r = await run('users', 'list', '--name', 'alice');
     t.same(api.last.query, { name: 'alice' });
     const lines = r.stdout.trimEnd().split('\n');
-    t.match(lines[0], /^ID\s+Name\s+Username\s+Email\s+Created$/);
-    t.match(lines[1], /^1\s+Alice A\s+alice\s+alice@example\.com\s+2026-01-02 03:04:05$/);
-    t.equal(lines[0]!.indexOf('Username'), lines[1]!.indexOf('alice'), 'columns are aligned');
+    t.match(lines[0], /^ID\s+Name\s+Display name\s+Email\s+Created$/);
+    t.match(lines[1], /^1\s+alice\s+Alice A\s+alice@example\.com\s+2026-01-02 03:04:05$/);
+    t.equal(lines[0]!.indexOf('Display name'), lines[1]!.indexOf('Alice A'), 'columns are aligned');
+
+    // Regression (users list blank Name column): a user without a display name still shows its name under "Name".
+    r = await run('users', 'list', '--name', 'bare');
+    const bare = r.stdout.trimEnd().split('\n');
+    t.match(bare[1], /^2\s+bare\s+2026-01-03 00:00:00$/, 'the name is under Name, not an empty cell');
+    t.equal(bare[0]!.indexOf('Name'), bare[1]!.indexOf('bare'));
 
     r = await run('user', 'ls', '-i', '1', '-o', 'yaml');
     t.same(api.last.query, { id: '1' }, 'headscale alias `user ls` works');
@@ -84,11 +102,19 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(api.requests.at(-2)!.query.name, 'alice', 'resolves the name first');
     t.equal(api.last.path, '/api/v1/user/1/rename/bob');
 
-    r = await run('users', 'destroy', '-i', '1', '--force');
+    r = await run('users', 'destroy', '-i', '2', '--force');
     t.equal(api.last.method, 'DELETE');
-    t.equal(api.last.path, '/api/v1/user/1');
-    t.same(api.last.query, { force: 'true' });
+    t.equal(api.last.path, '/api/v1/user/2');
     t.equal(r.stdout, 'User destroyed\n');
+
+    // Regression (users destroy --force deleted the user's nodes): --force only skips the
+    // question; it is not sent to the server, and a user with nodes is refused.
+    const owner = await headway(['users', 'destroy', '-i', '1', '--force'], { env, cwd: dir });
+    t.equal(owner.code, 1);
+    t.equal(api.last.path, '/api/v1/user/1');
+    t.same(api.last.query, {}, 'no force parameter is sent');
+    t.equal(owner.stderr, 'Error: user alice still owns 2 node(s) (laptop-1, phone); delete them first\n');
+    t.equal(owner.stdout, '');
 
     const missing = await headway(['users', 'destroy', '--name', 'nobody', '--force'], { env, cwd: dir });
     t.equal(missing.code, 1);
@@ -118,7 +144,9 @@ t.test('commands send the contract requests and render the answers', async (t) =
 
     r = await run('nodes', 'list-routes');
     t.equal(r.stdout.trimEnd().split('\n').length, 2, 'only nodes with routes');
-    t.match(r.stdout, /7\s+laptop-1\s+10\.0\.0\.0\/24\s+10\.0\.0\.0\/24, 192\.168\.1\.0\/24\s+10\.0\.0\.0\/24/);
+    // Regression (list-routes Hostname showed the given name): hostname and given name in their own columns.
+    t.match(r.stdout, /^ID\s+Hostname\s+Name\s+Approved\s+Available\s+Serving \(Primary\)\n/);
+    t.match(r.stdout, /7\s+laptop\s+laptop-1\s+10\.0\.0\.0\/24\s+10\.0\.0\.0\/24, 192\.168\.1\.0\/24\s+10\.0\.0\.0\/24/);
     await run('nodes', 'list-routes', '-i', '7');
     t.equal(api.last.path, '/api/v1/node/7');
 
@@ -242,12 +270,34 @@ t.test('commands send the contract requests and render the answers', async (t) =
     r = await run('policy', 'get', '-o', 'json');
     t.same(JSON.parse(r.stdout), { policy: '{"acls": []}\n', updated_at: '2026-01-01T00:00:00Z', mode: 'database' });
 
+    // Regression (policy get printed an empty line with no policy set).
+    api.on('GET', '/api/v1/policy', { body: { policy: '', updatedAt: null, mode: 'file' } });
+    r = await run('policy', 'get');
+    t.equal(r.stdout, 'No policy is set (policy.mode: file): all traffic between devices is allowed.\n');
+    r = await run('policy', 'get', '-o', 'json');
+    t.same(JSON.parse(r.stdout), { policy: '', updated_at: null, mode: 'file' }, 'machine output unchanged');
+    api.on('GET', '/api/v1/policy', { body: { policy: '{"acls": []}\n', updatedAt: '2026-01-01T00:00:00Z', mode: 'database' } });
+
     writeFileSync(`${dir}/good.hujson`, '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}');
     writeFileSync(`${dir}/bad.hujson`, '{"bad": 1}');
     r = await run('policy', 'set', '-f', `${dir}/good.hujson`);
     t.equal(api.last.method, 'PUT');
     t.same(api.last.body, { policy: '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}' });
-    t.equal(r.stdout, 'Policy updated.\n');
+    // Regression (policy set of a deny-all policy said only "Policy updated."): the server's warnings are printed.
+    t.equal(r.stdout, 'Policy updated.\nwarning: the policy has an empty acls list and no grants: all traffic between devices will be denied\n');
+    r = await run('policy', 'set', '-f', `${dir}/good.hujson`, '-o', 'json');
+    t.same(JSON.parse(r.stdout).warnings, ['the policy has an empty acls list and no grants: all traffic between devices will be denied']);
+
+    // Regression (policy check stopped at the first error): every error the server lists, one per line.
+    writeFileSync(`${dir}/many.hujson`, '{"many": 1}');
+    const many = await headway(['policy', 'check', '-f', `${dir}/many.hujson`], { env, cwd: dir });
+    t.equal(many.code, 1);
+    t.equal(many.stderr, 'Error: the policy has 2 errors:\n  line 1, column 2: a\n  line 3, column 4: b\n');
+    const manyJson = await headway(['policy', 'check', '-f', `${dir}/many.hujson`, '-o', 'json'], { env, cwd: dir });
+    t.same(JSON.parse(manyJson.stdout), { valid: false, errors: ['line 1, column 2: a', 'line 3, column 4: b'], checked_by: 'server' });
+    const manySet = await headway(['policy', 'set', '-f', `${dir}/many.hujson`], { env, cwd: dir });
+    t.equal(manySet.code, 1);
+    t.equal(manySet.stderr, 'Error: the policy has 2 errors:\n  line 1, column 2: a\n  line 3, column 4: b\n');
 
     r = await run('policy', 'check', '-f', `${dir}/good.hujson`);
     t.equal(api.last.path, '/api/v1/policy/check');
@@ -257,7 +307,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(bad.stderr, 'Error: line 1, column 3: unknown field "bad"\n', 'problem detail is printed');
     const badJson = await headway(['policy', 'check', '-f', `${dir}/bad.hujson`, '-o', 'json'], { env, cwd: dir });
     t.equal(badJson.code, 1);
-    t.same(JSON.parse(badJson.stdout), { error: 'line 1, column 3: unknown field "bad"' });
+    t.same(JSON.parse(badJson.stdout), { valid: false, errors: ['line 1, column 3: unknown field "bad"'], checked_by: 'server' });
 
     r = await run('health');
     t.equal(r.stdout, 'OK: database reachable\n');

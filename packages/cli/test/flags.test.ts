@@ -1,5 +1,5 @@
 import t from 'tap';
-import { FakeApi, headway, tempDir } from './helpers.js';
+import { FakeApi, headway, headwayTty, tempDir } from './helpers.js';
 
 // Each case spawns the CLI; on a busy 2-core machine that takes a while.
 t.setTimeout(240_000);
@@ -20,7 +20,8 @@ const cases: [string[], RegExp][] = [
   [['nodes', 'expire', '--identifier=-3'], /is not an id/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0'], /"10.0.0.0" is not a CIDR prefix/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0/33'], /"10.0.0.0\/33" is not a CIDR prefix/],
-  [['nodes', 'rename', '-i', '1'], /Missing 1 required arg/i],
+  // Regression (garbled `Missing 1 required arg:; name  user name`): the argument is named with what it is for.
+  [['nodes', 'rename', '-i', '1'], /^Error: Missing required argument NEWNAME \(new name\)\. See `headway nodes rename --help`\.$/m],
   [['nodes', 'list', 'extra'], /Unexpected argument: extra/],
   [['nodes', 'register', '--user', 'alice'], /missing required flag --key/],
   [['preauthkeys', 'create', '-u', '1', '--ephemeral=maybe'], /--ephemeral expects true or false, got "maybe"/],
@@ -30,7 +31,14 @@ const cases: [string[], RegExp][] = [
   [['users', 'list', '-o', 'xml'], /--output=xml.*json, json-line, yaml/],
   [['users', 'list', '--output', 'table'], /json, json-line, yaml/],
   [['users', 'list', '--bogus'], /unknown flag: --bogus/],
-  [['users', 'create'], /Missing 1 required arg/i],
+  [['users', 'create'], /^Error: Missing required argument NAME \(user name\)\. See `headway users create --help`\.$/m],
+  // Regression (no "did you mean" for flags or commands): the nearest flag of that command, the nearest command.
+  [['preauthkeys', 'create', '-u', '1', '--expire', '1h'], /unknown flag: --expire \(did you mean --expiration\?\)\. See `headway preauthkeys create --help`/],
+  [['users', 'list', '--nme', 'x'], /unknown flag: --nme \(did you mean --name\?\)/],
+  [['users', 'lst'], /unknown command "users lst"; did you mean "users list"\?/],
+  [['user', 'lst'], /did you mean "users list"\?/],
+  [['nodse'], /unknown command "nodse"; did you mean "nodes"\?/],
+  [['policy', 'chekc', '-f', 'x'], /did you mean "policy check"\?/],
   [['users', 'rename', '--new-name', 'bob'], /pass --identifier or --name/],
   [['users', 'rename', '-i', '1'], /missing required flag --new-name/],
   [['users', 'destroy'], /pass --identifier or --name/],
@@ -42,7 +50,8 @@ const cases: [string[], RegExp][] = [
   [['debug', 'create-node', '--user', 'alice', '--name', 'n', '--route', 'nope'], /--route: "nope" is not a CIDR/],
   [['policy', 'set'], /missing required flag --file/],
   [['policy', 'preview', '-f', 'x.hujson'], /missing required flag --topology/],
-  [['frobnicate'], /unknown command "frobnicate"/],
+  [['frobnicate'], /unknown command "frobnicate"; run `headway --help`/],
+  [['--bogus'], /unknown flag "--bogus" before any command/],
   [['users', 'frobnicate'], /unknown command "users frobnicate"/],
 ];
 
@@ -129,4 +138,32 @@ t.test('destructive commands refuse without a TTY unless --force', async (t) => 
   const no = await headway(['nodes', 'delete', '-i', '3', '--force=false'], { env, cwd: dir });
   t.equal(no.code, 1, '--force=false means no force');
   t.match(no.stderr, /pass --force/);
+});
+
+t.test('declining a prompt prints what did not happen and exits 0 (headscale)', async (t) => {
+  const { dir, cleanup } = tempDir();
+  const api = new FakeApi(dir);
+  api.on('GET', '/api/v1/user', { body: { users: [{ id: '2', name: 'bob' }] } });
+  api.on('DELETE', '/api/v1/user/2', { body: {} });
+  api.on('GET', '/api/v1/node/3', { body: { node: { id: '3', name: 'box', givenName: 'box' } } });
+  api.on('DELETE', '/api/v1/node/3', { body: {} });
+  await api.start();
+  t.teardown(async () => {
+    await api.close();
+    cleanup();
+  });
+  const env = { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath };
+  const u = await headwayTty(['users', 'destroy', '-n', 'bob'], 'n\n', { env, cwd: dir });
+  t.equal(u.code, 0, u.stdout);
+  t.match(u.stdout, /Remove the user "bob" \(2\) and its pre-auth keys\? \[y\/N\]/);
+  t.match(u.stdout, /User not destroyed/);
+  const n = await headwayTty(['nodes', 'delete', '-i', '3'], 'no\n', { env, cwd: dir });
+  t.equal(n.code, 0, n.stdout);
+  t.match(n.stdout, /Node not deleted/);
+  t.notOk(api.requests.some((q) => q.method === 'DELETE'), 'nothing deleted');
+
+  const y = await headwayTty(['users', 'destroy', '-n', 'bob'], 'y\n', { env, cwd: dir });
+  t.equal(y.code, 0, y.stdout);
+  t.match(y.stdout, /User destroyed/);
+  t.equal(api.last.method, 'DELETE', 'yes goes ahead');
 });

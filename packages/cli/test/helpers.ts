@@ -37,6 +37,30 @@ export function headway(args: string[], opts: { env?: Record<string, string>; cw
   });
 }
 
+function cleanEnv(extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('HEADWAY_') && !k.startsWith('TAP')) env[k] = v;
+  return Object.assign(env, extra);
+}
+
+const shellQuote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * headwayTty runs the CLI on a pseudo-terminal (util-linux `script`) and types `input`,
+ * for the interactive confirmation prompts; stdout holds everything the terminal showed.
+ */
+export function headwayTty(args: string[], input: string, opts: { env?: Record<string, string>; cwd?: string } = {}): Promise<RunResult> {
+  const command = [process.execPath, RUN, ...args].map(shellQuote).join(' ');
+  return new Promise((resolve) => {
+    const child = execFile('script', ['-qec', command, '/dev/null'], { env: cleanEnv(opts.env), cwd: opts.cwd, timeout: 20_000 }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+      resolve({ code, stdout: String(stdout), stderr: String(stderr) });
+    });
+    // Type the answer once the prompt had time to appear; a pty echoes it back.
+    setTimeout(() => child.stdin?.end(input), 1500);
+  });
+}
+
 export interface RecordedRequest {
   method: string;
   path: string;

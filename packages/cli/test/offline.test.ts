@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { FIXTURES, FakeApi, headway, tempDir } from './helpers.js';
@@ -69,6 +69,22 @@ t.test('policy check without a server checks offline', async (t) => {
   t.match(r.stderr, new RegExp(`Error: ${fx('bad.hujson').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:5:3: .*bogusField`), 'error names file, line and column');
   t.equal(r.stdout, '');
 
+  // Regression (policy check stopped at the first error): all of them, each with file, line and column.
+  r = await headway(['policy', 'check', '-f', fx('multi-error.hujson')], { env, cwd: dir });
+  t.equal(r.code, 1);
+  const lines = r.stderr.trimEnd().split('\n').filter((l) => !l.startsWith('note:'));
+  t.equal(lines[0], 'Error: the policy has 8 errors:');
+  t.equal(lines.length, 9, 'one line per error');
+  t.match(r.stderr, /multi-error\.hujson:9:3: unknown field "aclz" in policy/);
+  t.match(r.stderr, /multi-error\.hujson:5:5: host "alice" not found \(define it under "hosts", or write "alice@" for a user named alice\)/);
+  t.match(r.stderr, /multi-error\.hujson:7:5: dst="\*:99999": port range "99999": port out of range/);
+
+  // Offline nobody knows the users: the ones the policy names are listed as not verified.
+  writeFileSync(`${dir}/users.hujson`, '{"acls": [{"action": "accept", "src": ["alice@"], "dst": ["bob@:*"]}]}');
+  r = await headway(['policy', 'check', '-f', `${dir}/users.hujson`], { env, cwd: dir });
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, 'Policy is valid\nwarning: users are not verified offline: alice@, bob@\n');
+
   r = await headway(['policy', 'check', '-f', fx('good.hujson'), '-o', 'json'], { env, cwd: dir });
   t.same(JSON.parse(r.stdout), { valid: true, warnings: [], checked_by: 'offline' });
 
@@ -121,7 +137,33 @@ t.test('serve stops on config problems with log lines, exit 1', async (t) => {
   t.match(bad.stderr, /^\S+ ERR prefixes\.v4: /m);
 });
 
-const helloBuilt = existsSync(fileURLToPath(new URL('../../../../examples/plugin-cli-hello/dist/src/commands/hello.js', import.meta.url)));
+const HELLO_ROOT = fileURLToPath(new URL('../../../../examples/plugin-cli-hello/', import.meta.url));
+const helloBuilt = existsSync(`${HELLO_ROOT}dist/src/commands/hello.js`);
+
+/**
+ * linkHello registers the example plugin the way a user adds one: an oclif user-plugin
+ * manifest in headway's data directory ($XDG_DATA_HOME/headway/package.json). The shipped
+ * CLI does not bundle it, so without this `headway hello` does not exist.
+ */
+function linkHello(dataHome: string): void {
+  mkdirSync(`${dataHome}/headway`, { recursive: true });
+  writeFileSync(`${dataHome}/headway/package.json`, JSON.stringify({
+    private: true,
+    oclif: { schema: 1, plugins: [{ type: 'link', name: '@headway-examples/plugin-cli-hello', root: HELLO_ROOT }] },
+  }));
+}
+
+t.test('the shipped CLI does not bundle the example plugin', async (t) => {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const help = await headway(['--help'], { env: { HOME: dir, XDG_DATA_HOME: `${dir}/data` }, cwd: dir });
+  t.equal(help.code, 0, help.stderr);
+  t.match(help.stdout, /\busers\b/, 'the help lists the built-in topics');
+  t.notMatch(help.stdout, /\bhello\b/, 'regression (hello plugin in headway --help): no example command');
+  const r = await headway(['hello'], { env: { HOME: dir, XDG_DATA_HOME: `${dir}/data` }, cwd: dir });
+  t.equal(r.code, 2);
+  t.match(r.stderr, /unknown command "hello"/);
+});
 
 t.test('the example plugin adds `headway hello`', { skip: helloBuilt ? false : 'examples/plugin-cli-hello is not built (run npx tsc -b examples/plugin-cli-hello)' }, async (t) => {
   const { dir, cleanup } = tempDir();
@@ -132,13 +174,17 @@ t.test('the example plugin adds `headway hello`', { skip: helloBuilt ? false : '
     await api.close();
     cleanup();
   });
-  let r = await headway(['hello', '--name', 'Ada'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: api.socketPath }, cwd: dir });
+  const XDG_DATA_HOME = `${dir}/data`;
+  linkHello(XDG_DATA_HOME);
+  const help = await headway(['--help'], { env: { HOME: dir, XDG_DATA_HOME }, cwd: dir });
+  t.match(help.stdout, /\bhello\b/, 'a linked plugin shows in the help');
+  let r = await headway(['hello', '--name', 'Ada'], { env: { HOME: dir, XDG_DATA_HOME, HEADWAY_UNIX_SOCKET: api.socketPath }, cwd: dir });
   t.equal(r.code, 0, r.stderr);
   t.equal(r.stdout, 'Hello, Ada!\nserver: healthy\n');
   t.equal(api.last.path, '/api/v1/health');
-  r = await headway(['hello', '-o', 'json'], { env: { HOME: dir, HEADWAY_UNIX_SOCKET: `${dir}/none.sock` }, cwd: dir });
+  r = await headway(['hello', '-o', 'json'], { env: { HOME: dir, XDG_DATA_HOME, HEADWAY_UNIX_SOCKET: `${dir}/none.sock` }, cwd: dir });
   t.equal(r.code, 0);
   t.match(JSON.parse(r.stdout), { greeting: 'Hello, world!', server: /^unknown \(cannot reach/ });
-  r = await headway(['hello', '--bogus'], { env: { HOME: dir }, cwd: dir });
+  r = await headway(['hello', '--bogus'], { env: { HOME: dir, XDG_DATA_HOME }, cwd: dir });
   t.equal(r.code, 2, 'plugin commands get the same usage-error handling');
 });

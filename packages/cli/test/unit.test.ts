@@ -2,6 +2,7 @@ import t from 'tap';
 import { UsageError, normalizeBooleanArgv, usageLine } from '../src/base.js';
 import { renderTable, shortKey } from '../src/format.js';
 import { checkRoutes, checkTags, commandAliases, matchesKeyPrefix } from '../src/topics.js';
+import { closest } from '../src/suggest.js';
 
 const FLAGS = {
   ephemeral: { type: 'boolean', allowNo: true },
@@ -40,4 +41,14 @@ t.test('checks and helpers', async (t) => {
   t.same(commandAliases('apikeys', 'expire', ['revoke']).sort(), ['api:expire', 'api:revoke', 'apikey:expire', 'apikey:revoke', 'apikeys:revoke']);
   t.equal(shortKey('nodekey:0123456789abcdef'), 'nodekey:01234567');
   t.equal(renderTable(['A', 'Bee'], [['long value', ['x', 'y']], ['s', '']]), 'A           Bee\nlong value  x, y\ns');
+});
+
+t.test('closest suggests a near spelling and nothing for unrelated words', async (t) => {
+  t.equal(closest('lst', ['list', 'create', 'rename']), 'list');
+  t.equal(closest('--expire', ['--user', '--reusable', '--expiration']), '--expiration', 'shared start');
+  t.equal(closest('--exp', ['--user', '--expiration']), '--expiration', 'prefix');
+  t.equal(closest('nodse', ['users', 'nodes']), 'nodes', 'transposed letters');
+  t.equal(closest('frobnicate', ['users', 'nodes', 'list']), undefined);
+  t.equal(closest('x', ['xy']), undefined, 'one letter suggests nothing');
+  t.equal(closest('lst', ['list', 'ls']), 'list', 'a tie goes to the earlier (documented) spelling');
 });

@@ -28,7 +28,7 @@ export class FilePolicySource implements PolicySourcePort {
     return () => process.off(this.signal!, handler);
   }
 
-  describe(): string { return this.path ? `file ${this.path}` : 'no policy file (policy.path is empty)'; }
+  describe(): string { return this.path ? `file ${this.path}` : 'no file (policy.path is empty, so all traffic is allowed)'; }
 }
 
 const descriptor: AdapterDescriptor = {

@@ -1,7 +1,7 @@
 export { PolicyError, parseHuJSON, type JNode, type Pos } from './hujson.js';
 export { IPSet, parseAddr, parsePrefix, formatAddr, TAILNET_WILDCARD, INTERNET, ALL, type Addr, type IPRange } from './ip.js';
 export {
-  parsePolicy, parseAlias, parsePortList, parseGoDuration, formatGoDuration,
+  parsePolicy, checkPolicy, parseAlias, parsePortList, parseGoDuration, formatGoDuration,
   type Policy, type Alias, type AclRule, type Grant, type SshRule, type NodeAttr, type PolicyTest,
   type SshPolicyTest, type PortRange, type ProtoPorts, type ParseOptions,
 } from './policy.js';
@@ -11,7 +11,7 @@ export {
   type SSHRule, type SSHPrincipal, type SSHAction, type CompiledNode,
 } from './compile.js';
 export { runPolicyTests, filterAllows } from './tests.js';
-export { policyWarnings } from './warnings.js';
+export { policyWarnings, userReferences, userReferenceWarnings } from './warnings.js';
 export {
   previewPolicy, previewNodes, topologySnapshot, tailnetDomainsOf,
   type Topology, type PreviewOptions, type PreviewResult, type PreviewNode, type PreviewNodeView,

@@ -98,6 +98,28 @@ function err(reason: string, at?: Pos): never {
   throw new PolicyError(reason, at?.line ?? 0, at?.column ?? 0);
 }
 
+/** collected holds the errors checkPolicy gathers; null while parsePolicy stops at the first. */
+let collected: PolicyError[] | null = null;
+
+/**
+ * attempt runs one independent piece of validation (a section, an entry, one src or dst).
+ * Under checkPolicy a PolicyError is recorded and `fallback` stands in, so the pieces
+ * after it are still checked and a broken file is reported in one round; otherwise the
+ * error propagates unchanged, so parsePolicy reports exactly the first error as before.
+ */
+function attempt<T>(fn: () => T, fallback: T): T {
+  if (!collected) return fn();
+  try {
+    return fn();
+  } catch (e) {
+    if (!(e instanceof PolicyError)) throw e;
+    collected.push(e);
+    return fallback;
+  }
+}
+
+const present = <T>(v: T | null): v is T => v !== null;
+
 type ObjNode = Extract<JNode, { kind: 'object' }>;
 
 function expectObject(n: JNode, what: string): ObjNode {
@@ -110,8 +132,11 @@ function fields(n: JNode, what: string, allowed: string[]): Map<string, JNode> {
   const o = expectObject(n, what);
   const out = new Map<string, JNode>();
   for (const e of o.entries) {
-    if (!allowed.includes(e.key)) err(`unknown field ${JSON.stringify(e.key)} in ${what}`, e.keyPos);
-    out.set(e.key, e.value);
+    const known = attempt(() => {
+      if (!allowed.includes(e.key)) err(`unknown field ${JSON.stringify(e.key)} in ${what}`, e.keyPos);
+      return true;
+    }, false);
+    if (known) out.set(e.key, e.value);
   }
   return out;
 }
@@ -214,6 +239,34 @@ function splitDst(text: string, at: Pos): { alias: string; ports: string } {
  * `user:*@domain` and `localpart:*@domain`); unset means such domains are not checked. */
 export interface ParseOptions {
   tailnetDomains?: string[];
+  /** userNames are the live users' names, when known: `"alice:80"` with a user alice then
+   * suggests `alice@` instead of only saying that no host alice exists. */
+  userNames?: string[];
+}
+
+/**
+ * checkPolicy validates like parsePolicy but reports every error it can reach instead of
+ * the first (a broken HuJSON syntax still stops at its first error: nothing after it can
+ * be read reliably). errors[0] is the error parsePolicy would throw.
+ */
+export function checkPolicy(text: string, opts: ParseOptions = {}): { policy: Policy | null; errors: PolicyError[] } {
+  const outer = collected;
+  collected = [];
+  try {
+    const policy = parsePolicy(text, opts);
+    const errors = uniqueErrors(collected);
+    return { policy: errors.length ? null : policy, errors };
+  } catch (e) {
+    if (!(e instanceof PolicyError)) throw e;
+    return { policy: null, errors: uniqueErrors([...collected, e]) };
+  } finally {
+    collected = outer;
+  }
+}
+
+function uniqueErrors(errors: PolicyError[]): PolicyError[] {
+  const seen = new Set<string>();
+  return errors.filter((e) => !seen.has(e.message) && !!seen.add(e.message));
 }
 
 /** parsePolicy parses HuJSON policy text and validates it on its own (names, ports,
@@ -233,38 +286,46 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   const groupsNode = top.get('groups');
   if (groupsNode && groupsNode.kind !== 'null') {
     for (const e of expectObject(groupsNode, 'groups').entries) {
-      if (!e.key.startsWith('group:')) err(`groups: ${JSON.stringify(e.key)} must start with "group:"`, e.keyPos);
-      pol.groups[e.key] = strList(e.value, `groups[${JSON.stringify(e.key)}]`);
+      pol.groups[e.key] = attempt(() => {
+        if (!e.key.startsWith('group:')) err(`groups: ${JSON.stringify(e.key)} must start with "group:"`, e.keyPos);
+        return strList(e.value, `groups[${JSON.stringify(e.key)}]`);
+      }, []);
     }
     // Tailscale reports the last nested group it finds, so do the same.
     let nested: [string, string] | null = null;
     for (const [g, members] of Object.entries(pol.groups)) {
       for (const m of members) if (m.startsWith('group:')) nested = [g, m];
     }
-    if (nested) err(`groups[${JSON.stringify(nested[0])}]: ${JSON.stringify(nested[1])}: group members cannot be recursive`, groupsNode.pos);
+    if (nested) attempt(() => err(`groups[${JSON.stringify(nested[0])}]: ${JSON.stringify(nested[1])}: group members cannot be recursive`, groupsNode.pos), undefined);
   }
   const hostsNode = top.get('hosts');
   if (hostsNode && hostsNode.kind !== 'null') {
     for (const e of expectObject(hostsNode, 'hosts').entries) {
-      const v = str(e.value, `hosts[${JSON.stringify(e.key)}]`);
-      const r = parsePrefix(v);
-      if (!r) err(`hosts[${JSON.stringify(e.key)}]: ${JSON.stringify(v)}: invalid address`, e.value.pos);
-      pol.hosts[e.key] = new IPSet([r]);
+      pol.hosts[e.key] = attempt(() => {
+        const v = str(e.value, `hosts[${JSON.stringify(e.key)}]`);
+        const r = parsePrefix(v);
+        if (!r) err(`hosts[${JSON.stringify(e.key)}]: ${JSON.stringify(v)}: invalid address`, e.value.pos);
+        return new IPSet([r]);
+      }, new IPSet());
     }
   }
   const tagsNode = top.get('tagOwners');
   if (tagsNode && tagsNode.kind !== 'null') {
     for (const e of expectObject(tagsNode, 'tagOwners').entries) {
-      if (!/^tag:[A-Za-z]/.test(e.key)) {
-        err(`tagOwners[${JSON.stringify(e.key)}]: tag names must start with a letter, after 'tag:'`, e.keyPos);
-      }
-      pol.tagOwners[e.key] = strList(e.value, `tagOwners[${JSON.stringify(e.key)}]`);
+      pol.tagOwners[e.key] = attempt(() => {
+        if (!/^tag:[A-Za-z]/.test(e.key)) {
+          err(`tagOwners[${JSON.stringify(e.key)}]: tag names must start with a letter, after 'tag:'`, e.keyPos);
+        }
+        return strList(e.value, `tagOwners[${JSON.stringify(e.key)}]`);
+      }, []);
     }
   }
   const rcp = top.get('randomizeClientPort');
   if (rcp) {
-    if (rcp.kind !== 'bool') err('randomizeClientPort must be true or false', rcp.pos);
-    pol.randomizeClientPort = rcp.value;
+    attempt(() => {
+      if (rcp.kind !== 'bool') err('randomizeClientPort must be true or false', rcp.pos);
+      pol.randomizeClientPort = rcp.value;
+    }, undefined);
   }
 
   const checkTag = (name: string, at: Pos | undefined, prefix: string) => {
@@ -272,26 +333,29 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   };
   const checkAlias = (a: Alias, at: Pos | undefined, side: string) => {
     if (a.kind === 'tag') checkTag(a.name, at, side === 'src' ? 'src=' : '');
-    if (a.kind === 'host' && !(a.name in pol.hosts)) err(`host ${JSON.stringify(a.name)} not found`, at);
+    if (a.kind === 'host' && !(a.name in pol.hosts)) err(hostNotFound(a.name, opts.userNames), at);
     if (a.kind === 'group' && !(a.name in pol.groups)) err(`group ${JSON.stringify(a.name)} not found`, at);
   };
 
   const aclsNode = top.get('acls');
   if (aclsNode && aclsNode.kind !== 'null') {
+    pol.acls = attempt(() => {
     if (aclsNode.kind !== 'array') err('acls must be a list', aclsNode.pos);
-    pol.acls = aclsNode.items.map((item) => {
+    return aclsNode.items.map((item) => attempt(() => {
       const f = fields(item, 'acl', ['action', 'src', 'dst', 'proto', 'ports', 'users']);
-      const action = str(f.get('action'), 'action');
-      if (action !== 'accept') err(`action=${JSON.stringify(action)} is not supported`, f.get('action')?.pos ?? item.pos);
-      const src = strList(f.get('src'), 'src').map((s) => {
+      attempt(() => {
+        const action = str(f.get('action'), 'action');
+        if (action !== 'accept') err(`action=${JSON.stringify(action)} is not supported`, f.get('action')?.pos ?? item.pos);
+      }, undefined);
+      const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
-      });
+      }, null)).filter(present);
       const protoNode = f.get('proto');
       const proto = protoNode ? parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos) : null;
-      const dst = strList(f.get('dst'), 'dst').map((d) => {
+      const dst = strList(f.get('dst'), 'dst').map((d) => attempt(() => {
         const { alias, ports: portText } = splitDst(d, item.pos);
         let ports: PortRange[];
         try {
@@ -304,24 +368,26 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
         checkAlias(a, item.pos, 'dst');
         if (a.kind === 'autogroup' && a.name === 'autogroup:danger-all') err('cannot use autogroup:danger-all as a dst', item.pos);
         return { alias: a, ports };
-      });
+      }, null)).filter(present);
       if (dst.some((d) => d.alias.kind === 'autogroup' && d.alias.name === 'autogroup:self')) checkSelfSources(src, item.pos, true);
       return { action: 'accept' as const, proto, src, dst };
-    });
+    }, null)).filter(present);
+    }, []);
   }
 
   const grantsNode = top.get('grants');
   if (grantsNode && grantsNode.kind !== 'null') {
+    pol.grants = attempt(() => {
     if (grantsNode.kind !== 'array') err('grants must be a list', grantsNode.pos);
-    pol.grants = grantsNode.items.map((item) => {
+    return grantsNode.items.map((item) => attempt(() => {
       const f = fields(item, 'grant', ['src', 'dst', 'ip', 'app', 'via', 'srcPosture']);
-      const src = strList(f.get('src'), 'src').map((s) => {
+      const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
-      });
-      const dst = strList(f.get('dst'), 'dst').map((d) => {
+      }, null)).filter(present);
+      const dst = strList(f.get('dst'), 'dst').map((d) => attempt(() => {
         const a = parseAlias(d, item.pos);
         if (a.kind === 'prefix' && (d === '0.0.0.0/0' || d === '::/0')) {
           err(`dst ${JSON.stringify(d)}: to allow all IP addresses, use "*" or "autogroup:internet"`, item.pos);
@@ -329,7 +395,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
         if (a.kind === 'autogroup' && a.name === 'autogroup:danger-all') err('cannot use autogroup:danger-all as a dst', item.pos);
         checkAlias(a, item.pos, 'dst');
         return a;
-      });
+      }, null)).filter(present);
       const ipNode = f.get('ip');
       const ip = ipNode && ipNode.kind === 'array'
         ? ipNode.items.map((i) => parseGrantIP(str(i, 'ip'), i.pos))
@@ -348,19 +414,23 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       }
       if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self')) checkSelfSources(src, item.pos, false);
       return { src, dst, ip, app, via };
-    });
+    }, null)).filter(present);
+    }, []);
   }
 
   const sshNode = top.get('ssh');
   if (sshNode && sshNode.kind !== 'null') {
-    if (sshNode.kind !== 'array') err('ssh must be a list', sshNode.pos);
-    pol.ssh = sshNode.items.map((item) => parseSshRule(item, pol, opts, checkAlias));
+    pol.ssh = attempt(() => {
+      if (sshNode.kind !== 'array') err('ssh must be a list', sshNode.pos);
+      return sshNode.items.map((item) => attempt(() => parseSshRule(item, pol, opts, checkAlias), null)).filter(present);
+    }, []);
   }
 
   const naNode = top.get('nodeAttrs');
   if (naNode && naNode.kind !== 'null') {
+    pol.nodeAttrs = attempt(() => {
     if (naNode.kind !== 'array') err('nodeAttrs must be a list', naNode.pos);
-    pol.nodeAttrs = naNode.items.map((item) => {
+    return naNode.items.map((item) => attempt(() => {
       const f = fields(item, 'nodeAttrs entry', ['target', 'attr', 'app', 'ipPool']);
       for (const pool of strList(f.get('ipPool'), 'ipPool')) {
         const r = parsePrefix(pool);
@@ -375,36 +445,42 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
         return a;
       });
       return { target, attr: strList(f.get('attr'), 'attr'), app: capMap(f.get('app'), 'app') };
-    });
+    }, null)).filter(present);
+    }, []);
   }
 
   const aaNode = top.get('autoApprovers');
-  if (aaNode && aaNode.kind !== 'null') {
+  if (aaNode && aaNode.kind !== 'null') attempt(() => {
     const f = fields(aaNode, 'autoApprovers', ['routes', 'exitNode', 'services']);
     const routes = f.get('routes');
     if (routes && routes.kind !== 'null') {
       for (const e of expectObject(routes, 'autoApprovers.routes').entries) {
-        if (!parsePrefix(e.key)) err(`autoApprovers.routes: ${JSON.stringify(e.key)}: invalid prefix`, e.keyPos);
-        pol.autoApprovers.routes[e.key] = strList(e.value, 'autoApprovers.routes').map((s) => parseAlias(s, e.value.pos));
+        attempt(() => {
+          if (!parsePrefix(e.key)) err(`autoApprovers.routes: ${JSON.stringify(e.key)}: invalid prefix`, e.keyPos);
+          pol.autoApprovers.routes[e.key] = strList(e.value, 'autoApprovers.routes').map((s) => parseAlias(s, e.value.pos));
+        }, undefined);
       }
     }
-    pol.autoApprovers.exitNode = strList(f.get('exitNode'), 'autoApprovers.exitNode').map((s) => parseAlias(s, aaNode.pos));
-  }
+    pol.autoApprovers.exitNode = attempt(() => strList(f.get('exitNode'), 'autoApprovers.exitNode').map((s) => parseAlias(s, aaNode.pos)), []);
+  }, undefined);
 
   const testsNode = top.get('tests');
   if (testsNode && testsNode.kind !== 'null') {
+    pol.tests = attempt(() => {
     if (testsNode.kind !== 'array') err('tests must be a list', testsNode.pos);
-    pol.tests = testsNode.items.map((item) => {
+    return testsNode.items.map((item) => attempt(() => {
       const f = fields(item, 'test', ['src', 'srcPostureAttrs', 'proto', 'accept', 'deny']);
       const protoNode = f.get('proto');
       const proto = protoNode ? parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos) : null;
       return { src: str(f.get('src'), 'src'), proto, accept: strList(f.get('accept'), 'accept'), deny: strList(f.get('deny'), 'deny') };
-    });
+    }, null)).filter(present);
+    }, []);
   }
   const sshTestsNode = top.get('sshTests');
   if (sshTestsNode && sshTestsNode.kind !== 'null') {
+    pol.sshTests = attempt(() => {
     if (sshTestsNode.kind !== 'array') err('sshTests must be a list', sshTestsNode.pos);
-    pol.sshTests = sshTestsNode.items.map((item) => {
+    return sshTestsNode.items.map((item) => attempt(() => {
       const f = fields(item, 'sshTest', ['src', 'srcPostureAttrs', 'dst', 'accept', 'check', 'deny']);
       const t = {
         src: str(f.get('src'), 'src'), dst: strList(f.get('dst'), 'dst'), accept: strList(f.get('accept'), 'accept'),
@@ -416,9 +492,21 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       }
       for (const u of [...t.accept, ...t.check, ...t.deny]) if (u === '*') err('user "*" is not valid', item.pos);
       return t;
-    });
+    }, null)).filter(present);
+    }, []);
   }
   return pol;
+}
+
+/**
+ * hostNotFound explains a bare name that is neither a host nor anything else: a user is
+ * written with a trailing "@" (`alice@`), a common slip in `"alice:80"`. When the live
+ * users are known and one has that name, the hint says so plainly.
+ */
+function hostNotFound(name: string, userNames: string[] | undefined): string {
+  const base = `host ${JSON.stringify(name)} not found`;
+  if (userNames?.some((u) => u.toLowerCase() === name.toLowerCase())) return `${base}; did you mean the user "${name}@"?`;
+  return `${base} (define it under "hosts", or write "${name}@" for a user named ${name})`;
 }
 
 /** checkSelfSources: autogroup:self destinations need user-owned sources; ACLs (not

@@ -1,5 +1,5 @@
-import type { Policy } from './policy.js';
-import { TailnetContext, type Snapshot } from './compile.js';
+import type { Alias, Policy } from './policy.js';
+import { TailnetContext, type PolicyUser, type Snapshot } from './compile.js';
 
 /** policyWarnings lists consequences an admin should confirm before applying a policy,
  * e.g. member devices that can reach each other now but would not under the policy. */
@@ -21,6 +21,54 @@ export function policyWarnings(policy: Policy, snapshot: Snapshot): string[] {
     if (i.node.online !== false && ctx.peers(i, new Map()).length === 0 && ctx.infos.length > 1) {
       warnings.push(`device ${i.node.name} will see no peers`);
     }
+  }
+  return warnings;
+}
+
+const NOT_A_USER = /^(group:|tag:|autogroup:|user:\*@|localpart:)/;
+
+/**
+ * userReferences lists, once each and in order of appearance, the users a policy names
+ * (`alice@`, `bob@example.com`): in groups, tagOwners and every rule's sources and targets.
+ */
+export function userReferences(policy: Policy): string[] {
+  const out = new Set<string>();
+  const raw = (s: string) => {
+    if (s.includes('@') && !NOT_A_USER.test(s)) out.add(s);
+  };
+  const alias = (a: Alias) => {
+    if (a.kind === 'user') out.add(a.name);
+  };
+  for (const members of Object.values(policy.groups)) members.forEach(raw);
+  for (const owners of Object.values(policy.tagOwners)) owners.forEach(raw);
+  for (const r of policy.acls ?? []) {
+    r.src.forEach(alias);
+    r.dst.forEach((d) => alias(d.alias));
+  }
+  for (const g of policy.grants ?? []) [...g.src, ...g.dst].forEach(alias);
+  for (const r of policy.ssh) [...r.src, ...r.dst].forEach(alias);
+  for (const n of policy.nodeAttrs) n.target.forEach(alias);
+  for (const approvers of Object.values(policy.autoApprovers.routes)) approvers.forEach(alias);
+  policy.autoApprovers.exitNode.forEach(alias);
+  return [...out];
+}
+
+/**
+ * userReferenceWarnings flags users the policy names that match no live user (a typo, or
+ * someone not yet created) or several (ambiguous), the same way rules resolve them: `name@`
+ * or an e-mail address. With users unknown (offline) it says which could not be verified.
+ */
+export function userReferenceWarnings(policy: Policy, users: PolicyUser[] | undefined): string[] {
+  const refs = userReferences(policy);
+  if (refs.length === 0) return [];
+  if (users === undefined) return [`users are not verified offline: ${refs.join(', ')}`];
+  const warnings: string[] = [];
+  const known = users.map((u) => u.name).sort().join(', ') || 'none';
+  for (const ref of refs) {
+    const bare = ref.endsWith('@') ? ref.slice(0, -1) : ref;
+    const matches = users.filter((u) => u.email === bare || u.name === bare);
+    if (matches.length === 0) warnings.push(`user ${JSON.stringify(ref)} does not exist, so rules naming it match no device (users: ${known})`);
+    else if (matches.length > 1) warnings.push(`user ${JSON.stringify(ref)} matches ${matches.length} users (${matches.map((u) => u.name).join(', ')}), so rules naming it match no device`);
   }
   return warnings;
 }

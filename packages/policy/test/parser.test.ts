@@ -1,5 +1,5 @@
 import t from 'tap';
-import { PolicyError, parsePolicy, parseAlias, parsePortList } from '../src/index.js';
+import { PolicyError, checkPolicy, parsePolicy, parseAlias, parsePortList, userReferenceWarnings } from '../src/index.js';
 
 /** rejection parses text that must be rejected and reports where and why. */
 function rejection(text: string): { line: number; column: number; message: string; isPolicyError: boolean } {
@@ -75,4 +75,79 @@ t.test('aliases', async (tt) => {
   tt.throws(() => parseAlias('%bogus%'), /invalid address/);
   tt.same(parsePortList('22,80-90'), [{ First: 22, Last: 22 }, { First: 80, Last: 90 }]);
   tt.throws(() => parsePortList('0'), /first port must be >0/);
+});
+
+// Regression (policy check stops at the first error; a broken file took 4 rounds).
+t.test('checkPolicy reports every error, in the order parsePolicy meets them', async (tt) => {
+  const text = `{
+  "groups": { "group:eng": ["alice@"], "admins": ["carol@"] },
+  "hosts": { "db": "10.0.0.300" },
+  "acls": [
+    { "action": "accept", "src": ["group:ops"], "dst": ["alice:80"] },
+    { "action": "allow", "src": ["*"], "dst": ["tag:web:443", "db:5432"] },
+    { "action": "accept", "src": ["alice@"], "dst": ["*:99999"] },
+  ],
+  "aclz": [],
+}`;
+  const { policy, errors } = checkPolicy(text);
+  tt.equal(policy, null);
+  tt.same(errors.map((e) => [e.line, e.column, e.reason]), [
+    [9, 3, 'unknown field "aclz" in policy'],
+    [2, 40, 'groups: "admins" must start with "group:"'],
+    [3, 20, 'hosts["db"]: "10.0.0.300": invalid address'],
+    [5, 5, 'group "group:ops" not found'],
+    [5, 5, 'host "alice" not found (define it under "hosts", or write "alice@" for a user named alice)'],
+    [6, 17, 'action="allow" is not supported'],
+    [6, 5, 'dst="tag:web": tag not found: "tag:web"'],
+    [7, 5, 'dst="*:99999": port range "99999": port out of range'],
+  ]);
+  tt.ok(errors.every((e) => e instanceof PolicyError));
+  tt.equal(errors[0]!.message, rejection(text).message, 'the first is the one parsePolicy throws');
+  tt.notOk(errors.some((e) => /host "db" not found/.test(e.reason)), 'a bad host entry does not also make every use of it "not found"');
+
+  const syntax = checkPolicy('{\n  "acls": [ } ,\n  "groups": 3\n}');
+  tt.equal(syntax.errors.length, 1, 'a HuJSON syntax error stops there');
+  tt.equal(syntax.errors[0]!.line, 2);
+
+  const good = checkPolicy('{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}');
+  tt.same(good.errors, []);
+  tt.equal(good.policy?.acls?.length, 1);
+
+  for (const bad of [
+    '{"acls":[{"action":"accept","src":["tag:nope"],"dst":["*:*"]}]}',
+    '{"grants":[{"src":["*"],"dst":["*"]}]}',
+    '{"groups":{"group:a":["group:b"],"group:b":["x@y.z"]}}',
+    '{"ssh":[{"action":"check","checkPeriod":"200h","src":["autogroup:member"],"dst":["autogroup:self"],"users":["root"]}]}',
+    '{\n  "acls": [],\n  "aclz": []\n}',
+  ]) {
+    tt.equal(checkPolicy(bad).errors[0]?.message, rejection(bad).message, `same first error for ${bad}`);
+  }
+});
+
+// Regression ("alice:80" said only that host alice was not found).
+t.test('a bare name that is no host hints at the user form', async (tt) => {
+  const text = '{"acls":[{"action":"accept","src":["*"],"dst":["alice:80"]}]}';
+  tt.match(rejection(text).message, /host "alice" not found \(define it under "hosts", or write "alice@" for a user named alice\)/);
+  tt.throws(() => parsePolicy(text, { userNames: ['bob', 'Alice'] }), /host "alice" not found; did you mean the user "alice@"\?/);
+});
+
+// Regression (an unknown user bob@ was not flagged).
+t.test('userReferenceWarnings flags users that match no live user, or several', async (tt) => {
+  const policy = parsePolicy(`{
+    "groups": {"group:eng": ["alice@", "bob@"]},
+    "tagOwners": {"tag:ci": ["carol@example.com", "group:eng", "autogroup:admin"]},
+    "acls": [{"action": "accept", "src": ["dave@"], "dst": ["alice@:22", "group:eng:*"]}],
+  }`);
+  const users = [
+    { id: '1', name: 'alice' },
+    { id: '2', name: 'carol', email: 'carol@example.com' },
+    { id: '3', name: 'x', email: 'dave' },
+    { id: '4', name: 'dave' },
+  ];
+  tt.same(userReferenceWarnings(policy, users), [
+    'user "bob@" does not exist, so rules naming it match no device (users: alice, carol, dave, x)',
+    'user "dave@" matches 2 users (x, dave), so rules naming it match no device',
+  ]);
+  tt.same(userReferenceWarnings(policy, undefined), ['users are not verified offline: alice@, bob@, carol@example.com, dave@']);
+  tt.same(userReferenceWarnings(parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}'), []), [], 'no users named, nothing to say');
 });

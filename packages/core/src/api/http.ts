@@ -59,6 +59,9 @@ export function problemMiddleware(logger: Logger) {
     } catch (err) {
       if (err instanceof HeadwayError) {
         problem(ctx, err.status, err.code, err.message, err.field);
+        // A policy with several errors lists them all (RFC 7807 extension member).
+        const list = (err as { errors?: unknown }).errors;
+        if (Array.isArray(list)) (ctx.body as Record<string, unknown>).errors = list;
         return;
       }
       const status = (err as { status?: number }).status;

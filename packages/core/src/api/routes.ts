@@ -99,9 +99,9 @@ export const ROUTES: Route[] = [
     handler: async (ctx, { state }) => ({ user: userView(await state.renameUser(idParam(ctx), String(ctx.params.newName))) }),
   },
   {
-    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user (409 while it owns nodes unless ?force=true)', query: { force: 'true to delete its nodes too' }, response: '{}',
+    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale)', response: '{}',
     handler: async (ctx, { state }) => {
-      await state.deleteUser(idParam(ctx), ctx.query.force === 'true');
+      await state.deleteUser(idParam(ctx));
       return {};
     },
   },
@@ -262,7 +262,7 @@ export const ROUTES: Route[] = [
     handler: async (_ctx, { policy }) => policy.current(),
   },
   {
-    method: 'PUT', path: '/api/v1/policy', summary: 'Replace the policy (database mode)', body: { policy: 'HuJSON text (required)' }, response: '{policy: string, updatedAt: string}',
+    method: 'PUT', path: '/api/v1/policy', summary: 'Replace the policy (database mode)', body: { policy: 'HuJSON text (required)' }, response: '{policy: string, updatedAt: string, warnings: string[]}',
     handler: async (ctx, { policy }) => {
       const b = await readJson(ctx, 4 * 1024 * 1024);
       return policy.set(str(b, 'policy', true)!);

@@ -1,4 +1,4 @@
-import { parsePolicy, policyWarnings, runPolicyTests, type Snapshot } from '@headway/policy';
+import { checkPolicy, parsePolicy, policyWarnings, runPolicyTests, userReferenceWarnings, type Policy, type Snapshot } from '@headway/policy';
 import { ownedByTags } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { PolicyEngine } from './service.js';
@@ -21,13 +21,29 @@ export function snapshotOf(state: State): Snapshot {
   };
 }
 
+/** liveWarnings are the consequences worth confirming against live users and nodes, including users the policy names that do not exist. */
+function liveWarnings(policy: Policy, snap: Snapshot): string[] {
+  return [...policyWarnings(policy, snap), ...userReferenceWarnings(policy, snap.users)];
+}
+
 /** hujsonEngine validates with @headway/policy: syntax, references, then the policy's own tests. */
 export const hujsonEngine: PolicyEngine = {
   validate(text, state) {
-    const policy = parsePolicy(text);
     const snap = snapshotOf(state);
+    const policy = parsePolicy(text, { userNames: snap.users.map((u) => u.name) });
     runPolicyTests(policy, snap);
-    return { warnings: policyWarnings(policy, snap) };
+    return { warnings: liveWarnings(policy, snap) };
+  },
+  check(text, state) {
+    const snap = snapshotOf(state);
+    const { policy, errors } = checkPolicy(text, { userNames: snap.users.map((u) => u.name) });
+    if (!policy) return { errors: errors.map((e) => e.message), warnings: [] };
+    try {
+      runPolicyTests(policy, snap);
+    } catch (e) {
+      return { errors: [(e as Error).message], warnings: [] };
+    }
+    return { errors: [], warnings: liveWarnings(policy, snap) };
   },
   definedTags(text) {
     try {

@@ -10,7 +10,19 @@ import type { State } from '../state/state.js';
  */
 export interface PolicyEngine {
   validate(text: string, state: State): { warnings: string[] };
+  /** check reports every error it can find (not only the first) and, when there are none, the warnings. */
+  check?(text: string, state: State): { errors: string[]; warnings: string[] };
   definedTags(text: string): string[] | undefined;
+}
+
+/**
+ * InvalidPolicyError carries every error found in a policy, so one round of `policy check`
+ * shows them all; the API sends them as the problem's `errors` list (detail joins them).
+ */
+export class InvalidPolicyError extends HeadwayError {
+  constructor(readonly errors: string[]) {
+    super('invalid_policy', errors.length === 1 ? errors[0]! : `${errors.length} errors: ${errors.join('; ')}`, 'policy');
+  }
 }
 
 /**
@@ -68,6 +80,11 @@ export class PolicyService {
 
   /** check validates text against live users and nodes and returns its warnings. */
   async check(text: string): Promise<string[]> {
+    if (this.engine.check) {
+      const { errors, warnings } = this.engine.check(text, this.state);
+      if (errors.length) throw new InvalidPolicyError(errors);
+      return warnings;
+    }
     try {
       return this.engine.validate(text, this.state).warnings;
     } catch (err) {
@@ -78,7 +95,8 @@ export class PolicyService {
   async set(text: string): Promise<{ policy: string; updatedAt: string; warnings: string[] }> {
     if (!this.source.save) {
       throw new HeadwayError('policy_read_only',
-        `the policy is read from ${this.source.describe()} (policy.mode: ${this.source.mode}); edit that file and send SIGHUP, or set policy.mode: database to manage it through the API`);
+        `policy set needs policy.mode: database; with policy.mode: ${this.source.mode} the policy comes from ${this.source.describe()}. `
+        + 'Set policy.mode: database to manage it with `headway policy set`, or write it to the file named by policy.path and send SIGHUP');
     }
     const warnings = await this.check(text);
     await this.source.save(text);

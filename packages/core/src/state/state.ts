@@ -9,6 +9,7 @@ import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
+import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
 export const PENDING_TTL_MS = 15 * 60_000;
@@ -53,6 +54,7 @@ export class State {
     if (v4) this.v4 = new AddressAllocator(v4, allocation);
     if (v6) this.v6 = new AddressAllocator(v6, allocation);
     for (const u of await this.storage.users.list()) this.users.set(u.id, u);
+    warnCaseDuplicates([...this.users.values()], this.logger);
     for (const n of await this.storage.nodes.list()) {
       this.putNode(n);
       this.v4?.markUsed(n.ipv4);
@@ -65,13 +67,17 @@ export class State {
   listUsers(filter: { id?: number; name?: string; email?: string } = {}): User[] {
     return [...this.users.values()]
       .filter((u) => (filter.id === undefined || u.id === filter.id)
-        && (filter.name === undefined || u.name === filter.name)
+        && (filter.name === undefined || sameUserName(u.name, filter.name))
         && (filter.email === undefined || u.email === filter.email))
       .sort((a, b) => a.id - b.id);
   }
 
   getUser(id: number): User | undefined { return this.users.get(id); }
-  userByName(name: string): User | undefined { return [...this.users.values()].find((u) => u.name === name); }
+  /** userByName ignores case: `alice` and `Alice` are one user, as login names are (an exact match wins for old data holding both). */
+  userByName(name: string): User | undefined {
+    const all = [...this.users.values()];
+    return all.find((u) => u.name === name) ?? all.find((u) => sameUserName(u.name, name));
+  }
 
   /** resolveUser accepts a numeric id or a name, as the CLI's --user does. */
   resolveUser(ref: string | number, field = 'user'): User {
@@ -87,7 +93,8 @@ export class State {
     const err = checkUserName(input.name);
     if (err) throw badField('name', err);
     if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address, found ${JSON.stringify(input.email)}`);
-    if (this.userByName(input.name)) throw new HeadwayError('name_taken', `user ${input.name} already exists`, 'name');
+    const taken = this.userByName(input.name);
+    if (taken) throw new HeadwayError('name_taken', `user ${input.name} already exists${taken.name !== input.name ? ` as ${taken.name} (names are compared without case)` : ''}`, 'name');
     const user = await this.conflicts(() => this.storage.users.create(input));
     this.users.set(user.id, user);
     this.bus.publish({ type: 'user-changed', user });
@@ -100,7 +107,7 @@ export class State {
     const err = checkUserName(newName);
     if (err) throw badField('newName', err);
     const other = this.userByName(newName);
-    if (other && other.id !== id) throw new HeadwayError('name_taken', `user ${newName} already exists`, 'newName');
+    if (other && other.id !== id) throw new HeadwayError('name_taken', `user ${newName} already exists${other.name !== newName ? ` as ${other.name} (names are compared without case)` : ''}`, 'newName');
     const updated = await this.conflicts(() => this.storage.users.update(id, { name: newName }));
     if (!updated) throw notFound('user', id);
     this.users.set(id, updated);
@@ -108,15 +115,18 @@ export class State {
     return updated;
   }
 
-  /** deleteUser refuses while the user owns nodes, unless forced (then the nodes go first). */
-  async deleteUser(id: number, force = false): Promise<void> {
+  /**
+   * deleteUser removes a user and its pre-auth keys, and refuses while the user still
+   * owns nodes, as headscale does: deleting a person must never take devices with it.
+   */
+  async deleteUser(id: number): Promise<void> {
     const user = this.users.get(id);
     if (!user) throw notFound('user', id);
     const owned = this.listNodes({ userId: id });
-    if (owned.length && !force) {
-      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s); delete them first or force`);
+    if (owned.length) {
+      const names = owned.slice(0, 5).map((n) => n.givenName).join(', ') + (owned.length > 5 ? ', ...' : '');
+      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete them first (headway nodes delete -i ID)`);
     }
-    for (const n of owned) await this.deleteNode(n.id);
     await this.storage.users.delete(id);
     this.users.delete(id);
     this.bus.publish({ type: 'user-removed', userId: id });

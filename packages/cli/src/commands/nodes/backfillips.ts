@@ -7,7 +7,10 @@ export default class NodesBackfillIps extends HeadwayCommand {
 
   async run(): Promise<void> {
     await this.parse(NodesBackfillIps);
-    await this.confirm('Assign and remove node IP addresses to match the configured prefixes?');
+    if (!(await this.confirm('Assign and remove node IP addresses to match the configured prefixes?'))) {
+      this.print({ result: 'No addresses changed' }, 'No addresses changed');
+      return;
+    }
     const { changes = [] } = await this.client().post<{ changes: string[] }>('/api/v1/node/backfillips');
     this.print({ changes }, () => (changes.length ? changes.join('\n') : 'No changes: every node already has the right addresses'));
   }

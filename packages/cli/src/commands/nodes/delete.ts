@@ -12,7 +12,10 @@ export default class NodesDelete extends HeadwayCommand {
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesDelete);
     const { node } = await this.client().get<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}`);
-    await this.confirm(`Delete the node ${JSON.stringify(node.givenName || node.name)} (${node.id})?`);
+    if (!(await this.confirm(`Delete the node ${JSON.stringify(node.givenName || node.name)} (${node.id})?`))) {
+      this.print({ Result: 'Node not deleted' }, 'Node not deleted');
+      return;
+    }
     await this.client().delete(`/api/v1/node/${seg(flags.identifier)}`);
     this.print({}, 'Node deleted');
   }

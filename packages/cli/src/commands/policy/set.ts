@@ -1,6 +1,6 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand } from '../../base.js';
-import { readPolicyFile } from '../../policy-check.js';
+import { HeadwayCommand, serialize } from '../../base.js';
+import { PolicyInvalid, asPolicyInvalid, readPolicyFile, renderPolicyErrors } from '../../policy-check.js';
 import { commandAliases } from '../../topics.js';
 
 export default class PolicySet extends HeadwayCommand {
@@ -13,7 +13,19 @@ export default class PolicySet extends HeadwayCommand {
   async run(): Promise<void> {
     const { flags } = await this.parse(PolicySet);
     const text = readPolicyFile(flags.file);
-    const res = await this.client().put<{ policy: string; updatedAt?: string }>('/api/v1/policy', { policy: text });
-    this.print({ policy: res.policy, updated_at: res.updatedAt ?? null }, 'Policy updated.');
+    let res: { policy: string; updatedAt?: string; warnings?: string[] };
+    try {
+      res = await this.client().put<{ policy: string; updatedAt?: string; warnings?: string[] }>('/api/v1/policy', { policy: text });
+    } catch (e) {
+      const invalid = asPolicyInvalid(e);
+      if (!(invalid instanceof PolicyInvalid)) throw e;
+      if (this.outputFormat) process.stdout.write(serialize({ error: invalid.message, errors: invalid.errors }, this.outputFormat));
+      else process.stderr.write(renderPolicyErrors(invalid.errors));
+      process.exitCode = 1;
+      return;
+    }
+    // The same warnings `policy check` prints: a deny-all policy is applied, but not silently.
+    const warnings = res.warnings ?? [];
+    this.print({ policy: res.policy, updated_at: res.updatedAt ?? null, warnings }, () => ['Policy updated.', ...warnings.map((w) => `warning: ${w}`)].join('\n'));
   }
 }

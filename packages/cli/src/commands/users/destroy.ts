@@ -3,7 +3,7 @@ import { HeadwayCommand, idFlag } from '../../base.js';
 import { commandAliases, requireOneOf, resolveUser, seg } from '../../topics.js';
 
 export default class UsersDestroy extends HeadwayCommand {
-  static override summary = 'Destroy a user (with --force, also its nodes and keys)';
+  static override summary = 'Destroy a user and its pre-auth keys (refused while it owns nodes)';
   static override hiddenAliases = commandAliases('users', 'destroy', ['delete']);
   static override flags = {
     identifier: idFlag({ char: 'i', description: 'id of the user to destroy' }),
@@ -14,8 +14,12 @@ export default class UsersDestroy extends HeadwayCommand {
     const { flags } = await this.parse(UsersDestroy);
     requireOneOf(flags, ['identifier', 'name']);
     const user = await resolveUser(this.client(), flags.identifier, flags.name);
-    await this.confirm(`Remove the user ${JSON.stringify(user.name)} (${user.id}) and its pre-auth keys?`);
-    await this.client().delete(`/api/v1/user/${seg(user.id)}`, { force: this.force ? 'true' : undefined });
+    if (!(await this.confirm(`Remove the user ${JSON.stringify(user.name)} (${user.id}) and its pre-auth keys?`))) {
+      this.print({ Result: 'User not destroyed' }, 'User not destroyed');
+      return;
+    }
+    // --force only skips the question: a user who still owns nodes is refused by the server.
+    await this.client().delete(`/api/v1/user/${seg(user.id)}`);
     this.print({}, 'User destroyed');
   }
 }

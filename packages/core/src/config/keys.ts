@@ -89,6 +89,9 @@ export const KEYS: Record<string, KeySpec> = {
   'cli.api_key': { kind: 'string', default: '', empty: true, doc: 'API key for cli.address' },
   'cli.timeout': { kind: 'duration', default: 10_000, doc: 'CLI request timeout' },
   'cli.insecure': { kind: 'bool', default: false, doc: 'skip TLS verification for cli.address' },
+  // Operations hardening (issue 15.6): who may read /v1/metrics on listen_addr.
+  'metrics.public_endpoint': { kind: 'bool', default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr as headscale does; false answers 404 there (metrics_listen_addr is unaffected)' },
+  'metrics.require_api_key': { kind: 'bool', default: false, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); metrics_listen_addr stays open' },
 };
 
 /**

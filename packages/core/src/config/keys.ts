@@ -60,7 +60,7 @@ export const KEYS: Record<string, KeySpec> = {
   'node.expiry': { kind: 'duration', default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
   'node.ephemeral.inactivity_timeout': { kind: 'duration', default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' },
   'database.type': { kind: 'string', default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' },
-  'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level' },
+  'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level (bound values never shown); log.level trace logs them too' },
   'database.sqlite.path': { kind: 'path', default: 'db.sqlite', doc: 'SQLite file; relative to data_dir' },
   'database.sqlite.write_ahead_log': { kind: 'bool', default: true, doc: 'use WAL journaling' },
   'database.sqlite.wal_autocheckpoint': { kind: 'int', default: 1000, min: 0, doc: 'pages between WAL checkpoints' },

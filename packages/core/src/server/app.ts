@@ -93,7 +93,7 @@ export function createApp(opts: AppOptions): Koa {
         if (!opts.trusted && !/^Bearer\s+\S+$/i.test(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
       }
       const allowed = allowedMethods(router, ctx.path);
-      if (allowed.length && !allowed.includes(ctx.method)) {
+      if (allowed.length && (ctx.method === 'OPTIONS' || !allowed.includes(ctx.method))) {
         ctx.set('Allow', allowed.join(', '));
         if (ctx.method === 'OPTIONS') { ctx.status = 204; return; }
         return problem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${allowed.join(', ')}`);

@@ -1,12 +1,12 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { resolveConfig } from '../src/index.js';
+import { createLogger, resolveConfig } from '../src/index.js';
 import { suggestKey } from '../src/config/load.js';
 import {
-  DataDirLockedError, databaseSwitchWarning, lockDataDir, prepareDataDir, secureDataDir,
+  DataDirLockedError, databaseSwitchWarning, lockDataDir, prepareDataDir, secureDataDir, warnOpenFiles,
 } from '../src/kernel/datadir.js';
 
 const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);
@@ -40,24 +40,38 @@ t.test('server_url on a loopback port other than listen_addr warns with the valu
   t.equal(quiet({ listen_addr: '0.0.0.0:9000', server_url: 'http://localhost' }).length, 1, 'default port 80 differs');
 });
 
-t.test('an existing 0755 data directory and 0644 files in it are tightened to 0700/0600', async (t) => {
+t.test('an existing 0755 data directory and 0644 files of Headway in it are tightened to 0700/0600', async (t) => {
   const dir = join(scratch(t), 'data');
-  mkdirSync(join(dir, 'sub'), { recursive: true, mode: 0o755 });
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
   chmodSync(dir, 0o755);
-  writeFileSync(join(dir, 'db.sqlite'), '', { mode: 0o644 });
-  writeFileSync(join(dir, 'db.sqlite-wal'), '', { mode: 0o644 });
-  writeFileSync(join(dir, 'sub', 'key'), '', { mode: 0o666 });
-  chmodSync(join(dir, 'sub', 'key'), 0o666);
+  for (const f of ['db.sqlite', 'db.sqlite-wal', 'noise.key', 'other-program.sh']) {
+    writeFileSync(join(dir, f), '', { mode: 0o644 });
+    chmodSync(join(dir, f), f.endsWith('.sh') ? 0o755 : 0o644);
+  }
   prepareDataDir(dir);
   t.equal(mode(dir), '700');
-  t.same(secureDataDir(dir), [], 'everything could be fixed');
+  t.same(secureDataDir(['db.sqlite', 'db.sqlite-wal', 'db.sqlite-shm', 'noise.key'].map((f) => join(dir, f))), [], 'everything could be fixed');
   t.equal(mode(join(dir, 'db.sqlite')), '600');
   t.equal(mode(join(dir, 'db.sqlite-wal')), '600');
-  t.equal(mode(join(dir, 'sub')), '700');
-  t.equal(mode(join(dir, 'sub', 'key')), '600');
+  t.equal(mode(join(dir, 'noise.key')), '600');
+  t.equal(mode(join(dir, 'other-program.sh')), '755', 'files Headway does not own are left alone');
   const fresh = join(scratch(t), 'new', 'data');
   prepareDataDir(fresh);
   t.equal(mode(fresh), '700', 'a new directory is 0700');
+});
+
+t.test('a readable file that cannot be fixed (another owner) is reported for the start-up warning', { skip: process.getuid?.() !== 0 ? 'needs root to give a file away' : false }, async (t) => {
+  const dir = scratch(t);
+  const path = join(dir, 'db.sqlite');
+  writeFileSync(path, '');
+  chmodSync(path, 0o644);
+  chownSync(path, 65534, 65534);
+  t.same(secureDataDir([path]), [`${path} (0644)`]);
+  t.equal(mode(path), '644', 'not ours: left as it was');
+  const lines: string[] = [];
+  warnOpenFiles(createLogger({ write: (l) => lines.push(l) }), secureDataDir([path]));
+  t.equal(lines.length, 1);
+  t.match(lines[0], / WRN readable by other users and could not be restricted .*db\.sqlite \(0644\)/);
 });
 
 t.test('the data directory lock: one holder, stale locks taken over, a live holder named by pid', async (t) => {

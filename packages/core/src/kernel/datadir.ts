@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../log.js';
 
@@ -6,6 +6,8 @@ import type { Logger } from '../log.js';
  * The data directory holds the database, the private keys and the API socket, so
  * nobody else on the machine may read it, whatever mode it had before (issue 15.7).
  */
+
+const RECORD = 'database.json';
 
 const uid = () => (typeof process.getuid === 'function' ? process.getuid() : -1);
 
@@ -20,35 +22,31 @@ export function prepareDataDir(dir: string): void {
 }
 
 /**
- * secureDataDir makes every file under `dir` (and each of `extra`, paths kept
- * elsewhere such as an absolute database.sqlite.path) 0600 and every directory
- * 0700, and returns what is still readable by others and could not be fixed
- * (not ours, or chmod refused). Sockets keep their configured mode.
+ * secureDataDir makes each of `files` (the database with its -wal/-shm/-journal,
+ * the private keys, the lock and the database record) 0600, and returns those
+ * still readable by others that could not be fixed (not ours, or chmod refused).
+ * Only Headway's own files are touched, never the whole tree: data_dir may be a
+ * directory shared with other things, such as a home directory.
  */
-export function secureDataDir(dir: string, extra: string[] = []): string[] {
+export function secureDataDir(files: string[]): string[] {
   const open: string[] = [];
-  const fix = (path: string, depth: number) => {
+  for (const path of new Set(files)) {
     let st;
-    try { st = lstatSync(path); } catch { return; }
-    if (st.isSymbolicLink() || st.isSocket()) return;
-    const want = st.isDirectory() ? 0o700 : 0o600;
-    if ((st.mode & 0o077) !== 0) {
-      try {
-        if (st.uid !== uid()) throw new Error('not owned by this user');
-        chmodSync(path, want);
-      } catch {
-        open.push(`${path} (${(st.mode & 0o777).toString(8).padStart(4, '0')})`);
-      }
+    try { st = lstatSync(path); } catch { continue; }
+    if (!st.isFile() || (st.mode & 0o077) === 0) continue;
+    try {
+      if (st.uid !== uid()) throw new Error('not owned by this user');
+      chmodSync(path, 0o600);
+    } catch {
+      open.push(`${path} (${(st.mode & 0o777).toString(8).padStart(4, '0')})`);
     }
-    if (st.isDirectory() && depth < 4) {
-      let names: string[] = [];
-      try { names = readdirSync(path); } catch { /* unreadable: reported above if open */ }
-      for (const n of names) fix(join(path, n), depth + 1);
-    }
-  };
-  fix(dir, 0);
-  for (const p of extra) if (p && !p.startsWith(dir + '/')) fix(p, 4);
+  }
   return open;
+}
+
+/** dataDirFiles lists the files Headway keeps in `dir` besides the database and keys. */
+export function dataDirFiles(dir: string): string[] {
+  return [join(dir, 'headway.lock'), join(dir, RECORD)];
 }
 
 /** warnOpenFiles is the one start-up warning about files secureDataDir could not tighten. */
@@ -126,8 +124,6 @@ export interface DatabaseRecord {
   nodes: number;
   updated: string;
 }
-
-const RECORD = 'database.json';
 
 export function readDatabaseRecord(dir: string): DatabaseRecord | undefined {
   try {

@@ -9,7 +9,7 @@ import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { loadAdapter } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
-import { databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
+import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
 import { assertDnsPort, assertPolicySourcePort, DNS, POLICY, type DnsPort, type PolicySourcePort } from '../ports/policy.js';
 import { State } from '../state/state.js';
@@ -122,10 +122,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugin });
     await control.init();
     cleanups.push(() => control.close());
-    warnOpenFiles(logger, secureDataDir(config.data_dir, [
-      config.noise.private_key_path, config.derp.server.private_key_path,
+    warnOpenFiles(logger, secureDataDir([
+      ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
       ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
-        ? ['', '-wal', '-shm'].map((x) => config.database.sqlite.path + x) : []),
+        ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
 
     const health = async () => {

@@ -23,7 +23,8 @@ export function prepareDataDir(dir: string): void {
 
 /**
  * secureDataDir makes each of `files` (the database with its -wal/-shm/-journal,
- * the private keys, the lock and the database record) 0600, and returns those
+ * the private keys, the lock and the database record) 0600, a directory among
+ * them 0700, and returns those
  * still readable by others that could not be fixed (not ours, or chmod refused).
  * Only Headway's own files are touched, never the whole tree: data_dir may be a
  * directory shared with other things, such as a home directory.
@@ -33,10 +34,10 @@ export function secureDataDir(files: string[]): string[] {
   for (const path of new Set(files)) {
     let st;
     try { st = lstatSync(path); } catch { continue; }
-    if (!st.isFile() || (st.mode & 0o077) === 0) continue;
+    if (!(st.isFile() || st.isDirectory()) || (st.mode & 0o077) === 0) continue;
     try {
       if (st.uid !== uid()) throw new Error('not owned by this user');
-      chmodSync(path, 0o600);
+      chmodSync(path, st.isDirectory() ? 0o700 : 0o600);
     } catch {
       open.push(`${path} (${(st.mode & 0o777).toString(8).padStart(4, '0')})`);
     }
@@ -44,9 +45,9 @@ export function secureDataDir(files: string[]): string[] {
   return open;
 }
 
-/** dataDirFiles lists the files Headway keeps in `dir` besides the database and keys. */
+/** dataDirFiles lists the directory itself and the files Headway keeps there besides the database and keys. */
 export function dataDirFiles(dir: string): string[] {
-  return [join(dir, 'headway.lock'), join(dir, RECORD)];
+  return [dir, join(dir, 'headway.lock'), join(dir, RECORD)];
 }
 
 /** warnOpenFiles is the one start-up warning about files secureDataDir could not tighten. */

@@ -60,14 +60,8 @@ export function createApp(opts: AppOptions): Koa {
   // reveals counts of users, nodes and keys, so metrics.* can hide it or require a key.
   const metricsConf = deps.config.metrics ?? { public_endpoint: true, require_api_key: false };
   if (opts.trusted || metricsConf.public_endpoint) {
-    router.get('/v1/metrics', async (ctx, next) => {
-      if (!opts.trusted && metricsConf.require_api_key) {
-        let allowed = false;
-        await authenticate(ctx, async () => { allowed = true; });
-        if (!allowed) return;
-      }
-      await next();
-    }, async (ctx) => {
+    const guard = metricsConf.require_api_key ? [authenticate] : [];
+    router.get('/v1/metrics', ...guard, async (ctx) => {
       ctx.type = metrics.registry.contentType;
       ctx.body = await metrics.registry.metrics();
     });

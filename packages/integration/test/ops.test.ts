@@ -157,6 +157,6 @@ t.test('log.level trace logs SQL statements (values never) and protocol steps', 
   const sql = lines.filter((l) => / TRC sql /.test(l));
   t.ok(sql.some((l) => /insert into/i.test(l) && /params=\d+/.test(l)), 'insert statements logged with a parameter count');
   t.notOk(lines.some((l) => l.includes('sql-canary-user')), 'bound values are not logged');
-  t.notOk(lines.some((l) => l.includes(secret.split('-').pop()!)), 'the API key is not logged');
+  t.notOk(lines.some((l) => l.includes(secret.slice(-43))), 'the API key is not logged');
   t.ok(lines.some((l) => / TRC http request .*route=\/api\/v1\/user status=200/.test(l)), 'HTTP requests at trace');
 });

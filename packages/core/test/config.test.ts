@@ -38,12 +38,13 @@ t.test('environment overrides every key, dots become underscores', async (t) => 
   t.equal(envName('database.sqlite.write_ahead_log'), 'HEADWAY_DATABASE_SQLITE_WRITE_AHEAD_LOG');
   const { config, problems } = resolveConfig({ listen_addr: '127.0.0.1:1' }, {
     env: {
-      HEADWAY_LISTEN_ADDR: '0.0.0.0:9999', HEADWAY_DATABASE_TYPE: 'postgres', HEADWAY_DATABASE_POSTGRES_PORT: '6543',
+      HEADWAY_LISTEN_ADDR: '0.0.0.0:9999', HEADWAY_SERVER_URL: 'http://127.0.0.1:9999', HEADWAY_DATABASE_TYPE: 'postgres', HEADWAY_DATABASE_POSTGRES_PORT: '6543',
       HEADWAY_DNS_NAMESERVERS_GLOBAL: '1.1.1.1, 9.9.9.9', HEADWAY_NODE_EXPIRY: '90d', HEADWAY_CLI_INSECURE: 'true',
     },
   });
   t.same(problems, []);
   t.equal(config.listen_addr, '0.0.0.0:9999');
+  t.equal(config.server_url, 'http://127.0.0.1:9999');
   t.equal(config.database.type, 'postgres');
   t.equal(config.database.postgres.port, 6543);
   t.same(config.dns.nameservers.global, ['1.1.1.1', '9.9.9.9']);

@@ -20,6 +20,7 @@ const mysqlStorageAdapter: AdapterDescriptor = {
   async register(ctx) {
     const options = networkOptionsFromConfig(ctx.config.database.mysql, 'database.mysql',
       ctx.logger.child({ adapter: 'storage-mysql' }));
+    options.debugSql = ctx.config.database.debug;
     const storage = await createMysqlStorage(options);
     ctx.container.register(STORAGE, asValue(storage));
   },

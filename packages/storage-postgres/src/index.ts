@@ -20,6 +20,7 @@ const postgresStorageAdapter: AdapterDescriptor = {
   async register(ctx) {
     const options = networkOptionsFromConfig(ctx.config.database.postgres, 'database.postgres',
       ctx.logger.child({ adapter: 'storage-postgres' }));
+    options.debugSql = ctx.config.database.debug;
     const storage = await createPostgresStorage(options);
     ctx.container.register(STORAGE, asValue(storage));
   },

@@ -1,4 +1,4 @@
-import { mkdirSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
 import type { Logger, NetworkDatabaseConfig, StoragePort } from '@headway/core';
@@ -19,6 +19,8 @@ export interface OpenOptions {
   migrate?: boolean;
   /** migrations overrides the schema history (tests: migrate to just before a step). */
   migrations?: readonly SqlMigration[];
+  /** debugSql logs every statement at debug level (`database.debug`); otherwise at trace. */
+  debugSql?: boolean;
 }
 
 export interface SqliteStorageOptions extends OpenOptions {
@@ -102,8 +104,37 @@ function networkTarget(kind: string, c: NetworkConnection): ConnectionTarget {
   return { kind, address: hostPort(c), database: c.database, user: c.user };
 }
 
+/**
+ * logQueries writes each SQL statement through the logger, at debug level with
+ * `database.debug` and at trace otherwise. Bound values are never written (they
+ * include key hashes and secrets): only their count.
+ */
+export function logQueries(knex: Knex, logger: Logger | undefined, debug: boolean | undefined): void {
+  if (!logger) return;
+  const log = debug ? logger.debug.bind(logger) : logger.trace.bind(logger);
+  knex.on('query', (q: { sql?: string; bindings?: unknown[] }) => {
+    log('sql', { sql: String(q.sql ?? '').replace(/\s+/g, ' '), params: q.bindings?.length ?? 0 });
+  });
+  knex.on('query-error', (err: Error, q: { sql?: string }) => {
+    log('sql failed', { sql: String(q.sql ?? '').replace(/\s+/g, ' '), error: err.message.split('\n')[0]!.replace(/'[^']*'/g, "'?'") });
+  });
+}
+
+/**
+ * knexLog routes knex's own messages to the logger at debug level, first line only.
+ * knex writes them to the console by default, and a failed connect printed a stack
+ * trace ahead of the one FATAL line; the failure itself reaches the operator as the
+ * error openXxxStorage throws.
+ */
+export function knexLog(logger: Logger | undefined): Knex.Config['log'] {
+  const line = (m: unknown) => String(m instanceof Error ? m.message : m).split('\n')[0];
+  const to = (what: string) => (m: unknown) => logger?.debug(`knex ${what}`, { message: line(m) });
+  return { warn: to('warning'), error: to('error'), deprecate: to('deprecation'), debug: to('debug'), inspectionDepth: 1, enableColors: false };
+}
+
 async function finish(knex: Knex, target: ConnectionTarget, dialect: 'sqlite' | 'postgres' | 'mysql',
   describe: string, opts: OpenOptions): Promise<StoragePort> {
+  logQueries(knex, opts.logger, opts.debugSql);
   await verifyConnection(knex, target);
   const storage = createSqlStorage(knex, {
     dialect,
@@ -138,7 +169,9 @@ export async function openSqliteStorage(opts: SqliteStorageOptions): Promise<Sto
   const filename = memory ? opts.path : resolve(opts.path);
   if (!memory) {
     try {
-      mkdirSync(dirname(filename), { recursive: true });
+      mkdirSync(dirname(filename), { recursive: true, mode: 0o700 });
+      // Created 0600 here, since SQLite gives the -wal and -shm files the database file's mode.
+      if (!existsSync(filename)) closeSync(openSync(filename, 'a', 0o600));
     } catch (err) {
       throw new Error(`cannot create the directory for sqlite database ${filename}: ${(err as Error).message}`);
     }
@@ -146,6 +179,7 @@ export async function openSqliteStorage(opts: SqliteStorageOptions): Promise<Sto
   const wal = opts.wal ?? true;
   const busy = opts.busyTimeoutMs ?? 5000;
   const knex = knexFactory({
+    log: knexLog(opts.logger),
     client: 'better-sqlite3',
     connection: { filename },
     useNullAsDefault: true,
@@ -185,6 +219,7 @@ export async function openPostgresStorage(opts: NetworkStorageOptions): Promise<
     : opts.connection;
   const ssl = tlsOptions(opts.ssl, 'database.postgres.ssl');
   const knex = knexFactory({
+    log: knexLog(opts.logger),
     client: 'pg',
     connection: {
       host: conn.host,
@@ -212,6 +247,7 @@ export async function openMysqlStorage(opts: NetworkStorageOptions): Promise<Sto
     : opts.connection;
   const ssl = tlsOptions(opts.ssl, 'database.mysql.ssl');
   const knex = knexFactory({
+    log: knexLog(opts.logger),
     client: 'mysql2',
     connection: {
       host: conn.host,

@@ -31,6 +31,7 @@ const sqliteStorageAdapter: AdapterDescriptor = {
       wal: config.write_ahead_log,
       walAutocheckpoint: config.wal_autocheckpoint,
       logger,
+      debugSql: ctx.config.database.debug,
     });
     ctx.container.register(STORAGE, asValue(storage));
   },

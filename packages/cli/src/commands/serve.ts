@@ -26,6 +26,7 @@ export default class Serve extends HeadwayCommand {
       process.exitCode = 1;
       return;
     }
+    if (source !== null) logger.info('config file loaded', { path: source });
     if (source === null) {
       logger.info(`no config file found (looked in ${configSearchPath(loadOpts).join(', ')}); using built-in defaults`);
     }

@@ -60,7 +60,7 @@ export const KEYS: Record<string, KeySpec> = {
   'node.expiry': { kind: 'duration', default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
   'node.ephemeral.inactivity_timeout': { kind: 'duration', default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' },
   'database.type': { kind: 'string', default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' },
-  'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level' },
+  'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level (bound values never shown); log.level trace logs them too' },
   'database.sqlite.path': { kind: 'path', default: 'db.sqlite', doc: 'SQLite file; relative to data_dir' },
   'database.sqlite.write_ahead_log': { kind: 'bool', default: true, doc: 'use WAL journaling' },
   'database.sqlite.wal_autocheckpoint': { kind: 'int', default: 1000, min: 0, doc: 'pages between WAL checkpoints' },
@@ -89,6 +89,9 @@ export const KEYS: Record<string, KeySpec> = {
   'cli.api_key': { kind: 'string', default: '', empty: true, doc: 'API key for cli.address' },
   'cli.timeout': { kind: 'duration', default: 10_000, doc: 'CLI request timeout' },
   'cli.insecure': { kind: 'bool', default: false, doc: 'skip TLS verification for cli.address' },
+  // Operations hardening (issue 15.6): who may read /v1/metrics on listen_addr.
+  'metrics.public_endpoint': { kind: 'bool', default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr as headscale does; false answers 404 there (metrics_listen_addr is unaffected)' },
+  'metrics.require_api_key': { kind: 'bool', default: false, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); metrics_listen_addr stays open' },
 };
 
 /**

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { closest, distance } from 'fastest-levenshtein';
 import YAML from 'yaml';
 import { parseIP, parsePrefix } from '../net/ip.js';
 import { parseDuration } from './duration.js';
@@ -126,6 +127,7 @@ export function resolveConfig(
   }
 
   crossCheck(values, problems);
+  checkServerUrl(values, problems);
   resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
   return { config: nest(values) as unknown as HeadwayConfig, problems };
 }
@@ -163,8 +165,20 @@ function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems
       continue;
     }
     if (IGNORED_PREFIXES.some((p) => key === p || key.startsWith(p))) continue;
-    problems.push({ level: 'warn', key, message: 'unknown key (ignored)' });
+    const hint = suggestKey(key);
+    problems.push({ level: 'warn', key, message: `unknown key (ignored)${hint ? `; did you mean \`${hint}\`?` : ''}` });
   }
+}
+
+/**
+ * suggestKey names the known key nearest to a misspelt one (`metrics_listen_adr` →
+ * `metrics_listen_addr`), so an unknown-key warning says what was probably meant;
+ * nothing when no key is within a third of the name's length.
+ */
+export function suggestKey(key: string): string | undefined {
+  const known = [...Object.keys(KEYS), ...Object.values(RENAMED)];
+  const best = closest(key, known);
+  return distance(key, best) <= Math.max(2, Math.floor(key.length / 3)) ? best : undefined;
 }
 
 export function envName(key: string): string {
@@ -326,6 +340,31 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
       err(key, `expected an adapter id or npm package name, found ${JSON.stringify(id)}`);
     }
   }
+}
+
+const LOOPBACK_HOSTS = /^(localhost|127(\.\d{1,3}){3}|\[?::1\]?|0\.0\.0\.0|\[?::\]?)$/i;
+
+/**
+ * checkServerUrl warns when server_url names this machine (a loopback address or
+ * listen_addr's own host) on a port other than listen_addr's: after changing
+ * listen_addr alone, devices would still be sent to the old port.
+ */
+function checkServerUrl(values: Record<string, unknown>, problems: ConfigProblem[]): void {
+  let url: URL;
+  try { url = new URL(String(values.server_url)); } catch { return; }
+  const listen = parseHostPort(String(values.listen_addr));
+  if (!listen || listen.port === 0) return;
+  const host = url.hostname.toLowerCase();
+  const listenHost = listen.host.toLowerCase().replace(/^\[|\]$/g, '');
+  if (!LOOPBACK_HOSTS.test(host) && host.replace(/^\[|\]$/g, '') !== listenHost) return;
+  const port = url.port ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+  if (port === listen.port) return;
+  const fixed = new URL(url.href);
+  fixed.port = String(listen.port);
+  problems.push({
+    level: 'warn', key: 'server_url',
+    message: `${values.server_url} points at port ${port} of this machine but listen_addr is ${values.listen_addr}: devices would be sent to the wrong port; set server_url: ${fixed.href.replace(/\/$/, '')} (or the public URL of a proxy in front of Headway)`,
+  });
 }
 
 const DATA_DIR_KEYS = ['noise.private_key_path', 'derp.server.private_key_path', 'database.sqlite.path', 'unix_socket'];

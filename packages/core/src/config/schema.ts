@@ -82,4 +82,5 @@ export interface HeadwayConfig {
   logtail: { enabled: boolean };
   taildrop: { enabled: boolean };
   cli: { address: string; api_key: string; timeout: number; insecure: boolean };
+  metrics: { public_endpoint: boolean; require_api_key: boolean };
 }

@@ -172,8 +172,12 @@ export class ControlServer {
     router.get('/derp/probe', derpRoute);
     router.get('/derp/latency-check', derpRoute);
     router.get('/generate_204', derpRoute);
-    const verify = verifyHandler(async (nodeKey: string) => this.admits(nodeKey));
-    router.post('/verify', async (ctx) => { ctx.respond = false; await verify(ctx.req, ctx.res); });
+    // /verify tells anyone whether a node key is registered; it exists only for relays
+    // that verify clients (derp.server.verify_clients), and is a 404 otherwise.
+    if (this.o.config.derp.server.verify_clients) {
+      const verify = verifyHandler(async (nodeKey: string) => this.admits(nodeKey));
+      router.post('/verify', async (ctx) => { ctx.respond = false; await verify(ctx.req, ctx.res); });
+    }
   }
 
   private serveConnection(conn: Duplex, info: { machineKey: string; capabilityVersion: number }): void {
@@ -181,8 +185,10 @@ export class ControlServer {
     set.add(conn);
     conn.on('close', () => { set.delete(conn); if (!set.size) this.conns.delete(info.machineKey); });
     conn.on('error', () => undefined);
+    this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion });
     const h2 = http2.createServer({ settings: { enablePush: false } });
     h2.on('request', (req, res) => {
+      this.o.logger.trace('control request', { machine_key: info.machineKey, method: req.method, path: (req.url ?? '').split('?')[0] });
       this.handle(req, res, info).catch((err: Error) => {
         this.o.logger.error('control request failed', { path: req.url, error: err.message });
         if (!res.headersSent) { res.writeHead(500); res.end('internal error\n'); } else res.end();

@@ -32,24 +32,14 @@ export function createApp(opts: AppOptions): Koa {
     } finally {
       const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
       metrics.httpRequests.inc({ method: ctx.method, route: String(route), status: String(ctx.status) });
-      end({ method: ctx.method, route: String(route) });
+      const seconds = end({ method: ctx.method, route: String(route) });
+      // The route pattern, not the path: paths such as /register/:key carry one-time keys.
+      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000) });
     }
   });
   app.use(problemMiddleware(logger));
 
   const router = new Router();
-  router.get('/health', async (ctx) => {
-    const ok = await deps.health();
-    ctx.status = ok ? 200 : 500;
-    ctx.type = 'application/health+json';
-    ctx.body = { status: ok ? 'pass' : 'fail' };
-  });
-  router.get('/v1/metrics', async (ctx) => {
-    ctx.type = metrics.registry.contentType;
-    ctx.body = await metrics.registry.metrics();
-  });
-  router.get('/api/v1/openapi.json', (ctx) => { ctx.body = openApiDocument(); });
-
   const authenticate = async (ctx: Context, next: () => Promise<unknown>) => {
     if (opts.trusted) return next();
     const header = ctx.get('authorization');
@@ -59,6 +49,24 @@ export function createApp(opts: AppOptions): Koa {
     if (!key) return problem(ctx, 401, 'unauthorized', 'invalid, expired or revoked API key');
     return next();
   };
+
+  router.get('/health', async (ctx) => {
+    const ok = await deps.health();
+    ctx.status = ok ? 200 : 500;
+    ctx.type = 'application/health+json';
+    ctx.body = { status: ok ? 'pass' : 'fail' };
+  });
+  // /v1/metrics is headscale's unauthenticated endpoint on the main listener; it
+  // reveals counts of users, nodes and keys, so metrics.* can hide it or require a key.
+  const metricsConf = deps.config.metrics ?? { public_endpoint: true, require_api_key: false };
+  if (opts.trusted || metricsConf.public_endpoint) {
+    const guard = metricsConf.require_api_key ? [authenticate] : [];
+    router.get('/v1/metrics', ...guard, async (ctx) => {
+      ctx.type = metrics.registry.contentType;
+      ctx.body = await metrics.registry.metrics();
+    });
+  }
+  router.get('/api/v1/openapi.json', (ctx) => { ctx.body = openApiDocument(); });
 
   for (const route of ROUTES) {
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
@@ -70,19 +78,32 @@ export function createApp(opts: AppOptions): Koa {
   opts.extra?.(router);
 
   app.use(router.routes());
-  app.use(router.allowedMethods({ throw: false }));
+  // No router.allowedMethods(): it answered unknown methods (TRACE, PROPFIND) 501 over
+  // a 404 body. Here the status and the body always agree.
   app.use(async (ctx) => {
     if (ctx.status === 404 && ctx.body === undefined) {
       if (ctx.path.startsWith('/api/')) {
         // Unknown API paths answer 401 to the unauthenticated, so the route table is not probeable.
         if (!opts.trusted && !/^Bearer\s+\S+$/i.test(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
-        return problem(ctx, 404, 'route_not_found', `no route ${ctx.method} ${ctx.path}`);
       }
+      const allowed = allowedMethods(router, ctx.path);
+      if (allowed.length && (ctx.method === 'OPTIONS' || !allowed.includes(ctx.method))) {
+        ctx.set('Allow', allowed.join(', '));
+        if (ctx.method === 'OPTIONS') { ctx.status = 204; return; }
+        return problem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${allowed.join(', ')}`);
+      }
+      if (ctx.path.startsWith('/api/')) return problem(ctx, 404, 'route_not_found', `no route ${ctx.method} ${ctx.path}`);
       ctx.status = 404;
       ctx.body = 'not found\n';
-    } else if (ctx.status === 405) {
-      problem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}`);
     }
   });
   return app;
+}
+
+/** allowedMethods lists the methods some route serves on `path` (empty: no route has the path). */
+function allowedMethods(router: Router, path: string): string[] {
+  const set = new Set<string>();
+  for (const layer of router.match(path, 'GET').path) for (const m of layer.methods) set.add(m);
+  if (set.size) set.add('OPTIONS');
+  return [...set];
 }

@@ -9,6 +9,7 @@ import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { loadAdapter } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
+import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
 import { assertDnsPort, assertPolicySourcePort, DNS, POLICY, type DnsPort, type PolicySourcePort } from '../ports/policy.js';
 import { State } from '../state/state.js';
@@ -70,17 +71,24 @@ function trackSockets(server: http.Server): Set<Socket> {
  */
 export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
-  mkdirSync(config.data_dir, { recursive: true, mode: 0o750 });
+  prepareDataDir(config.data_dir);
   logger.info('data directory', { path: config.data_dir });
+  const unlock = lockDataDir(config.data_dir);
 
   const container = createContainer({ injectionMode: InjectionMode.PROXY, strict: true });
   container.register({ config: asValue(config), logger: asValue(logger) });
   const ctx = { container, config, logger };
 
-  await loadAdapter('storage', config.database.type, ctx, 'database.type');
-  const storage = container.resolve<StoragePort>(STORAGE);
-  assertStoragePort(storage, config.database.type);
-  const cleanups: Array<() => Promise<void> | void> = [() => storage.close()];
+  let storage: StoragePort;
+  try {
+    await loadAdapter('storage', config.database.type, ctx, 'database.type');
+    storage = container.resolve<StoragePort>(STORAGE);
+    assertStoragePort(storage, config.database.type);
+  } catch (err) {
+    unlock();
+    throw err;
+  }
+  const cleanups: Array<() => Promise<void> | void> = [unlock, () => storage.close()];
   try {
     logger.info('database ready', { database: storage.describe() });
     await loadAdapter('policy', config.policy.mode, ctx, 'policy.mode');
@@ -92,6 +100,13 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const state = new State(storage, config, logger);
     await state.init();
+    const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
+    if (!storage.describe().includes(':memory:')) {
+      const warning = databaseSwitchWarning(readDatabaseRecord(config.data_dir), dbRecord());
+      if (warning) logger.warn(warning);
+      writeDatabaseRecord(config.data_dir, dbRecord());
+      cleanups.push(() => writeDatabaseRecord(config.data_dir, dbRecord()));
+    }
     const policy = new PolicyService(source, state, logger, opts.engine ?? hujsonEngine);
     await policy.init();
     cleanups.push(() => policy.close());
@@ -107,6 +122,11 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugin });
     await control.init();
     cleanups.push(() => control.close());
+    warnOpenFiles(logger, secureDataDir([
+      ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
+      ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
+        ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
+    ]));
 
     const health = async () => {
       try {
@@ -147,7 +167,11 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         }
       });
       const ms = trackSockets(m);
-      await listen(m, config.metrics_listen_addr);
+      try {
+        await listen(m, config.metrics_listen_addr);
+      } catch (err) {
+        throw new Error(`metrics_listen_addr ${config.metrics_listen_addr}: ${(err as Error).message}`);
+      }
       servers.push(m);
       cleanups.push(() => closeServer(m, ms));
       urls.metrics = urlOf(m, 'http');

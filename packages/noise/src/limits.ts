@@ -180,6 +180,8 @@ export class Ts2021Limits {
   readonly handshakes: TokenBuckets;
   readonly replays: ReplayFilter;
   readonly sessions: SessionLimits;
+  /** refused counts refusals by reason since start (for metrics and tests). */
+  readonly refused = { 'rate-limited': 0, replayed: 0, 'too-many-sessions': 0 };
 
   constructor(opts: Ts2021LimitOptions) {
     this.handshakes = new TokenBuckets({ rate: opts.handshakeRate, burst: opts.handshakeBurst, now: opts.now });

@@ -64,6 +64,7 @@ function admitInitiation(socket: Duplex, initiation: Buffer, source: string, opt
   const limits = opts.limits;
   if (!limits) return true;
   if (!limits.handshakes.take(source)) {
+    limits.refused['rate-limited']++;
     opts.onRefused?.(`too many handshakes from ${source}`, 'rate-limited');
     socket.end(
       `HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 33\r\n\r\ntoo many handshakes; retry later\n`,
@@ -71,6 +72,7 @@ function admitInitiation(socket: Duplex, initiation: Buffer, source: string, opt
     return false;
   }
   if (limits.replays.seenBefore(initiation.subarray(OFFSET_EPHEMERAL, OFFSET_EPHEMERAL + 32))) {
+    limits.refused.replayed++;
     opts.onRefused?.(`replayed handshake initiation from ${source}`, 'replayed');
     rejectHttp(socket, 403, 'Forbidden', 'replayed handshake initiation');
     return false;
@@ -88,6 +90,7 @@ function admitSession(accepted: AcceptedHandshake, info: Ts2021ConnectionInfo, i
   limits.replays.remember(initiation.subarray(OFFSET_EPHEMERAL, OFFSET_EPHEMERAL + 32));
   const admitted = limits.sessions.admit(info.source, info.machineKey);
   if ('refused' in admitted) {
+    limits.refused['too-many-sessions']++;
     opts.onRefused?.(admitted.refused, 'too-many-sessions');
     return admitted.refused;
   }

@@ -1,5 +1,6 @@
 import t from 'tap';
 import { statSync } from 'node:fs';
+import http2 from 'node:http2';
 import { connect, type Socket } from 'node:net';
 import { dialTs2021, fetchControlKey, generateKeyPair, startClientHandshake, type NoiseConn } from '@headway/noise';
 import { TestDevice } from '@headway/testkit';
@@ -76,6 +77,18 @@ t.test('deadlines close silent TCP connections, handshaken connections that neve
   t.ok(await closed(conn, 5000), 'a handshaken connection that never sends HTTP/2 is closed (noise.first_request_timeout)');
   t.comment(`idle handshaken connection closed after ${Date.now() - handshaken} ms (deadline 300 ms)`);
   t.equal(s.control.limits.sessions.unauthenticated(), 0, 'its unauthenticated slot is released');
+
+  const slowConn = await dial(s);
+  const h2 = http2.connect('http://127.0.0.1', { createConnection: () => slowConn });
+  h2.on('error', () => undefined);
+  const stream = h2.request({ ':method': 'POST', ':path': '/machine/register', 'content-type': 'application/json' });
+  stream.on('error', () => undefined);
+  stream.write('{"Version":'); // the body never finishes
+  const opened = Date.now();
+  const code = await new Promise<number>((resolve) => stream.on('close', () => resolve(stream.rstCode ?? -1)));
+  t.equal(code, http2.constants.NGHTTP2_CANCEL, 'a request whose body never finishes is cancelled after first_request_timeout');
+  t.comment(`stalled request cancelled after ${Date.now() - opened} ms`);
+  t.ok(await closed(h2, 5000), 'and the connection, idle again, is closed');
 
   const key = await authKey(s);
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'poller' });

@@ -273,7 +273,8 @@ export class ControlServer {
       if (!set.size) { this.conns.delete(info.machineKey); this.sourceByMachineKey.delete(info.machineKey); }
     });
     conn.on('error', () => undefined);
-    const h2 = http2.createServer({ settings: { enablePush: false } });
+    // Go's HTTP/2 server default; a client uses a handful (map poll, register, lite updates).
+    const h2 = http2.createServer({ settings: { enablePush: false, maxConcurrentStreams: 250 } });
     h2.on('request', (req, res) => {
       this.handle(req, res, info).catch((err: Error) => {
         this.o.logger.error('control request failed', { path: req.url, error: err.message });
@@ -288,7 +289,12 @@ export class ControlServer {
       s.on('stream', (stream) => {
         open++;
         clearTimeout(timer);
-        stream.once('close', () => { if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+        // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
+        const bodyDeadline = this.o.config.noise.first_request_timeout;
+        const slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
+        slow?.unref();
+        stream.once('end', () => clearTimeout(slow));
+        stream.once('close', () => { clearTimeout(slow); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
       });
     });
     h2.emit('connection', conn);

@@ -19,6 +19,7 @@ export const ERRORS = {
   key_used: { status: 409, title: 'Key already used' },
   payload_too_large: { status: 413, title: 'Body too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported content type' },
+  rate_limited: { status: 429, title: 'Too many requests' },
   unavailable: { status: 503, title: 'Service unavailable' },
   internal: { status: 500, title: 'Internal error' },
 } as const;

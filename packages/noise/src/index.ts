@@ -6,3 +6,4 @@ export * from './conn.js';
 export * from './server.js';
 export * from './client.js';
 export * from './websocket.js';
+export * from './limits.js';

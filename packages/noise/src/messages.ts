@@ -1,5 +1,5 @@
 import { IkInitiator, IkResponder, type TransportKeys } from './handshake.js';
-import { keyPairFromPrivate } from './keys.js';
+import { keyPairFromPrivate, type KeyPair } from './keys.js';
 
 /** Tailscale's ts2021 framing constants (control/controlbase); every integer on the wire is big-endian. */
 export const MESSAGE_TYPE_INITIATION = 1;
@@ -106,6 +106,15 @@ export class HandshakeRefusal extends Error {
   }
 }
 
+/** CONTROL_KEY_PAIRS caches the responder key pair per control private key buffer (deriving it per handshake doubled the cost). */
+const CONTROL_KEY_PAIRS = new WeakMap<Uint8Array, KeyPair>();
+
+function controlKeyPair(privateKey: Uint8Array): KeyPair {
+  let pair = CONTROL_KEY_PAIRS.get(privateKey);
+  if (!pair) CONTROL_KEY_PAIRS.set(privateKey, (pair = keyPairFromPrivate(privateKey)));
+  return pair;
+}
+
 /**
  * acceptInitiation validates a 101-byte initiation against the control key and builds the 51-byte response.
  * Framing problems and too-old versions are refused with a message meant for the client; a decryption
@@ -131,7 +140,7 @@ export function acceptInitiation(opts: {
   }
   const responder = new IkResponder({
     prologue: controlPrologue(version),
-    staticKey: keyPairFromPrivate(opts.controlPrivateKey),
+    staticKey: controlKeyPair(opts.controlPrivateKey),
     ephemeralPrivateKey: opts.ephemeralPrivateKey,
   });
   let machinePublicKey: Buffer;

@@ -2,7 +2,8 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { NoiseConn, encodeEarlyPayload, sealRecords } from './conn.js';
 import { formatKey } from './keys.js';
-import { acceptInitiation, errorFrame, HandshakeRefusal, INITIATION_LENGTH } from './messages.js';
+import { sourceOf, type Ts2021Limits } from './limits.js';
+import { acceptInitiation, errorFrame, HandshakeRefusal, INITIATION_LENGTH, type AcceptedHandshake } from './messages.js';
 import { webSocketAccept, WebSocketStream } from './websocket.js';
 
 /** UPGRADE_PROTOCOL is the Upgrade token of the native ts2021 transport; the client compares it byte for byte. */
@@ -15,6 +16,8 @@ export interface Ts2021ConnectionInfo {
   /** machineKey is the client's authenticated machine public key as `mkey:<hex>`. */
   machineKey: string;
   capabilityVersion: number;
+  /** source is what per-address limits charge the connection to (IPv4 address or IPv6 /64). */
+  source: string;
 }
 
 /** Ts2021ServerOptions configure handleTs2021Upgrade. */
@@ -27,8 +30,16 @@ export interface Ts2021ServerOptions {
   earlyPayload?: (info: Ts2021ConnectionInfo) => object | undefined;
   onConnection: (conn: NoiseConn, info: Ts2021ConnectionInfo) => void;
   /** onRefused observes handshakes that failed after the request was well formed (logging, metrics). */
-  onRefused?: (reason: string) => void;
+  onRefused?: (reason: string, kind: RefusalKind) => void;
+  /** limits rate-limits initiations per source, refuses replays and caps unauthenticated sessions. */
+  limits?: Ts2021Limits;
 }
+
+/** RefusalKind classifies why a well-formed upgrade was refused. */
+export type RefusalKind = 'rate-limited' | 'replayed' | 'too-many-sessions' | 'handshake';
+
+/** OFFSET_EPHEMERAL is where the initiator's plaintext ephemeral key starts in the 101-byte initiation. */
+const OFFSET_EPHEMERAL = 5;
 
 function rejectHttp(socket: Duplex, status: number, reason: string, message: string): void {
   const body = Buffer.from(message + '\n', 'utf8');
@@ -43,6 +54,50 @@ const STD_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}
 export function decodeHandshakeBase64(text: string): Buffer | undefined {
   if (!STD_BASE64.test(text)) return undefined;
   return Buffer.from(text, 'base64');
+}
+
+/**
+ * admitInitiation applies the checks that cost nothing before the X25519 work: the source's token bucket
+ * (refused with 429) and the replay filter (refused with 403). Returns false when it answered the request.
+ */
+function admitInitiation(socket: Duplex, initiation: Buffer, source: string, opts: Ts2021ServerOptions): boolean {
+  const limits = opts.limits;
+  if (!limits) return true;
+  if (!limits.handshakes.take(source)) {
+    limits.refused['rate-limited']++;
+    opts.onRefused?.(`too many handshakes from ${source}`, 'rate-limited');
+    socket.end(
+      `HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 33\r\n\r\ntoo many handshakes; retry later\n`,
+    );
+    return false;
+  }
+  if (limits.replays.seenBefore(initiation.subarray(OFFSET_EPHEMERAL, OFFSET_EPHEMERAL + 32))) {
+    limits.refused.replayed++;
+    opts.onRefused?.(`replayed handshake initiation from ${source}`, 'replayed');
+    rejectHttp(socket, 403, 'Forbidden', 'replayed handshake initiation');
+    return false;
+  }
+  return true;
+}
+
+/**
+ * admitSession records the accepted initiation for the replay filter and charges the session to its
+ * source; returns the refusal message when a cap is reached, else arranges the release on close.
+ */
+function admitSession(accepted: AcceptedHandshake, info: Ts2021ConnectionInfo, initiation: Buffer, opts: Ts2021ServerOptions): string | ((conn: NoiseConn) => void) {
+  const limits = opts.limits;
+  if (!limits) return () => undefined;
+  limits.replays.remember(initiation.subarray(OFFSET_EPHEMERAL, OFFSET_EPHEMERAL + 32));
+  const admitted = limits.sessions.admit(info.source, info.machineKey);
+  if ('refused' in admitted) {
+    limits.refused['too-many-sessions']++;
+    opts.onRefused?.(admitted.refused, 'too-many-sessions');
+    return admitted.refused;
+  }
+  return (conn) => {
+    if (conn.destroyed) admitted.release();
+    else conn.once('close', admitted.release);
+  };
 }
 
 function decodeInitiation(socket: Duplex, text: string, where: 'header' | 'query parameter'): Buffer | undefined {
@@ -101,6 +156,8 @@ function handleWebSocketUpgrade(
   }
   const initiation = decodeInitiation(socket, query, 'query parameter');
   if (!initiation) return undefined;
+  const source = sourceOf(remoteAddressOf(socket));
+  if (!admitInitiation(socket, initiation, source, opts)) return undefined;
   socket.write(
     `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
       `Sec-WebSocket-Accept: ${webSocketAccept(key)}\r\nSec-WebSocket-Protocol: ${UPGRADE_PROTOCOL}\r\n\r\n`,
@@ -112,9 +169,15 @@ function handleWebSocketUpgrade(
     accepted = acceptInitiation({ controlPrivateKey: opts.privateKey, initiation, minCapabilityVersion: opts.minCapabilityVersion });
   } catch (err) {
     const reason = (err as Error).message;
-    opts.onRefused?.(reason);
+    opts.onRefused?.(reason, 'handshake');
     if (err instanceof HandshakeRefusal && err.sendToClient) ws.end(errorFrame(reason));
     else ws.end();
+    return undefined;
+  }
+  const info: Ts2021ConnectionInfo = { machineKey: formatKey('mkey', accepted.machinePublicKey), capabilityVersion: accepted.capabilityVersion, source };
+  const admitted = admitSession(accepted, info, initiation, opts);
+  if (typeof admitted === 'string') {
+    ws.end(errorFrame(admitted));
     return undefined;
   }
   ws.write(accepted.response);
@@ -124,7 +187,8 @@ function handleWebSocketUpgrade(
     peerPublicKey: accepted.machinePublicKey,
     capabilityVersion: accepted.capabilityVersion,
   });
-  opts.onConnection(conn, { machineKey: formatKey('mkey', accepted.machinePublicKey), capabilityVersion: accepted.capabilityVersion });
+  admitted(conn);
+  opts.onConnection(conn, info);
   return conn;
 }
 
@@ -162,6 +226,8 @@ export function handleTs2021Upgrade(
   }
   const initiation = decodeInitiation(socket, headerValue.trim(), 'header');
   if (!initiation) return undefined;
+  const source = sourceOf(remoteAddressOf(socket));
+  if (!admitInitiation(socket, initiation, source, opts)) return undefined;
 
   const switching = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${UPGRADE_PROTOCOL}\r\nConnection: upgrade\r\n\r\n`;
   let accepted;
@@ -173,7 +239,7 @@ export function handleTs2021Upgrade(
     });
   } catch (err) {
     const reason = (err as Error).message;
-    opts.onRefused?.(reason);
+    opts.onRefused?.(reason, 'handshake');
     if (err instanceof HandshakeRefusal && err.sendToClient) {
       socket.end(Buffer.concat([Buffer.from(switching, 'latin1'), errorFrame(reason)]));
     } else {
@@ -186,7 +252,13 @@ export function handleTs2021Upgrade(
   const info: Ts2021ConnectionInfo = {
     machineKey: formatKey('mkey', accepted.machinePublicKey),
     capabilityVersion: accepted.capabilityVersion,
+    source,
   };
+  const admitted = admitSession(accepted, info, initiation, opts);
+  if (typeof admitted === 'string') {
+    socket.end(Buffer.concat([Buffer.from(switching, 'latin1'), errorFrame(admitted)]));
+    return undefined;
+  }
   const parts: Buffer[] = [Buffer.from(switching, 'latin1'), accepted.response];
   const early = opts.earlyPayload?.(info);
   // Sealing here advances the send nonce before NoiseConn takes over, keeping both sides in step.
@@ -200,6 +272,12 @@ export function handleTs2021Upgrade(
     peerPublicKey: accepted.machinePublicKey,
     capabilityVersion: accepted.capabilityVersion,
   });
+  admitted(conn);
   opts.onConnection(conn, info);
   return conn;
+}
+
+/** remoteAddressOf reads the peer address of a net or TLS socket (other Duplexes have none). */
+function remoteAddressOf(socket: Duplex): string | undefined {
+  return (socket as { remoteAddress?: string }).remoteAddress;
 }

@@ -129,7 +129,7 @@ t.test('handshake, early payload and echo both ways over loopback', async (t) =>
   t.teardown(() => conn.destroy());
   t.same(earlyPayload, { nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32), seenVersion: 145 });
   t.equal(srv.connections.length, 1);
-  t.same(srv.connections[0]!.info, { machineKey: formatKey('mkey', machine.publicKey), capabilityVersion: 145 });
+  t.same(srv.connections[0]!.info, { machineKey: formatKey('mkey', machine.publicKey), capabilityVersion: 145, source: '127.0.0.1' });
   t.same(srv.connections[0]!.conn.handshakeHash, conn.handshakeHash, 'both sides agree on the handshake hash');
 
   conn.write('hello noise');

@@ -262,6 +262,9 @@ function pendingRegistrationRepository(db: Executor): PendingRegistrationReposit
     async delete(key) {
       return (await db('pending_registrations').where({ key }).delete()) > 0;
     },
+    async deleteByMachineKey(machineKey) {
+      return db('pending_registrations').where({ machine_key: machineKey }).delete();
+    },
     async deleteExpired(now) {
       return db('pending_registrations').where('expires_at', '<=', writableDate(now, 'now')).delete();
     },

@@ -387,6 +387,25 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.equal(await storage.pendingRegistrations.get('missing'), undefined);
     });
 
+    await t.test('pending registrations: deleteByMachineKey removes only that machine\'s rows', async (t) => {
+      const future = new Date(Date.now() + 60_000);
+      const mine = `mkey:${hex('pmine')}`;
+      const other = `mkey:${hex('pother')}`;
+      const reg = (key: string, machineKey: string) => ({
+        key, machineKey, nodeKey: `nodekey:${hex('pn')}`, hostinfo: null, expiresAt: future, createdAt: new Date(Date.now() - 1000),
+      });
+      const a = reg(unique('by-mk-a'), mine);
+      const b = reg(unique('by-mk-b'), mine);
+      const c = reg(unique('by-mk-c'), other);
+      for (const r of [a, b, c]) await storage.pendingRegistrations.put(r);
+      t.equal(await storage.pendingRegistrations.deleteByMachineKey(mine), 2);
+      t.equal(await storage.pendingRegistrations.get(a.key), undefined);
+      t.equal(await storage.pendingRegistrations.get(b.key), undefined);
+      t.ok(await storage.pendingRegistrations.get(c.key), 'another machine keeps its row');
+      t.equal(await storage.pendingRegistrations.deleteByMachineKey(mine), 0);
+      await storage.pendingRegistrations.delete(c.key);
+    });
+
     await t.test('policy: one row, set and get', async (t) => {
       t.equal(await storage.policy.get(), undefined, 'a fresh database has no policy');
       const first = await storage.policy.set('{"acls": []}');

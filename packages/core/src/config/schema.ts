@@ -57,6 +57,28 @@ export interface DnsConfig {
   extra_records_path: string;
 }
 
+/** NoiseConfig: the control key and the limits that keep unauthenticated ts2021 traffic cheap (durations in ms). */
+export interface NoiseConfig {
+  private_key_path: string;
+  handshake_timeout: number;
+  first_request_timeout: number;
+  idle_timeout: number;
+  max_unauthenticated_sessions: number;
+  max_unauthenticated_sessions_per_address: number;
+  handshake_rate: number;
+  handshake_burst: number;
+  replay_window: number;
+}
+
+/** RegistrationConfig bounds interactive logins waiting for an administrator. */
+export interface RegistrationConfig {
+  pending_expiry: number;
+  max_pending: number;
+  max_pending_per_address: number;
+  max_hostinfo_bytes: number;
+  gc_interval: number;
+}
+
 export interface HeadwayConfig {
   /** data_dir is Headway's own key: where relative default paths (database, keys, socket) live. */
   data_dir: string;
@@ -65,7 +87,8 @@ export interface HeadwayConfig {
   metrics_listen_addr: string;
   grpc_listen_addr: string;
   grpc_allow_insecure: boolean;
-  noise: { private_key_path: string };
+  noise: NoiseConfig;
+  registration: RegistrationConfig;
   prefixes: { v4: string; v6: string; allocation: 'sequential' | 'random' };
   derp: DerpConfig;
   disable_check_updates: boolean;

@@ -1,8 +1,9 @@
 import http from 'node:http';
 import http2 from 'node:http2';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
-import { handleTs2021Upgrade } from '@headway/noise';
+import { handleTs2021Upgrade, Ts2021Limits, type RefusalKind, type Ts2021ConnectionInfo } from '@headway/noise';
 import { DerpServer, StunServer, verifyHandler } from '@headway/derp';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
@@ -34,6 +35,22 @@ export interface ControlOptions {
   dnsPlugin?: DnsPort;
 }
 
+/**
+ * RefusalLog logs refused ts2021 handshakes without letting a flood flood the log: the first of each kind
+ * per minute is logged, later ones are counted into the next line.
+ */
+class RefusalLog {
+  private readonly last = new Map<RefusalKind, { at: number; suppressed: number }>();
+  constructor(private readonly logger: Logger) {}
+  note(reason: string, kind: RefusalKind): void {
+    const now = Date.now();
+    const l = this.last.get(kind);
+    if (l && now - l.at < 60_000) { l.suppressed++; return; }
+    this.logger.info('ts2021 connection refused', { reason, kind, ...(l?.suppressed ? { suppressed_since_last: l.suppressed } : {}) });
+    this.last.set(kind, { at: now, suppressed: 0 });
+  }
+}
+
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
@@ -56,6 +73,11 @@ export class ControlServer {
   private readonly streams = new Map<number, Set<http2.Http2ServerResponse>>();
   private readonly ephemeralTimers = new Map<number, NodeJS.Timeout>();
   private unsubscribe?: () => void;
+  /** limits guard /ts2021 against unauthenticated exhaustion (handshake rate, replays, session caps). */
+  readonly limits: Ts2021Limits;
+  /** sourceByMachineKey remembers where each machine's latest session came from (pending-login quotas). */
+  private readonly sourceByMachineKey = new Map<string, string>();
+  private pendingGc?: NodeJS.Timeout;
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
@@ -67,6 +89,15 @@ export class ControlServer {
     this.hub = new SessionHub(state, this.mapper, logger, o.metrics, () => o.policy.policyText);
     this.hub.closeNode = (id) => this.endStreams(id);
     this.registrar = new Registrar(state, config, logger);
+    this.registrar.sourceOf = (machineKey) => this.sourceByMachineKey.get(machineKey);
+    this.limits = new Ts2021Limits({
+      handshakeRate: config.noise.handshake_rate,
+      handshakeBurst: config.noise.handshake_burst,
+      replayWindowMs: config.noise.replay_window,
+      maxUnauthenticated: config.noise.max_unauthenticated_sessions,
+      maxUnauthenticatedPerSource: config.noise.max_unauthenticated_sessions_per_address,
+      isAuthenticated: (machineKey) => state.nodeByMachineKey(machineKey) !== undefined,
+    });
   }
 
   async init(): Promise<void> {
@@ -108,6 +139,19 @@ export class ControlServer {
       }
     });
     for (const n of state.listNodes()) if (n.ephemeral) this.scheduleEphemeral(n.id);
+    this.startPendingGc();
+  }
+
+  /** startPendingGc deletes expired interactive logins periodically (nothing else removes abandoned ones). */
+  private startPendingGc(): void {
+    const every = this.o.config.registration.gc_interval;
+    if (!every) return;
+    const sweep = () => {
+      this.o.state.deleteExpiredPending().catch((err: Error) => this.o.logger.warn('pending registration cleanup failed', { error: err.message }));
+    };
+    sweep();
+    this.pendingGc = setInterval(sweep, every);
+    this.pendingGc.unref();
   }
 
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
@@ -122,16 +166,41 @@ export class ControlServer {
     return Boolean(node && !(node.expiry && node.expiry.getTime() <= Date.now()));
   }
 
-  /** attach takes over HTTP upgrades for /ts2021 and /derp on a listener. */
+  /**
+   * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, and bounds how long a TCP
+   * connection may stay silent before its first request or upgrade (noise.handshake_timeout).
+   */
   attach(server: http.Server): void {
+    const deadline = this.o.config.noise.handshake_timeout;
+    if (deadline > 0) {
+      // Keyed by peer address and port: with TLS, 'connection' sees the TCP socket, requests the TLS one.
+      const waiting = new Map<string, NodeJS.Timeout>();
+      const peer = (s: { remoteAddress?: string; remotePort?: number }) => `${s.remoteAddress}|${s.remotePort}`;
+      const arrived = (s: Duplex) => {
+        const key = peer(s as never);
+        const t = waiting.get(key);
+        if (t) { clearTimeout(t); waiting.delete(key); }
+      };
+      server.on('connection', (socket: Socket) => {
+        const key = peer(socket);
+        const t = setTimeout(() => { waiting.delete(key); socket.destroy(); }, deadline);
+        t.unref();
+        waiting.set(key, t);
+        socket.once('close', () => { if (waiting.get(key) === t) { clearTimeout(t); waiting.delete(key); } });
+      });
+      server.prependListener('request', (req: http.IncomingMessage) => arrived(req.socket));
+      server.prependListener('upgrade', (req: http.IncomingMessage) => arrived(req.socket));
+    }
+    const refusals = new RefusalLog(this.o.logger);
     server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       const path = (req.url ?? '').split('?')[0];
       if (path === '/ts2021') {
         handleTs2021Upgrade(req, socket, head, {
           privateKey: this.o.controlKey.privateKey,
           minCapabilityVersion: MIN_CAPABILITY_VERSION,
+          limits: this.limits,
           onConnection: (conn, info) => this.serveConnection(conn, info),
-          onRefused: (reason: string) => this.o.logger.info('ts2021 connection refused', { reason }),
+          onRefused: (reason, kind) => refusals.note(reason, kind),
         });
         return;
       }
@@ -180,13 +249,37 @@ export class ControlServer {
     }
   }
 
-  private serveConnection(conn: Duplex, info: { machineKey: string; capabilityVersion: number }): void {
+  /**
+   * serveConnection runs HTTP/2 over a finished Noise handshake. A connection must send its first request
+   * within noise.first_request_timeout and is closed after noise.idle_timeout without an open stream (a map
+   * long-poll stays open), so handshaken connections that never speak HTTP/2 cannot pile up.
+   */
+  private serveConnection(conn: Duplex, info: Ts2021ConnectionInfo): void {
     const set = this.conns.get(info.machineKey) ?? this.conns.set(info.machineKey, new Set()).get(info.machineKey)!;
     set.add(conn);
-    conn.on('close', () => { set.delete(conn); if (!set.size) this.conns.delete(info.machineKey); });
+    this.sourceByMachineKey.set(info.machineKey, info.source);
+    let timer: NodeJS.Timeout | undefined;
+    let session: http2.ServerHttp2Session | undefined;
+    const arm = (ms: number) => {
+      clearTimeout(timer);
+      if (ms <= 0) return;
+      timer = setTimeout(() => {
+        // GOAWAY first so a client learns the connection is done; destroy regardless of what it does next.
+        if (session && !session.destroyed) session.close();
+        setImmediate(() => conn.destroy());
+      }, ms);
+      timer.unref();
+    };
+    arm(this.o.config.noise.first_request_timeout);
+    conn.on('close', () => {
+      clearTimeout(timer);
+      set.delete(conn);
+      if (!set.size) { this.conns.delete(info.machineKey); this.sourceByMachineKey.delete(info.machineKey); }
+    });
     conn.on('error', () => undefined);
     this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion });
-    const h2 = http2.createServer({ settings: { enablePush: false } });
+    // Go's HTTP/2 server default; a client uses a handful (map poll, register, lite updates).
+    const h2 = http2.createServer({ settings: { enablePush: false, maxConcurrentStreams: 250 } });
     h2.on('request', (req, res) => {
       this.o.logger.trace('control request', { machine_key: info.machineKey, method: req.method, path: (req.url ?? '').split('?')[0] });
       this.handle(req, res, info).catch((err: Error) => {
@@ -195,7 +288,21 @@ export class ControlServer {
       });
     });
     h2.on('sessionError', () => conn.destroy());
-    h2.on('session', (session) => session.on('error', () => undefined));
+    h2.on('session', (s) => {
+      session = s;
+      s.on('error', () => undefined);
+      let open = 0;
+      s.on('stream', (stream) => {
+        open++;
+        clearTimeout(timer);
+        // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
+        const bodyDeadline = this.o.config.noise.first_request_timeout;
+        const slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
+        slow?.unref();
+        stream.once('end', () => clearTimeout(slow));
+        stream.once('close', () => { clearTimeout(slow); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+      });
+    });
     h2.emit('connection', conn);
   }
 
@@ -350,6 +457,7 @@ export class ControlServer {
 
   async close(): Promise<void> {
     this.unsubscribe?.();
+    clearInterval(this.pendingGc);
     for (const t of this.ephemeralTimers.values()) clearTimeout(t);
     this.hub.stop();
     for (const set of this.streams.values()) for (const res of set) res.end();

@@ -25,6 +25,8 @@ export function routesFromHostinfo(h: Hostinfo | undefined): string[] {
  */
 export class Registrar {
   private readonly waiters = new Map<string, Set<(nodeId: number | undefined) => void>>();
+  /** sourceOf names the source address of a machine's session, for the per-address pending-login quota. */
+  sourceOf: (machineKey: string) => string | undefined = () => undefined;
 
   constructor(private readonly state: State, private readonly config: HeadwayConfig, private readonly logger: Logger) {}
 
@@ -129,7 +131,15 @@ export class Registrar {
   }
 
   private async interactive(req: RegisterRequest, machineKey: string): Promise<RegisterResponse> {
-    const reg = await this.state.createPending({ machineKey, nodeKey: req.NodeKey!, hostinfo: (req.Hostinfo ?? null) as Record<string, unknown> | null });
+    let reg;
+    try {
+      reg = await this.state.createPending({
+        machineKey, nodeKey: req.NodeKey!, hostinfo: (req.Hostinfo ?? null) as Record<string, unknown> | null, source: this.sourceOf(machineKey),
+      });
+    } catch (err) {
+      if (err instanceof HeadwayError) return this.fail(err.message);
+      throw err;
+    }
     return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(reg.key), Error: '' };
   }
 

@@ -55,6 +55,8 @@ export interface PendingRegistrationRepository {
   get(key: string): Promise<PendingRegistration | undefined>;
   put(reg: PendingRegistration): Promise<void>;
   delete(key: string): Promise<boolean>;
+  /** deleteByMachineKey removes a machine's waiting logins (a new one replaces them); returns how many. */
+  deleteByMachineKey(machineKey: string): Promise<number>;
   deleteExpired(now: Date): Promise<number>;
 }
 
@@ -92,7 +94,7 @@ const REPO_METHODS: Record<keyof StorageRepositories, readonly string[]> = {
   nodes: ['list', 'get', 'getByMachineKey', 'getByNodeKey', 'create', 'update', 'delete'],
   preAuthKeys: ['list', 'get', 'getByPrefix', 'create', 'markUsed', 'setExpiration', 'delete'],
   apiKeys: ['list', 'get', 'getByPrefix', 'create', 'update', 'delete'],
-  pendingRegistrations: ['get', 'put', 'delete', 'deleteExpired'],
+  pendingRegistrations: ['get', 'put', 'delete', 'deleteByMachineKey', 'deleteExpired'],
   policy: ['get', 'set'],
 };
 

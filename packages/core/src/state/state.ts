@@ -8,11 +8,11 @@ import { StorageConflictError, type StoragePort } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
+import { PendingQuota } from './pending.js';
 import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
-export const PENDING_TTL_MS = 15 * 60_000;
 
 export interface NewNodeInput {
   machineKey: string;
@@ -423,13 +423,32 @@ export class State {
 
   // ---- pending registrations ----
 
-  async createPending(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null }): Promise<PendingRegistration> {
+  /** pendingQuota caps waiting interactive logins per source and overall (registration.*). */
+  readonly pendingQuota = new PendingQuota(() => this.config.registration);
+
+  /**
+   * createPending stores an interactive login waiting for approval. The Hostinfo kept with it is bounded,
+   * the per-source and overall caps apply, and the machine's previous waiting login is replaced in the
+   * same transaction, so retries never add rows.
+   */
+  async createPending(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null; source?: string }): Promise<PendingRegistration> {
+    const limits = this.config.registration;
+    const size = input.hostinfo ? Buffer.byteLength(JSON.stringify(input.hostinfo)) : 0;
+    if (size > limits.max_hostinfo_bytes) {
+      throw new HeadwayError('payload_too_large', `Hostinfo is ${size} bytes; a login waiting for approval stores at most ${limits.max_hostinfo_bytes} (registration.max_hostinfo_bytes)`, 'Hostinfo');
+    }
+    const source = input.source ?? 'unknown';
+    this.pendingQuota.check(source, input.machineKey);
     const reg: PendingRegistration = {
       key: randomBytes(18).toString('base64url'),
       machineKey: input.machineKey, nodeKey: input.nodeKey, hostinfo: input.hostinfo,
-      createdAt: new Date(), expiresAt: new Date(Date.now() + PENDING_TTL_MS),
+      createdAt: new Date(), expiresAt: new Date(Date.now() + limits.pending_expiry),
     };
-    await this.storage.pendingRegistrations.put(reg);
+    await this.storage.transaction(async (tx) => {
+      await tx.pendingRegistrations.deleteByMachineKey(input.machineKey);
+      await tx.pendingRegistrations.put(reg);
+    });
+    this.pendingQuota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime());
     return reg;
   }
 
@@ -437,13 +456,23 @@ export class State {
     const reg = await this.storage.pendingRegistrations.get(key);
     if (!reg) return undefined;
     if (reg.expiresAt.getTime() <= Date.now()) {
-      await this.storage.pendingRegistrations.delete(key);
+      await this.deletePending(key);
       return undefined;
     }
     return reg;
   }
 
-  async deletePending(key: string): Promise<void> { await this.storage.pendingRegistrations.delete(key); }
+  async deletePending(key: string): Promise<void> {
+    await this.storage.pendingRegistrations.delete(key);
+    this.pendingQuota.remove(key);
+  }
+
+  /** deleteExpiredPending removes every expired waiting login; called periodically (registration.gc_interval). */
+  async deleteExpiredPending(): Promise<number> {
+    const n = await this.storage.pendingRegistrations.deleteExpired(new Date());
+    this.pendingQuota.prune();
+    return n;
+  }
 
   /** conflicts turns a database uniqueness violation into a 409 naming the field. */
   private async conflicts<T>(fn: () => Promise<T>): Promise<T> {

@@ -1,0 +1,68 @@
+import { HeadwayError } from '../errors.js';
+
+/** PendingLimits are the caps PendingQuota enforces (registration.max_pending, registration.max_pending_per_address). */
+export interface PendingLimits {
+  max_pending: number;
+  max_pending_per_address: number;
+}
+
+interface Entry { key: string; source: string; machineKey: string; expiresAt: number }
+
+/**
+ * PendingQuota counts interactive logins waiting for approval, overall and per source address, so a
+ * client without credentials cannot fill the database with them. Each machine key holds at most one
+ * (a new login replaces the old), which is why the machine's own entry is not counted against it.
+ * It lives in memory: after a restart, rows written before it are not counted but expire on their own.
+ */
+export class PendingQuota {
+  private readonly byKey = new Map<string, Entry>();
+  private readonly byMachine = new Map<string, Entry>();
+  private readonly bySource = new Map<string, Set<Entry>>();
+
+  constructor(private readonly limits: () => PendingLimits, private readonly now: () => number = Date.now) {}
+
+  /** check throws a 429 naming the limit when one more login for machineKey from source is too many. */
+  check(source: string, machineKey: string): void {
+    const { max_pending, max_pending_per_address } = this.limits();
+    const own = this.byMachine.get(machineKey);
+    const count = (n: number, mine: boolean) => n - (own && (!mine || own.source === source) ? 1 : 0);
+    if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address || count(this.byKey.size, false) >= max_pending) this.prune();
+    if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address) {
+      throw new HeadwayError('rate_limited', `too many logins waiting for approval from ${source} (registration.max_pending_per_address ${max_pending_per_address}); approve or let them expire first`);
+    }
+    if (count(this.byKey.size, false) >= max_pending) {
+      throw new HeadwayError('rate_limited', `too many logins waiting for approval (registration.max_pending ${max_pending}); approve or let them expire first`);
+    }
+  }
+
+  /** add records a stored login, dropping the machine's previous one. */
+  add(key: string, source: string, machineKey: string, expiresAt: number): void {
+    const old = this.byMachine.get(machineKey);
+    if (old) this.remove(old.key);
+    const e: Entry = { key, source, machineKey, expiresAt };
+    this.byKey.set(key, e);
+    this.byMachine.set(machineKey, e);
+    const set = this.bySource.get(source) ?? this.bySource.set(source, new Set()).get(source)!;
+    set.add(e);
+  }
+
+  remove(key: string): void {
+    const e = this.byKey.get(key);
+    if (!e) return;
+    this.byKey.delete(key);
+    if (this.byMachine.get(e.machineKey) === e) this.byMachine.delete(e.machineKey);
+    const set = this.bySource.get(e.source);
+    if (set?.delete(e) && !set.size) this.bySource.delete(e.source);
+  }
+
+  /** prune forgets expired entries (their rows are deleted by the periodic sweep). */
+  prune(): void {
+    const now = this.now();
+    for (const e of [...this.byKey.values()]) if (e.expiresAt <= now) this.remove(e.key);
+  }
+
+  /** size counts the logins tracked, overall or from one source. */
+  size(source?: string): number {
+    return source === undefined ? this.byKey.size : this.bySource.get(source)?.size ?? 0;
+  }
+}

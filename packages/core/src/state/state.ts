@@ -216,8 +216,8 @@ export class State {
         this.claimedNames.delete(givenName);
         const field = err instanceof StorageConflictError ? err.field : undefined;
         // An address the database already holds stays marked used here; the others go back.
-        if (field !== 'ipv4') this.v4?.release(ipv4);
-        if (field !== 'ipv6') this.v6?.release(ipv6);
+        if (field !== 'ipv4') this.v4?.giveBack(ipv4);
+        if (field !== 'ipv6') this.v6?.giveBack(ipv6);
         if (field === 'given_name') takenElsewhere.add(givenName);
         const again = err instanceof StorageRetryableError || field === 'given_name' || field === 'ipv4' || field === 'ipv6';
         if (again && attempt < REGISTER_ATTEMPTS) {
@@ -290,7 +290,7 @@ export class State {
     const ipv4 = this.v4 ? this.v4.next() : null;
     const ipv6 = this.v6 ? this.v6.next() : null;
     if (ipv4 === undefined || ipv6 === undefined) {
-      this.v4?.release(ipv4); this.v6?.release(ipv6);
+      this.v4?.giveBack(ipv4); this.v6?.giveBack(ipv6);
       throw new HeadwayError('conflict', 'no free addresses left in the configured prefixes');
     }
     return { ipv4, ipv6 };
@@ -402,7 +402,7 @@ export class State {
         return out;
       }));
     } catch (err) {
-      for (const [alloc, ip] of fresh) alloc.release(ip);
+      for (const [alloc, ip] of fresh) alloc.giveBack(ip);
       throw err;
     }
     for (const n of updated) {

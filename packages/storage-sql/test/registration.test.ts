@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
-  Registrar, resolveConfig, silentLogger, State,
+  createLogger, Registrar, resolveConfig, silentLogger, State,
   type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
 } from '@headway/core';
 import { openMysqlStorage, openPostgresStorage, openSqliteStorage, parseConnectionUrl } from '../src/index.js';
@@ -106,11 +106,12 @@ interface Server {
   changes: Change[];
 }
 
-async function startServer(storage: StoragePort, raw: Record<string, unknown> = {}): Promise<Server> {
+async function startServer(storage: StoragePort, raw: Record<string, unknown> = {}, logs?: string[]): Promise<Server> {
   const { config, problems } = resolveConfig({ server_url: 'http://127.0.0.1:9', ...raw }, { env: {} });
   const bad = problems.filter((p) => p.level !== 'warn');
   if (bad.length) throw new Error(`test config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
-  const state = new State(storage, config, silentLogger);
+  const logger = logs ? createLogger({ level: 'debug', write: (l) => logs.push(l) }) : silentLogger;
+  const state = new State(storage, config, logger);
   await state.init();
   const changes: Change[] = [];
   state.bus.subscribe((c) => changes.push(c));
@@ -167,8 +168,9 @@ for (const db of databases) {
     // Two SQLite connections in one process would block each other's synchronous driver;
     // SQLite is a one-server database anyway.
     await t.test('two servers on one database: same-hostname joins skip the names and addresses the other took', { skip: db.name === 'sqlite' ? 'sqlite serves one server' : false }, (t) => db.fresh(async (open) => {
-      const a = await startServer(await open());
-      const b = await startServer(await open());
+      const logs: string[] = [];
+      const a = await startServer(await open(), {}, logs);
+      const b = await startServer(await open(), {}, logs);
       const keysA = await singleUseKeys(a, 'one', 6);
       const keysB = await singleUseKeys(b, 'two', 6);
       const replies = await Promise.all([
@@ -180,6 +182,10 @@ for (const db of databases) {
       t.same(stored.map((n) => n.givenName).sort(), expectedNames('db', 12), 'the unique index judged: 12 distinct names');
       t.equal(new Set(stored.map((n) => n.ipv4)).size, 12, '12 distinct IPv4 addresses');
       t.equal(new Set(stored.map((n) => n.ipv6)).size, 12, '12 distinct IPv6 addresses');
+      // Both servers proposed `db` first: at least one of them lost it at the unique index.
+      const retries = logs.filter((l) => l.includes('registration retried'));
+      t.ok(retries.length >= 1, 'the database refused a proposal and the loser retried');
+      t.comment(`${db.name}: ${retries.length} attempts retried after a conflict with the other server`);
     }));
 
     await t.test('single-use key burnt when the node write fails after the spend: the key stays unspent and the retry joins', (t) => db.fresh(async (open) => {

@@ -10,8 +10,9 @@ import {
   createLogger, Registrar, resolveConfig, silentLogger, State,
   type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
 } from '@headway/core';
-import { openMysqlStorage, openPostgresStorage, openSqliteStorage, parseConnectionUrl } from '../src/index.js';
-import { missingServer, withScratchDatabase } from './databases.js';
+import { openMysqlStorage, openPostgresStorage, openSqliteStorage } from '../src/index.js';
+import { missingServer } from './databases.js';
+import { testDatabaseServers } from '../src/testing.js';
 
 /** Opener opens one more storage on the same database (a second server shares it). */
 type Opener = () => Promise<StoragePort>;
@@ -43,25 +44,16 @@ const databases: TestDatabase[] = [{
     }
   },
 }];
-const postgresUrl = process.env.HEADWAY_TEST_POSTGRES_URL;
-if (postgresUrl) {
+for (const server of testDatabaseServers()) {
+  if (!server.admin) {
+    missingServer(t, server.type, server.variable);
+    continue;
+  }
+  const openOne = server.type === 'postgres' ? openPostgresStorage : openMysqlStorage;
   databases.push({
-    name: 'postgres',
-    fresh: (body) => withScratchDatabase('pg', parseConnectionUrl(postgresUrl, ['postgres', 'postgresql'], 5432),
-      (connection) => tracked(() => openPostgresStorage({ connection, pool: { max: 10 } }), body)),
+    name: server.type,
+    fresh: (body) => server.scratch((connection) => tracked(() => openOne({ connection, pool: { max: 10 } }), body)),
   });
-} else {
-  missingServer(t, 'postgres', 'HEADWAY_TEST_POSTGRES_URL');
-}
-const mysqlUrl = process.env.HEADWAY_TEST_MYSQL_URL;
-if (mysqlUrl) {
-  databases.push({
-    name: 'mysql',
-    fresh: (body) => withScratchDatabase('mysql2', parseConnectionUrl(mysqlUrl, ['mysql', 'mariadb'], 3306),
-      (connection) => tracked(() => openMysqlStorage({ connection, pool: { max: 10 } }), body)),
-  });
-} else {
-  missingServer(t, 'mysql', 'HEADWAY_TEST_MYSQL_URL');
 }
 
 /**

@@ -36,7 +36,9 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
         return await knex.transaction((trx) => fn(createRepositories(trx, dialect)));
       } catch (err) {
         if (isRetryableError(err)) {
-          throw new StorageRetryableError(`${dialect}: transaction aborted by a concurrent one (${(err as Error).message}); it may be retried`, err);
+          // The driver's message quotes the statement with its values; name only the code.
+          const code = String((err as { code?: unknown }).code ?? 'busy');
+          throw new StorageRetryableError(`${dialect}: transaction aborted by a concurrent one (${code}); it may be retried`, err);
         }
         throw err;
       }

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
-  createLogger, Registrar, resolveConfig, silentLogger, State,
+  createLogger, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
   type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
 } from '@headway/core';
 import { openMysqlStorage, openPostgresStorage, openSqliteStorage } from '../src/index.js';
@@ -62,14 +62,14 @@ for (const server of testDatabaseServers()) {
  */
 interface FaultyStorage {
   storage: StoragePort;
-  /** failNext makes the next `repo.method` call inside a transaction throw. */
-  failNext(call: string): void;
+  /** failNext makes the next `repo.method` call inside a transaction throw `error` (default: a plain Error). */
+  failNext(call: string, error?: Error): void;
   /** calls lists every repository call made inside transactions, in order. */
   calls: string[];
 }
 
 function faulty(real: StoragePort): FaultyStorage {
-  const faults = new Set<string>();
+  const faults = new Map<string, Error>();
   const calls: string[] = [];
   const wrap = (tx: StorageRepositories): StorageRepositories => {
     const out: Record<string, unknown> = {};
@@ -80,7 +80,11 @@ function faulty(real: StoragePort): FaultyStorage {
         methods[m] = async (...args: unknown[]) => {
           const call = `${repoName}.${m}`;
           calls.push(call);
-          if (faults.delete(call)) throw new Error(`injected failure in ${call}`);
+          const fault = faults.get(call);
+          if (fault) {
+            faults.delete(call);
+            throw fault;
+          }
           return (f as (...a: unknown[]) => Promise<unknown>)(...args);
         };
       }
@@ -89,7 +93,11 @@ function faulty(real: StoragePort): FaultyStorage {
     return out as unknown as StorageRepositories;
   };
   const storage: StoragePort = { ...real, transaction: (fn) => real.transaction((tx) => fn(wrap(tx))) };
-  return { storage, failNext: (call) => faults.add(call), calls };
+  return {
+    storage,
+    failNext: (call, error) => { faults.set(call, error ?? new Error(`injected failure in ${call}`)); },
+    calls,
+  };
 }
 
 interface Server {
@@ -201,6 +209,47 @@ for (const db of databases) {
       t.equal(node.ipv4, '100.64.0.1', 'the address the failed attempt proposed was given back');
       t.equal((await f.storage.preAuthKeys.get(key!.id))?.used, true, 'now spent');
       t.match(await register(s, device('other'), key!.secret), { Error: 'authkey already used' }, 'and single-use');
+    }));
+
+    await t.test('a registration the database aborted for a concurrent one (deadlock) runs again and joins', (t) => db.fresh(async (open) => {
+      const f = faulty(await open());
+      const s = await startServer(f.storage);
+      const [key] = await singleUseKeys(s, 'alice', 1);
+      const d = device('web');
+      f.failNext('nodes.create', new StorageRetryableError('injected deadlock'));
+      t.equal((await register(s, d, key!.secret)).Error, '', 'joined on the second attempt');
+      t.same(f.calls, ['preAuthKeys.markUsed', 'nodes.create', 'preAuthKeys.markUsed', 'nodes.create'], 'the whole transaction ran twice');
+      t.equal((await f.storage.nodes.list()).length, 1, 'one node');
+      t.equal(s.state.nodeByMachineKey(d.machineKey)?.ipv4, '100.64.0.1', 'the first attempt\'s address was reused');
+    }));
+
+    // With one connection (SQLite) two transactions never interleave, so they cannot deadlock.
+    await t.test('a deadlock between two transactions rejects one with StorageRetryableError and commits the other', { skip: db.name === 'sqlite' ? 'one connection: no deadlock possible' : false }, (t) => db.fresh(async (open) => {
+      const storage = await open();
+      const a = await storage.users.create({ name: 'a' });
+      const b = await storage.users.create({ name: 'b' });
+      let oneLocked!: () => void, twoLocked!: () => void;
+      const oneHolds = new Promise<void>((r) => { oneLocked = r; });
+      const twoHolds = new Promise<void>((r) => { twoLocked = r; });
+      const outcomes = await Promise.allSettled([
+        storage.transaction(async (tx) => {
+          await tx.users.update(a.id, { displayName: 'one' });
+          oneLocked();
+          await twoHolds;
+          await tx.users.update(b.id, { displayName: 'one' });
+        }),
+        storage.transaction(async (tx) => {
+          await oneHolds;
+          await tx.users.update(b.id, { displayName: 'two' });
+          twoLocked();
+          await tx.users.update(a.id, { displayName: 'two' });
+        }),
+      ]);
+      t.equal(outcomes.filter((o) => o.status === 'fulfilled').length, 1, 'one transaction committed');
+      const lost = outcomes.find((o) => o.status === 'rejected') as PromiseRejectedResult | undefined;
+      t.ok(lost?.reason instanceof StorageRetryableError, `the other is retryable (${String(lost?.reason)})`);
+      const names = [(await storage.users.get(a.id))?.displayName, (await storage.users.get(b.id))?.displayName];
+      t.ok(names[0] === names[1] && (names[0] === 'one' || names[0] === 'two'), 'the winner wrote both rows, the loser none');
     }));
 
     await t.test('no free addresses: the key stays unspent, and the retry after a delete joins', (t) => db.fresh(async (open) => {

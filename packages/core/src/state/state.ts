@@ -137,14 +137,20 @@ export class State {
     const owned = this.listNodes({ userId: id });
     const refuse = (count: number) => new HeadwayError('user_has_nodes', `user ${user.name} still owns ${count} node(s); delete them first or force`);
     if (owned.length && !force) throw refuse(owned.length);
-    await this.conflicts(() => this.atomically(async (tx) => {
-      // The database's list, not memory's: it also holds nodes another server just registered.
-      const stored = await tx.nodes.list({ userId: id });
-      if (stored.length && !force) throw refuse(stored.length);
-      for (const n of stored) await tx.nodes.delete(n.id);
-      if (!(await tx.users.delete(id))) throw notFound('user', id);
-    }));
-    for (const n of owned) this.forgetNode(n);
+    try {
+      await this.atomically(async (tx) => {
+        // The database's list, not memory's: it also holds nodes another server just registered.
+        const stored = await tx.nodes.list({ userId: id });
+        if (stored.length && !force) throw refuse(stored.length);
+        for (const n of stored) await tx.nodes.delete(n.id);
+        if (!(await tx.users.delete(id))) throw notFound('user', id);
+      });
+    } catch (err) {
+      // A node registered for the user while the transaction ran keeps it (foreign key).
+      if (err instanceof StorageConflictError) throw new HeadwayError('user_has_nodes', `user ${user.name} gained a node while being deleted; try again`);
+      throw err;
+    }
+    for (const n of this.listNodes({ userId: id })) this.forgetNode(n);
     this.users.delete(id);
     this.bus.publish({ type: 'user-removed', userId: id });
   }

@@ -32,3 +32,4 @@ export * from './control/derpmap.js';
 export * from './control/netview.js';
 export * from './control/mapper.js';
 export * from './control/frames.js';
+export * from './control/register.js';

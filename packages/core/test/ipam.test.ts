@@ -50,3 +50,15 @@ t.test('random allocation stays inside the prefix without duplicates', async (t)
   }
   t.equal(a.next(), undefined);
 });
+
+t.test('an address given back by a rolled-back write is the next one proposed', async (t) => {
+  const a = new AddressAllocator('10.0.0.0/24', 'sequential');
+  t.equal(a.next(), '10.0.0.1');
+  const p = a.next(), q = a.next();
+  t.same([p, q], ['10.0.0.2', '10.0.0.3']);
+  a.giveBack(q);
+  a.giveBack(p);
+  t.same([a.next(), a.next(), a.next()], ['10.0.0.2', '10.0.0.3', '10.0.0.4'], 'as if the rolled-back proposals never happened');
+  a.giveBack('192.168.0.1');
+  t.equal(a.next(), '10.0.0.5', 'an address outside the prefix changes nothing');
+});

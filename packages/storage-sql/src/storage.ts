@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
-import { silentLogger, type Logger, type StoragePort, type StorageRepositories } from '@headway/core';
+import { silentLogger, StorageRetryableError, type Logger, type StoragePort, type StorageRepositories } from '@headway/core';
+import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createRepositories, type SqlDialect } from './repositories.js';
@@ -31,7 +32,16 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
     },
     async transaction<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T> {
       // knex commits when fn resolves and rolls back (rethrowing) when it rejects.
-      return knex.transaction((trx) => fn(createRepositories(trx, dialect)));
+      try {
+        return await knex.transaction((trx) => fn(createRepositories(trx, dialect)));
+      } catch (err) {
+        if (isRetryableError(err)) {
+          // The driver's message quotes the statement with its values; name only the code.
+          const code = String((err as { code?: unknown }).code ?? 'busy');
+          throw new StorageRetryableError(`${dialect}: transaction aborted by a concurrent one (${code}); it may be retried`, err);
+        }
+        throw err;
+      }
     },
     async ping() {
       await knex.raw('select 1');

@@ -102,32 +102,44 @@ export class Registrar {
 
   private async withAuthKey(req: RegisterRequest, machineKey: string, authKey: string, expiry: Date | undefined): Promise<RegisterResponse> {
     const existing = this.state.nodeByMachineKey(machineKey);
-    let key: PreAuthKey;
+    // The key is only checked here; a single-use key is spent in the transaction
+    // that writes the node, so a registration that fails leaves it unspent.
+    let key: PreAuthKey, spend: boolean;
     try {
-      key = await this.state.authenticatePreAuthKey(authKey, { spend: true, spentBy: existing?.authKeyId });
+      ({ key, spend } = await this.state.checkPreAuthKey(authKey, existing?.authKeyId));
     } catch (err) {
       if (err instanceof HeadwayError) return this.fail(err.message);
       throw err;
     }
+    const writes = spend ? { spendKeyId: key.id } : {};
     const tagged = key.tags.length > 0;
     const nodeExpiry = expiry ?? this.defaultExpiry(tagged);
     const hostinfo = (req.Hostinfo ?? {}) as Record<string, unknown>;
     const routes = routesFromHostinfo(req.Hostinfo);
-    if (existing) {
-      const updated = await this.state.updateNode(existing.id, {
-        nodeKey: req.NodeKey!, hostinfo, hostname: req.Hostinfo?.Hostname || existing.hostname,
-        userId: key.userId ?? existing.userId, tags: tagged ? key.tags : existing.tags, expiry: nodeExpiry,
-        availableRoutes: routes, authKeyId: key.id, registerMethod: 'authkey',
-      });
-      return this.authorized(updated);
+    try {
+      if (existing) {
+        const updated = await this.state.reRegisterNode(existing.id, {
+          nodeKey: req.NodeKey!, hostinfo, hostname: req.Hostinfo?.Hostname || existing.hostname,
+          userId: key.userId ?? existing.userId, tags: tagged ? key.tags : existing.tags, expiry: nodeExpiry,
+          availableRoutes: routes, authKeyId: key.id, registerMethod: 'authkey',
+        }, writes);
+        return this.authorized(updated);
+      }
+      const node = await this.state.createNode({
+        machineKey, nodeKey: req.NodeKey!, hostname: req.Hostinfo?.Hostname || 'node', userId: key.userId,
+        tags: key.tags, hostinfo, availableRoutes: routes, registerMethod: 'authkey', expiry: nodeExpiry,
+        ephemeral: key.ephemeral, authKeyId: key.id,
+      }, writes);
+      this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'authkey', key_prefix: key.prefix });
+      return this.authorized(node);
+    } catch (err) {
+      // A refused registration (key spent meanwhile, no free address, machine key taken) wrote nothing.
+      if (err instanceof HeadwayError) {
+        this.logger.warn('register refused', { reason: err.message, key_prefix: key.prefix });
+        return this.fail(err.message);
+      }
+      throw err;
     }
-    const node = await this.state.createNode({
-      machineKey, nodeKey: req.NodeKey!, hostname: req.Hostinfo?.Hostname || 'node', userId: key.userId,
-      tags: key.tags, hostinfo, availableRoutes: routes, registerMethod: 'authkey', expiry: nodeExpiry,
-      ephemeral: key.ephemeral, authKeyId: key.id,
-    });
-    this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'authkey', key_prefix: key.prefix });
-    return this.authorized(node);
   }
 
   private async interactive(req: RegisterRequest, machineKey: string): Promise<RegisterResponse> {
@@ -174,20 +186,22 @@ export class Registrar {
     if (!pending) throw new HeadwayError('not_found', `registration key ${key} not found or expired; run tailscale up again for a new one`, 'key');
     const hostinfo = pending.hostinfo as Hostinfo | null;
     const existing = this.state.nodeByMachineKey(pending.machineKey);
+    // Deleting the pending row shares the node's transaction: of two approvals one wins,
+    // and a failed one leaves the registration pending for another try.
+    const writes = { pendingKey: key };
     let node: Node;
     if (existing) {
-      node = await this.state.updateNode(existing.id, {
+      node = await this.state.reRegisterNode(existing.id, {
         nodeKey: pending.nodeKey, userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
         availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
-      });
+      }, writes);
     } else {
       node = await this.state.createNode({
         machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId,
         hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
         expiry: this.defaultExpiry(false),
-      });
+      }, writes);
     }
-    await this.state.deletePending(key);
     this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'cli' });
     for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
     return node.id;

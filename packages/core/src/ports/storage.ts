@@ -77,7 +77,14 @@ export interface StorageRepositories {
 export interface StoragePort extends StorageRepositories {
   /** migrate brings the schema up to date; refuses a database written by a newer Headway. */
   migrate(): Promise<void>;
-  /** transaction runs fn with repositories bound to one database transaction. */
+  /**
+   * transaction runs fn with repositories bound to one database transaction: it
+   * commits when fn resolves and rolls back (rethrowing) when fn rejects. fn must
+   * use only `tx`: on a single-connection database (SQLite) a call through the
+   * storage itself would wait for the connection the transaction holds. A deadlock
+   * or serialization failure rejects with `StorageRetryableError`, after rollback,
+   * so the caller may run the whole transaction again.
+   */
   transaction<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T>;
   /** ping answers when the database answers (used by /health). */
   ping(): Promise<void>;
@@ -108,6 +115,18 @@ export class StorageConflictError extends Error {
   constructor(message: string, readonly field?: string) {
     super(message);
     this.name = 'StorageConflictError';
+  }
+}
+
+/**
+ * StorageRetryableError: the database gave up on a transaction because of other
+ * transactions (deadlock, serialization failure, lock wait timeout, busy file).
+ * Nothing was written; running the same transaction again may succeed.
+ */
+export class StorageRetryableError extends Error {
+  constructor(message: string, cause?: unknown) {
+    super(message, { cause });
+    this.name = 'StorageRetryableError';
   }
 }
 

@@ -40,6 +40,18 @@ export class AddressAllocator {
     return !RESERVED.some((r) => prefixContains(r, ip));
   }
 
+  /**
+   * giveBack returns an address next() proposed for a write that did not commit:
+   * it is free again, and sequential allocation resumes at it, so a rolled-back
+   * registration leaves the allocator as it found it.
+   */
+  giveBack(ip: string | null | undefined): void {
+    const a = ip ? parseIP(ip) : undefined;
+    if (!a || !prefixContains(this.prefix, a)) return;
+    this.used.delete(a.value);
+    if (this.mode === 'sequential' && a.value < this.cursor) this.cursor = a.value;
+  }
+
   /** next reserves and returns a free address, or undefined when the prefix is full. */
   next(): string | undefined {
     const first = this.prefix.base + 1n, last = prefixLast(this.prefix) - 1n;

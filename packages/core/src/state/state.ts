@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import type { ApiKey, Node, NodePatch, PendingRegistration, PreAuthKey, RegisterMethod, User } from '../domain.js';
+import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey, RegisterMethod, User } from '../domain.js';
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { isExitRoute } from '../net/ip.js';
-import { StorageConflictError, type StoragePort } from '../ports/storage.js';
+import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
@@ -13,6 +13,11 @@ import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostna
 import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
+/**
+ * REGISTER_ATTEMPTS bounds how often one registration runs its transaction again
+ * after a deadlock or after another server took the name or address it proposed.
+ */
+const REGISTER_ATTEMPTS = 25;
 
 export interface NewNodeInput {
   machineKey: string;
@@ -30,6 +35,17 @@ export interface NewNodeInput {
 }
 
 /**
+ * RegistrationWrites are the rows a registration consumes in the transaction that
+ * writes its node, so a failed registration leaves them as they were.
+ */
+export interface RegistrationWrites {
+  /** spendKeyId is a single-use pre-auth key, spent with the guarded update. */
+  spendKeyId?: number;
+  /** pendingKey is the pending registration being approved; deleting it is the guard. */
+  pendingKey?: string;
+}
+
+/**
  * State is the single writer: it keeps users and nodes in memory, answers reads
  * without touching the database, and applies every change by storing it first,
  * then updating memory, then publishing it once on the ChangeBus.
@@ -44,8 +60,11 @@ export class State {
   private readonly byMachineKey = new Map<string, Node>();
   private v4?: AddressAllocator;
   private v6?: AddressAllocator;
-  /** Serializes allocations so two registrations never propose the same address. */
-  private allocating: Promise<unknown> = Promise.resolve();
+  /**
+   * claimedNames are given names proposed by registrations still in their
+   * transaction, so concurrent joins of one hostname propose different names.
+   */
+  private readonly claimedNames = new Set<string>();
 
   constructor(readonly storage: StoragePort, readonly config: HeadwayConfig, readonly logger: Logger) {}
 
@@ -116,18 +135,31 @@ export class State {
   }
 
   /**
-   * deleteUser removes a user and its pre-auth keys, and refuses while the user still
-   * owns nodes, as headscale does: deleting a person must never take devices with it.
+   * deleteUser removes a user and its pre-auth keys in one transaction, and refuses
+   * while the user still owns nodes, as headscale does: deleting a person must never
+   * take devices with it. The database's node list is checked too (another server
+   * may just have registered one).
    */
   async deleteUser(id: number): Promise<void> {
     const user = this.users.get(id);
     if (!user) throw notFound('user', id);
-    const owned = this.listNodes({ userId: id });
-    if (owned.length) {
+    const refuse = (owned: Node[]) => {
       const names = owned.slice(0, 5).map((n) => n.givenName).join(', ') + (owned.length > 5 ? ', ...' : '');
-      throw new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete them first (headway nodes delete -i ID)`);
+      return new HeadwayError('user_has_nodes', `user ${user.name} still owns ${owned.length} node(s) (${names}); delete them first (headway nodes delete -i ID)`);
+    };
+    const owned = this.listNodes({ userId: id });
+    if (owned.length) throw refuse(owned);
+    try {
+      await this.atomically(async (tx) => {
+        const stored = await tx.nodes.list({ userId: id });
+        if (stored.length) throw refuse(stored);
+        if (!(await tx.users.delete(id))) throw notFound('user', id);
+      });
+    } catch (err) {
+      // A node registered for the user while the transaction ran keeps it (foreign key).
+      if (err instanceof StorageConflictError) throw new HeadwayError('user_has_nodes', `user ${user.name} gained a node while being deleted; try again`);
+      throw err;
     }
-    await this.storage.users.delete(id);
     this.users.delete(id);
     this.bus.publish({ type: 'user-removed', userId: id });
   }
@@ -167,61 +199,128 @@ export class State {
   onlineCount(): number { return [...this.sessions.values()].filter((c) => c > 0).length; }
 
   private givenNameTaken(name: string, except?: number): boolean {
+    if (this.claimedNames.has(name)) return true;
     for (const n of this.nodes.values()) if (n.givenName === name && n.id !== except) return true;
     return false;
   }
 
-  /** createNode registers a device: unique display name, fresh addresses, stored then published. */
-  async createNode(input: NewNodeInput): Promise<Node> {
-    const givenName = uniqueName(sanitizeHostname(input.hostname), (n) => this.givenNameTaken(n));
-    return this.withAddresses(async (ipv4, ipv6) => {
-      const node = await this.conflicts(() => this.storage.nodes.create({
-        machineKey: input.machineKey,
-        nodeKey: input.nodeKey,
-        discoKey: input.discoKey ?? '',
-        hostname: input.hostname,
-        givenName,
-        userId: input.userId,
-        tags: input.tags ?? [],
-        ipv4, ipv6,
-        endpoints: [],
-        hostinfo: input.hostinfo ?? null,
-        availableRoutes: input.availableRoutes ?? [],
-        approvedRoutes: [],
-        registerMethod: input.registerMethod,
-        expiry: input.expiry ?? null,
-        lastSeen: null,
-        ephemeral: input.ephemeral ?? false,
-        authKeyId: input.authKeyId ?? null,
-      }));
+  /**
+   * createNode registers a device in one transaction: `writes` (key spent, pending
+   * registration deleted), the node with a unique given name (`web`, `web-1`, ...)
+   * and fresh addresses, or nothing at all. Names and addresses are proposed from
+   * memory and reserved there while the transaction runs; the database's unique
+   * indexes judge, and a name or address another server took is skipped on the
+   * next attempt. Memory is updated and the node published only after commit; a
+   * failed attempt gives its reservations back.
+   */
+  async createNode(input: NewNodeInput, writes: RegistrationWrites = {}): Promise<Node> {
+    const base = sanitizeHostname(input.hostname);
+    // Names the database holds that memory does not know (written by another server).
+    const takenElsewhere = new Set<string>();
+    for (let attempt = 1; ; attempt++) {
+      const givenName = uniqueName(base, (n) => takenElsewhere.has(n) || this.givenNameTaken(n));
+      const { ipv4, ipv6 } = this.reserveAddresses();
+      this.claimedNames.add(givenName);
+      let node: Node;
+      try {
+        node = await this.storage.transaction(async (tx) => {
+          await this.consume(tx, writes);
+          return tx.nodes.create(this.newNodeRow(input, givenName, ipv4, ipv6));
+        });
+      } catch (err) {
+        this.claimedNames.delete(givenName);
+        const field = err instanceof StorageConflictError ? err.field : undefined;
+        // An address the database already holds stays marked used here; the others go back.
+        if (field !== 'ipv4') this.v4?.giveBack(ipv4);
+        if (field !== 'ipv6') this.v6?.giveBack(ipv6);
+        if (field === 'given_name') takenElsewhere.add(givenName);
+        const again = err instanceof StorageRetryableError || field === 'given_name' || field === 'ipv4' || field === 'ipv6';
+        if (again && attempt < REGISTER_ATTEMPTS) {
+          this.logger.debug('registration retried', { attempt, reason: field ?? 'transaction aborted', name: givenName });
+          continue;
+        }
+        throw conflictError(err);
+      }
+      this.claimedNames.delete(givenName);
       this.putNode(node);
       this.bus.publish({ type: 'node-added', node });
       return node;
-    });
+    }
   }
 
-  /** serialized runs allocation steps one at a time; a failed step does not block the next. */
-  private serialized<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.allocating.then(fn);
-    this.allocating = run.catch(() => undefined);
-    return run;
+  /**
+   * reRegisterNode gives a known machine a new login (node key, owner, expiry, ...)
+   * in one transaction with `writes`; its given name and addresses stay.
+   */
+  async reRegisterNode(id: number, patch: NodePatch, writes: RegistrationWrites = {}): Promise<Node> {
+    this.requireNode(id);
+    const updated = await this.conflicts(() => this.atomically(async (tx) => {
+      await this.consume(tx, writes);
+      const n = await tx.nodes.update(id, patch);
+      if (!n) throw notFound('node', id);
+      return n;
+    }));
+    this.putNode(updated);
+    this.bus.publish({ type: 'node-changed', node: updated });
+    return updated;
   }
 
-  private withAddresses<T>(fn: (v4: string | null, v6: string | null) => Promise<T>): Promise<T> {
-    return this.serialized(async () => {
-      const v4 = this.v4 ? this.v4.next() : null;
-      const v6 = this.v6 ? this.v6.next() : null;
-      if (v4 === undefined || v6 === undefined) {
-        this.v4?.release(v4); this.v6?.release(v6);
-        throw new HeadwayError('conflict', 'no free addresses left in the configured prefixes');
-      }
+  /** consume performs a registration's guarded writes; a lost guard aborts the transaction. */
+  private async consume(tx: StorageRepositories, writes: RegistrationWrites): Promise<void> {
+    if (writes.spendKeyId !== undefined && !(await tx.preAuthKeys.markUsed(writes.spendKeyId))) {
+      throw new HeadwayError('unauthorized', 'authkey already used');
+    }
+    if (writes.pendingKey !== undefined && !(await tx.pendingRegistrations.delete(writes.pendingKey))) {
+      throw new HeadwayError('not_found', `registration key ${writes.pendingKey} not found or already used; run tailscale up again for a new one`, 'key');
+    }
+  }
+
+  private newNodeRow(input: NewNodeInput, givenName: string, ipv4: string | null, ipv6: string | null): NewNode {
+    return {
+      machineKey: input.machineKey,
+      nodeKey: input.nodeKey,
+      discoKey: input.discoKey ?? '',
+      hostname: input.hostname,
+      givenName,
+      userId: input.userId,
+      tags: input.tags ?? [],
+      ipv4, ipv6,
+      endpoints: [],
+      hostinfo: input.hostinfo ?? null,
+      availableRoutes: input.availableRoutes ?? [],
+      approvedRoutes: [],
+      registerMethod: input.registerMethod,
+      expiry: input.expiry ?? null,
+      lastSeen: null,
+      ephemeral: input.ephemeral ?? false,
+      authKeyId: input.authKeyId ?? null,
+    };
+  }
+
+  /**
+   * reserveAddresses takes one free address of each enabled family; allocation is
+   * synchronous, so concurrent registrations never propose the same address.
+   */
+  private reserveAddresses(): { ipv4: string | null; ipv6: string | null } {
+    const ipv4 = this.v4 ? this.v4.next() : null;
+    const ipv6 = this.v6 ? this.v6.next() : null;
+    if (ipv4 === undefined || ipv6 === undefined) {
+      this.v4?.giveBack(ipv4); this.v6?.giveBack(ipv6);
+      throw new HeadwayError('conflict', 'no free addresses left in the configured prefixes');
+    }
+    return { ipv4, ipv6 };
+  }
+
+  /** atomically runs fn in one transaction, again (a few times) when the database aborted it for a concurrent one. */
+  private async atomically<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
       try {
-        return await fn(v4, v6);
+        return await this.storage.transaction(fn);
       } catch (err) {
-        this.v4?.release(v4); this.v6?.release(v6);
-        throw err;
+        if (!(err instanceof StorageRetryableError) || attempt >= REGISTER_ATTEMPTS) throw err;
+        this.logger.debug('transaction retried', { attempt });
       }
-    });
+    }
   }
 
   /** updateNode stores a patch and publishes it as a full peer change. */
@@ -245,13 +344,18 @@ export class State {
   async deleteNode(id: number): Promise<Node> {
     const node = this.requireNode(id);
     await this.storage.nodes.delete(id);
+    this.forgetNode(node);
+    return node;
+  }
+
+  /** forgetNode drops a deleted node from memory, frees its addresses and publishes the removal. */
+  private forgetNode(node: Node): void {
     this.dropKeys(node);
-    this.nodes.delete(id);
-    this.sessions.delete(id);
+    this.nodes.delete(node.id);
+    this.sessions.delete(node.id);
     this.v4?.release(node.ipv4);
     this.v6?.release(node.ipv6);
-    this.bus.publish({ type: 'node-removed', nodeId: id, node });
-    return node;
+    this.bus.publish({ type: 'node-removed', nodeId: node.id, node });
   }
 
   async expireNode(id: number, at: Date = new Date()): Promise<Node> {
@@ -282,29 +386,45 @@ export class State {
     return this.updateNode(id, { approvedRoutes: [...set].sort() });
   }
 
-  /** backfillIPs gives every node an address of each enabled family it lacks. */
+  /**
+   * backfillIPs gives every node an address of each enabled family it lacks, all
+   * in one transaction: either every node gets its addresses or none does.
+   */
   async backfillIPs(): Promise<Node[]> {
-    const changed: Node[] = [];
-    for (const node of this.listNodes()) {
-      const needV4 = this.v4 && !node.ipv4, needV6 = this.v6 && !node.ipv6;
-      if (!needV4 && !needV6) continue;
-      const updated = await this.allocateFor(node, Boolean(needV4), Boolean(needV6));
-      changed.push(updated);
-    }
-    return changed;
-  }
-
-  private allocateFor(node: Node, v4: boolean, v6: boolean): Promise<Node> {
-    return this.serialized(async () => {
-      const ip4 = v4 ? this.v4!.next() ?? null : node.ipv4;
-      const ip6 = v6 ? this.v6!.next() ?? null : node.ipv6;
-      try {
-        return await this.updateNode(node.id, { ipv4: ip4, ipv6: ip6 });
-      } catch (err) {
-        if (v4) this.v4!.release(ip4); if (v6) this.v6!.release(ip6);
-        throw err;
+    const plan: Array<{ id: number; patch: { ipv4: string | null; ipv6: string | null } }> = [];
+    const fresh: Array<[AddressAllocator, string]> = [];
+    const take = (alloc: AddressAllocator): string => {
+      const ip = alloc.next();
+      if (ip === undefined) throw new HeadwayError('conflict', 'no free addresses left in the configured prefixes');
+      fresh.push([alloc, ip]);
+      return ip;
+    };
+    let updated: Node[];
+    try {
+      for (const node of this.listNodes()) {
+        const needV4 = Boolean(this.v4 && !node.ipv4), needV6 = Boolean(this.v6 && !node.ipv6);
+        if (!needV4 && !needV6) continue;
+        plan.push({ id: node.id, patch: { ipv4: needV4 ? take(this.v4!) : node.ipv4, ipv6: needV6 ? take(this.v6!) : node.ipv6 } });
       }
-    });
+      if (!plan.length) return [];
+      updated = await this.conflicts(() => this.atomically(async (tx) => {
+        const out: Node[] = [];
+        for (const p of plan) {
+          const n = await tx.nodes.update(p.id, p.patch);
+          if (!n) throw notFound('node', p.id);
+          out.push(n);
+        }
+        return out;
+      }));
+    } catch (err) {
+      for (const [alloc, ip] of fresh) alloc.giveBack(ip);
+      throw err;
+    }
+    for (const n of updated) {
+      this.putNode(n);
+      this.bus.publish({ type: 'node-changed', node: n });
+    }
+    return updated;
   }
 
   // ---- sessions (online state) ----
@@ -361,19 +481,31 @@ export class State {
   }
 
   /**
-   * authenticatePreAuthKey checks a presented key and, for a single-use key, spends
-   * it with the storage's guarded update; the error text is what the client prints.
+   * checkPreAuthKey checks a presented key without writing anything; `spend` says
+   * whether registering with it must spend it (pass its id as `spendKeyId` to
+   * createNode or reRegisterNode, which spend it in the registration's transaction).
+   * The error text is what the client prints.
    */
-  async authenticatePreAuthKey(presented: string, opts: { spend: boolean; spentBy?: number | null }): Promise<PreAuthKey> {
+  async checkPreAuthKey(presented: string, spentBy?: number | null): Promise<{ key: PreAuthKey; spend: boolean }> {
     const parsed = parseSecret('auth', presented);
     const key = parsed ? await this.storage.preAuthKeys.getByPrefix(parsed.prefix) : undefined;
     if (!parsed || !key || !secretMatches(parsed.secret, key.hash)) throw new HeadwayError('unauthorized', 'invalid authkey');
     if (key.expiration && key.expiration.getTime() <= Date.now()) throw new HeadwayError('unauthorized', 'authkey expired');
     // A machine re-registering with the single-use key it joined with may present it again.
-    if (!key.reusable && key.used && key.id === opts.spentBy) return key;
+    if (!key.reusable && key.used && key.id === spentBy) return { key, spend: false };
     if (!key.reusable && key.used) throw new HeadwayError('unauthorized', 'authkey already used');
-    if (opts.spend && !key.reusable) {
-      if (!(await this.storage.preAuthKeys.markUsed(key.id))) throw new HeadwayError('unauthorized', 'authkey already used');
+    return { key, spend: !key.reusable };
+  }
+
+  /**
+   * authenticatePreAuthKey checks a presented key and, with `spend`, spends a
+   * single-use one on its own; registrations use checkPreAuthKey instead so the
+   * spend shares the node's transaction.
+   */
+  async authenticatePreAuthKey(presented: string, opts: { spend: boolean; spentBy?: number | null }): Promise<PreAuthKey> {
+    const { key, spend } = await this.checkPreAuthKey(presented, opts.spentBy);
+    if (opts.spend && spend && !(await this.storage.preAuthKeys.markUsed(key.id))) {
+      throw new HeadwayError('unauthorized', 'authkey already used');
     }
     return key;
   }
@@ -479,10 +611,15 @@ export class State {
     try {
       return await fn();
     } catch (err) {
-      if (err instanceof StorageConflictError) {
-        throw new HeadwayError('name_taken', `${err.field ?? 'value'} already in use`, err.field);
-      }
-      throw err;
+      throw conflictError(err);
     }
   }
+}
+
+/** conflictError maps a StorageConflictError to a 409 naming the field; other errors pass through. */
+function conflictError(err: unknown): unknown {
+  if (err instanceof StorageConflictError) {
+    return new HeadwayError('name_taken', `${err.field ?? 'value'} already in use`, err.field);
+  }
+  return err;
 }

@@ -241,7 +241,7 @@ export class ControlServer {
   private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     const found = mr.NodeKey ? state.nodeByNodeKey(mr.NodeKey) : undefined;
-    if (!found || found.machineKey !== machineKey) return this.reply(res, 404, 'node not found');
+    if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
     const node = await this.updateFromRequest(found, mr);
     const zstd = mr.Compress === 'zstd';
     this.hub.syncPrimaries();
@@ -272,6 +272,28 @@ export class ControlServer {
         if (n?.ephemeral && !state.isOnline(n.id)) this.scheduleEphemeral(n.id);
       });
     });
+  }
+
+  /**
+   * nodeNotFound answers a map request whose node key has no node here. A machine
+   * with no node at all (deleted, or never registered on this database) gets a
+   * map whose self node is logged out, so the device goes to NeedsLogin rather
+   * than retrying a 404 forever while still Running; a node key of another
+   * machine, or a stale key of a machine that has a node, stays a 404.
+   */
+  private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
+    const { state, metrics } = this.o;
+    const nodeKey = typeof mr.NodeKey === 'string' && /^nodekey:[0-9a-f]{64}$/.test(mr.NodeKey) ? mr.NodeKey : undefined;
+    if (found || !nodeKey || mr.OmitPeers || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    const gone = this.hub.deletedNode(machineKey);
+    const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' ? mr.Hostinfo as Record<string, unknown> : null;
+    const self = gone
+      ? { ...this.mapper.deletedSelf(gone), nodeKey }
+      : { id: 0, name: `${String(hostinfo?.Hostname ?? 'node')}.`, userId: 0, nodeKey, machineKey, addresses: [], hostinfo };
+    this.o.logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    res.end(frame(this.mapper.loggedOutMap(self, mr.Version), mr.Compress === 'zstd'));
+    metrics.mapMessages.inc({ kind: 'full' });
   }
 
   /** updateFromRequest stores what a map request reports and tells peers the smallest change. */

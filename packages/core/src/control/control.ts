@@ -278,22 +278,31 @@ export class ControlServer {
    * nodeNotFound answers a map request whose node key has no node here. A machine
    * with no node at all (deleted, or never registered on this database) gets a
    * map whose self node is logged out, so the device goes to NeedsLogin rather
-   * than retrying a 404 forever while still Running; a node key of another
-   * machine, or a stale key of a machine that has a node, stays a 404.
+   * than retrying a 404 forever while still Running; a streaming request is then
+   * held open with keep-alives (ending it would only make the client poll again).
+   * A node key of another machine, or a stale key of a machine that has a node,
+   * stays a 404.
    */
   private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
-    const { state, metrics } = this.o;
+    const { state, metrics, logger } = this.o;
     const nodeKey = typeof mr.NodeKey === 'string' && /^nodekey:[0-9a-f]{64}$/.test(mr.NodeKey) ? mr.NodeKey : undefined;
     if (found || !nodeKey || mr.OmitPeers || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
     const gone = this.hub.deletedNode(machineKey);
-    const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' ? mr.Hostinfo as Record<string, unknown> : null;
+    const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' && !Array.isArray(mr.Hostinfo) ? mr.Hostinfo as Record<string, unknown> : null;
+    const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
     const self = gone
-      ? { ...this.mapper.deletedSelf(gone), nodeKey }
-      : { id: 0, name: `${String(hostinfo?.Hostname ?? 'node')}.`, userId: 0, nodeKey, machineKey, addresses: [], hostinfo };
-    this.o.logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
+      ? { ...this.mapper.deletedSelf(gone), nodeKey, hostinfo: hostinfo ?? gone.hostinfo }
+      : { id: 0, name: `${hostname}.`, userId: 0, nodeKey, machineKey, hostinfo };
+    logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
+    const zstd = mr.Compress === 'zstd';
     res.writeHead(200, { 'content-type': 'application/octet-stream' });
-    res.end(frame(this.mapper.loggedOutMap(self, mr.Version), mr.Compress === 'zstd'));
+    const first = frame(this.mapper.loggedOutMap(self, mr.Version, { first: true }), zstd);
     metrics.mapMessages.inc({ kind: 'full' });
+    if (!mr.Stream) { res.end(first); return; }
+    res.write(first);
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    session.armKeepAlive();
+    res.on('close', () => session.close());
   }
 
   /** updateFromRequest stores what a map request reports and tells peers the smallest change. */

@@ -17,6 +17,19 @@ export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | 
   return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
 }
 
+/** LoggedOutSelf is what a logged-out answer says about the machine's (former) node. */
+export interface LoggedOutSelf {
+  id: number;
+  name: string;
+  userId: number;
+  /** profile is the owner's UserProfile JSON, when known. */
+  profile?: string;
+  nodeKey: string;
+  machineKey: string;
+  hostinfo: Record<string, unknown> | null;
+  createdAt?: Date;
+}
+
 /** LOGGED_OUT_EXPIRY is the key expiry `tailscale logout` sends (Unix 123): "logged out" to every client. */
 export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
 
@@ -140,12 +153,14 @@ export class Mapper {
 
   /**
    * loggedOutMap is what a machine whose node no longer exists is told: its own
-   * node with a key that expired long ago, which every supported client turns
-   * into NeedsLogin (a map error would only make it retry, still Running). The
-   * expiry is the one `tailscale logout` itself sends, far enough in the past
-   * for any client clock; `gone` lists the peers it still holds.
+   * node, without addresses, with a key that expired long ago, which every
+   * supported client turns into NeedsLogin (a map error would only make it retry,
+   * still Running). The expiry is the one `tailscale logout` itself sends, far
+   * enough in the past for any client clock. `gone` lists the peers it still
+   * holds; a first message (`first`) also carries the DERP map, without which the
+   * client drops its relay and does not reconnect it after the next login.
    */
-  loggedOutMap(self: { id: number; name: string; userId: number; nodeKey: string; machineKey: string; addresses: string[]; hostinfo: Record<string, unknown> | null; createdAt?: Date }, capVersion: number | undefined, gone: number[] = []): string {
+  loggedOutMap(self: LoggedOutSelf, capVersion: number | undefined, opts: { gone?: number[]; first?: boolean } = {}): string {
     const node: Record<string, unknown> = {
       ID: self.id,
       StableID: String(self.id),
@@ -153,8 +168,8 @@ export class Mapper {
       User: self.userId,
       Key: self.nodeKey,
       Machine: self.machineKey,
-      Addresses: self.addresses,
-      AllowedIPs: self.addresses,
+      Addresses: [],
+      AllowedIPs: [],
       Hostinfo: self.hostinfo ?? {},
       KeyExpiry: LOGGED_OUT_EXPIRY,
       MachineAuthorized: true,
@@ -162,16 +177,21 @@ export class Mapper {
     if (self.createdAt) node.Created = self.createdAt.toISOString();
     if (capVersion) node.Cap = capVersion;
     const parts = [`"Node":${JSON.stringify(node)}`];
-    if (gone.length) parts.push(`"PeersRemoved":${JSON.stringify(gone)}`);
+    if (opts.first) {
+      parts.push(`"DERPMap":${JSON.stringify(this.derp.map)}`, `"Domain":${JSON.stringify(this.domain())}`);
+      if (self.profile) parts.push(`"UserProfiles":[${self.profile}]`);
+    }
+    if (opts.gone?.length) parts.push(`"PeersRemoved":${JSON.stringify(opts.gone)}`);
     parts.push(`"ControlTime":${JSON.stringify(new Date().toISOString())}`);
     return `{${parts.join(',')}}`;
   }
 
   /** deletedSelf is the logged-out self node of a node that was just deleted. */
-  deletedSelf(node: Node): Parameters<Mapper['loggedOutMap']>[0] {
+  deletedSelf(node: Node): LoggedOutSelf {
+    const p = this.profile(node);
     return {
-      id: node.id, name: this.fqdn(node), userId: this.owner(node).id, nodeKey: node.nodeKey, machineKey: node.machineKey,
-      addresses: addresses(node), hostinfo: node.hostinfo, createdAt: node.createdAt,
+      id: node.id, name: this.fqdn(node), userId: p.id, profile: p.json, nodeKey: node.nodeKey, machineKey: node.machineKey,
+      hostinfo: node.hostinfo, createdAt: node.createdAt,
     };
   }
 

@@ -298,7 +298,7 @@ export class SessionHub {
   private tellDeleted(node: Node): void {
     const self = this.mapper.deletedSelf(node);
     for (const s of [...(this.byNode.get(node.id) ?? [])]) {
-      s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, [...s.peers].sort((a, b) => a - b)), s.zstd));
+      s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, { gone: [...s.peers].sort((a, b) => a - b) }), s.zstd));
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
   }

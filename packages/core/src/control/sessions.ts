@@ -180,6 +180,7 @@ export class SessionHub {
     switch (c.type) {
       case 'node-patch': return this.queuePatch(c.nodeId, c.patch);
       case 'node-added':
+        this.deleted.delete(c.node.machineKey);
         this.shapes.set(c.node.id, shapeOf(c.node));
         this.mapper.view.invalidate();
         this.pendingFull.add(c.node.id);
@@ -331,6 +332,8 @@ export class SessionHub {
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
+    const profileText = new Map<number, { id: number; json: string }>();
+    const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
     const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
@@ -378,7 +381,7 @@ export class SessionHub {
         s.profiles.set(id, json);
         profiles.push(json);
       };
-      for (const n of owned) { const p = this.mapper.profile(n); offer(p.id, p.json, true); }
+      for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
       for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
       if (profiles.length) parts.push(`"UserProfiles":[${profiles.join(',')}]`);
       const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !upsert.some((n) => n.id === p.NodeID));

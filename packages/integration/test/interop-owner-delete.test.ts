@@ -36,6 +36,7 @@ async function headway(server: TestServer, args: string[]): Promise<void> {
 const installed = requireTailscale(t);
 for (const binaries of installed) {
   t.test(binaries.version, async (t) => {
+    let a: TailscaleDevice;
     const tag = binaries.version.replace(/\W/g, '');
     const cleanups: Array<() => Promise<void> | void> = [];
     t.teardown(async () => {
@@ -60,7 +61,7 @@ for (const binaries of installed) {
       cleanups.push(() => d.stop());
       return d;
     };
-    const a = await startDevice('oda');
+    a = await startDevice('oda');
     const b = await startDevice('odb');
     await a.up({ loginServer, authKey: key, hostname: 'alpha', timeoutMs: JOIN_TIMEOUT_MS });
     await b.up({ loginServer, authKey: key, hostname: 'bravo', timeoutMs: JOIN_TIMEOUT_MS });
@@ -83,6 +84,13 @@ for (const binaries of installed) {
       const line = text.stdout.split('\n').find((l) => l.includes('bravo')) ?? '';
       t.match(line, /tagged-devices/, `tailscale status shows the owner: ${line.trim()}`);
       t.notMatch(text.stdout, /userid:/, 'no raw userid owner anywhere in tailscale status');
+
+      // A renamed user: the other device shows the new name without reconnecting.
+      await headway(server, ['users', 'rename', '-i', String(alice.id), '-r', 'alicia']);
+      const renamed = Date.now();
+      const st2 = await b.waitFor((s) => ownerLogin(s, peerById(s, idA)) === 'alicia', SYNC_TIMEOUT_MS, 100);
+      t.comment(`user rename reached bravo ${Date.now() - renamed} ms after the CLI returned`);
+      t.equal(ownerLogin(st2, peerById(st2, idA)), 'alicia', 'bravo shows alpha owned by the renamed user');
     });
 
     await t.test('a deleted node never learns it was deleted', async (t) => {
@@ -97,6 +105,17 @@ for (const binaries of installed) {
       // It stays logged out (its map requests keep being answered that way).
       await new Promise((r) => setTimeout(r, 3000));
       t.equal((await a.status()).BackendState, 'NeedsLogin', 'still NeedsLogin a few seconds later');
+
+      // Restarted with its state, the device registers its old node key again: still logged out.
+      const { stateDir, dir } = a;
+      await a.stop({ keepDir: true });
+      cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+      // Go's flag package keeps the last value, so this overrides the harness's fresh state dir.
+      a = await TailscaleDevice.start({ name: `oda2${tag}`, version: binaries.version, extraDaemonArgs: [`--statedir=${stateDir}`] });
+      const restarted = a;
+      cleanups.push(() => restarted.stop());
+      const st3 = await a.waitFor((s) => s.BackendState === 'NeedsLogin', NEEDS_LOGIN_TIMEOUT_MS, 100);
+      t.equal(st3.BackendState, 'NeedsLogin', 'after a tailscaled restart the deleted device still needs a login');
 
       const { secret: fresh } = await server.state.createPreAuthKey({ userId: alice.id, reusable: false });
       try {

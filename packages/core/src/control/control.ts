@@ -279,14 +279,17 @@ export class ControlServer {
    * with no node at all (deleted, or never registered on this database) gets a
    * map whose self node is logged out, so the device goes to NeedsLogin rather
    * than retrying a 404 forever while still Running; a streaming request is then
-   * held open with keep-alives (ending it would only make the client poll again).
+   * held open with keep-alives (ending it would only make the client poll again),
+   * and a lite update is acknowledged without storing anything.
    * A node key of another machine, or a stale key of a machine that has a node,
    * stays a 404.
    */
   private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
     const { state, metrics, logger } = this.o;
     const nodeKey = typeof mr.NodeKey === 'string' && /^nodekey:[0-9a-f]{64}$/.test(mr.NodeKey) ? mr.NodeKey : undefined;
-    if (found || !nodeKey || mr.OmitPeers || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    if (found || !nodeKey || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
+    if (!mr.Stream && mr.OmitPeers) { res.writeHead(200); res.end(); return; }
     const gone = this.hub.deletedNode(machineKey);
     const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' && !Array.isArray(mr.Hostinfo) ? mr.Hostinfo as Record<string, unknown> : null;
     const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';

@@ -354,7 +354,7 @@ export class ControlServer {
   private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     const found = mr.NodeKey ? state.nodeByNodeKey(mr.NodeKey) : undefined;
-    if (!found || found.machineKey !== machineKey) return this.reply(res, 404, 'node not found');
+    if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
     const node = await this.updateFromRequest(found, mr);
     const zstd = mr.Compress === 'zstd';
     this.hub.syncPrimaries();
@@ -385,6 +385,40 @@ export class ControlServer {
         if (n?.ephemeral && !state.isOnline(n.id)) this.scheduleEphemeral(n.id);
       });
     });
+  }
+
+  /**
+   * nodeNotFound answers a map request whose node key has no node here. A machine
+   * with no node at all (deleted, or never registered on this database) gets a
+   * map whose self node is logged out, so the device goes to NeedsLogin rather
+   * than retrying a 404 forever while still Running; a streaming request is then
+   * held open with keep-alives (ending it would only make the client poll again),
+   * and a lite update is acknowledged without storing anything.
+   * A node key of another machine, or a stale key of a machine that has a node,
+   * stays a 404.
+   */
+  private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
+    const { state, metrics, logger } = this.o;
+    const nodeKey = typeof mr.NodeKey === 'string' && /^nodekey:[0-9a-f]{64}$/.test(mr.NodeKey) ? mr.NodeKey : undefined;
+    if (found || !nodeKey || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
+    if (!mr.Stream && mr.OmitPeers) { res.writeHead(200); res.end(); return; }
+    const gone = this.hub.deletedNode(machineKey);
+    const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' && !Array.isArray(mr.Hostinfo) ? mr.Hostinfo as Record<string, unknown> : null;
+    const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
+    const self = gone
+      ? { ...this.mapper.deletedSelf(gone), nodeKey, hostinfo: hostinfo ?? gone.hostinfo }
+      : { id: 0, name: `${hostname}.`, userId: 0, nodeKey, machineKey, hostinfo };
+    logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
+    const zstd = mr.Compress === 'zstd';
+    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    const first = frame(this.mapper.loggedOutMap(self, mr.Version, { first: true }), zstd);
+    metrics.mapMessages.inc({ kind: 'full' });
+    if (!mr.Stream) { res.end(first); return; }
+    res.write(first);
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    session.armKeepAlive();
+    res.on('close', () => session.close());
   }
 
   /** updateFromRequest stores what a map request reports and tells peers the smallest change. */

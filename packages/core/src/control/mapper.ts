@@ -17,6 +17,22 @@ export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | 
   return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
 }
 
+/** LoggedOutSelf is what a logged-out answer says about the machine's (former) node. */
+export interface LoggedOutSelf {
+  id: number;
+  name: string;
+  userId: number;
+  /** profile is the owner's UserProfile JSON, when known. */
+  profile?: string;
+  nodeKey: string;
+  machineKey: string;
+  hostinfo: Record<string, unknown> | null;
+  createdAt?: Date;
+}
+
+/** LOGGED_OUT_EXPIRY is the key expiry `tailscale logout` sends (Unix 123): "logged out" to every client. */
+export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
+
 /** Capabilities every node receives about itself, whatever the policy says. */
 const BASE_SELF_CAPS: Record<string, unknown[]> = {
   'https://tailscale.com/cap/is-admin': [],
@@ -103,13 +119,80 @@ export class Mapper {
     return ownerIdentity(node, node.userId !== null ? this.state.getUser(node.userId) : undefined);
   }
 
-  profilesFor(nodes: Node[]): string {
-    const seen = new Map<number, Record<string, unknown>>();
+  /** ownerId is the id of the UserProfile a node's `User` field points at. */
+  ownerId(node: Node): number { return this.owner(node).id; }
+
+  /** profile is the UserProfile JSON of a node's owner, keyed by its id (a session compares the text it last sent). */
+  profile(node: Node): { id: number; json: string } {
+    const o = this.owner(node);
+    return { id: o.id, json: JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName }) };
+  }
+
+  /** userProfile is the UserProfile JSON of a user as the owner of untagged nodes (after a rename, say). */
+  userProfile(user: User): string {
+    const o = ownerIdentity({ tags: [], userId: user.id }, user);
+    return JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+  }
+
+  /** profiles is every distinct owner profile of nodes, by owner id. */
+  profiles(nodes: Node[]): Map<number, string> {
+    const out = new Map<number, string>();
     for (const n of nodes) {
-      const o = this.owner(n);
-      seen.set(o.id, { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+      const p = this.profile(n);
+      out.set(p.id, p.json);
     }
-    return JSON.stringify([...seen.values()]);
+    return out;
+  }
+
+  profilesFor(nodes: Node[]): string {
+    return `[${[...this.profiles(nodes).values()].join(',')}]`;
+  }
+
+  /** domain is the tailnet name every full map carries (resending it unchanged is harmless). */
+  domain(): string { return this.config.dns.base_domain || 'headway.local'; }
+
+  /**
+   * loggedOutMap is what a machine whose node no longer exists is told: its own
+   * node, without addresses, with a key that expired long ago, which every
+   * supported client turns into NeedsLogin (a map error would only make it retry,
+   * still Running). The expiry is the one `tailscale logout` itself sends, far
+   * enough in the past for any client clock. `gone` lists the peers it still
+   * holds; a first message (`first`) also carries the DERP map, without which the
+   * client drops its relay and does not reconnect it after the next login.
+   */
+  loggedOutMap(self: LoggedOutSelf, capVersion: number | undefined, opts: { gone?: number[]; first?: boolean } = {}): string {
+    const node: Record<string, unknown> = {
+      ID: self.id,
+      StableID: String(self.id),
+      Name: self.name,
+      User: self.userId,
+      Key: self.nodeKey,
+      Machine: self.machineKey,
+      Addresses: [],
+      AllowedIPs: [],
+      Hostinfo: self.hostinfo ?? {},
+      KeyExpiry: LOGGED_OUT_EXPIRY,
+      MachineAuthorized: true,
+    };
+    if (self.createdAt) node.Created = self.createdAt.toISOString();
+    if (capVersion) node.Cap = capVersion;
+    const parts = [`"Node":${JSON.stringify(node)}`];
+    if (opts.first) {
+      parts.push(`"DERPMap":${JSON.stringify(this.derp.map)}`, `"Domain":${JSON.stringify(this.domain())}`);
+      if (self.profile) parts.push(`"UserProfiles":[${self.profile}]`);
+    }
+    if (opts.gone?.length) parts.push(`"PeersRemoved":${JSON.stringify(opts.gone)}`);
+    parts.push(`"ControlTime":${JSON.stringify(new Date().toISOString())}`);
+    return `{${parts.join(',')}}`;
+  }
+
+  /** deletedSelf is the logged-out self node of a node that was just deleted. */
+  deletedSelf(node: Node): LoggedOutSelf {
+    const p = this.profile(node);
+    return {
+      id: node.id, name: this.fqdn(node), userId: p.id, profile: p.json, nodeKey: node.nodeKey, machineKey: node.machineKey,
+      hostinfo: node.hostinfo, createdAt: node.createdAt,
+    };
   }
 
   filterJson(id: number): string { return JSON.stringify(this.view.forNode(id).packetFilter); }
@@ -122,7 +205,7 @@ export class Mapper {
     const parts = [
       `"Node":${this.selfNode(node, capVersion)}`,
       `"DERPMap":${JSON.stringify(this.derp.map)}`,
-      `"Domain":${JSON.stringify(this.config.dns.base_domain || 'headway.local')}`,
+      `"Domain":${JSON.stringify(this.domain())}`,
       `"CollectServices":false`,
       `"Debug":${JSON.stringify(compiled.randomizeClientPort ? { DisableLogTail: true, RandomizeClientPort: true } : { DisableLogTail: true })}`,
       `"DNSConfig":${JSON.stringify(this.dns.config())}`,

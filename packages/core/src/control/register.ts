@@ -66,7 +66,9 @@ export class Registrar {
     // 1. Logout: an expiry in the past.
     if (expiry && expiry.getTime() <= Date.now()) {
       const node = byKey ?? this.state.nodeByMachineKey(machineKey);
-      if (!node || node.machineKey !== machineKey) return this.fail('node not found');
+      // A machine with no node (deleted) is already logged out: say so, or `tailscale logout` fails.
+      if (!node) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
+      if (node.machineKey !== machineKey) return this.fail('node not found');
       if (node.ephemeral) {
         await this.state.deleteNode(node.id);
         return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };

@@ -10,10 +10,21 @@ const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
 /** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load). */
 const BATCH_WINDOW_MS = 20;
+/** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
+const DELETED_REMEMBERED = 4096;
 
 /** MapSession is one streaming /machine/map response: what it last told its node, and how to reach it. */
 export class MapSession {
   peers = new Set<number>();
+  /** profiles: owner id → the UserProfile text this session sent (the client keeps every profile it was sent). */
+  profiles = new Map<number, string>();
+  /**
+   * shownOwners are the owners whose profiles the client's last full netmap holds.
+   * `tailscale status` (1.9x+) resolves owners from that netmap only, and a delta
+   * applied incrementally leaves it untouched, so a peer whose owner is not here
+   * shows as a raw `userid:N` until the client rebuilds its netmap.
+   */
+  shownOwners = new Set<number>();
   filter = '';
   ssh = '';
   private keepalive?: NodeJS.Timeout;
@@ -67,6 +78,8 @@ export class SessionHub {
   private unsubscribe?: () => void;
   /** closeNode ends a node's live sessions (set by the control handler). */
   closeNode?: (nodeId: number) => void;
+  /** deleted remembers recently deleted nodes by machine key, to answer their devices as themselves. */
+  private readonly deleted = new Map<string, Node>();
 
   constructor(
     private readonly state: State,
@@ -112,6 +125,9 @@ export class SessionHub {
   open(session: MapSession, node: Node): void {
     const v = this.mapper.view.forNode(node.id);
     session.peers = new Set(v.peers.map(Number));
+    const peers = v.peers.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
+    session.profiles = this.mapper.profiles([node, ...peers]);
+    session.shownOwners = new Set(session.profiles.keys());
     session.filter = this.mapper.filterJson(node.id);
     session.ssh = this.mapper.sshJson(node.id);
     (this.byNode.get(node.id) ?? this.byNode.set(node.id, new Set()).get(node.id)!).add(session);
@@ -134,6 +150,8 @@ export class SessionHub {
   private readonly pendingSelf = new Set<number>();
   private readonly pendingRemoved = new Set<number>();
   private readonly pendingPatch = new Map<number, Record<string, unknown>>();
+  /** pendingUsers are users whose profile (name, display name) may have changed. */
+  private readonly pendingUsers = new Set<number>();
   private pendingStructural = false;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
@@ -162,6 +180,7 @@ export class SessionHub {
     switch (c.type) {
       case 'node-patch': return this.queuePatch(c.nodeId, c.patch);
       case 'node-added':
+        this.deleted.delete(c.node.machineKey);
         this.shapes.set(c.node.id, shapeOf(c.node));
         this.mapper.view.invalidate();
         this.pendingFull.add(c.node.id);
@@ -172,6 +191,8 @@ export class SessionHub {
         this.shapes.delete(c.node.id);
         this.mapper.forget(c.nodeId);
         this.mapper.view.invalidate();
+        this.rememberDeleted(c.node);
+        this.tellDeleted(c.node);
         this.closeNode?.(c.nodeId);
         this.pendingFull.delete(c.nodeId);
         this.pendingSelf.delete(c.nodeId);
@@ -194,7 +215,12 @@ export class SessionHub {
         }
         break;
       }
-      case 'user-changed': case 'user-removed':
+      case 'user-changed':
+        this.pendingUsers.add(c.user.id);
+        this.mapper.view.invalidate();
+        this.pendingStructural = true;
+        break;
+      case 'user-removed':
         this.mapper.view.invalidate();
         this.pendingStructural = true;
         break;
@@ -205,8 +231,8 @@ export class SessionHub {
         this.pendingStructural = true;
         this.pendingPrimaries = true;
         break;
-      case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`);
-      case 'derp-changed': this.flushNow(); return this.broadcast(`{"DERPMap":${JSON.stringify(this.mapper.derpMap())}}`);
+      case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`, true);
+      case 'derp-changed': this.flushNow(); return this.broadcast(`{"DERPMap":${JSON.stringify(this.mapper.derpMap())}}`, true);
     }
     this.schedule();
   }
@@ -237,8 +263,45 @@ export class SessionHub {
     }
   }
 
-  private broadcast(json: string): void {
-    this.sendAll([...this.sessions()].map((s) => [s, json] as [MapSession, string]));
+  /** broadcast sends every session one message; `rebuilds` says the client rebuilds its netmap from it. */
+  private broadcast(json: string, rebuilds = false): void {
+    const all = [...this.sessions()];
+    if (rebuilds) for (const s of all) this.rebuilt(s);
+    this.sendAll(all.map((s) => [s, json] as [MapSession, string]));
+  }
+
+  /** rebuilt records that the session's client rebuilt its netmap: it now shows its own and its peers' owners. */
+  private rebuilt(s: MapSession): void {
+    const me = this.state.getNode(s.nodeId);
+    const owners = new Set<number>();
+    if (me) owners.add(this.mapper.ownerId(me));
+    for (const id of s.peers) {
+      const n = this.state.getNode(id);
+      if (n) owners.add(this.mapper.ownerId(n));
+    }
+    s.shownOwners = owners;
+  }
+
+  /** deletedNode is a node deleted since start-up that had this machine key (its device may still ask for a map). */
+  deletedNode(machineKey: string): Node | undefined { return this.deleted.get(machineKey); }
+
+  private rememberDeleted(node: Node): void {
+    this.deleted.delete(node.machineKey);
+    this.deleted.set(node.machineKey, node);
+    if (this.deleted.size > DELETED_REMEMBERED) this.deleted.delete(this.deleted.keys().next().value!);
+  }
+
+  /**
+   * tellDeleted sends a deleted node's open map streams their last message: the
+   * node itself, logged out, and no peers. The stream is ended right after (by
+   * closeNode); the device then shows NeedsLogin instead of staying Running.
+   */
+  private tellDeleted(node: Node): void {
+    const self = this.mapper.deletedSelf(node);
+    for (const s of [...(this.byNode.get(node.id) ?? [])]) {
+      s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, { gone: [...s.peers].sort((a, b) => a - b) }), s.zstd));
+      this.metrics.mapMessages.inc({ kind: 'delta' });
+    }
   }
 
   /**
@@ -264,9 +327,13 @@ export class SessionHub {
     const removed = [...this.pendingRemoved];
     const patches = [...this.pendingPatch.values()].filter((p) => !fullIds.has(p.NodeID as number) && this.state.getNode(p.NodeID as number));
     const structural = this.pendingStructural;
-    this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear();
+    const users = [...this.pendingUsers].map((id) => this.state.getUser(id)).filter((u): u is NonNullable<typeof u> => Boolean(u));
+    this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear(); this.pendingUsers.clear();
     this.pendingStructural = false;
-    if (!full.length && !removed.length && !patches.length && !structural && !self.size) return;
+    if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
+    const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
+    const profileText = new Map<number, { id: number; json: string }>();
+    const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
     const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
@@ -302,12 +369,30 @@ export class SessionHub {
         for (const n of upsert) s.peers.add(n.id);
       }
       if (gone.length) parts.push(`"PeersRemoved":${JSON.stringify(gone)}`);
-      if (upsert.length) {
-        parts.push(`"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`);
-        parts.push(`"UserProfiles":${this.mapper.profilesFor(upsert)}`);
-      }
+      if (upsert.length) parts.push(`"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`);
+      // Profiles: every owner this message introduces or changes, once per session.
+      const owned = self.has(s.nodeId) ? [me, ...upsert] : upsert;
+      const profiles: string[] = [];
+      let stale = false;
+      const offer = (id: number, json: string, introduced: boolean): void => {
+        if (introduced && !s.shownOwners.has(id)) stale = true;
+        if (s.profiles.get(id) === json) return;
+        if (s.shownOwners.has(id)) stale = true; // a changed profile the client's netmap shows
+        s.profiles.set(id, json);
+        profiles.push(json);
+      };
+      for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
+      for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
+      if (profiles.length) parts.push(`"UserProfiles":[${profiles.join(',')}]`);
       const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !upsert.some((n) => n.id === p.NodeID));
       if (mine.length) parts.push(`"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`);
+      // Newer clients apply UserProfiles and peer changes without rebuilding their
+      // netmap, and `tailscale status` keeps showing the owners of the last rebuild:
+      // when this message shows an owner that netmap lacks, also resend the
+      // (unchanged) Domain, which makes every client rebuild it.
+      const rebuilds = self.has(s.nodeId) || parts.some((p) => p.startsWith('"SSHPolicy"'));
+      if (stale && !rebuilds) parts.push(`"Domain":${JSON.stringify(this.mapper.domain())}`);
+      if (stale || rebuilds) this.rebuilt(s);
       if (parts.length) targets.push([s, `{${parts.join(',')}}`]);
     }
     this.sendAll(targets);

@@ -467,3 +467,24 @@ t.test('fields from newer clients are kept; case variants of known fields are no
   t.equal(reply.status, 400, 'a key that differs from OS only in case is refused');
   t.match(reply.body.toString(), /Hostinfo\.os: differs from the field OS only in letter case/);
 });
+
+t.test('control ERR lines quoted the SQL text holding the client\'s Hostinfo', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const key = (await userKey(s, true)).secret;
+  // A database that refuses the insert, as a full disk or a broken constraint would.
+  const k = sqliteDatabase().connect(s.dataDir);
+  t.teardown(() => k.destroy());
+  await k.raw(`create trigger refuse_nodes before insert on nodes begin select raise(abort, 'refused by test trigger'); end`);
+  const d = await device(s, 'doomed');
+  t.teardown(() => d.close());
+  const reply = await d.request('/machine/register', d.buildRegisterRequest({ authKey: key, hostinfo: { OSVersion: MARK } }));
+  t.equal(reply.status, 500, 'a database failure is a 500');
+  t.equal(reply.body.toString().trim(), 'internal error', 'that tells the client nothing');
+  const lines = errLines(s).filter((l) => l.includes('control request failed'));
+  t.equal(lines.length, 1, 'one ERR line');
+  t.notMatch(lines[0] ?? '', MARK, 'without the client\'s values');
+  t.notMatch(lines[0] ?? '', /insert into/i, 'without SQL text');
+  t.match(lines[0] ?? '', /SQLITE_CONSTRAINT/, 'naming the driver error code');
+  t.same(s.logs.filter((l) => l.includes(MARK)), [], 'no other line has them either');
+});

@@ -295,22 +295,24 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
 
   const counts = { register: 0, map: 0, nulls: 0, bodies: 0 };
   let failures = 0;
-  const check = async (what: 'register' | 'map', d: TestDevice, body: Record<string, unknown> | string, label: string): Promise<void> => {
+  const check = async (what: 'register' | 'map', d: TestDevice, body: Record<string, unknown> | string, label: string, path?: Case['path']): Promise<void> => {
     counts[what]++;
     const reply = await d.request(`/machine/${what}`, body);
     const why = refusal(reply);
     const after = await snapshot(k);
-    if (reply.status >= 500 || why === undefined || after !== before) {
+    // A 400 names the field (or the struct holding it) and never repeats what was sent.
+    const named = reply.status !== 400 || !path || path.some((p) => typeof p === 'string' && why!.toLowerCase().includes(p.toLowerCase()));
+    if (reply.status >= 500 || why === undefined || after !== before || !named || why.includes(MARK)) {
       failures++;
-      t.fail(`${what} ${label}: status ${reply.status} ${JSON.stringify(reply.body.toString('utf8').slice(0, 200))}${after !== before ? ', database changed' : ''}`);
+      t.fail(`${what} ${label}: status ${reply.status} ${JSON.stringify(reply.body.toString('utf8').slice(0, 200))}${after !== before ? ', database changed' : ''}${named ? '' : ', field not named'}`);
     }
   };
 
   await t.test('register: every field with wrong types, arrays and huge values is refused and changes nothing', async () => {
-    for (const c of registerCases()) await check('register', intruder, withValue(baseRegister, c), describe(c));
+    for (const c of registerCases()) await check('register', intruder, withValue(baseRegister, c), describe(c), c.path);
   });
   await t.test('map: every field with wrong types, arrays and huge values is refused and changes nothing', async () => {
-    for (const c of mapCases()) await check('map', victim, withValue(baseMap, c), describe(c));
+    for (const c of mapCases()) await check('map', victim, withValue(baseMap, c), describe(c), c.path);
   });
   await t.test('bodies that are not a JSON object are refused', async () => {
     for (const body of ['', '{', `{"Hostinfo":"${MARK}`, '[]', '[1,2]', `"${MARK}"`, '5', 'null', 'true', '\u0000\u0001']) {
@@ -354,6 +356,14 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
 
   t.same(s.logs.filter((l) => l.includes(MARK)), [], 'nothing a client sent reached the log');
   t.same(errLines(s), [], 'no ERR line (no request failed inside the server)');
+
+  await t.test('storage refuses to write a value its reader would refuse', async (t) => {
+    const id = s.state.nodeByNodeKey(victim.nodeKeyText)!.id;
+    const rowBefore = await snapshot(k);
+    await t.rejects(s.state.updateNode(id, { hostinfo: [1, 2] as unknown as Record<string, unknown> }), /nodes\.hostinfo: not a JSON object/);
+    await t.rejects(s.state.updateNode(id, { endpoints: [5] as unknown as string[] }), /nodes\.endpoints: not an array of strings/);
+    t.equal(await snapshot(k), rowBefore, 'nothing written');
+  });
 
   await t.test('the server starts again on the same database', async (t) => {
     await s.stop();

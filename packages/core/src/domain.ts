@@ -40,6 +40,12 @@ export interface Node {
   authKeyId: number | null;
   createdAt: Date;
   updatedAt: Date;
+  /**
+   * damaged names the columns a storage reader could not decode (e.g. `hostinfo`):
+   * it read safe defaults in their place instead of failing start-up, and State.init
+   * writes those defaults back. Absent on healthy rows.
+   */
+  damaged?: string[];
 }
 
 /** ownedByTags: a node with tags (or without a user) belongs to its tags, not to a person. */
@@ -47,8 +53,8 @@ export function ownedByTags(n: Pick<Node, 'tags' | 'userId'>): boolean {
   return n.tags.length > 0 || n.userId === null;
 }
 
-export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt'>;
-export type NodePatch = Partial<Omit<Node, 'id' | 'createdAt' | 'updatedAt'>>;
+export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>;
+export type NodePatch = Partial<Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>>;
 
 export interface PreAuthKey {
   id: number;

@@ -33,3 +33,4 @@ export * from './control/netview.js';
 export * from './control/mapper.js';
 export * from './control/frames.js';
 export * from './control/register.js';
+export { parseRegisterRequest, parseMapRequest } from './control/validate.js';

@@ -8,7 +8,7 @@ import {
 } from '@headway/core';
 import { toStorageError } from './errors.js';
 import {
-  NODE_COLUMNS, apiKeyFromRow, jsonText, nodeFromRow, pendingRegistrationFromRow, policyFromRow,
+  NODE_COLUMNS, apiKeyFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
   preAuthKeyFromRow, userFromRow, type Row,
 } from './rows.js';
 
@@ -253,7 +253,7 @@ function pendingRegistrationRepository(db: Executor): PendingRegistrationReposit
         key: reg.key,
         machine_key: reg.machineKey,
         node_key: reg.nodeKey,
-        hostinfo: jsonText(reg.hostinfo),
+        hostinfo: objectText(reg.hostinfo, 'pending_registrations.hostinfo'),
         expires_at: writableDate(reg.expiresAt, 'expiresAt'),
         created_at: writableDate(reg.createdAt, 'createdAt'),
       };

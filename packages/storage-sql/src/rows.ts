@@ -70,6 +70,35 @@ export function jsonText(value: unknown): string | null {
   return value === null || value === undefined ? null : JSON.stringify(value);
 }
 
+/**
+ * objectText and stringArrayText encode JSON columns, refusing what toObjectOrNull
+ * and toStringArray would refuse to read back: storage never writes a row its own
+ * reader rejects.
+ */
+export function objectText(value: Record<string, unknown> | null | undefined, column: string): string | null {
+  if (value === null || value === undefined) return null;
+  if (typeof value !== 'object' || Array.isArray(value)) throw new Error(`storage: refusing to write ${column}: not a JSON object`);
+  return JSON.stringify(value);
+}
+
+export function stringArrayText(value: string[], column: string): string {
+  if (!Array.isArray(value) || value.some((v) => typeof v !== 'string')) throw new Error(`storage: refusing to write ${column}: not an array of strings`);
+  return JSON.stringify(value);
+}
+
+/**
+ * lenient reads one column with `read`; a value it refuses becomes `fallback` and
+ * `field` is added to `damaged`, so one bad row cannot stop the server from starting.
+ */
+function lenient<T>(damaged: string[], field: string, read: () => T, fallback: T): T {
+  try {
+    return read();
+  } catch {
+    damaged.push(field);
+    return fallback;
+  }
+}
+
 export function userFromRow(r: Row): User {
   return {
     id: toId(r.id),
@@ -80,8 +109,15 @@ export function userFromRow(r: Row): User {
   };
 }
 
+/**
+ * nodeFromRow reads a node row. Columns a client or an older Headway could have
+ * filled with something unreadable are read leniently: the safe default takes the
+ * value's place (no Hostinfo, no routes, an expiry in the past) and `damaged` names
+ * the field, for State.init to log and write back.
+ */
 export function nodeFromRow(r: Row): Node {
-  return {
+  const damaged: string[] = [];
+  const node: Node = {
     id: toId(r.id),
     machineKey: toText(r.machine_key),
     nodeKey: toText(r.node_key),
@@ -89,38 +125,40 @@ export function nodeFromRow(r: Row): Node {
     hostname: toText(r.hostname),
     givenName: toText(r.given_name),
     userId: toIdOrNull(r.user_id),
-    tags: toStringArray(r.tags, 'nodes.tags'),
+    tags: lenient(damaged, 'tags', () => toStringArray(r.tags, 'nodes.tags'), []),
     ipv4: r.ipv4 === null || r.ipv4 === undefined ? null : String(r.ipv4),
     ipv6: r.ipv6 === null || r.ipv6 === undefined ? null : String(r.ipv6),
-    endpoints: toStringArray(r.endpoints, 'nodes.endpoints'),
-    hostinfo: toObjectOrNull(r.hostinfo, 'nodes.hostinfo'),
-    availableRoutes: toStringArray(r.available_routes, 'nodes.available_routes'),
-    approvedRoutes: toStringArray(r.approved_routes, 'nodes.approved_routes'),
+    endpoints: lenient(damaged, 'endpoints', () => toStringArray(r.endpoints, 'nodes.endpoints'), []),
+    hostinfo: lenient(damaged, 'hostinfo', () => toObjectOrNull(r.hostinfo, 'nodes.hostinfo'), null),
+    availableRoutes: lenient(damaged, 'availableRoutes', () => toStringArray(r.available_routes, 'nodes.available_routes'), []),
+    approvedRoutes: lenient(damaged, 'approvedRoutes', () => toStringArray(r.approved_routes, 'nodes.approved_routes'), []),
     registerMethod: toText(r.register_method) as RegisterMethod,
-    expiry: toDateOrNull(r.expiry, 'nodes.expiry'),
-    lastSeen: toDateOrNull(r.last_seen, 'nodes.last_seen'),
+    expiry: lenient(damaged, 'expiry', () => toDateOrNull(r.expiry, 'nodes.expiry'), new Date(0)),
+    lastSeen: lenient(damaged, 'lastSeen', () => toDateOrNull(r.last_seen, 'nodes.last_seen'), null),
     ephemeral: toBool(r.ephemeral),
     authKeyId: toIdOrNull(r.auth_key_id),
-    createdAt: toDate(r.created_at, 'nodes.created_at'),
-    updatedAt: toDate(r.updated_at, 'nodes.updated_at'),
+    createdAt: lenient(damaged, 'createdAt', () => toDate(r.created_at, 'nodes.created_at'), new Date(0)),
+    updatedAt: lenient(damaged, 'updatedAt', () => toDate(r.updated_at, 'nodes.updated_at'), new Date(0)),
   };
+  if (damaged.length) node.damaged = damaged;
+  return node;
 }
 
 /** NODE_COLUMNS maps each writable Node field to its column and encoder. */
-export const NODE_COLUMNS: { [K in keyof Omit<Node, 'id' | 'createdAt' | 'updatedAt'>]: [string, (v: Node[K]) => unknown] } = {
+export const NODE_COLUMNS: { [K in keyof Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>]: [string, (v: Node[K]) => unknown] } = {
   machineKey: ['machine_key', (v) => v],
   nodeKey: ['node_key', (v) => v],
   discoKey: ['disco_key', (v) => v],
   hostname: ['hostname', (v) => v],
   givenName: ['given_name', (v) => v],
   userId: ['user_id', (v) => v],
-  tags: ['tags', (v) => jsonText(v)],
+  tags: ['tags', (v) => stringArrayText(v, 'nodes.tags')],
   ipv4: ['ipv4', (v) => v],
   ipv6: ['ipv6', (v) => v],
-  endpoints: ['endpoints', (v) => jsonText(v)],
-  hostinfo: ['hostinfo', (v) => jsonText(v)],
-  availableRoutes: ['available_routes', (v) => jsonText(v)],
-  approvedRoutes: ['approved_routes', (v) => jsonText(v)],
+  endpoints: ['endpoints', (v) => stringArrayText(v, 'nodes.endpoints')],
+  hostinfo: ['hostinfo', (v) => objectText(v, 'nodes.hostinfo')],
+  availableRoutes: ['available_routes', (v) => stringArrayText(v, 'nodes.available_routes')],
+  approvedRoutes: ['approved_routes', (v) => stringArrayText(v, 'nodes.approved_routes')],
   registerMethod: ['register_method', (v) => v],
   expiry: ['expiry', (v) => v],
   lastSeen: ['last_seen', (v) => v],
@@ -159,7 +197,8 @@ export function pendingRegistrationFromRow(r: Row): PendingRegistration {
     key: toText(r.key),
     machineKey: toText(r.machine_key),
     nodeKey: toText(r.node_key),
-    hostinfo: toObjectOrNull(r.hostinfo, 'pending_registrations.hostinfo'),
+    // A pending registration lives minutes: an unreadable Hostinfo is just dropped.
+    hostinfo: lenient([], 'hostinfo', () => toObjectOrNull(r.hostinfo, 'pending_registrations.hostinfo'), null),
     expiresAt: toDate(r.expires_at, 'pending_registrations.expires_at'),
     createdAt: toDate(r.created_at, 'pending_registrations.created_at'),
   };

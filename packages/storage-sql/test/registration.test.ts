@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
-  createLogger, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
+  createLogger, parseRegisterRequest, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
   type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
 } from '@headway/core';
 import { openMysqlStorage, openPostgresStorage, openSqliteStorage } from '../src/index.js';
@@ -120,14 +120,14 @@ async function startServer(storage: StoragePort, raw: Record<string, unknown> = 
 
 const hex = () => randomBytes(32).toString('hex');
 
-interface Device { machineKey: string; req: RegisterRequest }
+interface Device { machineKey: string; req: { Version: number; NodeKey: string; Hostinfo: { Hostname: string } } }
 
 function device(hostname: string): Device {
   return { machineKey: `mkey:${hex()}`, req: { Version: 106, NodeKey: `nodekey:${hex()}`, Hostinfo: { Hostname: hostname } } };
 }
 
 function register(s: Server, d: Device, authKey: string): Promise<RegisterResponse> {
-  return s.registrar.handle({ ...d.req, Auth: { AuthKey: authKey } }, d.machineKey, new AbortController().signal);
+  return s.registrar.handle(parseRegisterRequest({ ...d.req, Auth: { AuthKey: authKey } }), d.machineKey, new AbortController().signal);
 }
 
 async function singleUseKeys(s: Server, user: string, count: number): Promise<Array<{ id: number; secret: string }>> {

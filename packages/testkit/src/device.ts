@@ -160,7 +160,8 @@ export class TestDevice extends EventEmitter {
     };
   }
 
-  private openRequest(path: string, body: object, extraHeaders: Record<string, string> = {}): ClientHttp2Stream {
+  /** openRequest sends `body` as JSON; a string or bytes go out as they are (for malformed-body tests). */
+  private openRequest(path: string, body: object | string, extraHeaders: Record<string, string> = {}): ClientHttp2Stream {
     const stream = this.requireSession().request({
       ':method': 'POST',
       ':path': path,
@@ -168,12 +169,12 @@ export class TestDevice extends EventEmitter {
       'ts-lb': this.nodeKeyText,
       ...extraHeaders,
     });
-    stream.end(JSON.stringify(body));
+    stream.end(typeof body === 'string' || body instanceof Uint8Array ? body : JSON.stringify(body));
     return stream;
   }
 
   /** request POSTs JSON on the Noise HTTP/2 session and buffers the reply. */
-  async request(path: string, body: object, signal?: AbortSignal): Promise<HttpReply> {
+  async request(path: string, body: object | string, signal?: AbortSignal): Promise<HttpReply> {
     const stream = this.openRequest(path, body);
     const onAbort = (): void => {
       stream.close();

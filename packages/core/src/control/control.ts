@@ -8,6 +8,7 @@ import { DerpServer, StunServer, verifyHandler } from '@headway/derp';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
 import type { Node } from '../domain.js';
+import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import type { DnsPort } from '../ports/policy.js';
@@ -21,7 +22,8 @@ import { Mapper } from './mapper.js';
 import { NetworkView } from './netview.js';
 import { Registrar, routesFromHostinfo } from './register.js';
 import { MapSession, SessionHub } from './sessions.js';
-import { MIN_CAPABILITY_VERSION, type MapRequest, type RegisterRequest } from './wire.js';
+import { parseMapRequest, parseRegisterRequest } from './validate.js';
+import { MIN_CAPABILITY_VERSION, type MapRequest } from './wire.js';
 
 const H2_BODY_LIMIT = 1024 * 1024;
 
@@ -49,6 +51,18 @@ class RefusalLog {
     this.logger.info('ts2021 connection refused', { reason, kind, ...(l?.suppressed ? { suppressed_since_last: l.suppressed } : {}) });
     this.last.set(kind, { at: now, suppressed: 0 });
   }
+}
+
+/**
+ * safeErrorText describes a failure for the ERR log. Driver errors (they carry a
+ * string `code`, e.g. SQLITE_CONSTRAINT or 23505) are named by code only: knex
+ * puts the SQL with its bound values, client-sent Hostinfo included, in the message.
+ */
+export function safeErrorText(err: unknown): string {
+  if (!(err instanceof Error)) return 'non-Error thrown';
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && code) return `${err.name} (database or system error ${code})`;
+  return err.message;
 }
 
 function escapeHtml(s: string): string {
@@ -322,6 +336,13 @@ export class ControlServer {
     res.end(text + '\n');
   }
 
+  /**
+   * handle serves one HTTP/2 request inside a Noise session. Every body is checked
+   * against the protocol schemas (validate.ts) before any use: bad input gets a 400
+   * naming the field and changes nothing. Failures are logged without their message
+   * when it comes from the database driver, whose text quotes the SQL and so the
+   * client's values.
+   */
   private async handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, info: { machineKey: string }): Promise<void> {
     const path = (req.url ?? '').split('?')[0];
     if (req.method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
@@ -332,23 +353,38 @@ export class ControlServer {
       const raw = await this.body(req);
       parsed = JSON.parse(raw.toString('utf8') || '{}');
     } catch (err) {
-      return this.reply(res, (err as { status?: number }).status ?? 400, `invalid request body: ${(err as Error).message}`);
+      // JSON.parse quotes the input in its message: say only that it is not JSON.
+      const status = (err as { status?: number }).status;
+      return this.reply(res, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
     }
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return this.reply(res, 400, 'request body must be a JSON object');
-    const version = Number((parsed as { Version?: unknown }).Version ?? 0);
-    if (!Number.isInteger(version) || version < MIN_CAPABILITY_VERSION) {
+    const version = (parsed as { Version?: unknown }).Version ?? 0;
+    if (typeof version === 'number' && Number.isInteger(version) && version < MIN_CAPABILITY_VERSION) {
       return this.reply(res, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
     }
-    if (path === '/machine/register') {
-      const abort = new AbortController();
-      res.on('close', () => abort.abort());
-      const out = await this.registrar.handle(parsed as RegisterRequest, info.machineKey, abort.signal);
-      if (abort.signal.aborted) return;
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(out));
-      return;
+    try {
+      if (path === '/machine/register') {
+        const rr = parseRegisterRequest(parsed);
+        const abort = new AbortController();
+        res.on('close', () => abort.abort());
+        const out = await this.registrar.handle(rr, info.machineKey, abort.signal);
+        if (abort.signal.aborted) return;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(out));
+        return;
+      }
+      return await this.map(parseMapRequest(parsed), res, info.machineKey);
+    } catch (err) {
+      if (err instanceof HeadwayError && err.status < 500) {
+        this.o.logger.debug('control request refused', { path, field: err.field, error: err.message });
+        if (!res.headersSent) return this.reply(res, err.status, err.message);
+        res.end();
+        return;
+      }
+      this.o.logger.error('control request failed', { path, error: safeErrorText(err) });
+      if (!res.headersSent) this.reply(res, 500, 'internal error');
+      else res.end();
     }
-    return this.map(parsed as MapRequest, res, info.machineKey);
   }
 
   private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
@@ -421,27 +457,29 @@ export class ControlServer {
     res.on('close', () => session.close());
   }
 
-  /** updateFromRequest stores what a map request reports and tells peers the smallest change. */
+  /** updateFromRequest stores what a validated map request reports and tells peers the smallest change. */
   private async updateFromRequest(node: Node, mr: MapRequest): Promise<Node> {
     const { state } = this.o;
     let current = node;
     const patch: Parameters<State['publishPatch']>[1] = {};
     const store: Partial<Node> = {};
-    if (mr.DiscoKey && /^discokey:[0-9a-f]{64}$/.test(mr.DiscoKey) && mr.DiscoKey !== node.discoKey) {
+    if (mr.DiscoKey && mr.DiscoKey !== node.discoKey) {
       store.discoKey = patch.discoKey = mr.DiscoKey;
     }
-    if (Array.isArray(mr.Endpoints) && JSON.stringify(mr.Endpoints) !== JSON.stringify(node.endpoints)) {
-      store.endpoints = patch.endpoints = mr.Endpoints.filter((e) => typeof e === 'string');
+    if (mr.Endpoints && JSON.stringify(mr.Endpoints) !== JSON.stringify(node.endpoints)) {
+      store.endpoints = patch.endpoints = mr.Endpoints;
     }
     let full = false;
-    if (mr.Hostinfo && typeof mr.Hostinfo === 'object') {
+    if (mr.Hostinfo) {
       const before = (node.hostinfo ?? {}) as { NetInfo?: { PreferredDERP?: number } };
       const derp = mr.Hostinfo.NetInfo?.PreferredDERP;
       if (derp && derp !== before.NetInfo?.PreferredDERP) patch.derpRegion = derp;
       const strip = (h: Record<string, unknown>) => JSON.stringify({ ...h, NetInfo: undefined });
       const routes = routesFromHostinfo(mr.Hostinfo);
-      full = strip(mr.Hostinfo) !== strip(before as Record<string, unknown>) || JSON.stringify(routes) !== JSON.stringify(node.availableRoutes);
-      store.hostinfo = mr.Hostinfo as Record<string, unknown>;
+      // A node whose stored Hostinfo was quarantined (null) takes the first one it sends again.
+      full = node.hostinfo === null || strip(mr.Hostinfo) !== strip(before as Record<string, unknown>)
+        || JSON.stringify(routes) !== JSON.stringify(node.availableRoutes);
+      store.hostinfo = mr.Hostinfo;
       if (mr.Hostinfo.Hostname) store.hostname = mr.Hostinfo.Hostname;
       store.availableRoutes = routes;
     }

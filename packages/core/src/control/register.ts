@@ -53,15 +53,18 @@ export class Registrar {
     return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: '', Error: error };
   }
 
+  /**
+   * handle answers one register request. `req` has passed RegisterRequestSchema
+   * (ControlServer.handle checks it), so its fields have the types they claim.
+   */
   async handle(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
     const nodeKey = req.NodeKey;
-    if (!nodeKey || !/^nodekey:[0-9a-f]{64}$/.test(nodeKey)) return this.fail('invalid NodeKey');
     const byKey = this.state.nodeByNodeKey(nodeKey);
     if (byKey && byKey.machineKey !== machineKey) {
       this.logger.warn('register refused: node key belongs to another machine', { node: byKey.id });
       return this.fail('node key is registered to another machine');
     }
-    const expiry = isZeroTime(req.Expiry) ? undefined : new Date(req.Expiry!);
+    const expiry = this.requestedExpiry(req.Expiry);
 
     // 1. Logout: an expiry in the past.
     if (expiry && expiry.getTime() <= Date.now()) {
@@ -100,6 +103,20 @@ export class Registrar {
 
     // 4. Pre-auth key.
     return this.withAuthKey(req, machineKey, authKey, expiry);
+  }
+
+  /**
+   * requestedExpiry reads the client's Expiry. node.expiry is a ceiling the client
+   * cannot raise: a later time is capped to now + node.expiry (a shorter one is kept,
+   * and a past one is a logout). Without a configured expiry the request stands.
+   */
+  private requestedExpiry(text: string | undefined): Date | undefined {
+    if (isZeroTime(text)) return undefined;
+    const asked = new Date(text!);
+    const now = Date.now();
+    const ceiling = this.config.node.expiry;
+    if (ceiling > 0 && asked.getTime() > now + ceiling) return new Date(now + ceiling);
+    return asked;
   }
 
   private async withAuthKey(req: RegisterRequest, machineKey: string, authKey: string, expiry: Date | undefined): Promise<RegisterResponse> {

@@ -1,25 +1,7 @@
 /** Wire shapes of the control protocol (Go field names, see tailcfg). Only what the server reads or writes. */
 
-export interface Hostinfo {
-  Hostname?: string;
-  OS?: string;
-  RoutableIPs?: string[];
-  RequestTags?: string[];
-  NetInfo?: { PreferredDERP?: number } & Record<string, unknown>;
-  Services?: unknown[];
-  [k: string]: unknown;
-}
-
-export interface RegisterRequest {
-  Version?: number;
-  NodeKey?: string;
-  OldNodeKey?: string;
-  Auth?: { AuthKey?: string } | null;
-  Expiry?: string;
-  Followup?: string;
-  Hostinfo?: Hostinfo;
-  Ephemeral?: boolean;
-}
+/** Hostinfo, RegisterRequest and MapRequest are what validate.ts's schemas return: checked, with nulls dropped. */
+export type { Hostinfo, MapRequest, RegisterRequest } from './validate.js';
 
 export interface RegisterResponse {
   User?: { ID: number; DisplayName: string; ProfilePicURL: string; Created: string };
@@ -28,18 +10,6 @@ export interface RegisterResponse {
   MachineAuthorized: boolean;
   AuthURL: string;
   Error: string;
-}
-
-export interface MapRequest {
-  Version?: number;
-  Compress?: string;
-  KeepAlive?: boolean;
-  NodeKey?: string;
-  DiscoKey?: string;
-  Stream?: boolean;
-  OmitPeers?: boolean;
-  Hostinfo?: Hostinfo;
-  Endpoints?: string[];
 }
 
 /** MIN_CAPABILITY_VERSION is Tailscale 1.80; newer versions are never refused. */

@@ -38,3 +38,15 @@ export class HeadwayError extends Error {
 
 export const badField = (field: string, message: string) => new HeadwayError('invalid_field', `${field}: ${message}`, field);
 export const notFound = (what: string, id: string | number) => new HeadwayError('not_found', `${what} ${id} not found`);
+
+/**
+ * safeErrorText describes a failure for the ERR log. Driver errors (they carry a
+ * string `code`, e.g. SQLITE_CONSTRAINT or 23505) are named by code only: knex
+ * puts the SQL with its bound values, client-sent Hostinfo included, in the message.
+ */
+export function safeErrorText(err: unknown): string {
+  if (!(err instanceof Error)) return 'non-Error thrown';
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && code) return `${err.name} (database or system error ${code})`;
+  return err.message;
+}

@@ -1,5 +1,5 @@
 import type { Context, Next } from 'koa';
-import { ERRORS, HeadwayError } from '../errors.js';
+import { ERRORS, HeadwayError, safeErrorText } from '../errors.js';
 import type { Logger } from '../log.js';
 
 export const BODY_LIMIT = 1024 * 1024;
@@ -69,7 +69,7 @@ export function problemMiddleware(logger: Logger) {
         problem(ctx, status, 'bad_request', (err as Error).message);
         return;
       }
-      logger.error('request failed', { method: ctx.method, path: ctx.path, error: (err as Error).message });
+      logger.error('request failed', { method: ctx.method, path: ctx.path, error: safeErrorText(err) });
       problem(ctx, 500, 'internal', 'internal error; see the server log');
     }
   };

@@ -10,6 +10,7 @@ import { parseHostPort } from '../config/load.js';
 import type { Node } from '../domain.js';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { safeErrorText } from '../errors.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import type { DnsPort } from '../ports/policy.js';
 import type { PolicyService } from '../policy/service.js';
@@ -53,17 +54,6 @@ class RefusalLog {
   }
 }
 
-/**
- * safeErrorText describes a failure for the ERR log. Driver errors (they carry a
- * string `code`, e.g. SQLITE_CONSTRAINT or 23505) are named by code only: knex
- * puts the SQL with its bound values, client-sent Hostinfo included, in the message.
- */
-export function safeErrorText(err: unknown): string {
-  if (!(err instanceof Error)) return 'non-Error thrown';
-  const code = (err as { code?: unknown }).code;
-  if (typeof code === 'string' && code) return `${err.name} (database or system error ${code})`;
-  return err.message;
-}
 
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);

@@ -1,9 +1,12 @@
 import http from 'node:http';
 import http2 from 'node:http2';
+import https from 'node:https';
+import { isIP, type Socket } from 'node:net';
+import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
 import { handleTs2021Upgrade } from '@headway/noise';
-import { DerpServer, StunServer, verifyHandler } from '@headway/derp';
+import { DerpServer, HandshakeFailureLog, loadOrCreateRelayCertificate, RELAY_CERT_RENEW_BEFORE_MS, RelayListener, StunServer, verifyHandler, type RelayCertificate } from '@headway/derp';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
 import type { Node } from '../domain.js';
@@ -13,7 +16,7 @@ import type { DnsPort } from '../ports/policy.js';
 import type { PolicyService } from '../policy/service.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
-import { DerpMapSource } from './derpmap.js';
+import { CERT_PIN_MIN_CAPABILITY_VERSION, DerpMapSource, relayHostName, relayNeedsOwnTls } from './derpmap.js';
 import { DnsConfigSource } from './dns.js';
 import { frame, zstdReady } from './frames.js';
 import { Mapper } from './mapper.js';
@@ -23,6 +26,13 @@ import { MapSession, SessionHub } from './sessions.js';
 import { MIN_CAPABILITY_VERSION, type MapRequest, type RegisterRequest } from './wire.js';
 
 const H2_BODY_LIMIT = 1024 * 1024;
+/** The relay's generated TLS identity, in data_dir (see startRelayTls). */
+export const RELAY_CERT_FILE = 'derp_tls_cert.pem';
+export const RELAY_KEY_FILE = 'derp_tls_key.pem';
+/** How often a running server checks whether the relay certificate is due for renewal. */
+const RELAY_CERT_CHECK_MS = 24 * 3600_000;
+/** TLS_HANDSHAKE_RECORD is the first byte a TLS client sends. */
+const TLS_HANDSHAKE_RECORD = 0x16;
 
 export interface ControlOptions {
   state: State;
@@ -32,6 +42,10 @@ export interface ControlOptions {
   policy: PolicyService;
   controlKey: { privateKey: Buffer; publicKey: Buffer };
   dnsPlugin?: DnsPort;
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
 }
 
 function escapeHtml(s: string): string {
@@ -52,6 +66,11 @@ export class ControlServer {
   readonly derpMap: DerpMapSource;
   derp?: DerpServer;
   stun?: StunServer;
+  /** relayListener is the relay's own TLS (and plain HTTP) port, when server_url is http:// (see relayNeedsOwnTls). */
+  relayListener?: RelayListener;
+  private relayCertTimer?: NodeJS.Timeout;
+  /** mismatchLog reports TLS handshakes that reach a plain-HTTP listener, rate-limited. */
+  private readonly mismatchLog: HandshakeFailureLog;
   private readonly conns = new Map<string, Set<Duplex>>();
   private readonly streams = new Map<number, Set<http2.Http2ServerResponse>>();
   private readonly ephemeralTimers = new Map<number, NodeJS.Timeout>();
@@ -67,6 +86,7 @@ export class ControlServer {
     this.hub = new SessionHub(state, this.mapper, logger, o.metrics, () => o.policy.policyText);
     this.hub.closeNode = (id) => this.endStreams(id);
     this.registrar = new Registrar(state, config, logger);
+    this.mismatchLog = new HandshakeFailureLog(logger);
   }
 
   async init(): Promise<void> {
@@ -92,8 +112,17 @@ export class ControlServer {
       } else {
         this.derpMap.stunPort = -1;
       }
+      if (relayNeedsOwnTls(config)) await this.startRelayTls();
     }
-    await this.derpMap.init();
+    try {
+      await this.derpMap.init();
+    } catch (err) {
+      // startServer only closes a ControlServer whose init succeeded: release the relay's ports here.
+      clearInterval(this.relayCertTimer);
+      await this.relayListener?.close();
+      await this.stun?.close();
+      throw err;
+    }
     if (!Object.keys(this.derpMap.map.Regions).length) {
       logger.warn('the DERP map is empty: devices behind NAT cannot reach each other; enable derp.server or set derp.urls/derp.paths');
     }
@@ -110,6 +139,55 @@ export class ControlServer {
     for (const n of state.listNodes()) if (n.ephemeral) this.scheduleEphemeral(n.id);
   }
 
+  /**
+   * startRelayTls gives the relay a TLS port of its own with a self-signed
+   * certificate kept in data_dir, whose SHA-256 the DERP map pins: Tailscale
+   * clients dial DERP only over TLS, so with a plain-http server_url the relay
+   * would otherwise be unreachable (every client reporting a TLS error and the
+   * server seeing nothing).
+   */
+  private async startRelayTls(): Promise<void> {
+    const { config, logger } = this.o;
+    const s = config.derp.server;
+    const host = relayHostName(config);
+    const certPath = join(config.data_dir, RELAY_CERT_FILE);
+    const keyPath = join(config.data_dir, RELAY_KEY_FILE);
+    const hostNames = [host, s.ipv4, s.ipv6].filter((h) => h && h !== 'none');
+    const load = async (): Promise<RelayCertificate> => {
+      const cert = await loadOrCreateRelayCertificate({ certPath, keyPath, hostNames });
+      if (cert.created) logger.info('derp: generated the relay TLS certificate', { path: certPath, reason: cert.reason, sha256: cert.sha256, expires: cert.notAfter.toISOString() });
+      return cert;
+    };
+    let cert = await load();
+    const listenHost = parseHostPort(config.listen_addr)!.host;
+    const addr = s.tls_listen_addr ? parseHostPort(s.tls_listen_addr)! : { host: listenHost, port: 0 };
+    try {
+      this.relayListener = await RelayListener.listen({ derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port });
+    } catch (err) {
+      const what = s.tls_listen_addr ? `derp.server.tls_listen_addr ${s.tls_listen_addr}` : `derp.server.tls_listen_addr (empty: ${listenHost} from listen_addr, any port)`;
+      throw new Error(`${what}: ${(err as Error).message}`);
+    }
+    const port = this.relayListener.address().port;
+    this.derpMap.setRelayTls({ port, certSha256: cert.sha256 });
+    logger.info('derp: relay serving TLS on its own port (server_url is http://); its self-signed certificate is pinned in the DERP map', {
+      addr: `${addr.host.includes(':') ? `[${addr.host}]` : addr.host}:${port}`, host_name: host, sha256: cert.sha256,
+    });
+    logger.warn(`derp: Tailscale clients older than 1.82 (capability version ${CERT_PIN_MIN_CAPABILITY_VERSION}) cannot check a pinned certificate, so they are told to use the relay over TLS without verifying it; serve Headway over https (server_url and tls_cert_path, or a TLS proxy) to give every client a verified relay`);
+    if (isLoopback(addr.host) && !isLoopback(host)) {
+      logger.warn('derp: the relay\'s TLS port listens on loopback but server_url names another host: devices on other machines cannot reach the relay; set derp.server.tls_listen_addr (e.g. 0.0.0.0:8443)', { listen: addr.host, host_name: host });
+    }
+    // A running server renews the certificate before it expires and republishes the pin.
+    this.relayCertTimer = setInterval(() => {
+      if (cert.notAfter.getTime() - Date.now() >= RELAY_CERT_RENEW_BEFORE_MS) return;
+      load().then((next) => {
+        cert = next;
+        this.relayListener?.setCertificate(next.cert, next.key);
+        this.derpMap.setRelayTls({ port, certSha256: next.sha256 });
+      }).catch((err: Error) => logger.warn('derp: renewing the relay TLS certificate failed; keeping the current one', { error: err.message }));
+    }, RELAY_CERT_CHECK_MS);
+    this.relayCertTimer.unref();
+  }
+
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
   /** primaryRoutes answers API reads with primaries brought up to date first. */
   primaryRoutes(nodeId: number): string[] {
@@ -122,8 +200,36 @@ export class ControlServer {
     return Boolean(node && !(node.expiry && node.expiry.getTime() <= Date.now()));
   }
 
-  /** attach takes over HTTP upgrades for /ts2021 and /derp on a listener. */
+  /**
+   * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, and
+   * on a plain-HTTP listener reports TLS handshakes that reach it (a client
+   * told to use https here: server_url says https with no TLS in front, or a
+   * DERP map names this port for TLS), which otherwise fail on the client alone.
+   */
   attach(server: http.Server): void {
+    if (!(server instanceof https.Server)) {
+      server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) => {
+        if (err.rawPacket?.[0] === TLS_HANDSHAKE_RECORD) {
+          const s = socket as Socket;
+          this.mismatchLog.report({
+            remote: s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : undefined,
+            reason: 'TLS handshake on the plain-HTTP listener: the client expects https here (an https server_url with no TLS in front of Headway, or a DERP map that names this port); terminate TLS in front of Headway or set tls_cert_path',
+            level: 'warn',
+          });
+          socket.destroy();
+          return;
+        }
+        // Otherwise do what Node does when nobody listens: answer unless a response already started.
+        const s = socket as Socket & { _httpMessage?: { _headerSent?: boolean } | null };
+        if (s.writable && !s._httpMessage?._headerSent) {
+          const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large'
+            : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW' ? '413 Payload Too Large'
+            : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
+          s.write(`HTTP/1.1 ${status}\r\nConnection: close\r\n\r\n`);
+        }
+        s.destroy();
+      });
+    }
     server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       const path = (req.url ?? '').split('?')[0];
       if (path === '/ts2021') {
@@ -350,7 +456,9 @@ export class ControlServer {
     for (const set of this.conns.values()) for (const c of set) c.destroy();
     this.dns.close();
     this.derpMap.close();
+    clearInterval(this.relayCertTimer);
     await this.derp?.close();
+    await this.relayListener?.close();
     await this.stun?.close();
   }
 }

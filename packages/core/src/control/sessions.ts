@@ -206,7 +206,7 @@ export class SessionHub {
         this.pendingPrimaries = true;
         break;
       case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`);
-      case 'derp-changed': this.flushNow(); return this.broadcast(`{"DERPMap":${JSON.stringify(this.mapper.derpMap())}}`);
+      case 'derp-changed': this.flushNow(); return this.sendAll([...this.sessions()].map((s) => [s, `{"DERPMap":${this.mapper.derpMapJson(s.capVersion)}}`] as [MapSession, string]));
     }
     this.schedule();
   }

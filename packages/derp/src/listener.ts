@@ -35,6 +35,8 @@ export class RelayListener {
   private readonly secure: https.Server;
   private readonly sockets = new Set<net.Socket>();
   private readonly firstByteTimeoutMs: number;
+  /** connections counts accepted connections by protocol, for tests and metrics. */
+  readonly connections = { tls: 0, plain: 0 };
 
   private constructor(private readonly o: RelayListenerOptions) {
     this.firstByteTimeoutMs = o.firstByteTimeoutMs ?? 10_000;
@@ -117,8 +119,10 @@ export class RelayListener {
       socket.off('error', onError);
       socket.unshift(first);
       if (first[0] === TLS_HANDSHAKE_RECORD) {
+        this.connections.tls++;
         this.secure.emit('connection', socket);
       } else {
+        this.connections.plain++;
         this.plain.emit('connection', socket);
       }
       socket.resume();

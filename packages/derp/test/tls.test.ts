@@ -101,7 +101,7 @@ async function startListener(t: Test, options: { loginTimeoutMs?: number; verify
 }
 
 t.test('relay port: TLS and plain HTTP clients on one port relay to each other', async (t) => {
-  const { derp, port, cert } = await startListener(t);
+  const { derp, port, cert, listener } = await startListener(t);
   t.ok(port > 0, `bound port ${port}`);
   const overTls = await DerpClient.connect({ url: `https://127.0.0.1:${port}/derp`, tls: { ca: cert.cert } });
   t.teardown(() => overTls.close());
@@ -126,6 +126,7 @@ t.test('relay port: TLS and plain HTTP clients on one port relay to each other',
     }).on('error', reject);
   });
   t.same(probe, { status: 200, authorized: true, protocol: 'TLSv1.3' }, 'the latency probe answers over TLS 1.3 with the pinned certificate');
+  t.same(listener.connections, { tls: 3, plain: 1 }, 'three TLS connections (DERP, WebSocket, probe) and one plain');
   const other = await fetch(`http://127.0.0.1:${port}/key?v=100`);
   t.equal(other.status, 404, 'nothing but the relay on this port');
 });

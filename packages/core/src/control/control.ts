@@ -92,29 +92,9 @@ export class ControlServer {
   async init(): Promise<void> {
     await zstdReady();
     await this.dns.init();
-    const { config, state, logger } = this.o;
-    if (config.derp.server.enabled) {
-      const key = loadOrCreateKey(config.derp.server.private_key_path);
-      this.derp = new DerpServer({
-        privateKey: key.privateKey,
-        logger,
-        verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
-      });
-      const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
-      if (stunAddr) {
-        this.stun = new StunServer();
-        try {
-          const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
-          this.derpMap.stunPort = bound.port;
-        } catch (err) {
-          throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
-        }
-      } else {
-        this.derpMap.stunPort = -1;
-      }
-      if (relayNeedsOwnTls(config)) await this.startRelayTls();
-    }
+    const { state, logger } = this.o;
     try {
+      await this.startRelay();
       await this.derpMap.init();
     } catch (err) {
       // startServer only closes a ControlServer whose init succeeded: release the relay's ports here.
@@ -137,6 +117,31 @@ export class ControlServer {
       }
     });
     for (const n of state.listNodes()) if (n.ephemeral) this.scheduleEphemeral(n.id);
+  }
+
+  /** startRelay starts the embedded relay with STUN and, for an http:// server_url, its TLS port. */
+  private async startRelay(): Promise<void> {
+    const { config, logger } = this.o;
+    if (!config.derp.server.enabled) return;
+    const key = loadOrCreateKey(config.derp.server.private_key_path);
+    this.derp = new DerpServer({
+      privateKey: key.privateKey,
+      logger,
+      verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
+    });
+    const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
+    if (stunAddr) {
+      this.stun = new StunServer();
+      try {
+        const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+        this.derpMap.stunPort = bound.port;
+      } catch (err) {
+        throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
+      }
+    } else {
+      this.derpMap.stunPort = -1;
+    }
+    if (relayNeedsOwnTls(config)) await this.startRelayTls();
   }
 
   /**

@@ -54,10 +54,13 @@ export class RelayListener {
     for (const server of [this.plain, this.secure]) {
       server.on('upgrade', onUpgrade);
       server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-        const remote = remoteOf(socket);
-        // TLS failures arrive here too; tlsClientError below has already reported them.
-        if (err.code !== 'ECONNRESET' && !err.code?.startsWith('ERR_SSL')) {
-          o.derp.reportHandshakeFailure({ remote, reason: `not an HTTP request on the relay port (${err.code ?? err.message})`, level: 'warn' });
+        // TLS failures arrive here too; tlsClientError below has already reported them, and nothing can be answered.
+        if (err.code?.startsWith('ERR_SSL')) {
+          socket.destroy();
+          return;
+        }
+        if (err.code !== 'ECONNRESET') {
+          o.derp.reportHandshakeFailure({ remote: remoteOf(socket), reason: `not an HTTP request on the relay port (${err.code ?? err.message})`, level: 'warn' });
         }
         if (!socket.destroyed && (socket as net.Socket).writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
         else socket.destroy();

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { connect as netConnect, type Socket } from 'node:net';
+import { connect as netConnect, isIP, type Socket } from 'node:net';
+import { connect as tlsConnect, type ConnectionOptions } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { openFrom, sealTo } from './box.js';
 import {
@@ -28,8 +29,10 @@ export type DerpMessage =
   | { type: 'unknown'; frameType: number; payload: Buffer };
 
 export interface DerpClientOptions {
-  /** url is `http://host:port/derp` (raw DERP upgrade) or `ws://host:port/derp` (WebSocket). */
+  /** url is `http(s)://host:port/derp` (raw DERP upgrade) or `ws(s)://host:port/derp` (WebSocket). */
   url: string;
+  /** tls holds options for https:// and wss:// (e.g. `ca` to trust a self-signed relay certificate). */
+  tls?: ConnectionOptions;
   /** privateKey is the node's raw X25519 key; a random one is generated when omitted. */
   privateKey?: Buffer;
   /** fastStart sends `Derp-Fast-Start: 1` so the server skips its HTTP 101 response. */
@@ -85,18 +88,23 @@ export class DerpClient {
   /** connect dials the relay, performs the upgrade and the DERP login, and resolves when logged in. */
   static async connect(options: DerpClientOptions): Promise<DerpClient> {
     const url = new URL(options.url);
-    const websocket = url.protocol === 'ws:';
-    if (url.protocol !== 'http:' && !websocket) {
-      throw new Error(`DerpClient: url must start with http:// or ws://, got ${url.protocol}`);
+    const websocket = url.protocol === 'ws:' || url.protocol === 'wss:';
+    const secure = url.protocol === 'https:' || url.protocol === 'wss:';
+    if (!['http:', 'https:', 'ws:', 'wss:'].includes(url.protocol)) {
+      throw new Error(`DerpClient: url must start with http://, https://, ws:// or wss://, got ${url.protocol}`);
     }
     const privateKey = options.privateKey ?? generateDerpKeyPair().privateKey;
     const timeoutMs = options.timeoutMs ?? 10_000;
-    const socket = netConnect({ host: url.hostname.replace(/^\[|\]$/g, ''), port: Number(url.port || 80) });
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    const port = Number(url.port || (secure ? 443 : 80));
+    const socket: Socket = secure
+      ? tlsConnect({ host, port, ...(isIP(host) ? {} : { servername: host }), ...options.tls })
+      : netConnect({ host, port });
     socket.setNoDelay(true);
     const timer = setTimeout(() => socket.destroy(new Error(`DerpClient: connect to ${options.url} timed out`)), timeoutMs);
     try {
       await new Promise<void>((resolve, reject) => {
-        socket.once('connect', resolve);
+        socket.once(secure ? 'secureConnect' : 'connect', resolve);
         socket.once('error', reject);
       });
       const path = (url.pathname || '/derp') + url.search;

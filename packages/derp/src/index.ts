@@ -46,3 +46,14 @@ export {
 } from './verify.js';
 export { WebSocketStream, webSocketAccept, isValidWebSocketKey, newWebSocketKey, WsCloseCode, type WebSocketStreamOptions } from '@headway/noise';
 export { runRelayBenchmark, type RelayBenchmarkOptions, type RelayBenchmarkResult } from './bench.js';
+export { RelayListener, describeTlsFailure, type RelayListenerOptions } from './listener.js';
+export {
+  loadOrCreateRelayCertificate,
+  certificateSha256,
+  certificateCovers,
+  RELAY_CERT_VALIDITY_DAYS,
+  RELAY_CERT_RENEW_BEFORE_MS,
+  type RelayCertificate,
+  type RelayCertificateOptions,
+} from './cert.js';
+export { HandshakeFailureLog, type HandshakeFailure, type HandshakeFailureLogOptions, type FailureLogger } from './failurelog.js';

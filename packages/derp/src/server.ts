@@ -16,6 +16,7 @@ import {
   type Frame,
 } from './frames.js';
 import { formatNodeKey, KEY_LENGTH, publicKeyFromPrivate } from './keys.js';
+import { HandshakeFailureLog, type HandshakeFailure, type HandshakeFailureLogOptions } from './failurelog.js';
 import { isValidWebSocketKey, webSocketAccept, WebSocketStream } from '@headway/noise';
 
 /** DerpLogger is the slice of a structured logger the relay writes to; @headway/core's Logger fits. */
@@ -52,6 +53,8 @@ export interface DerpServerOptions {
   /** loginTimeoutMs bounds how long a connection may take to log in (default 10 s). */
   loginTimeoutMs?: number;
   logger?: DerpLogger;
+  /** handshakeLog tunes the rate limit on lines about failed connection attempts. */
+  handshakeLog?: HandshakeFailureLogOptions;
 }
 
 /** DerpServerStats are cumulative counters, useful for tests and metrics. */
@@ -193,6 +196,7 @@ export class DerpServer {
   private readonly queueDepth: number;
   private readonly loginTimeoutMs: number;
   private readonly log: DerpLogger;
+  private readonly failures: HandshakeFailureLog;
   /** clients maps raw-key hex to the one active connection for that key. */
   private readonly clients = new Map<string, ClientConn>();
   /** receiversOf maps a sender's key hex to connections it has sent to, who get PeerGone when it leaves. */
@@ -229,6 +233,16 @@ export class DerpServer {
     this.queueDepth = queueDepth;
     this.loginTimeoutMs = options.loginTimeoutMs ?? DEFAULT_LOGIN_TIMEOUT_MS;
     this.log = options.logger ?? silentLogger;
+    this.failures = new HandshakeFailureLog(this.log, options.handshakeLog);
+  }
+
+  /**
+   * reportHandshakeFailure logs a connection attempt that never became a
+   * relay client (TLS, HTTP upgrade or DERP login failed), rate-limited per
+   * address and reason; listeners in front of the relay report through it too.
+   */
+  reportHandshakeFailure(failure: HandshakeFailure): boolean {
+    return this.failures.report(failure);
   }
 
   /** publicKeyString is the server key as `nodekey:<hex>` (the DERP map's node key form). */
@@ -335,6 +349,7 @@ export class DerpServer {
     if (upgrade === 'websocket' && protocols.includes('derp')) {
       const key = req.headers['sec-websocket-key'];
       if (req.headers['sec-websocket-version'] !== '13' || !isValidWebSocketKey(key)) {
+        this.reportHandshakeFailure({ remote: remoteAddress, reason: 'WebSocket upgrade without version 13 or a valid key' });
         writeHttpError(socket, 400, 'WebSocket upgrade needs Sec-WebSocket-Version: 13 and a valid Sec-WebSocket-Key');
         return true;
       }
@@ -353,6 +368,7 @@ export class DerpServer {
     // Very old clients sent "Upgrade: WebSocket" while speaking raw DERP, so a
     // websocket upgrade without the derp subprotocol is treated as raw DERP.
     if (upgrade !== 'derp' && upgrade !== 'websocket') {
+      this.reportHandshakeFailure({ remote: remoteAddress, reason: `upgrade to ${JSON.stringify(upgrade)} instead of DERP or WebSocket` });
       writeHttpError(socket, 426, 'DERP requires connection upgrade');
       return true;
     }
@@ -388,7 +404,7 @@ export class DerpServer {
     });
     conn.loginTimer = setTimeout(() => {
       this.counters.loginFailures++;
-      this.log.info('derp: login timed out', { remote: remoteAddress });
+      this.reportHandshakeFailure({ remote: remoteAddress, reason: `did not log in within ${this.loginTimeoutMs} ms` });
       this.closeConn(conn);
     }, this.loginTimeoutMs);
     conn.loginTimer.unref();
@@ -442,9 +458,15 @@ export class DerpServer {
       // Whatever went wrong, it is confined to this connection: the relay keeps serving everyone else.
       const expected = err instanceof ProtocolError || err instanceof FrameTooLargeError;
       if (expected) this.counters.protocolErrors++;
-      if (conn.state === 'login') this.counters.loginFailures++;
+      const message = err instanceof Error ? err.message : String(err);
+      if (conn.state === 'login') {
+        this.counters.loginFailures++;
+        this.reportHandshakeFailure({ remote: conn.remoteAddress, reason: `bad DERP login: ${message}`, level: expected ? 'info' : 'warn' });
+        this.closeConn(conn);
+        return;
+      }
       const fields = {
-        err: err instanceof Error ? err.message : String(err),
+        err: message,
         remote: conn.remoteAddress,
         node_key: conn.keyHex ? formatNodeKey(conn.key) : undefined,
       };
@@ -507,7 +529,8 @@ export class DerpServer {
     const nodeKey = formatNodeKey(conn.key);
     if (!allowed || this.closing) {
       this.counters.loginFailures++;
-      this.log.info('derp: client not admitted', { node_key: nodeKey, remote: conn.remoteAddress });
+      const reason = this.closing ? 'relay shutting down' : 'not admitted: the relay does not accept this node key (unknown or expired node)';
+      this.reportHandshakeFailure({ remote: conn.remoteAddress, reason, fields: { node_key: nodeKey } });
       this.closeConn(conn);
       return;
     }

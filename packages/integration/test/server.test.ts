@@ -91,7 +91,7 @@ t.test('DERP map: files merged by region with the embedded relay; bad files name
   t.equal(regions['900']!.RegionCode, 'home');
   t.equal(regions['900']!.Nodes[0]!.HostName, 'derp.home.example');
   t.equal(regions['999']!.RegionCode, 'headway');
-  t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: Number(new URL(s.urls.http).port), InsecureForTests: true });
+  t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: s.control.relayListener!.address().port, CertName: /^sha256-raw:[0-9a-f]{64}$/ });
   t.equal(regions['999']!.Nodes[0]!.STUNPort, s.control.stun!.address().port, 'the port STUN really bound');
   t.not(regions['999']!.Nodes[0]!.STUNPort, 0);
   writeFileSync(yamlMap, 'regions:\n  901:\n    regionid: 901\n    regioncode: away\n    regionname: Away\n    nodes:\n      - name: 901a\n        regionid: 901\n        hostname: derp.away.example\n');

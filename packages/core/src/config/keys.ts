@@ -61,6 +61,7 @@ export const KEYS: Record<string, KeySpec> = {
   'derp.server.region_name': { kind: 'string', default: 'Headway Embedded DERP', doc: 'region name of the embedded relay' },
   'derp.server.verify_clients': { kind: 'bool', default: true, doc: 'admit only registered, unexpired nodes to the relay' },
   'derp.server.stun_listen_addr': { kind: 'addr', default: '127.0.0.1:3478', empty: true, doc: 'UDP address of the STUN server; loopback like listen_addr by default (0.0.0.0:3478 to serve other machines); empty disables STUN' },
+  'derp.server.tls_listen_addr': { kind: 'addr', default: '', empty: true, doc: 'TLS port of the relay when server_url is http:// and tls_cert_path is unset (clients dial DERP only over TLS; a self-signed certificate in data_dir is pinned in the DERP map); the port also accepts plain HTTP; empty: listen_addr\'s host, on a port picked at start-up (set a fixed one to open it in a firewall)' },
   'derp.server.private_key_path': { kind: 'path', default: 'derp_server_private.key', doc: 'the relay key (generated on first start); relative to data_dir' },
   'derp.server.automatically_add_embedded_derp_region': { kind: 'bool', default: true, doc: 'add the embedded relay to every node DERP map' },
   'derp.server.ipv4': { kind: 'string', default: '', empty: true, doc: 'public IPv4 of the relay advertised to clients' },

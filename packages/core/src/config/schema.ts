@@ -33,6 +33,7 @@ export interface DerpServerConfig {
   region_name: string;
   verify_clients: boolean;
   stun_listen_addr: string;
+  tls_listen_addr: string;
   private_key_path: string;
   automatically_add_embedded_derp_region: boolean;
   ipv4: string;

@@ -1,10 +1,12 @@
 import http from 'node:http';
 import http2 from 'node:http2';
-import type { Socket } from 'node:net';
+import https from 'node:https';
+import { isIP, type Socket } from 'node:net';
+import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
 import { handleTs2021Upgrade, Ts2021Limits, type RefusalKind, type Ts2021ConnectionInfo } from '@headway/noise';
-import { DerpServer, StunServer, verifyHandler } from '@headway/derp';
+import { DerpServer, HandshakeFailureLog, loadOrCreateRelayCertificate, RELAY_CERT_RENEW_BEFORE_MS, RelayListener, StunServer, verifyHandler, type RelayCertificate } from '@headway/derp';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
 import type { Node } from '../domain.js';
@@ -16,7 +18,7 @@ import type { DnsPort } from '../ports/policy.js';
 import type { PolicyService } from '../policy/service.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
-import { DerpMapSource } from './derpmap.js';
+import { CERT_PIN_MIN_CAPABILITY_VERSION, DerpMapSource, relayHostName, relayNeedsOwnTls } from './derpmap.js';
 import { DnsConfigSource } from './dns.js';
 import { frame, zstdReady } from './frames.js';
 import { Mapper } from './mapper.js';
@@ -27,6 +29,13 @@ import { parseMapRequest, parseRegisterRequest } from './validate.js';
 import { MIN_CAPABILITY_VERSION, type MapRequest } from './wire.js';
 
 const H2_BODY_LIMIT = 1024 * 1024;
+/** The relay's generated TLS identity, in data_dir (see startRelayTls). */
+export const RELAY_CERT_FILE = 'derp_tls_cert.pem';
+export const RELAY_KEY_FILE = 'derp_tls_key.pem';
+/** How often a running server checks whether the relay certificate is due for renewal. */
+const RELAY_CERT_CHECK_MS = 24 * 3600_000;
+/** TLS_HANDSHAKE_RECORD is the first byte a TLS client sends. */
+const TLS_HANDSHAKE_RECORD = 0x16;
 
 export interface ControlOptions {
   state: State;
@@ -36,6 +45,10 @@ export interface ControlOptions {
   policy: PolicyService;
   controlKey: { privateKey: Buffer; publicKey: Buffer };
   dnsPlugin?: DnsPort;
+}
+
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
 }
 
 /**
@@ -73,6 +86,11 @@ export class ControlServer {
   readonly derpMap: DerpMapSource;
   derp?: DerpServer;
   stun?: StunServer;
+  /** relayListener is the relay's own TLS (and plain HTTP) port, when server_url is http:// (see relayNeedsOwnTls). */
+  relayListener?: RelayListener;
+  private relayCertTimer?: NodeJS.Timeout;
+  /** mismatchLog reports TLS handshakes that reach a plain-HTTP listener, rate-limited. */
+  private readonly mismatchLog: HandshakeFailureLog;
   private readonly conns = new Map<string, Set<Duplex>>();
   private readonly streams = new Map<number, Set<http2.Http2ServerResponse>>();
   private readonly ephemeralTimers = new Map<number, NodeJS.Timeout>();
@@ -102,33 +120,23 @@ export class ControlServer {
       maxUnauthenticatedPerSource: config.noise.max_unauthenticated_sessions_per_address,
       isAuthenticated: (machineKey) => state.nodeByMachineKey(machineKey) !== undefined,
     });
+    this.mismatchLog = new HandshakeFailureLog(logger);
   }
 
   async init(): Promise<void> {
     await zstdReady();
     await this.dns.init();
-    const { config, state, logger } = this.o;
-    if (config.derp.server.enabled) {
-      const key = loadOrCreateKey(config.derp.server.private_key_path);
-      this.derp = new DerpServer({
-        privateKey: key.privateKey,
-        logger,
-        verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
-      });
-      const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
-      if (stunAddr) {
-        this.stun = new StunServer();
-        try {
-          const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
-          this.derpMap.stunPort = bound.port;
-        } catch (err) {
-          throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
-        }
-      } else {
-        this.derpMap.stunPort = -1;
-      }
+    const { state, logger } = this.o;
+    try {
+      await this.startRelay();
+      await this.derpMap.init();
+    } catch (err) {
+      // startServer only closes a ControlServer whose init succeeded: release the relay's ports here.
+      clearInterval(this.relayCertTimer);
+      await this.relayListener?.close();
+      await this.stun?.close();
+      throw err;
     }
-    await this.derpMap.init();
     if (!Object.keys(this.derpMap.map.Regions).length) {
       logger.warn('the DERP map is empty: devices behind NAT cannot reach each other; enable derp.server or set derp.urls/derp.paths');
     }
@@ -158,6 +166,80 @@ export class ControlServer {
     this.pendingGc.unref();
   }
 
+  /** startRelay starts the embedded relay with STUN and, for an http:// server_url, its TLS port. */
+  private async startRelay(): Promise<void> {
+    const { config, logger } = this.o;
+    if (!config.derp.server.enabled) return;
+    const key = loadOrCreateKey(config.derp.server.private_key_path);
+    this.derp = new DerpServer({
+      privateKey: key.privateKey,
+      logger,
+      verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
+    });
+    const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
+    if (stunAddr) {
+      this.stun = new StunServer();
+      try {
+        const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+        this.derpMap.stunPort = bound.port;
+      } catch (err) {
+        throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
+      }
+    } else {
+      this.derpMap.stunPort = -1;
+    }
+    if (relayNeedsOwnTls(config)) await this.startRelayTls();
+  }
+
+  /**
+   * startRelayTls gives the relay a TLS port of its own with a self-signed
+   * certificate kept in data_dir, whose SHA-256 the DERP map pins: Tailscale
+   * clients dial DERP only over TLS, so with a plain-http server_url the relay
+   * would otherwise be unreachable (every client reporting a TLS error and the
+   * server seeing nothing).
+   */
+  private async startRelayTls(): Promise<void> {
+    const { config, logger } = this.o;
+    const s = config.derp.server;
+    const host = relayHostName(config);
+    const certPath = join(config.data_dir, RELAY_CERT_FILE);
+    const keyPath = join(config.data_dir, RELAY_KEY_FILE);
+    const hostNames = [host, s.ipv4, s.ipv6].filter((h) => h && h !== 'none');
+    const load = async (): Promise<RelayCertificate> => {
+      const cert = await loadOrCreateRelayCertificate({ certPath, keyPath, hostNames });
+      if (cert.created) logger.info('derp: generated the relay TLS certificate', { path: certPath, reason: cert.reason, sha256: cert.sha256, expires: cert.notAfter.toISOString() });
+      return cert;
+    };
+    let cert = await load();
+    const listenHost = parseHostPort(config.listen_addr)!.host;
+    const addr = s.tls_listen_addr ? parseHostPort(s.tls_listen_addr)! : { host: listenHost, port: 0 };
+    try {
+      this.relayListener = await RelayListener.listen({ derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port });
+    } catch (err) {
+      const what = s.tls_listen_addr ? `derp.server.tls_listen_addr ${s.tls_listen_addr}` : `derp.server.tls_listen_addr (empty: ${listenHost} from listen_addr, any port)`;
+      throw new Error(`${what}: ${(err as Error).message}`);
+    }
+    const port = this.relayListener.address().port;
+    this.derpMap.setRelayTls({ port, certSha256: cert.sha256 });
+    logger.info('derp: relay serving TLS on its own port (server_url is http://); its self-signed certificate is pinned in the DERP map', {
+      addr: `${addr.host.includes(':') ? `[${addr.host}]` : addr.host}:${port}`, host_name: host, sha256: cert.sha256,
+    });
+    logger.warn(`derp: Tailscale clients older than 1.82 (capability version ${CERT_PIN_MIN_CAPABILITY_VERSION}) cannot check a pinned certificate, so they are told to use the relay over TLS without verifying it; serve Headway over https (server_url and tls_cert_path, or a TLS proxy) to give every client a verified relay`);
+    if (isLoopback(addr.host) && !isLoopback(host)) {
+      logger.warn('derp: the relay\'s TLS port listens on loopback but server_url names another host: devices on other machines cannot reach the relay; set derp.server.tls_listen_addr (e.g. 0.0.0.0:8443)', { listen: addr.host, host_name: host });
+    }
+    // A running server renews the certificate before it expires and republishes the pin.
+    this.relayCertTimer = setInterval(() => {
+      if (cert.notAfter.getTime() - Date.now() >= RELAY_CERT_RENEW_BEFORE_MS) return;
+      load().then((next) => {
+        cert = next;
+        this.relayListener?.setCertificate(next.cert, next.key);
+        this.derpMap.setRelayTls({ port, certSha256: next.sha256 });
+      }).catch((err: Error) => logger.warn('derp: renewing the relay TLS certificate failed; keeping the current one', { error: err.message }));
+    }, RELAY_CERT_CHECK_MS);
+    this.relayCertTimer.unref();
+  }
+
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
   /** primaryRoutes answers API reads with primaries brought up to date first. */
   primaryRoutes(nodeId: number): string[] {
@@ -171,10 +253,36 @@ export class ControlServer {
   }
 
   /**
-   * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, and bounds how long a TCP
-   * connection may stay silent before its first request or upgrade (noise.handshake_timeout).
+   * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, bounds how long a TCP
+   * connection may stay silent before its first request or upgrade (noise.handshake_timeout),
+   * and on a plain-HTTP listener reports TLS handshakes that reach it (a client told to use
+   * https here: server_url says https with no TLS in front, or a DERP map names this port for
+   * TLS), which otherwise fail on the client alone.
    */
   attach(server: http.Server): void {
+    if (!(server instanceof https.Server)) {
+      server.on('clientError', (err: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) => {
+        if (err.rawPacket?.[0] === TLS_HANDSHAKE_RECORD) {
+          const s = socket as Socket;
+          this.mismatchLog.report({
+            remote: s.remoteAddress ? `${s.remoteAddress}:${s.remotePort}` : undefined,
+            reason: 'TLS handshake on the plain-HTTP listener: the client expects https here (an https server_url with no TLS in front of Headway, or a DERP map that names this port); terminate TLS in front of Headway or set tls_cert_path',
+            level: 'warn',
+          });
+          socket.destroy();
+          return;
+        }
+        // Otherwise do what Node does when nobody listens: answer unless a response already started.
+        const s = socket as Socket & { _httpMessage?: { _headerSent?: boolean } | null };
+        if (s.writable && !s._httpMessage?._headerSent) {
+          const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large'
+            : err.code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW' ? '413 Payload Too Large'
+            : err.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? '408 Request Timeout' : '400 Bad Request';
+          s.write(`HTTP/1.1 ${status}\r\nConnection: close\r\n\r\n`);
+        }
+        s.destroy();
+      });
+    }
     const deadline = this.o.config.noise.handshake_timeout;
     if (deadline > 0) {
       // Keyed by peer address and port: with TLS, 'connection' sees the TCP socket, requests the TLS one.
@@ -526,7 +634,9 @@ export class ControlServer {
     for (const set of this.conns.values()) for (const c of set) c.destroy();
     this.dns.close();
     this.derpMap.close();
+    clearInterval(this.relayCertTimer);
     await this.derp?.close();
+    await this.relayListener?.close();
     await this.stun?.close();
   }
 }

@@ -60,7 +60,8 @@ export class Mapper {
 
   forget(id: number): void { this.peerJson.delete(id); }
   dnsConfig(): Record<string, unknown> { return this.dns.config(); }
-  derpMap(): unknown { return this.derp.map; }
+  /** derpMapJson is the DERP map for a client's capability version (older clients cannot pin the relay certificate). */
+  derpMapJson(capVersion: number | undefined): string { return this.derp.jsonFor(capVersion); }
   forgetAll(): void { this.peerJson.clear(); }
 
   fqdn(node: Node): string {
@@ -204,7 +205,7 @@ export class Mapper {
     const compiled = this.view.forNode(node.id);
     const parts = [
       `"Node":${this.selfNode(node, capVersion)}`,
-      `"DERPMap":${JSON.stringify(this.derp.map)}`,
+      `"DERPMap":${this.derp.jsonFor(capVersion)}`,
       `"Domain":${JSON.stringify(this.domain())}`,
       `"CollectServices":false`,
       `"Debug":${JSON.stringify(compiled.randomizeClientPort ? { DisableLogTail: true, RandomizeClientPort: true } : { DisableLogTail: true })}`,

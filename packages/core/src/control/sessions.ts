@@ -232,7 +232,12 @@ export class SessionHub {
         this.pendingPrimaries = true;
         break;
       case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`, true);
-      case 'derp-changed': this.flushNow(); return this.broadcast(`{"DERPMap":${JSON.stringify(this.mapper.derpMap())}}`, true);
+      case 'derp-changed': {
+        this.flushNow();
+        const all = [...this.sessions()];
+        for (const s of all) this.rebuilt(s);
+        return this.sendAll(all.map((s) => [s, `{"DERPMap":${this.mapper.derpMapJson(s.capVersion)}}`] as [MapSession, string]));
+      }
     }
     this.schedule();
   }

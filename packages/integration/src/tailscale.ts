@@ -216,6 +216,25 @@ export function findTailscaleBinaries(home: string = tailscaleHome()): Tailscale
 }
 
 /**
+ * cleanupStack returns a list whose functions run in reverse order when the test
+ * ends (devices before the server that serves them); a failing step is reported
+ * as a comment and does not stop the others.
+ */
+export function cleanupStack(t: { teardown(fn: () => Promise<void>): void; comment(msg: string): void }): Array<() => Promise<void> | void> {
+  const cleanups: Array<() => Promise<void> | void> = [];
+  t.teardown(async () => {
+    for (const fn of cleanups.reverse()) {
+      try {
+        await fn();
+      } catch (err) {
+        t.comment(`cleanup: ${(err as Error).message}`);
+      }
+    }
+  });
+  return cleanups;
+}
+
+/**
  * requireTailscale returns the installed clients, or an empty list after
  * skipping the test (locally) or failing it (when CI=true, where a missing
  * client means the install step broke and must not pass silently).

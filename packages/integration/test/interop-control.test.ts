@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestServer, type TestServer } from '../src/server.js';
 import { runHeadway } from '../src/cli.js';
-import { requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
+import { cleanupStack, requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
 
 
 /** CliNode is one entry of `headway nodes list -o json` (the headscale-compatible snake_case shape). */
@@ -106,16 +106,7 @@ for (const binaries of installed) {
   t.test(binaries.version, async (t) => {
     const tag = binaries.version.replace(/\W/g, '');
     // Everything started here is stopped in reverse order, devices before the server.
-    const cleanups: Array<() => Promise<void> | void> = [];
-    t.teardown(async () => {
-      for (const fn of cleanups.reverse()) {
-        try {
-          await fn();
-        } catch (err) {
-          t.comment(`cleanup: ${(err as Error).message}`);
-        }
-      }
-    });
+    const cleanups = cleanupStack(t);
     const startDevice = async (name: string, stateDir?: string): Promise<TailscaleDevice> => {
       const d = await TailscaleDevice.start({
         name: `${name}${tag}`,

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestServer, type TestServer } from '../src/server.js';
 import { runHeadwayOn } from '../src/cli.js';
-import { requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
+import { cleanupStack, requireTailscale, TailscaleDevice, type TailscalePeerStatus, type TailscaleStatus } from '../src/tailscale.js';
 
 const TAGGED_USER_ID = 2147455555;
 const JOIN_TIMEOUT_MS = 30_000;
@@ -38,16 +38,7 @@ for (const binaries of installed) {
   t.test(binaries.version, async (t) => {
     let a: TailscaleDevice;
     const tag = binaries.version.replace(/\W/g, '');
-    const cleanups: Array<() => Promise<void> | void> = [];
-    t.teardown(async () => {
-      for (const fn of cleanups.reverse()) {
-        try {
-          await fn();
-        } catch (err) {
-          t.comment(`cleanup: ${(err as Error).message}`);
-        }
-      }
-    });
+    const cleanups = cleanupStack(t);
     const dataDir = mkdtempSync(join(tmpdir(), 'hw-interop-od-'));
     cleanups.push(() => rmSync(dataDir, { recursive: true, force: true }));
     const server = await startTestServer({ derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } }, { dataDir });

@@ -11,7 +11,7 @@ import type { Node } from '../domain.js';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
-import type { DnsPort } from '../ports/policy.js';
+import type { DnsPort } from '../ports/dns.js';
 import type { PolicyService } from '../policy/service.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
@@ -34,7 +34,7 @@ export interface ControlOptions {
   metrics: Metrics;
   policy: PolicyService;
   controlKey: { privateKey: Buffer; publicKey: Buffer };
-  dnsPlugin?: DnsPort;
+  dnsPlugins?: DnsPort[];
 }
 
 /**
@@ -97,7 +97,7 @@ export class ControlServer {
     const { state, config, logger } = o;
     this.view = new NetworkView(state, logger);
     const prefixes = [config.prefixes.v4, config.prefixes.v6].filter(Boolean);
-    this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugin);
+    this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugins);
     this.derpMap = new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }));
     this.mapper = new Mapper(state, config, this.view, this.dns, this.derpMap);
     this.hub = new SessionHub(state, this.mapper, logger, o.metrics, () => o.policy.policyText);

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestDevice } from '@headway/testkit';
@@ -59,9 +59,11 @@ t.test('a bad option stops the start-up naming the plugin and the option', async
   await t.rejects(startTestServer({ plugins: [{ package: PKG, port: 'dns', options: { file: 42, colour: 'red' } }] }), {
     message: /plugins\[0\] \(@headway-examples\/plugin-dns-records\): option "colour": unknown option[\s\S]*plugins\[0\] \(@headway-examples\/plugin-dns-records\): option "file": expected a file path, found 42/,
   });
-  await t.rejects(startTestServer({ plugins: [{ package: PKG, port: 'dns' }] }), {
+  const dataDir = mkdtempSync(join(tmpdir(), 'hw-plugin-data-'));
+  await t.rejects(startTestServer({ plugins: [{ package: PKG, port: 'dns' }] }, { dataDir }), {
     message: /plugins\[0\] \(@headway-examples\/plugin-dns-records\): option "file": required/,
   });
+  t.notOk(existsSync(join(dataDir, 'db.sqlite')), 'the options were checked before the database was created');
 });
 
 t.test('headway config check reports a plugin option error, naming plugin and option', async (t) => {

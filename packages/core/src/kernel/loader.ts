@@ -171,14 +171,18 @@ const PLUGIN_ASSERTIONS: Partial<Record<PortName, (value: unknown, adapter: stri
 /** LoadedPlugins are the plugin adapters by port, in the order `plugins:` lists them. */
 export interface LoadedPlugins { dns: DnsPort[] }
 
+/** PreparedPlugins are `plugins:` entries imported and with their options checked, not yet registered. */
+export interface PreparedPlugins {
+  entries: Array<{ entry: PluginEntry; label: string; d: AdapterDescriptor; options: Record<string, unknown> }>;
+}
+
 /**
- * loadPlugins validates every entry's options first (so one start-up names every
- * bad option at once), then registers each plugin in turn and collects the
- * adapter it registered under its port's token. A port that allows one plugin
- * refuses a second; the list of a port is also registered as `<port>Adapters`.
+ * preparePlugins imports every `plugins:` package and checks its options, and
+ * throws one error naming every problem of every plugin. The server calls it
+ * before it opens the database, so a bad option stops it having changed nothing.
  */
-export async function loadPlugins(config: Pick<HeadwayConfig, 'plugins'>, ctx: Omit<AdapterContext, 'options'>): Promise<LoadedPlugins> {
-  const prepared: Array<{ entry: PluginEntry; label: string; d: AdapterDescriptor; options: Record<string, unknown> }> = [];
+export async function preparePlugins(config: Pick<HeadwayConfig, 'plugins'>): Promise<PreparedPlugins> {
+  const entries: PreparedPlugins['entries'] = [];
   const messages: string[] = [];
   for (const [i, entry] of config.plugins.entries()) {
     const label = pluginLabel(i, entry);
@@ -189,15 +193,23 @@ export async function loadPlugins(config: Pick<HeadwayConfig, 'plugins'>, ctx: O
     }
     try {
       const d = await importDescriptor(entry.port, entry.package, label);
-      prepared.push({ entry, label, d, options: await pluginOptions(d, entry.options, label) });
+      entries.push({ entry, label, d, options: await pluginOptions(d, entry.options, label) });
     } catch (err) {
       messages.push((err as Error).message);
     }
   }
   if (messages.length) throw new AdapterLoadError(messages.join('\n'));
+  return { entries };
+}
 
+/**
+ * registerPlugins registers each prepared plugin in turn and collects the
+ * adapter it registered under its port's token. A port that allows one plugin
+ * refuses a second; the list of a port is also registered as `<port>Adapters`.
+ */
+export async function registerPlugins(prepared: PreparedPlugins, ctx: Omit<AdapterContext, 'options'>): Promise<LoadedPlugins> {
   const loaded: Record<string, unknown[]> = {};
-  for (const { entry, label, d, options } of prepared) {
+  for (const { entry, label, d, options } of prepared.entries) {
     const { port } = entry;
     const list = (loaded[port] ??= []);
     const selection = PORT_SELECTION[port];
@@ -224,4 +236,9 @@ export async function loadPlugins(config: Pick<HeadwayConfig, 'plugins'>, ctx: O
   const result: LoadedPlugins = { dns: (loaded[DNS] ?? []) as DnsPort[] };
   ctx.container.register(`${DNS}Adapters`, asValue(result.dns));
   return result;
+}
+
+/** loadPlugins is preparePlugins then registerPlugins, for callers with nothing to do in between. */
+export async function loadPlugins(config: Pick<HeadwayConfig, 'plugins'>, ctx: Omit<AdapterContext, 'options'>): Promise<LoadedPlugins> {
+  return registerPlugins(await preparePlugins(config), ctx);
 }

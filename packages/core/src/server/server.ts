@@ -7,7 +7,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
-import { loadAdapter, loadPlugins } from '../kernel/loader.js';
+import { loadAdapter, preparePlugins, registerPlugins, type PreparedPlugins } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
@@ -80,7 +80,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const ctx = { container, config, logger };
 
   let storage: StoragePort;
+  let prepared: PreparedPlugins;
   try {
+    // Plugins' options are checked before the database is opened: a bad one changes nothing.
+    prepared = await preparePlugins(config);
     await loadAdapter('storage', config.database.type, ctx, 'database.type');
     storage = container.resolve<StoragePort>(STORAGE);
     assertStoragePort(storage, config.database.type);
@@ -112,8 +115,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     cleanups.push(() => policy.close());
     const metrics = new Metrics(state);
 
-    // `plugins:` entries, options checked by each plugin before any registers.
-    const plugins = await loadPlugins(config, ctx);
+    const plugins = await registerPlugins(prepared, ctx);
     for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
     const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns });
     await control.init();

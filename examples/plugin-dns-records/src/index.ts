@@ -30,14 +30,27 @@ export class HostsFileRecords implements DnsPort {
   }
 }
 
-const descriptor: AdapterDescriptor = {
+/** HostsFileOptions are this plugin's `options:` in its `plugins:` entry. */
+export interface HostsFileOptions {
+  /** file is the hosts file to serve. */
+  file: string;
+}
+
+const descriptor: AdapterDescriptor<HostsFileOptions> = {
   port: 'dns',
   id: 'hosts-file',
-  register({ container }) {
-    // Configured through the environment so the plugin needs no config keys of its own.
-    const path = process.env.HEADWAY_DNS_HOSTS_FILE;
-    if (!path) throw new Error('set HEADWAY_DNS_HOSTS_FILE to the hosts file to serve');
-    const plugin = new HostsFileRecords(path);
+  // validate names every bad option; Headway runs it at start-up and in `headway config check`.
+  validate(options) {
+    const problems = [];
+    for (const key of Object.keys(options)) {
+      if (key !== 'file') problems.push({ option: key, message: 'unknown option (this plugin takes: file)' });
+    }
+    if (options.file === undefined) problems.push({ option: 'file', message: 'required: the hosts file to serve' });
+    else if (typeof options.file !== 'string' || !options.file) problems.push({ option: 'file', message: `expected a file path, found ${JSON.stringify(options.file)}` });
+    return problems;
+  },
+  register({ container, options }) {
+    const plugin = new HostsFileRecords(options!.file);
     container.register('dns', { resolve: () => plugin, lifetime: 'SINGLETON' });
   },
 };

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { openMysqlStorage, openPostgresStorage, openSqliteStorage, parseConnectionUrl } from '../src/index.js';
-import { runStorageContract } from './contract.js';
+import { runSqlStorageContract as runStorageContract } from './contract.js';
 import { missingServer, withScratchDatabase } from './databases.js';
 
 await t.test('sqlite file', async (t) => {

@@ -7,6 +7,7 @@ import { parseIP, parsePrefix } from '../net/ip.js';
 import { parseDuration } from './duration.js';
 import { IGNORED_PREFIXES, KEYS, REMOVED, RENAMED, type KeySpec } from './keys.js';
 import type { HeadwayConfig } from './schema.js';
+import { PORT_SELECTION, type PortName, type PluginEntry } from '../ports/adapter.js';
 
 /** ConfigProblem is one finding: `error` and `fatal` stop the server, `warn` does not. */
 export interface ConfigProblem {
@@ -194,6 +195,9 @@ function parseEnv(text: string, spec: KeySpec): unknown {
       return text.split(',').map((s) => s.trim()).filter(Boolean);
     case 'split': case 'records':
       try { return JSON.parse(text); } catch { return text; }
+    case 'plugins':
+      if (text.trim().startsWith('[')) { try { return JSON.parse(text); } catch { return text; } }
+      return text.split(',').map((s) => s.trim()).filter(Boolean);
     case 'ssl': return /^(true|false)$/i.test(text) ? text.toLowerCase() === 'true' : text;
     default: return text;
   }
@@ -276,6 +280,17 @@ function check(v: unknown, spec: KeySpec): Checked {
       const s = typeof v === 'number' ? String(v) : v;
       return typeof s === 'string' && /^0?[0-7]{3}$/.test(s) ? { value: s.padStart(4, '0') } : { error: `expected an octal file mode such as "0770", found ${found}` };
     }
+    case 'plugins': {
+      if (!Array.isArray(v)) return { error: `expected a list of {package, port, options} entries, found ${found}` };
+      const entries: PluginEntry[] = [];
+      const errors: string[] = [];
+      for (const [i, item] of v.entries()) {
+        const checked = checkPluginEntry(item);
+        if (typeof checked === 'string') errors.push(`plugins[${i}]: ${checked}`);
+        else entries.push(checked);
+      }
+      return errors.length ? { error: errors.join('; ') } : { value: entries };
+    }
     case 'ssl':
       return typeof v === 'boolean' || (typeof v === 'string' && ['disable', 'require', 'verify-ca', 'verify-full', 'true', 'false'].includes(v))
         ? { value: v === 'true' ? true : v === 'false' ? false : v }
@@ -292,6 +307,39 @@ export function checkRecord(r: unknown): string | undefined {
   const ip = typeof value === 'string' ? parseIP(value) : undefined;
   if (!ip || (type === 'A') !== (ip.family === 4)) return `value must be an IPv${type === 'A' ? 4 : 6} address, found ${JSON.stringify(value)}`;
   return undefined;
+}
+
+const PACKAGE_NAME = /^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/;
+
+/**
+ * checkPluginEntry normalizes one `plugins:` item to {package, port, options}. A
+ * bare package name is the DNS port with no options (what the key meant before
+ * entries had ports). Storage and policy are refused here, naming the key that
+ * chooses them, because a second source for a one-adapter port would be ambiguous.
+ * The options themselves are the plugin's to check (kernel/loader.ts).
+ */
+export function checkPluginEntry(item: unknown): PluginEntry | string {
+  if (typeof item === 'string') item = { package: item, port: 'dns' };
+  if (!item || typeof item !== 'object' || Array.isArray(item)) return `expected {package, port, options}, found ${describe(item)}`;
+  const { package: pkg, port, options, ...rest } = item as Record<string, unknown>;
+  const unknown = Object.keys(rest);
+  if (unknown.length) return `unknown field ${unknown.map((k) => JSON.stringify(k)).join(', ')} (expected package, port, options)`;
+  if (typeof pkg !== 'string' || !PACKAGE_NAME.test(pkg)) {
+    return pkg === undefined ? 'package is required (an npm package name)' : `package: expected an npm package name, found ${describe(pkg)}`;
+  }
+  if (typeof port !== 'string' || !(port in PORT_SELECTION)) {
+    const ports = Object.entries(PORT_SELECTION).filter(([, s]) => s.by === 'plugins').map(([p]) => p).join(', ');
+    return port === undefined ? `${pkg}: port is required (one of ${ports})` : `${pkg}: port: expected one of ${ports}, found ${describe(port)}`;
+  }
+  const selection = PORT_SELECTION[port as PortName];
+  if (selection.by === 'config') {
+    return `${pkg}: the ${port} port is not loaded from plugins: it has exactly one adapter, chosen by ${selection.key} (set ${selection.key}: ${pkg})`;
+  }
+  if (selection.by === 'none') return `${pkg}: ${selection.reason}`;
+  if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) {
+    return `${pkg}: options: expected a mapping of the plugin's options, found ${describe(options)}`;
+  }
+  return { package: pkg, port: port as PortName, options: (options ?? {}) as Record<string, unknown> };
 }
 
 export function parseHostPort(v: string): { host: string; port: number } | undefined {
@@ -336,7 +384,7 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
   }
   for (const key of ['database.type', 'policy.mode'] as const) {
     const id = String(values[key]);
-    if (!/^(@[a-z0-9-~][a-z0-9-._~]*\/)?[a-z0-9-~][a-z0-9-._~]*$/.test(id)) {
+    if (!PACKAGE_NAME.test(id)) {
       err(key, `expected an adapter id or npm package name, found ${JSON.stringify(id)}`);
     }
   }

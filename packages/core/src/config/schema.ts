@@ -1,3 +1,5 @@
+import type { PluginEntry } from '../ports/adapter.js';
+
 /**
  * HeadwayConfig mirrors headscale's config.yaml where the features overlap, so an
  * existing headscale config works with at most the documented changes. Durations
@@ -100,7 +102,7 @@ export interface HeadwayConfig {
   log: { level: 'trace' | 'debug' | 'info' | 'warn' | 'error'; format: 'text' | 'json' };
   policy: { mode: string; path: string };
   dns: DnsConfig;
-  plugins: string[];
+  plugins: PluginEntry[];
   unix_socket: string;
   unix_socket_permission: string;
   logtail: { enabled: boolean };

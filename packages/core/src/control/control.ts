@@ -14,7 +14,7 @@ import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { safeErrorText } from '../errors.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
-import type { DnsPort } from '../ports/policy.js';
+import type { DnsPort } from '../ports/dns.js';
 import type { PolicyService } from '../policy/service.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
@@ -44,7 +44,7 @@ export interface ControlOptions {
   metrics: Metrics;
   policy: PolicyService;
   controlKey: { privateKey: Buffer; publicKey: Buffer };
-  dnsPlugin?: DnsPort;
+  dnsPlugins?: DnsPort[];
 }
 
 function isLoopback(host: string): boolean {
@@ -105,7 +105,7 @@ export class ControlServer {
     const { state, config, logger } = o;
     this.view = new NetworkView(state, logger);
     const prefixes = [config.prefixes.v4, config.prefixes.v6].filter(Boolean);
-    this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugin);
+    this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugins);
     this.derpMap = new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }));
     this.mapper = new Mapper(state, config, this.view, this.dns, this.derpMap);
     this.hub = new SessionHub(state, this.mapper, logger, o.metrics, () => o.policy.policyText);

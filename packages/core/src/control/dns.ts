@@ -4,7 +4,7 @@ import type { DnsConfig } from '../config/schema.js';
 import { checkRecord } from '../config/load.js';
 import { parsePrefix, type Prefix } from '../net/ip.js';
 import type { Logger } from '../log.js';
-import type { DnsPort, DnsRecord } from '../ports/policy.js';
+import type { DnsPort, DnsRecord } from '../ports/dns.js';
 
 interface Resolver { Addr: string }
 
@@ -30,13 +30,14 @@ export function reverseZones(p: Prefix): string[] {
 
 /**
  * DnsConfigSource builds the DNSConfig every node receives from `dns.*`, the
- * extra records file (re-read when it changes) and an optional DnsPort plugin.
+ * extra records file (re-read when it changes) and the DnsPort plugins, whose
+ * records follow in the order `plugins:` lists them.
  */
 export class DnsConfigSource {
   private fileRecords: DnsRecord[] = [];
-  private pluginRecords: DnsRecord[] = [];
+  private pluginRecords: DnsRecord[][] = [];
   private watcher?: FSWatcher;
-  private unwatchPlugin?: () => void;
+  private unwatchPlugins: Array<() => void> = [];
   private cached?: Record<string, unknown>;
 
   constructor(
@@ -44,7 +45,7 @@ export class DnsConfigSource {
     private readonly prefixes: string[],
     private readonly logger: Logger,
     private readonly onChange: () => void,
-    private readonly plugin?: DnsPort,
+    private readonly plugins: readonly DnsPort[] = [],
   ) {}
 
   async init(): Promise<void> {
@@ -60,13 +61,49 @@ export class DnsConfigSource {
         this.logger.warn('cannot watch dns.extra_records_path', { path: this.dns.extra_records_path, error: (err as Error).message });
       }
     }
-    if (this.plugin) {
-      this.pluginRecords = await this.plugin.records();
-      this.unwatchPlugin = this.plugin.watch?.(() => void this.plugin!.records().then((r) => {
-        this.pluginRecords = r;
+    for (const [i, plugin] of this.plugins.entries()) {
+      try {
+        this.pluginRecords[i] = await this.readPlugin(plugin);
+      } catch (err) {
+        throw new Error(`plugins: dns plugin ${i + 1} of ${this.plugins.length}: ${(err as Error).message}`);
+      }
+      const unwatch = plugin.watch?.(() => void this.readPlugin(plugin).then((r) => {
+        if (JSON.stringify(r) === JSON.stringify(this.pluginRecords[i])) return;
+        this.pluginRecords[i] = r;
         this.changed();
-      }, (err: Error) => this.logger.warn('dns plugin records failed', { error: err.message })));
+      }, (err: Error) => this.logger.warn('dns plugin records failed; keeping the previous records', { plugin: i + 1, error: err.message })));
+      if (unwatch) this.unwatchPlugins.push(unwatch);
     }
+  }
+
+  /**
+   * readPlugin asks one plugin for its records and checks them as dns.extra_records
+   * are checked; names from tailnetRecords() are qualified with dns.base_domain.
+   */
+  private async readPlugin(plugin: DnsPort): Promise<DnsRecord[]> {
+    const check = (list: unknown, what: string): DnsRecord[] => {
+      if (!Array.isArray(list)) throw new Error(`${what}() must return a list of {name, type, value} records`);
+      list.forEach((r, i) => {
+        const err = checkRecord(r);
+        if (err) throw new Error(`${what}() record ${i + 1}: ${err}`);
+      });
+      return list.map((r: DnsRecord) => ({ name: r.name, type: r.type, value: r.value }));
+    };
+    const out = check(await plugin.records(), 'records');
+    if (plugin.tailnetRecords) {
+      const base = this.dns.base_domain.replace(/\.$/, '');
+      const local = check(await plugin.tailnetRecords(), 'tailnetRecords');
+      if (local.length && !(this.dns.magic_dns && base)) {
+        this.logger.warn('dns plugin tailnet records ignored: dns.magic_dns is off or dns.base_domain is empty', { records: local.length });
+      } else {
+        for (const r of local) {
+          const label = r.name.replace(/\.$/, '');
+          if (label.endsWith(`.${base}`) || label === base) throw new Error(`tailnetRecords() name ${JSON.stringify(r.name)} must be relative to the tailnet domain (without .${base})`);
+          out.push({ ...r, name: `${label}.${base}` });
+        }
+      }
+    }
+    return out;
   }
 
   private async readRecordsFile(strict: boolean): Promise<DnsRecord[]> {
@@ -115,7 +152,7 @@ export class DnsConfigSource {
         if (prefix) for (const z of reverseZones(prefix)) routes[z] ??= [];
       }
     }
-    const records = [...d.extra_records, ...this.fileRecords, ...this.pluginRecords];
+    const records = [...d.extra_records, ...this.fileRecords, ...this.pluginRecords.flat()];
     const cfg: Record<string, unknown> = {
       Resolvers: d.override_local_dns ? resolvers : [],
       FallbackResolvers: d.override_local_dns ? [] : resolvers,
@@ -131,6 +168,6 @@ export class DnsConfigSource {
 
   close(): void {
     this.watcher?.close();
-    this.unwatchPlugin?.();
+    for (const unwatch of this.unwatchPlugins) unwatch();
   }
 }

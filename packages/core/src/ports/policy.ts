@@ -22,20 +22,5 @@ export function assertPolicySourcePort(value: unknown, adapter: string): asserts
   assertPort(value, adapter, 'policy', ['load', 'describe']);
 }
 
-/** DnsRecord is an extra A/AAAA record served by MagicDNS. */
-export interface DnsRecord { name: string; type: 'A' | 'AAAA'; value: string }
-
-/**
- * DnsPort lets a plugin add records to what every node's resolver knows
- * (for example records kept in a file or another system).
- */
-export interface DnsPort {
-  records(): Promise<DnsRecord[]>;
-  watch?(onChange: () => void): () => void;
-}
-
-export const DNS = 'dns';
-
-export function assertDnsPort(value: unknown, adapter: string): asserts value is DnsPort {
-  assertPort(value, adapter, 'dns', ['records']);
-}
+// The DNS port moved to ports/dns.ts; re-exported so existing imports keep working.
+export { DNS, assertDnsPort, type DnsPort, type DnsRecord } from './dns.js';

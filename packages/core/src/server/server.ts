@@ -7,11 +7,11 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
-import { loadAdapter } from '../kernel/loader.js';
+import { loadAdapter, preparePlugins, registerPlugins, type PreparedPlugins } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
-import { assertDnsPort, assertPolicySourcePort, DNS, POLICY, type DnsPort, type PolicySourcePort } from '../ports/policy.js';
+import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '../ports/policy.js';
 import { State } from '../state/state.js';
 import { PolicyService, type PolicyEngine } from '../policy/service.js';
 import { hujsonEngine } from '../policy/engine.js';
@@ -80,7 +80,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const ctx = { container, config, logger };
 
   let storage: StoragePort;
+  let prepared: PreparedPlugins;
   try {
+    // Plugins' options are checked before the database is opened: a bad one changes nothing.
+    prepared = await preparePlugins(config);
     await loadAdapter('storage', config.database.type, ctx, 'database.type');
     storage = container.resolve<StoragePort>(STORAGE);
     assertStoragePort(storage, config.database.type);
@@ -112,14 +115,9 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     cleanups.push(() => policy.close());
     const metrics = new Metrics(state);
 
-    let dnsPlugin: DnsPort | undefined;
-    // `plugins` lists extra adapter packages; the DNS port is the one they may provide today.
-    for (const pkg of config.plugins) {
-      await loadAdapter('dns', pkg, ctx, 'plugins');
-      dnsPlugin = container.resolve<DnsPort>(DNS);
-      assertDnsPort(dnsPlugin, pkg);
-    }
-    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugin });
+    const plugins = await registerPlugins(prepared, ctx);
+    for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
+    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns });
     await control.init();
     cleanups.push(() => control.close());
     warnOpenFiles(logger, secureDataDir([

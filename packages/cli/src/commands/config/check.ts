@@ -1,4 +1,4 @@
-import { formatProblem, loadConfig } from '@headway/core';
+import { checkPlugins, formatProblem, loadConfig } from '@headway/core';
 import { HeadwayCommand } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {
@@ -7,7 +7,9 @@ export default class ConfigCheck extends HeadwayCommand {
 
   async run(): Promise<void> {
     await this.parse(ConfigCheck);
-    const { source, problems } = loadConfig(this.configPath ? { path: this.configPath } : {});
+    const { config, source, problems } = loadConfig(this.configPath ? { path: this.configPath } : {});
+    // Each plugin checks its own options, as it would at start-up.
+    problems.push(...await checkPlugins(config.plugins));
     const failing = problems.filter((p) => p.level !== 'warn');
     if (this.outputFormat) {
       this.print({ valid: failing.length === 0, source, problems }, '');

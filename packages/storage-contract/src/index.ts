@@ -1,0 +1,428 @@
+/*
+ * @headway/storage-contract: the behavioural suite every storage adapter must
+ * pass, whatever it stores into. A third-party adapter proves itself with one call
+ * in its own tap test:
+ *
+ *   await runStorageContract(t, 'my store', async () => openMyStorage(...));
+ *
+ * It is a package of its own, not a `@headway/core/testing` entry, so that core
+ * (installed on every server) never depends on a test framework; adapters add it
+ * as a devDependency next to tap.
+ */
+import type { Test } from 'tap';
+import { StorageConflictError, type NewNode, type StoragePort } from '@headway/core';
+
+/** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
+export type StorageFactory = () => Promise<StoragePort>;
+
+/** ContractOptions: `more` runs adapter-specific checks on the same storage after the shared ones. */
+export interface ContractOptions {
+  more?: (t: Test, storage: StoragePort) => Promise<void>;
+}
+
+let serial = 0;
+/** unique makes names that cannot collide across subtests sharing one database. */
+export function unique(label: string): string {
+  serial += 1;
+  return `${label}-${process.pid}-${serial}`;
+}
+
+/** hex makes a unique 64-hex-digit key body, as node and machine keys have. */
+export function hex(label: string): string {
+  return Buffer.from(unique(label)).toString('hex').padEnd(64, '0').slice(0, 64);
+}
+
+/** newNode is a valid node to create, with unique keys and name; overrides set the fields a test cares about. */
+export function newNode(overrides: Partial<NewNode> = {}): NewNode {
+  return {
+    machineKey: `mkey:${hex('m')}`,
+    nodeKey: `nodekey:${hex('n')}`,
+    discoKey: `discokey:${hex('d')}`,
+    hostname: 'laptop',
+    givenName: unique('laptop'),
+    userId: null,
+    tags: [],
+    ipv4: null,
+    ipv6: null,
+    endpoints: [],
+    hostinfo: null,
+    availableRoutes: [],
+    approvedRoutes: [],
+    registerMethod: 'authkey',
+    expiry: null,
+    lastSeen: null,
+    ephemeral: false,
+    authKeyId: null,
+    ...overrides,
+  };
+}
+
+async function conflictField(t: Test, work: Promise<unknown>, field: string, what: string): Promise<void> {
+  try {
+    await work;
+    t.fail(`${what}: expected StorageConflictError(${field}), the write succeeded`);
+  } catch (err) {
+    t.type(err, StorageConflictError, `${what}: StorageConflictError`);
+    t.equal((err as StorageConflictError).field, field, `${what}: field is ${field}`);
+  }
+}
+
+/**
+ * runStorageContract is the one behavioural suite every storage adapter must
+ * pass: CRUD on every repository, uniqueness conflicts naming their field,
+ * foreign keys, transactions that commit or roll back whole, the single-use key
+ * race, dates and JSON round-trips. It opens one storage for the run and writes
+ * rows with unique names, so any database (a throw-away one is best) will do.
+ */
+export async function runStorageContract(t: Test, name: string, makeStorage: StorageFactory,
+  opts: ContractOptions = {}): Promise<void> {
+  await t.test(name, async (t) => {
+    const storage = await makeStorage();
+    t.teardown(() => storage.close());
+
+    await t.test('ping and describe', async (t) => {
+      await storage.ping();
+      t.match(storage.describe(), /\S/, 'describe names the database');
+    });
+
+    await t.test('migrate twice is a no-op that keeps data', async (t) => {
+      const user = await storage.users.create({ name: unique('remigrate') });
+      await storage.migrate();
+      await storage.migrate();
+      t.same(await storage.users.get(user.id), user);
+    });
+
+    await t.test('users: create, read, update, list, delete', async (t) => {
+      const name = unique('alice');
+      const alice = await storage.users.create({ name, displayName: 'Alice Ünicode 🚀', email: 'alice@example.com' });
+      t.type(alice.id, 'number');
+      t.equal(alice.name, name);
+      t.equal(alice.displayName, 'Alice Ünicode 🚀');
+      t.type(alice.createdAt, Date);
+      t.same(await storage.users.get(alice.id), alice);
+      t.same(await storage.users.getByName(name), alice);
+      t.equal(await storage.users.getByName(name.toUpperCase()), undefined, 'names are case-sensitive on every database');
+      const bare = await storage.users.create({ name: unique('bob') });
+      t.equal(bare.displayName, '');
+      t.equal(bare.email, '');
+
+      const updated = await storage.users.update(alice.id, { email: 'a@example.org' });
+      t.equal(updated?.email, 'a@example.org');
+      t.equal(updated?.name, name, 'unpatched fields keep their value');
+      t.same(await storage.users.update(alice.id, { email: 'a@example.org' }), updated, 'an update to the same values still finds the row');
+      t.equal(await storage.users.update(999_999, { email: 'x' }), undefined, 'unknown id');
+
+      t.same((await storage.users.list({ name })).map((u) => u.id), [alice.id]);
+      t.same((await storage.users.list({ id: bare.id })).map((u) => u.id), [bare.id]);
+      t.same((await storage.users.list({ email: 'a@example.org' })).map((u) => u.id), [alice.id]);
+      const all = await storage.users.list();
+      t.ok(all.findIndex((u) => u.id === alice.id) < all.findIndex((u) => u.id === bare.id), 'list is ordered by id');
+
+      t.equal(await storage.users.delete(bare.id), true);
+      t.equal(await storage.users.delete(bare.id), false, 'second delete finds nothing');
+      t.equal(await storage.users.get(bare.id), undefined);
+    });
+
+    await t.test('users.name is unique', async (t) => {
+      const name = unique('dup');
+      const first = await storage.users.create({ name });
+      await conflictField(t, storage.users.create({ name }), 'name', 'create');
+      const other = await storage.users.create({ name: unique('other') });
+      await conflictField(t, storage.users.update(other.id, { name }), 'name', 'rename');
+      t.equal((await storage.users.get(other.id))?.name, other.name, 'failed rename changed nothing');
+      t.equal((await storage.users.list({ name })).length, 1);
+      t.equal((await storage.users.get(first.id))?.name, name);
+    });
+
+    await t.test('nodes: create, read, update, list, delete with JSON and dates', async (t) => {
+      const owner = await storage.users.create({ name: unique('owner') });
+      const hostinfo = {
+        OS: 'linux', Hostname: 'laptop', IPNVersion: '1.80.3',
+        NetInfo: { PreferredDERP: 1, LinkType: 'wired', nested: [1, 'two', null, { ok: true }] },
+        Services: [], unicode: 'ümlaut 東京 🚀', quote: 'a"b\\c',
+      };
+      const expiry = new Date('2031-02-03T04:05:06.789Z');
+      const input = newNode({
+        userId: owner.id,
+        tags: ['tag:server', 'tag:prod'],
+        ipv4: '100.64.0.1',
+        ipv6: 'fd7a:115c:a1e0::1',
+        endpoints: ['192.0.2.1:41641', '[2001:db8::1]:41641'],
+        hostinfo,
+        availableRoutes: ['10.0.0.0/8', '::/0'],
+        approvedRoutes: ['10.0.0.0/8'],
+        registerMethod: 'cli',
+        expiry,
+        lastSeen: new Date('2030-12-31T23:59:59.001Z'),
+        ephemeral: true,
+      });
+      const node = await storage.nodes.create(input);
+      t.type(node.id, 'number');
+      t.match(node, { ...input, expiry, lastSeen: input.lastSeen });
+      t.same(node.hostinfo, hostinfo, 'hostinfo JSON round-trips exactly');
+      t.same(node.tags, ['tag:server', 'tag:prod']);
+      t.same(node.endpoints, input.endpoints);
+      t.equal(node.ephemeral, true);
+      t.equal(node.expiry?.toISOString(), '2031-02-03T04:05:06.789Z', 'millisecond precision, UTC');
+      t.equal(node.lastSeen?.toISOString(), '2030-12-31T23:59:59.001Z');
+      t.type(node.createdAt, Date);
+      t.equal(node.updatedAt.getTime(), node.createdAt.getTime());
+      t.same(await storage.nodes.get(node.id), node);
+      t.same(await storage.nodes.getByMachineKey(input.machineKey), node);
+      t.same(await storage.nodes.getByNodeKey(input.nodeKey), node);
+      t.equal(await storage.nodes.getByNodeKey('nodekey:missing'), undefined);
+
+      const plain = await storage.nodes.create(newNode());
+      t.equal(plain.userId, null);
+      t.equal(plain.hostinfo, null);
+      t.same(plain.tags, []);
+      t.equal(plain.expiry, null);
+      t.equal(plain.ephemeral, false);
+
+      await new Promise((r) => setTimeout(r, 5));
+      const newKey = `nodekey:${hex('rotated')}`;
+      const patched = await storage.nodes.update(node.id, {
+        nodeKey: newKey, hostinfo: null, expiry: null, approvedRoutes: [], ephemeral: false,
+      });
+      t.equal(patched?.nodeKey, newKey);
+      t.equal(patched?.hostinfo, null);
+      t.equal(patched?.expiry, null);
+      t.same(patched?.approvedRoutes, []);
+      t.same(patched?.availableRoutes, input.availableRoutes, 'unpatched JSON keeps its value');
+      t.equal(patched?.ephemeral, false);
+      t.ok(patched!.updatedAt.getTime() > node.updatedAt.getTime(), 'update moves updatedAt');
+      t.equal(patched?.createdAt.getTime(), node.createdAt.getTime(), 'createdAt never moves');
+      t.equal(await storage.nodes.getByNodeKey(input.nodeKey), undefined, 'old node key no longer resolves');
+      t.equal(await storage.nodes.update(999_999, { hostname: 'x' }), undefined, 'unknown id');
+
+      t.same((await storage.nodes.list({ userId: owner.id })).map((n) => n.id), [node.id]);
+      t.ok((await storage.nodes.list()).some((n) => n.id === plain.id));
+
+      t.equal(await storage.nodes.delete(plain.id), true);
+      t.equal(await storage.nodes.delete(plain.id), false);
+      t.equal(await storage.nodes.get(plain.id), undefined);
+    });
+
+    await t.test('nodes: every unique column conflicts with its field name', async (t) => {
+      const base = await storage.nodes.create(newNode({ ipv4: '100.64.1.1', ipv6: 'fd7a:115c:a1e0::101' }));
+      await conflictField(t, storage.nodes.create(newNode({ machineKey: base.machineKey })), 'machine_key', 'machine key');
+      await conflictField(t, storage.nodes.create(newNode({ nodeKey: base.nodeKey })), 'node_key', 'node key');
+      await conflictField(t, storage.nodes.create(newNode({ givenName: base.givenName })), 'given_name', 'given name');
+      await conflictField(t, storage.nodes.create(newNode({ ipv4: '100.64.1.1' })), 'ipv4', 'ipv4');
+      await conflictField(t, storage.nodes.create(newNode({ ipv6: 'fd7a:115c:a1e0::101' })), 'ipv6', 'ipv6');
+      const other = await storage.nodes.create(newNode());
+      await conflictField(t, storage.nodes.update(other.id, { givenName: base.givenName }), 'given_name', 'rename onto a taken name');
+      await conflictField(t, storage.nodes.update(other.id, { ipv4: '100.64.1.1' }), 'ipv4', 'move onto a taken address');
+      t.equal((await storage.nodes.get(other.id))?.ipv4, null, 'failed update changed nothing');
+
+      const a = await storage.nodes.create(newNode({ ipv4: null, ipv6: null }));
+      const b = await storage.nodes.create(newNode({ ipv4: null, ipv6: null }));
+      t.not(a.id, b.id, 'many nodes may have no addresses (NULL is not a duplicate)');
+    });
+
+    await t.test('pre-auth keys: create, read, spend, expire, delete', async (t) => {
+      const owner = await storage.users.create({ name: unique('keys') });
+      const expiration = new Date('2032-06-07T08:09:10.111Z');
+      const prefix = unique('hskey');
+      const key = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: false, ephemeral: true, expiration, tags: ['tag:ci'], prefix, hash: '$argon2id$secret-hash',
+      });
+      t.match(key, { userId: owner.id, reusable: false, ephemeral: true, used: false, tags: ['tag:ci'], prefix, hash: '$argon2id$secret-hash' });
+      t.equal(key.expiration?.toISOString(), '2032-06-07T08:09:10.111Z');
+      t.same(await storage.preAuthKeys.get(key.id), key);
+      t.same(await storage.preAuthKeys.getByPrefix(prefix), key);
+      t.same((await storage.preAuthKeys.list({ userId: owner.id })).map((k) => k.id), [key.id]);
+
+      t.equal(await storage.preAuthKeys.markUsed(key.id), true, 'first spend wins');
+      t.equal(await storage.preAuthKeys.markUsed(key.id), false, 'second spend loses');
+      t.equal((await storage.preAuthKeys.get(key.id))?.used, true);
+      t.equal(await storage.preAuthKeys.markUsed(999_999), false, 'unknown key');
+
+      const now = new Date('2026-01-01T00:00:00.500Z');
+      t.equal(await storage.preAuthKeys.setExpiration(key.id, now), true);
+      t.equal((await storage.preAuthKeys.get(key.id))?.expiration?.toISOString(), now.toISOString());
+      t.equal(await storage.preAuthKeys.setExpiration(999_999, now), false);
+      await t.rejects(storage.preAuthKeys.setExpiration(key.id, new Date(Number.NaN)), /expiration must be a valid Date/);
+
+      const tagOnly = await storage.preAuthKeys.create({
+        userId: null, reusable: true, ephemeral: false, expiration: null, tags: ['tag:a', 'tag:b'], prefix: unique('tagkey'), hash: 'h',
+      });
+      t.equal(tagOnly.userId, null);
+      t.equal(tagOnly.expiration, null);
+      t.same(tagOnly.tags, ['tag:a', 'tag:b']);
+      await conflictField(t, storage.preAuthKeys.create({
+        userId: null, reusable: true, ephemeral: false, expiration: null, tags: [], prefix, hash: 'other',
+      }), 'prefix', 'prefix');
+
+      t.equal(await storage.preAuthKeys.delete(tagOnly.id), true);
+      t.equal(await storage.preAuthKeys.delete(tagOnly.id), false);
+    });
+
+    await t.test('api keys: create, read, update, delete', async (t) => {
+      const prefix = unique('api');
+      const key = await storage.apiKeys.create({ prefix, hash: 'hash-1', expiration: new Date('2027-03-04T05:06:07.089Z') });
+      t.equal(key.lastSeen, null);
+      t.equal(key.expiration?.toISOString(), '2027-03-04T05:06:07.089Z');
+      t.same(await storage.apiKeys.get(key.id), key);
+      t.same(await storage.apiKeys.getByPrefix(prefix), key);
+      t.ok((await storage.apiKeys.list()).some((k) => k.id === key.id));
+
+      const seen = new Date('2026-05-06T07:08:09.123Z');
+      t.equal(await storage.apiKeys.update(key.id, { lastSeen: seen, expiration: null }), true);
+      const after = await storage.apiKeys.get(key.id);
+      t.equal(after?.lastSeen?.toISOString(), seen.toISOString());
+      t.equal(after?.expiration, null);
+      t.equal(await storage.apiKeys.update(key.id, {}), true, 'empty patch on an existing key');
+      t.equal(await storage.apiKeys.update(999_999, { lastSeen: seen }), false);
+
+      await conflictField(t, storage.apiKeys.create({ prefix, hash: 'hash-2', expiration: null }), 'prefix', 'prefix');
+      t.equal(await storage.apiKeys.delete(key.id), true);
+      t.equal(await storage.apiKeys.getByPrefix(prefix), undefined);
+      t.equal(await storage.apiKeys.delete(key.id), false);
+    });
+
+    await t.test('foreign keys', async (t) => {
+      const owner = await storage.users.create({ name: unique('fk') });
+      const key = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: true, ephemeral: false, expiration: null, tags: [], prefix: unique('fkkey'), hash: 'h',
+      });
+      const node = await storage.nodes.create(newNode({ userId: owner.id, authKeyId: key.id }));
+
+      await conflictField(t, storage.users.delete(owner.id), 'user_id', 'deleting a user who owns nodes');
+      t.ok(await storage.users.get(owner.id), 'the user is still there');
+      t.ok(await storage.nodes.get(node.id), 'the node is still there');
+
+      await t.rejects(storage.nodes.create(newNode({ userId: 999_999 })), StorageConflictError, 'node for a missing user');
+      await t.rejects(storage.nodes.create(newNode({ authKeyId: 999_999 })), StorageConflictError, 'node for a missing key');
+      await t.rejects(storage.preAuthKeys.create({
+        userId: 999_999, reusable: false, ephemeral: false, expiration: null, tags: [], prefix: unique('orphan'), hash: 'h',
+      }), StorageConflictError, 'key for a missing user');
+
+      t.equal(await storage.preAuthKeys.delete(key.id), true);
+      t.equal((await storage.nodes.get(node.id))?.authKeyId, null, 'deleting a key clears nodes.auth_key_id');
+
+      const key2 = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: true, ephemeral: false, expiration: null, tags: [], prefix: unique('cascade'), hash: 'h',
+      });
+      t.equal(await storage.nodes.delete(node.id), true);
+      t.equal(await storage.users.delete(owner.id), true, 'a user without nodes can go');
+      t.equal(await storage.preAuthKeys.get(key2.id), undefined, "the user's keys went with them");
+    });
+
+    await t.test('transactions commit on resolve and roll back on throw', async (t) => {
+      const kept = unique('kept');
+      const result = await storage.transaction(async (tx) => {
+        const u = await tx.users.create({ name: kept });
+        await tx.nodes.create(newNode({ userId: u.id }));
+        return u.id;
+      });
+      t.ok(await storage.users.get(result), 'committed');
+
+      const lost = unique('lost');
+      let createdId = 0;
+      await t.rejects(storage.transaction(async (tx) => {
+        const u = await tx.users.create({ name: lost });
+        createdId = u.id;
+        t.ok(await tx.users.get(u.id), 'visible inside the transaction');
+        throw new Error('abort on purpose');
+      }), /abort on purpose/, 'the error reaches the caller');
+      t.equal(await storage.users.getByName(lost), undefined, 'rolled back');
+      t.equal(await storage.users.get(createdId), undefined);
+
+      await t.rejects(storage.transaction(async (tx) => {
+        await tx.users.create({ name: unique('before-conflict') });
+        await tx.users.create({ name: kept });
+      }), StorageConflictError, 'a conflict inside a transaction is a StorageConflictError');
+    });
+
+    await t.test('20 concurrent spends of one single-use key: exactly one wins', async (t) => {
+      const owner = await storage.users.create({ name: unique('race') });
+      const key = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: false, ephemeral: false, expiration: null, tags: [], prefix: unique('race'), hash: 'h',
+      });
+      const results = await Promise.all(Array.from({ length: 20 }, () => storage.preAuthKeys.markUsed(key.id)));
+      t.equal(results.filter(Boolean).length, 1, 'one markUsed returned true');
+
+      // The way the kernel registers: spend and create the node in one transaction.
+      const key2 = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: false, ephemeral: false, expiration: null, tags: [], prefix: unique('race2'), hash: 'h',
+      });
+      const outcomes = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => storage.transaction(async (tx) => {
+        if (!(await tx.preAuthKeys.markUsed(key2.id))) throw new Error('key already used');
+        return tx.nodes.create(newNode({ userId: owner.id, authKeyId: key2.id, givenName: unique(`racer${i}`) }));
+      })));
+      t.equal(outcomes.filter((o) => o.status === 'fulfilled').length, 1, 'one registration committed');
+      t.ok(outcomes.filter((o) => o.status === 'rejected')
+        .every((o) => /key already used/.test(String((o as PromiseRejectedResult).reason))), 'the others saw the key spent');
+      t.equal((await storage.nodes.list({ userId: owner.id })).length, 1, 'exactly one node exists');
+    });
+
+    await t.test('pending registrations: put, overwrite, delete, expiry sweep', async (t) => {
+      const base = Date.parse('2026-03-01T12:00:00.000Z');
+      const reg = (key: string, expiresInMs: number) => ({
+        key, machineKey: `mkey:${hex('pm')}`, nodeKey: `nodekey:${hex('pn')}`,
+        hostinfo: { Hostname: key, OS: 'ios' }, expiresAt: new Date(base + expiresInMs), createdAt: new Date(base - 1000),
+      });
+      const a = reg(unique('reg-a'), -1);
+      const b = reg(unique('reg-b'), 0);
+      const c = reg(unique('reg-c'), 1);
+      for (const r of [a, b, c]) await storage.pendingRegistrations.put(r);
+      t.same(await storage.pendingRegistrations.get(c.key), c);
+
+      const replaced = { ...c, nodeKey: `nodekey:${hex('pn2')}`, hostinfo: null };
+      await storage.pendingRegistrations.put(replaced);
+      t.same(await storage.pendingRegistrations.get(c.key), replaced, 'put overwrites by key');
+
+      t.equal(await storage.pendingRegistrations.deleteExpired(new Date(base)), 2, 'expired and expiring-now are swept');
+      t.equal(await storage.pendingRegistrations.get(a.key), undefined);
+      t.equal(await storage.pendingRegistrations.get(b.key), undefined);
+      t.ok(await storage.pendingRegistrations.get(c.key), 'the future one stays');
+      t.equal(await storage.pendingRegistrations.deleteExpired(new Date(base)), 0);
+
+      t.equal(await storage.pendingRegistrations.delete(c.key), true);
+      t.equal(await storage.pendingRegistrations.delete(c.key), false);
+      t.equal(await storage.pendingRegistrations.get('missing'), undefined);
+    });
+
+    await t.test('pending registrations: deleteByMachineKey removes only that machine\'s rows', async (t) => {
+      const future = new Date(Date.now() + 60_000);
+      const mine = `mkey:${hex('pmine')}`;
+      const other = `mkey:${hex('pother')}`;
+      const reg = (key: string, machineKey: string) => ({
+        key, machineKey, nodeKey: `nodekey:${hex('pn')}`, hostinfo: null, expiresAt: future, createdAt: new Date(Date.now() - 1000),
+      });
+      const a = reg(unique('by-mk-a'), mine);
+      const b = reg(unique('by-mk-b'), mine);
+      const c = reg(unique('by-mk-c'), other);
+      for (const r of [a, b, c]) await storage.pendingRegistrations.put(r);
+      t.equal(await storage.pendingRegistrations.deleteByMachineKey(mine), 2);
+      t.equal(await storage.pendingRegistrations.get(a.key), undefined);
+      t.equal(await storage.pendingRegistrations.get(b.key), undefined);
+      t.ok(await storage.pendingRegistrations.get(c.key), 'another machine keeps its row');
+      t.equal(await storage.pendingRegistrations.deleteByMachineKey(mine), 0);
+      await storage.pendingRegistrations.delete(c.key);
+    });
+
+    await t.test('policy: one row, set and get', async (t) => {
+      t.equal(await storage.policy.get(), undefined, 'a fresh database has no policy');
+      const first = await storage.policy.set('{"acls": []}');
+      t.equal(first.text, '{"acls": []}');
+      t.type(first.updatedAt, Date);
+      const stored = await storage.policy.get();
+      t.equal(stored?.text, '{"acls": []}');
+      t.equal(stored?.updatedAt.getTime(), first.updatedAt.getTime());
+      const big = `// policy ü 🚀\n${JSON.stringify({ acls: Array.from({ length: 2000 }, (_, i) => ({ action: 'accept', src: [`group:g${i}`], dst: ['*:*'] })) })}`;
+      await storage.policy.set(big);
+      t.equal((await storage.policy.get())?.text, big, 'large policies (beyond 64 KiB) round-trip');
+    });
+
+    await t.test('dates are ms-precise and zone-independent at the extremes', async (t) => {
+      for (const iso of ['1970-01-01T00:00:00.001Z', '2038-01-19T03:14:08.000Z', '9999-12-31T23:59:59.999Z']) {
+        const key = await storage.apiKeys.create({ prefix: unique('date'), hash: 'h', expiration: new Date(iso) });
+        t.equal((await storage.apiKeys.get(key.id))?.expiration?.toISOString(), iso, iso);
+      }
+    });
+
+    if (opts.more) await opts.more(t, storage);
+  });
+}

@@ -1,5 +1,5 @@
 import { readFileSync, watch } from 'node:fs';
-import type { AdapterDescriptor, DnsPort, DnsRecord } from '@headway/core';
+import type { AdapterDescriptor, DnsPort, DnsRecord } from '@headway/core/ports';
 
 /**
  * HostsFileRecords serves every line of an /etc/hosts-style file (`IP name...`)

@@ -1,6 +1,6 @@
 import { createInterface } from 'node:readline/promises';
 import { Command, Errors, Flags, type Interfaces } from '@oclif/core';
-import { parseDuration } from '@headway/core';
+import { parseDuration } from '@headway/core/ports';
 import YAML from 'yaml';
 import { ApiClient, clientFromConfigFile } from './client.js';
 import { closest } from './suggest.js';

@@ -1,6 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
-import { formatProblem, loadConfig, type HeadwayConfig } from '@headway/core';
+import { formatProblem, loadConfig, type HeadwayConfig } from '@headway/core/ports';
 import type { ApiProblem } from './api-types.js';
 
 /** ApiTarget says where the server's API is: the local unix socket, or an HTTP(S) address with an API key. */

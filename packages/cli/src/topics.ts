@@ -1,4 +1,4 @@
-import { parsePrefix } from '@headway/core';
+import { parsePrefix } from '@headway/core/ports';
 import { UsageError } from './base.js';
 import type { ApiClient } from './client.js';
 import type { ApiUser } from './api-types.js';

@@ -13,6 +13,7 @@ export * from './secrets.js';
 export * from './ports/policy.js';
 export * from './kernel/keyfile.js';
 export * from './kernel/loader.js';
+export * from './config/plugins.js';
 export * from './state/bus.js';
 export * from './state/ipam.js';
 export * from './state/names.js';

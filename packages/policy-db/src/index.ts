@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import type { AdapterDescriptor, PolicySourcePort, StoragePort } from '@headway/core';
+import type { AdapterDescriptor, PolicySourcePort, StoragePort } from '@headway/core/ports';
 
 /**
  * DatabasePolicySource keeps the policy text in storage, so `headway policy set`

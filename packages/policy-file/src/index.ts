@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { asValue } from 'awilix';
-import type { AdapterDescriptor, PolicySourcePort } from '@headway/core';
+import type { AdapterDescriptor, PolicySourcePort } from '@headway/core/ports';
 
 /**
  * FilePolicySource reads the HuJSON policy file named by `policy.path` at start-up

@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import { STORAGE, type AdapterDescriptor, type StoragePort } from '@headway/core';
+import { STORAGE, type AdapterDescriptor, type StoragePort } from '@headway/core/ports';
 import { networkOptionsFromConfig, openPostgresStorage, type NetworkStorageOptions } from '@headway/storage-sql';
 
 export type { NetworkStorageOptions, NetworkConnection } from '@headway/storage-sql';

@@ -1,4 +1,4 @@
-import { StorageConflictError } from '@headway/core';
+import { StorageConflictError } from '@headway/core/ports';
 
 /**
  * CONSTRAINT_COLUMNS maps the constraint names 0001_initial gives its unique

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { StorageVersionError } from '@headway/core';
+import { StorageVersionError } from '@headway/core/ports';
 import type { SqlMigration } from './migrations/types.js';
 
 /** MIGRATIONS_TABLE is knex's own bookkeeping table for applied migrations. */

@@ -1,7 +1,7 @@
 import { closeSync, existsSync, mkdirSync, openSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
-import type { Logger, NetworkDatabaseConfig, StoragePort } from '@headway/core';
+import type { Logger, NetworkDatabaseConfig, StoragePort } from '@headway/core/ports';
 import { verifyConnection, type ConnectionTarget } from './connect.js';
 import { createSqlStorage } from './storage.js';
 import type { SqlMigration } from './migrations/types.js';

@@ -5,7 +5,7 @@ import {
   type NodePatch, type NodeRepository, type PendingRegistration, type PendingRegistrationRepository,
   type PolicyRecord, type PolicyRepository, type PreAuthKey, type PreAuthKeyRepository,
   type StorageRepositories, type User, type UserRepository,
-} from '@headway/core';
+} from '@headway/core/ports';
 import { toStorageError } from './errors.js';
 import {
   NODE_COLUMNS, apiKeyFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,

@@ -1,4 +1,4 @@
-import type { ApiKey, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core';
+import type { ApiKey, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core/ports';
 
 /** Row is one database row as a driver returns it: column name to raw value. */
 export type Row = Record<string, unknown>;

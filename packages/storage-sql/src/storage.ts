@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { silentLogger, StorageRetryableError, type Logger, type StoragePort, type StorageRepositories } from '@headway/core';
+import { silentLogger, StorageRetryableError, type Logger, type StoragePort, type StorageRepositories } from '@headway/core/ports';
 import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';

@@ -1,6 +1,6 @@
 import { isAbsolute, join } from 'node:path';
 import { asValue } from 'awilix';
-import { STORAGE, type AdapterDescriptor, type Logger, type StoragePort } from '@headway/core';
+import { STORAGE, type AdapterDescriptor, type Logger, type StoragePort } from '@headway/core/ports';
 import { openSqliteStorage, type SqliteStorageOptions } from '@headway/storage-sql';
 
 export type { SqliteStorageOptions } from '@headway/storage-sql';

@@ -1,4 +1,4 @@
-import { configSearchPath, createLogger, formatProblem, loadConfig, type HeadwayConfig, type Logger } from '@headway/core';
+import { configSearchPath, createLogger, formatProblem, loadConfig, type HeadwayConfig, type Logger } from '@headway/core/ports';
 import { HeadwayCommand } from '../base.js';
 
 /** RunningServer is what startServer resolves to: close() stops listening and flushes state. */

@@ -1,4 +1,4 @@
-import { checkPlugins, formatProblem, loadConfig } from '@headway/core';
+import { checkPlugins, formatProblem, loadConfig } from '@headway/core/ports';
 import { HeadwayCommand } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {

@@ -1,0 +1,23 @@
+/**
+ * @headway/core/ports is the ports-only entry point: what storage and policy adapters,
+ * plugins and the CLI need (port interfaces, tokens and assertions, domain types, the
+ * error catalogue, the config types, loader, key table and duration helpers, the logger,
+ * prefix parsing) without loading the server. Nothing re-exported here may import koa,
+ * @koa/router, @headway/derp, @headway/noise, prom-client or the control, server, state,
+ * policy and api modules; test/ports-entry.test.ts proves it in a fresh process.
+ * Keep this a plain list of re-exports: a new port file gets one line here.
+ */
+export * from './assert.js';
+export * from './adapter.js';
+export * from './storage.js';
+export * from './policy.js';
+export * from './dns.js';
+export * from '../domain.js';
+export * from '../errors.js';
+export * from '../log.js';
+export * from '../config/schema.js';
+export * from '../config/load.js';
+export * from '../config/keys.js';
+export * from '../config/duration.js';
+export * from '../config/plugins.js';
+export * from '../net/ip.js';

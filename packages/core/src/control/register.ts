@@ -188,7 +188,9 @@ export class Registrar {
       set.add(done);
       const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
       timer.unref();
-      signal.addEventListener('abort', () => done(undefined), { once: true });
+      // A client gone while the pending row was read never fires 'abort' again: answer it now.
+      if (signal.aborted) done(undefined);
+      else signal.addEventListener('abort', () => done(undefined), { once: true });
     });
     if (signal.aborted) return this.fail('request cancelled');
     if (nodeId === undefined) return this.interactive(req, machineKey);

@@ -1,0 +1,224 @@
+// A small fleet driven at the State, the SessionHub and the NetworkView, with a
+// model of what each client holds after applying every message it was sent.
+import {
+  DerpMapSource, DnsConfigSource, Mapper, Metrics, NetworkView, silentLogger, type Node,
+} from '../src/index.js';
+import { MapSession, SessionHub } from '../src/control/sessions.js';
+import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
+
+type Json = Record<string, unknown>;
+
+/** ClientModel applies MapResponses the way tailscaled's netmap does: upserts, removals, patches. */
+export class ClientModel {
+  self: Json | undefined;
+  peers = new Map<number, Json>();
+  filter: unknown;
+  ssh: unknown;
+  profiles = new Map<number, Json>();
+  messages = 0;
+  bytes = 0;
+  loggedOut = false;
+  /** problems are messages a client would find odd (a patch for a peer it does not hold). */
+  problems: string[] = [];
+
+  apply(buf: Buffer): void {
+    const len = buf.readUInt32LE(0);
+    const text = buf.subarray(4, 4 + len).toString();
+    this.messages++;
+    this.bytes += buf.length;
+    const m = JSON.parse(text) as Json;
+    if (m.KeepAlive) return;
+    if (m.Node) {
+      this.self = m.Node as Json;
+      if ((m.Node as Json).KeyExpiry === '1970-01-01T00:02:03Z') this.loggedOut = true;
+    }
+    if (m.Peers) this.peers = new Map((m.Peers as Json[]).map((p) => [p.ID as number, p]));
+    for (const p of (m.PeersChanged as Json[] | undefined) ?? []) this.peers.set(p.ID as number, p);
+    for (const id of (m.PeersRemoved as number[] | undefined) ?? []) {
+      if (!this.peers.delete(id)) this.problems.push(`PeersRemoved names ${id}, which the client does not hold`);
+    }
+    for (const pc of (m.PeersChangedPatch as Json[] | undefined) ?? []) {
+      const p = this.peers.get(pc.NodeID as number);
+      if (!p) { this.problems.push(`PeersChangedPatch for ${String(pc.NodeID)}, which the client does not hold`); continue; }
+      const next = { ...p };
+      if (pc.Online !== undefined) next.Online = pc.Online;
+      if (pc.LastSeen !== undefined) next.LastSeen = pc.LastSeen;
+      if (pc.Endpoints !== undefined) next.Endpoints = pc.Endpoints;
+      if (pc.DERPRegion !== undefined) next.HomeDERP = pc.DERPRegion;
+      if (pc.KeyExpiry !== undefined) next.KeyExpiry = pc.KeyExpiry;
+      if (pc.DiscoKey !== undefined) next.DiscoKey = pc.DiscoKey;
+      if (pc.Key !== undefined) next.Key = pc.Key;
+      this.peers.set(pc.NodeID as number, next);
+    }
+    if (m.PacketFilter !== undefined) this.filter = m.PacketFilter;
+    if (m.SSHPolicy !== undefined) this.ssh = m.SSHPolicy;
+    for (const u of (m.UserProfiles as Json[] | undefined) ?? []) this.profiles.set(u.ID as number, u);
+  }
+}
+
+/** PEER_FIELDS are what a client acts on; Created, LastSeen, Expired and ControlTime are left out (clock-dependent). */
+const PEER_FIELDS = ['ID', 'Key', 'Machine', 'DiscoKey', 'Name', 'User', 'Addresses', 'AllowedIPs', 'PrimaryRoutes', 'Tags',
+  'Online', 'KeyExpiry', 'Endpoints', 'Hostinfo', 'CapMap', 'HomeDERP'] as const;
+
+const ZERO_TIME = '0001-01-01T00:00:00Z';
+
+export function essentials(n: Json): Json {
+  const out: Json = {};
+  for (const f of PEER_FIELDS) {
+    let v = n[f];
+    if (f === 'KeyExpiry' && v === ZERO_TIME) v = undefined;
+    if (v !== undefined) out[f] = v;
+  }
+  return out;
+}
+
+export const USERS = [
+  { name: 'alice', email: 'alice@example.com' },
+  { name: 'bob', email: 'bob@example.com' },
+  { name: 'carol', email: '' },
+];
+export const TAGS = ['tag:web', 'tag:db'];
+export const ROUTES = ['10.1.0.0/24', '10.2.0.0/24', '0.0.0.0/0', '::/0'];
+
+/** POLICIES are the policies a random run switches between (undefined: no policy, everything allowed). */
+export const POLICIES: Array<string | undefined> = [
+  undefined,
+  '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}',
+  `{
+    "tagOwners": {"tag:web": ["alice@example.com"], "tag:db": ["alice@example.com"]},
+    "acls": [
+      {"action": "accept", "src": ["alice@example.com"], "dst": ["tag:web:*", "autogroup:internet:*"]},
+      {"action": "accept", "src": ["tag:web"], "dst": ["tag:db:5432", "10.1.0.0/24:*"]},
+    ],
+    "autoApprovers": {"routes": {"10.1.0.0/24": ["tag:web"], "10.2.0.0/24": ["bob@example.com"]}, "exitNode": ["tag:db"]},
+  }`,
+  `{
+    "groups": {"group:ops": ["bob@example.com", "alice@example.com"]},
+    "acls": [
+      {"action": "accept", "src": ["group:ops"], "dst": ["bob@example.com:22", "10.2.0.0/24:*"]},
+      {"action": "accept", "src": ["autogroup:member"], "dst": ["autogroup:self:*"]},
+    ],
+    "ssh": [{"action": "accept", "src": ["group:ops"], "dst": ["autogroup:self"], "users": ["root"]}],
+  }`,
+];
+
+interface Connected { session: MapSession; client: ClientModel }
+
+/**
+ * Fleet wires State, NetworkView, Mapper and SessionHub as ControlServer does,
+ * with in-memory map sessions whose frames feed a ClientModel.
+ */
+export class Fleet {
+  policyText: string | undefined;
+  view!: NetworkView;
+  mapper!: Mapper;
+  hub!: SessionHub;
+  dns!: DnsConfigSource;
+  derp!: DerpMapSource;
+  readonly connected = new Map<number, Connected>();
+  /** retired are clients of deleted nodes: they must have been told they are logged out. */
+  readonly retired: ClientModel[] = [];
+  log: string[] = [];
+
+  constructor(readonly s: TestState) {}
+
+  static async start(t: { teardown(fn: () => void | Promise<void>): void }, policy?: string): Promise<Fleet> {
+    const s = await startState(t);
+    const f = new Fleet(s);
+    f.policyText = policy;
+    const { state, config } = s;
+    f.view = new NetworkView(state, silentLogger);
+    f.dns = new DnsConfigSource(config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), silentLogger, () => undefined);
+    f.derp = new DerpMapSource(config, silentLogger, () => undefined);
+    f.mapper = new Mapper(state, config, f.view, f.dns, f.derp);
+    f.hub = new SessionHub(state, f.mapper, silentLogger, new Metrics(state), () => f.policyText);
+    f.hub.closeNode = (id) => {
+      const c = f.connected.get(id);
+      if (!c) return;
+      f.hub.close(c.session);
+      f.connected.delete(id);
+      f.retired.push(c.client);
+    };
+    f.hub.start();
+    t.teardown(() => f.hub.stop());
+    for (const u of USERS) await state.createUser(u);
+    return f;
+  }
+
+  get state() { return this.s.state; }
+  users() { return this.state.listUsers(); }
+
+  /** connect opens a streaming map session the way ControlServer.map does. */
+  connect(id: number): void {
+    const { state } = this;
+    const client = new ClientModel();
+    const session = new MapSession(id, 106, false, (buf) => client.apply(buf), () => undefined);
+    state.sessionOpened(id);
+    this.hub.syncPrimaries();
+    const node = state.requireNode(id);
+    const full = this.mapper.fullMap(node, 106);
+    const buf = Buffer.alloc(4 + Buffer.byteLength(full));
+    buf.writeUInt32LE(Buffer.byteLength(full), 0);
+    buf.write(full, 4);
+    client.apply(buf);
+    this.hub.open(session, node);
+    this.connected.set(id, { session, client });
+  }
+
+  async disconnect(id: number): Promise<void> {
+    const c = this.connected.get(id)!;
+    this.hub.close(c.session);
+    this.connected.delete(id);
+    await this.state.sessionClosed(id);
+  }
+
+  /** step performs one random operation and returns its description. */
+  async step(rng: Rng): Promise<string> {
+    const { state } = this;
+    const nodes = state.listNodes();
+    const any = (): Node => rng.pick(nodes);
+    const roll = rng.int(nodes.length < 3 ? 4 : 15);
+    if (roll <= 2 || nodes.length === 0) {
+      if (nodes.length >= 7) return this.step(rng);
+      const tags = rng.chance(0.3) ? rng.subset(TAGS) : [];
+      const user = tags.length && rng.chance(0.5) ? null : rng.pick(this.users()).id;
+      const n = await state.createNode({
+        machineKey: machineKey(), nodeKey: nodeKey(), hostname: rng.pick(['web', 'db', 'laptop']), userId: user,
+        tags: user === null && !tags.length ? ['tag:web'] : tags, availableRoutes: rng.subset(ROUTES), registerMethod: 'authkey',
+      });
+      if (rng.chance(0.7)) this.connect(n.id);
+      return `join ${n.id} user=${n.userId} tags=${n.tags} routes=${n.availableRoutes}`;
+    }
+    const n = any();
+    switch (roll) {
+      case 3: await state.deleteNode(n.id); return `delete ${n.id}`;
+      case 4: { const tags = rng.subset(TAGS); await state.setTags(n.id, tags); return `tags ${n.id} ${tags}`; }
+      case 5: { const r = rng.subset(ROUTES); await state.approveRoutes(n.id, r); return `approve ${n.id} ${r}`; }
+      case 6: { const r = rng.subset(ROUTES); await state.updateNode(n.id, { availableRoutes: r }); return `advertise ${n.id} ${r}`; }
+      case 7: {
+        const p = rng.int(POLICIES.length);
+        this.policyText = POLICIES[p];
+        state.bus.publish({ type: 'policy-changed' });
+        return `policy ${p}`;
+      }
+      case 8: case 9:
+        if (this.connected.has(n.id)) { await this.disconnect(n.id); return `disconnect ${n.id}`; }
+        this.connect(n.id);
+        return `connect ${n.id}`;
+      case 10: {
+        const u = rng.pick(this.users());
+        const name = u.name.replace(/\d+$/, '') + (rng.int(9) + 1);
+        await state.renameUser(u.id, name);
+        return `rename user ${u.id} ${name}`;
+      }
+      case 11: { const name = `n${n.id}-${rng.int(100)}`; await state.renameNode(n.id, name); return `rename node ${n.id} ${name}`; }
+      case 12: { const at = new Date(Date.now() + (rng.chance(0.5) ? -1 : 1) * 3600_000); await state.expireNode(n.id, at); return `expire ${n.id}`; }
+      case 13: { const ep = [`192.0.2.${rng.int(200) + 1}:41641`]; await state.updateNode(n.id, { endpoints: ep }, 'silent'); state.publishPatch(n.id, { endpoints: ep }); return `endpoints ${n.id}`; }
+      default: {
+        const u = rng.pick(this.users());
+        if (n.tags.length === 0 && n.userId === u.id) return `noop ${n.id}`;
+        await state.updateNode(n.id, { userId: u.id }); return `owner ${n.id} -> ${u.id}`;
+      }
+    }
+  }
+}

@@ -2,7 +2,7 @@ import {
   STORAGE, StorageConflictError,
   type AdapterDescriptor, type ApiKey, type NewApiKey, type NewNode, type NewPreAuthKey, type Node, type NodePatch,
   type PendingRegistration, type PolicyRecord, type PreAuthKey, type StoragePort, type StorageRepositories, type User,
-} from '@headway/core';
+} from '@headway/core/ports';
 
 /** Tables is the whole store; a transaction works on a copy and swaps it in on commit. */
 interface Tables {

@@ -10,7 +10,7 @@
  * as a devDependency next to tap.
  */
 import type { Test } from 'tap';
-import { StorageConflictError, type NewNode, type StoragePort } from '@headway/core';
+import { StorageConflictError, type NewNode, type StoragePort } from '@headway/core/ports';
 
 /** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
 export type StorageFactory = () => Promise<StoragePort>;

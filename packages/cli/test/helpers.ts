@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -156,3 +156,22 @@ export const NODE = {
   subnetRoutes: ['10.0.0.0/24'],
   ephemeral: false,
 };
+
+/**
+ * writeServeConfig writes `dir/config.yaml` for a test server on loopback with
+ * ephemeral ports and its data under `dir/data`; `lines` adds or overrides keys.
+ */
+export function writeServeConfig(dir: string, lines: string[]): string {
+  const path = `${dir}/config.yaml`;
+  writeFileSync(path, [
+    'listen_addr: 127.0.0.1:0',
+    'metrics_listen_addr: ""',
+    'derp:',
+    '  server:',
+    '    stun_listen_addr: 127.0.0.1:0',
+    `data_dir: ${dir}/data`,
+    ...lines,
+    '',
+  ].join('\n'));
+  return path;
+}

@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import t from 'tap';
-import { RUN, headway, tempDir } from './helpers.js';
+import { RUN, headway, tempDir, writeServeConfig } from './helpers.js';
 
 // Boots the real server, so it only runs once the workspace is built.
 t.setTimeout(120_000);
@@ -16,26 +16,12 @@ function built(pkg: string): boolean {
 }
 const skip = !built('@headway/storage-sqlite') || !built('@headway/storage-postgres') ? 'the storage adapters are not built' : false;
 
-function writeConfig(dir: string, lines: string[]): string {
-  const path = `${dir}/config.yaml`;
-  writeFileSync(path, [
-    'listen_addr: 127.0.0.1:0',
-    'metrics_listen_addr: ""',
-    'derp:',
-    '  server:',
-    '    stun_listen_addr: 127.0.0.1:0',
-    `data_dir: ${dir}/data`,
-    ...lines,
-    '',
-  ].join('\n'));
-  return path;
-}
 
 t.test('a wrong database setting prints the one FATAL line and no knex stack trace', { skip }, async (t) => {
   const { dir, cleanup } = tempDir();
   t.teardown(cleanup);
   // Port 1 on loopback refuses at once: knex used to print "Acquire connection error" with a stack first.
-  const cfg = writeConfig(dir, ['database:', '  type: postgres', '  postgres:', '    host: 127.0.0.1', '    port: 1', '    pass: hunter2-canary']);
+  const cfg = writeServeConfig(dir, ['database:', '  type: postgres', '  postgres:', '    host: 127.0.0.1', '    port: 1', '    pass: hunter2-canary']);
   const r = await headway(['serve', '-c', cfg], { env: { HOME: dir }, cwd: dir });
   t.equal(r.code, 1);
   const lines = r.stderr.split('\n').filter(Boolean);
@@ -50,7 +36,7 @@ t.test('a wrong database setting prints the one FATAL line and no knex stack tra
 t.test('serve -c logs which config file it loaded', { skip }, async (t) => {
   const { dir, cleanup } = tempDir();
   t.teardown(cleanup);
-  const cfg = writeConfig(dir, ['database:', '  type: postgres', '  postgres:', '    host: 127.0.0.1', '    port: 1']);
+  const cfg = writeServeConfig(dir, ['database:', '  type: postgres', '  postgres:', '    host: 127.0.0.1', '    port: 1']);
   const r = await headway(['serve', '-c', cfg], { env: { HOME: dir }, cwd: dir });
   t.match(r.stderr, new RegExp(` INF config file loaded path=${cfg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\n`));
 });
@@ -58,7 +44,7 @@ t.test('serve -c logs which config file it loaded', { skip }, async (t) => {
 t.test('a second serve on the same data directory stops with one FATAL line naming the first pid', { skip }, async (t) => {
   const { dir, cleanup } = tempDir();
   t.teardown(cleanup);
-  const cfg = writeConfig(dir, []);
+  const cfg = writeServeConfig(dir, []);
   const first = spawn(process.execPath, [RUN, 'serve', '-c', cfg], { cwd: dir, env: { ...process.env, HOME: dir }, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   first.stderr.on('data', (c: Buffer) => (stderr += c.toString()));

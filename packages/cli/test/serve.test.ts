@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import t from 'tap';
-import { RUN, headway, tempDir } from './helpers.js';
+import { RUN, headway, tempDir, writeServeConfig } from './helpers.js';
 
 // Boots the real server (sqlite), so it only runs once the workspace is built.
 t.setTimeout(120_000);
@@ -20,22 +20,7 @@ const core = (await import('@headway/core')) as Record<string, unknown>;
 const skip = typeof core.startServer !== 'function' || !sqliteBuilt() ? 'the server (startServer, storage-sqlite) is not built' : false;
 
 function config(dir: string, dbPath: string): string {
-  const path = `${dir}/config.yaml`;
-  writeFileSync(path, [
-    'server_url: http://127.0.0.1:18080',
-    'listen_addr: 127.0.0.1:0',
-    'metrics_listen_addr: ""',
-    'derp:',
-    '  server:',
-    '    stun_listen_addr: 127.0.0.1:0',
-    `data_dir: ${dir}/data`,
-    'database:',
-    '  type: sqlite',
-    '  sqlite:',
-    `    path: ${dbPath}`,
-    '',
-  ].join('\n'));
-  return path;
+  return writeServeConfig(dir, ['server_url: http://127.0.0.1:18080', 'database:', '  type: sqlite', '  sqlite:', `    path: ${dbPath}`]);
 }
 
 t.test('serve: boot failure is one FATAL line, exit 1', { skip }, async (t) => {

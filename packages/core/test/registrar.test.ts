@@ -200,6 +200,8 @@ t.test('interactive login: AuthURL, a follow-up held until approval, then author
   const key = m![1]!;
   t.notOk(env.state.nodeByMachineKey(d.machineKey), 'no node before approval');
 
+  t.equal(env.state.pendingQuota.size(), 1, 'the waiting login counts against registration.max_pending');
+
   let settled = false;
   const held = register(env, d, { Followup: first.AuthURL }).then((r) => { settled = true; return r; });
   await new Promise((r) => setTimeout(r, 50));
@@ -210,6 +212,9 @@ t.test('interactive login: AuthURL, a follow-up held until approval, then author
   t.equal(r.Login?.LoginName, 'ida@example.com');
   const n = env.state.requireNode(id);
   t.same([n.machineKey, n.nodeKey, n.registerMethod, n.userId], [d.machineKey, d.nodeKey, 'cli', u.id]);
+  // Regression: an approved login stayed in the pending quota until it expired (its row is
+  // deleted inside the registration's transaction, past State.deletePending).
+  t.equal(env.state.pendingQuota.size(), 0, 'an approved login no longer counts as waiting');
   await t.rejects(env.registrar.approve(key, u.id), { code: 'not_found', field: 'key' }, 'a key approves once');
   t.equal(env.state.listNodes().length, 1);
 
@@ -219,6 +224,7 @@ t.test('interactive login: AuthURL, a follow-up held until approval, then author
   const url = (await register(env, relogin, {})).AuthURL;
   const key2 = /\/register\/([A-Za-z0-9_-]+)$/.exec(url)![1]!;
   t.equal(await env.registrar.approve(key2, u.id), id, 'the same node');
+  t.equal(env.state.pendingQuota.size(), 0, 'nor does an approved re-login');
   t.equal(env.state.requireNode(id).nodeKey, relogin.nodeKey);
   t.equal(env.state.listNodes().length, 1);
 });

@@ -283,6 +283,7 @@ export class State {
         throw conflictError(err);
       }
       this.claimedNames.delete(givenName);
+      this.consumed(writes);
       this.putNode(node);
       this.bus.publish({ type: 'node-added', node });
       return node;
@@ -301,9 +302,15 @@ export class State {
       if (!n) throw notFound('node', id);
       return n;
     }));
+    this.consumed(writes);
     this.putNode(updated);
     this.bus.publish({ type: 'node-changed', node: updated });
     return updated;
+  }
+
+  /** consumed brings memory in step after a registration's transaction committed its writes. */
+  private consumed(writes: RegistrationWrites): void {
+    if (writes.pendingKey !== undefined) this.pendingQuota.remove(writes.pendingKey);
   }
 
   /** consume performs a registration's guarded writes; a lost guard aborts the transaction. */
@@ -385,18 +392,13 @@ export class State {
   async deleteNode(id: number): Promise<Node> {
     const node = this.requireNode(id);
     await this.storage.nodes.delete(id);
-    this.forgetNode(node);
-    return node;
-  }
-
-  /** forgetNode drops a deleted node from memory, frees its addresses and publishes the removal. */
-  private forgetNode(node: Node): void {
     this.dropKeys(node);
-    this.nodes.delete(node.id);
-    this.sessions.delete(node.id);
+    this.nodes.delete(id);
+    this.sessions.delete(id);
     this.v4?.release(node.ipv4);
     this.v6?.release(node.ipv6);
-    this.bus.publish({ type: 'node-removed', nodeId: node.id, node });
+    this.bus.publish({ type: 'node-removed', nodeId: id, node });
+    return node;
   }
 
   async expireNode(id: number, at: Date = new Date()): Promise<Node> {

@@ -533,12 +533,13 @@ export class ControlServer {
    */
   private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
     const { state, metrics, logger } = this.o;
-    const nodeKey = typeof mr.NodeKey === 'string' && /^nodekey:[0-9a-f]{64}$/.test(mr.NodeKey) ? mr.NodeKey : undefined;
-    if (found || !nodeKey || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    // mr passed parseMapRequest: NodeKey is a lower-case nodekey:<hex>, Hostinfo an object or absent.
+    const nodeKey = mr.NodeKey;
+    if (found || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
     // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
     if (!mr.Stream && mr.OmitPeers) { res.writeHead(200); res.end(); return; }
     const gone = this.hub.deletedNode(machineKey);
-    const hostinfo = mr.Hostinfo && typeof mr.Hostinfo === 'object' && !Array.isArray(mr.Hostinfo) ? mr.Hostinfo as Record<string, unknown> : null;
+    const hostinfo = (mr.Hostinfo ?? null) as Record<string, unknown> | null;
     const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
     const self = gone
       ? { ...this.mapper.deletedSelf(gone), nodeKey, hostinfo: hostinfo ?? gone.hostinfo }

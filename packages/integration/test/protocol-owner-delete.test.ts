@@ -192,3 +192,21 @@ t.test('a map request from a machine with no node is answered logged out; a stal
   t.equal(await httpStatusOf(a.startMap({ stream: true })), 404, 'old key of a machine that has a node: 404');
   a.nodeKey = rotated;
 });
+
+t.test('logged-out answer sent the newest DERP map to clients that cannot pin the relay certificate', async (t) => {
+  // Clients below capability version 115 read CertName as a host name; every other map gives them InsecureForTests.
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'old', capabilityVersion: 113 });
+  t.teardown(() => d.close());
+  await d.connect();
+  t.equal((await d.register({ authKey: await authKey(s) })).Error, '');
+  const full = await d.startMap({ stream: true });
+  await s.state.deleteNode(s.state.nodeByNodeKey(d.nodeKeyText)!.id);
+  const again = await d.startMap({ stream: true });
+  t.equal(again.Node?.KeyExpiry, LOGGED_OUT_EXPIRY, 'answered logged out');
+  t.same(again.DERPMap, full.DERPMap, 'the same DERP map as the full map for this client version');
+  const relay = Object.values((again.DERPMap as { Regions: Record<string, { Nodes: Array<Record<string, unknown>> }> }).Regions)
+    .flatMap((r) => r.Nodes);
+  t.ok(relay.length > 0 && relay.every((n) => n.CertName === undefined), 'no certificate pin for a 1.80 client');
+});

@@ -17,6 +17,11 @@ export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | 
   return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
 }
 
+/** profileJson is an owner as a tailcfg.UserProfile in a map response. */
+function profileJson(o: OwnerIdentity): string {
+  return JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+}
+
 /** LoggedOutSelf is what a logged-out answer says about the machine's (former) node. */
 export interface LoggedOutSelf {
   id: number;
@@ -126,13 +131,12 @@ export class Mapper {
   /** profile is the UserProfile JSON of a node's owner, keyed by its id (a session compares the text it last sent). */
   profile(node: Node): { id: number; json: string } {
     const o = this.owner(node);
-    return { id: o.id, json: JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName }) };
+    return { id: o.id, json: profileJson(o) };
   }
 
   /** userProfile is the UserProfile JSON of a user as the owner of untagged nodes (after a rename, say). */
   userProfile(user: User): string {
-    const o = ownerIdentity({ tags: [], userId: user.id }, user);
-    return JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+    return profileJson(ownerIdentity({ tags: [], userId: user.id }, user));
   }
 
   /** profiles is every distinct owner profile of nodes, by owner id. */
@@ -179,7 +183,7 @@ export class Mapper {
     if (capVersion) node.Cap = capVersion;
     const parts = [`"Node":${JSON.stringify(node)}`];
     if (opts.first) {
-      parts.push(`"DERPMap":${JSON.stringify(this.derp.map)}`, `"Domain":${JSON.stringify(this.domain())}`);
+      parts.push(`"DERPMap":${this.derp.jsonFor(capVersion)}`, `"Domain":${JSON.stringify(this.domain())}`);
       if (self.profile) parts.push(`"UserProfiles":[${self.profile}]`);
     }
     if (opts.gone?.length) parts.push(`"PeersRemoved":${JSON.stringify(opts.gone)}`);

@@ -232,12 +232,7 @@ export class SessionHub {
         this.pendingPrimaries = true;
         break;
       case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`, true);
-      case 'derp-changed': {
-        this.flushNow();
-        const all = [...this.sessions()];
-        for (const s of all) this.rebuilt(s);
-        return this.sendAll(all.map((s) => [s, `{"DERPMap":${this.mapper.derpMapJson(s.capVersion)}}`] as [MapSession, string]));
-      }
+      case 'derp-changed': this.flushNow(); return this.broadcast((s) => `{"DERPMap":${this.mapper.derpMapJson(s.capVersion)}}`, true);
     }
     this.schedule();
   }
@@ -268,11 +263,14 @@ export class SessionHub {
     }
   }
 
-  /** broadcast sends every session one message; `rebuilds` says the client rebuilds its netmap from it. */
-  private broadcast(json: string, rebuilds = false): void {
+  /**
+   * broadcast sends every session one message (the same text, or one per session, e.g.
+   * by capability version); `rebuilds` says the client rebuilds its netmap from it.
+   */
+  private broadcast(json: string | ((s: MapSession) => string), rebuilds = false): void {
     const all = [...this.sessions()];
     if (rebuilds) for (const s of all) this.rebuilt(s);
-    this.sendAll(all.map((s) => [s, json] as [MapSession, string]));
+    this.sendAll(all.map((s) => [s, typeof json === 'string' ? json : json(s)] as [MapSession, string]));
   }
 
   /** rebuilt records that the session's client rebuilt its netmap: it now shows its own and its peers' owners. */

@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# Installs dependencies (the one native module, better-sqlite3, built from source
-# against this Node's headers), builds, and starts `headway serve` on the embedded
-# SQLite default.
+# Installs Node 24 when needed and the dependencies (the one native module,
+# better-sqlite3, built from source against Node's headers), builds, and starts
+# `headway serve` on the embedded SQLite default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -d node_modules/better-sqlite3/build ]; then
-  # Scripts off: better-sqlite3's install script would try a prebuilt download first.
+# Node 24 LTS is the supported runtime; an older `node` gets one installed next to it.
+eval "$(bash scripts/node-runtime.sh)"
+if [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ] \
+  || [ "$(cat node_modules/.headway-node-abi 2>/dev/null)" != "$(node -p process.versions.modules)" ]; then
   npm ci --no-audit --no-fund --ignore-scripts
-  # node-gyp is called directly with its own flags: passed as npm_config_* variables,
-  # nodedir and build_from_source made every npm command warn "Unknown env config".
-  node_gyp="$(npm root -g)/npm/node_modules/node-gyp/bin/node-gyp.js"
-  [ -f "$node_gyp" ] || node_gyp="$(command -v node-gyp)"
-  nodedir="$(dirname "$(dirname "$(command -v node)")")"
-  (cd node_modules/better-sqlite3 && node "$node_gyp" rebuild --release --nodedir="$nodedir")
+  bash scripts/build-sqlite.sh
+  node -p process.versions.modules > node_modules/.headway-node-abi
 fi
 npm run build --silent
 exec node packages/cli/bin/run.js serve "$@"

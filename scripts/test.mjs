@@ -1,12 +1,26 @@
 #!/usr/bin/env node
 // Runs every compiled test file with tap and ends with one line `N passed, N failed`
 // (tap's own summary is a JSON-ish comment that CI does not read).
-import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
+
+// Node 24 is the runtime the native module was compiled for: an older `node` (Debian's 20)
+// re-runs this script under the Node 24 that scripts/node-runtime.sh installed, or says how to get one.
+if (Number(process.versions.node.split('.')[0]) < 24) {
+  const home = process.env.HEADWAY_NODE_HOME ?? join(process.env.HOME ?? '', '.cache', 'headway', 'node-24');
+  const node24 = join(home, 'bin', 'node');
+  if (!existsSync(node24)) {
+    console.error(`Headway needs Node.js 24 (this is ${process.version}); run ./scripts/serve.sh once or eval "$(bash scripts/node-runtime.sh)"`);
+    console.log('0 passed, 1 failed');
+    process.exit(1);
+  }
+  const r = spawnSync(node24, [fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit', env: { ...process.env, PATH: `${join(home, 'bin')}:${process.env.PATH}` } });
+  process.exit(r.status ?? 1);
+}
 const filters = process.argv.slice(2);
 
 function collect(dir, out) {

@@ -300,10 +300,12 @@ t.test('HTTP/2 runs inside the Noise channel', async (t) => {
   });
   const req = session.request({ ':method': 'POST', ':path': '/machine/register', 'content-type': 'application/json' });
   req.end(JSON.stringify({ Version: 130 }).padEnd(9000, ' '));
-  const status = await new Promise<number>((resolve) => req.on('response', (h) => resolve(Number(h[':status']))));
-  const chunks: Buffer[] = [];
-  for await (const c of req) chunks.push(c as Buffer);
-  const reply = JSON.parse(Buffer.concat(chunks).toString()) as { path: string; body: string };
+  // Headers, body and end can arrive in one read (Node 24 delivers them in one tick), so the body is
+  // collected from the start rather than after awaiting 'response' (a late for-await sees a closed stream).
+  const statusP = new Promise<number>((resolve) => req.on('response', (h) => resolve(Number(h[':status']))));
+  const bodyP = (async () => { const chunks: Buffer[] = []; for await (const c of req) chunks.push(c as Buffer); return Buffer.concat(chunks); })();
+  const [status, body] = await Promise.all([statusP, bodyP]);
+  const reply = JSON.parse(body.toString()) as { path: string; body: string };
   t.equal(status, 200);
   t.equal(reply.path, '/machine/register');
   t.same(JSON.parse(reply.body), { Version: 130 }, '9000-byte request body crossed several records');

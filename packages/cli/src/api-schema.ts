@@ -772,9 +772,15 @@ export interface operations {
                      * @example alice
                      */
                     name: string;
-                    /** @description Display name */
+                    /**
+                     * @description Display name
+                     * @example Alice Liddell
+                     */
                     displayName?: string | null;
-                    /** @description E-mail address */
+                    /**
+                     * @description E-mail address
+                     * @example alice@example.com
+                     */
                     email?: string | null;
                 };
             };
@@ -1168,16 +1174,27 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Owner: user name or id */
+                    /**
+                     * @description Owner: user name or id
+                     * @example alice
+                     */
                     user: string | number;
                     /**
                      * @description Hostname
                      * @example demo-laptop
                      */
                     name: string;
-                    /** @description Machine key (random when absent) */
+                    /**
+                     * @description Machine key (random when absent)
+                     * @example mkey:a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1
+                     */
                     key?: string | null;
-                    /** @description Routes the node advertises (CIDR prefixes) */
+                    /**
+                     * @description Routes the node advertises (CIDR prefixes)
+                     * @example [
+                     *       "10.0.0.0/24"
+                     *     ]
+                     */
                     routes?: string[] | null;
                 };
             };
@@ -1243,14 +1260,26 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": {
+                    /**
+                     * @description Owner: user name or id; absent for a tags-only key
+                     * @example alice
+                     */
                     user?: (string | number) | null;
                     /** @description Register more than one node (default false) */
                     reusable?: boolean | null;
                     /** @description Nodes it registers are ephemeral (default false) */
                     ephemeral?: boolean | null;
-                    /** @description When it stops working: an RFC 3339 time, or a duration from now such as 24h or 90d; absent or null for never */
+                    /**
+                     * @description When it stops working: an RFC 3339 time, or a duration from now such as 24h or 90d; absent or null for never
+                     * @example 2027-01-01T00:00:00Z
+                     */
                     expiration?: string | null;
-                    /** @description Tags given to the nodes it registers */
+                    /**
+                     * @description Tags given to the nodes it registers
+                     * @example [
+                     *       "tag:web"
+                     *     ]
+                     */
                     aclTags?: string[] | null;
                 };
             };
@@ -1313,7 +1342,10 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": {
-                    /** @description Key id */
+                    /**
+                     * @description Key id
+                     * @example 1
+                     */
                     id: string | number;
                 };
             };
@@ -1373,7 +1405,10 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": {
-                    /** @description When it stops working: an RFC 3339 time, or a duration from now such as 24h or 90d; absent or null for never */
+                    /**
+                     * @description When it stops working: an RFC 3339 time, or a duration from now such as 24h or 90d; absent or null for never
+                     * @example 2027-01-01T00:00:00Z
+                     */
                     expiration?: string | null;
                 };
             };
@@ -1412,8 +1447,15 @@ export interface operations {
         requestBody?: {
             content: {
                 "application/json": {
-                    /** @description Key prefix */
+                    /**
+                     * @description Key prefix
+                     * @example 0123456789ab
+                     */
                     prefix?: string | null;
+                    /**
+                     * @description Key id
+                     * @example 1
+                     */
                     id?: (string | number) | null;
                 };
             };

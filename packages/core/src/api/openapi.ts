@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObject, type ZodOpenApiResponseObject } from 'zod-openapi';
 import type { ErrorCode } from '../errors.js';
 import { ERRORS } from '../errors.js';
@@ -130,6 +131,13 @@ export function openApiDocument(opts: { serverUrl?: string } = {}): Record<strin
     paths,
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key from `headway apikeys create`' } },
+    },
+  }, {
+    // zod leaves out the `examples` of a schema with a transform (they are typed as its
+    // output) when rendering a request; the request fields' examples are inputs, so keep them.
+    override: ({ jsonSchema, zodSchema, io }) => {
+      const examples = (z.globalRegistry.get(zodSchema) as { examples?: unknown[] } | undefined)?.examples;
+      if (io === 'input' && examples && !jsonSchema.examples) jsonSchema.examples = examples;
     },
   });
   return JSON.parse(JSON.stringify(doc)) as Record<string, unknown>;

@@ -297,7 +297,7 @@ export const ROUTES: Route[] = [
     method: 'POST', path: '/api/v1/debug/node', operationId: 'createDebugNode', tag: 'Debug', summary: 'Create a node record without a device',
     description: 'For tests and demos: the node has fresh random keys and never connects.',
     body: z.object({
-      user: idText('Owner: user name or id', 'alice'),
+      user: idText().meta({ description: 'Owner: user name or id', examples: ['alice'] }),
       name: z.string().min(1, { error: 'must not be empty' }).refine((s) => s.trim() !== '', { error: 'must not be empty' }).meta({ description: 'Hostname', examples: ['demo-laptop'] }),
       key: optional(z.string().regex(/^mkey:[0-9a-f]{64}$/, { error: (iss) => `expected mkey:<64 hex digits>, found ${JSON.stringify(iss.input)}` }))
         .meta({ description: 'Machine key (random when absent)', examples: [`mkey:${'a1'.repeat(32)}`] }),
@@ -333,7 +333,7 @@ export const ROUTES: Route[] = [
     method: 'POST', path: '/api/v1/preauthkey', operationId: 'createPreAuthKey', tag: 'Pre-auth keys', summary: 'Create a pre-auth key',
     description: 'The answer holds the whole key; it is never shown again. A key without a user must have tags.',
     body: z.object({
-      user: optional(idText('Owner: user name or id; absent for a tags-only key', 'alice')),
+      user: optional(idText()).meta({ description: 'Owner: user name or id; absent for a tags-only key', examples: ['alice'] }),
       reusable: optional(z.boolean()).meta({ description: 'Register more than one node (default false)' }),
       ephemeral: optional(z.boolean()).meta({ description: 'Nodes it registers are ephemeral (default false)' }),
       expiration: expirationText,
@@ -355,7 +355,7 @@ export const ROUTES: Route[] = [
   route({
     method: 'POST', path: '/api/v1/preauthkey/expire', operationId: 'expirePreAuthKey', tag: 'Pre-auth keys', summary: 'Expire a pre-auth key',
     description: 'The key stops registering nodes now; nodes it registered stay.',
-    body: z.object({ id: idText('Key id', '1').pipe(numericId('Key id')) }),
+    body: z.object({ id: idText().pipe(numericId()).meta({ description: 'Key id', examples: ['1'] }) }),
     response: PreAuthKeyAnswer, responseDescription: 'The expired key (redacted)',
     errors: [404],
     handle: async ({ body }, deps) => ({ preAuthKey: preAuthKeyView(await deps.state.expirePreAuthKey(body.id), deps.state) }),
@@ -391,7 +391,7 @@ export const ROUTES: Route[] = [
     description: 'Names the key by `id` or by `prefix` (one of them is required; `id` wins when both are sent).',
     body: z.object({
       prefix: optional(z.string()).meta({ description: 'Key prefix', examples: ['0123456789ab'] }),
-      id: optional(idText('Key id', '1').pipe(numericId('Key id'))),
+      id: optional(idText().pipe(numericId())).meta({ description: 'Key id', examples: ['1'] }),
     }),
     response: Empty, responseDescription: 'Expired',
     errors: [404],

@@ -123,8 +123,7 @@ export const numericId = (description = 'Numeric id') =>
  * idText accepts a decimal string or a JSON integer and reads it as a string: headscale's
  * gateway takes uint64 fields either way, so ported scripts send both.
  */
-export const idText = (description: string, example: string) =>
-  z.union([z.string(), z.int().nonnegative().transform(String)]).meta({ description, examples: [example] });
+export const idText = () => z.union([z.string(), z.int().nonnegative().transform(String)]);
 
 /** queryText is an optional query parameter; an empty value (`?name=`) reads as absent. */
 export const queryText = (description: string, example: string) =>

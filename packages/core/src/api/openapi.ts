@@ -118,7 +118,7 @@ export function openApiDocument(opts: { serverUrl?: string } = {}): Record<strin
       version: API_VERSION,
       summary: 'Administration API of a Headway coordination server',
       description: [
-        'Administration API of a Headway coordination server, with headscale v1 compatible paths and JSON field names.',
+        "Paths and JSON field names follow headscale's v1 API, so its clients and scripts work against Headway.",
         '',
         'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
         '',

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import { formatProblem, loadConfig, type HeadwayConfig } from '@headway/core/ports';
-import type { ApiProblem } from './api-types.js';
+import type { AnswerCheck, ApiPath, ApiProblem } from './api-types.js';
 
 /** ApiTarget says where the server's API is: the local unix socket, or an HTTP(S) address with an API key. */
 export type ApiTarget =
@@ -47,19 +47,21 @@ export class ApiClient {
     return this.target.kind === 'socket' ? `unix socket ${this.target.socketPath}` : this.target.address;
   }
 
-  get<T>(path: string, query?: Record<string, string | undefined>): Promise<T> {
+  // The path must be one of the API's (from the generated api-schema.ts), and the answer
+  // type a caller expects must fit what some operation of that method sends.
+  get<T>(path: ApiPath<'get'>, query?: Record<string, string | undefined>, ..._check: AnswerCheck<'get', T>): Promise<T> {
     return this.request<T>('GET', withQuery(path, query));
   }
 
-  post<T>(path: string, body?: unknown, query?: Record<string, string | undefined>): Promise<T> {
+  post<T>(path: ApiPath<'post'>, body?: unknown, query?: Record<string, string | undefined>, ..._check: AnswerCheck<'post', T>): Promise<T> {
     return this.request<T>('POST', withQuery(path, query), body);
   }
 
-  put<T>(path: string, body?: unknown): Promise<T> {
+  put<T>(path: ApiPath<'put'>, body?: unknown, ..._check: AnswerCheck<'put', T>): Promise<T> {
     return this.request<T>('PUT', path, body);
   }
 
-  delete<T>(path: string, query?: Record<string, string | undefined>): Promise<T> {
+  delete<T>(path: ApiPath<'delete'>, query?: Record<string, string | undefined>, ..._check: AnswerCheck<'delete', T>): Promise<T> {
     return this.request<T>('DELETE', withQuery(path, query));
   }
 

@@ -23,6 +23,7 @@ export * from './policy/engine.js';
 export * from './api/routes.js';
 export * from './api/views.js';
 export * from './api/openapi.js';
+export * from './api/schemas.js';
 export * from './server/app.js';
 export * from './server/metrics.js';
 export * from './server/server.js';

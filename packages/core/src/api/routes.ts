@@ -1,12 +1,16 @@
 import type { Context } from 'koa';
 import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
 import { badField, HeadwayError } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseDuration } from '../config/duration.js';
 import type { State } from '../state/state.js';
 import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
-import { readJson } from './http.js';
+import { BODY_LIMIT, readJson } from './http.js';
+import {
+  ApiKeySchema, Empty, expirationText, idText, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
+} from './schemas.js';
 import { apiKeyView, nodeView, preAuthKeyView, userView } from './views.js';
 
 export interface ApiDeps {
@@ -20,51 +24,111 @@ export interface ApiDeps {
   health: () => Promise<boolean>;
 }
 
-export interface Route {
-  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
-  /** path in koa form, e.g. /api/v1/node/:id */
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** TAGS group the operations in the OpenAPI document and on the docs page, in this order. */
+export const TAGS = {
+  Users: 'People and service accounts that own nodes and pre-auth keys',
+  Nodes: 'Devices in the tailnet',
+  'Pre-auth keys': 'Keys that register devices without an interactive login',
+  'API keys': 'Keys for this API',
+  Policy: 'The access policy (HuJSON, Tailscale ACL syntax)',
+  Health: 'Server health',
+  Debug: 'Helpers for tests and demos',
+} as const;
+export type Tag = keyof typeof TAGS;
+
+/**
+ * Statuses a route may answer with a problem besides 401 and 500 (every route) and the
+ * ones its inputs imply (400 for any input, 413 and 415 for a body): list them in `errors`.
+ */
+export type ErrorStatus = 400 | 404 | 409 | 503;
+
+type Parsed<S> = S extends z.ZodType ? z.output<S> : Record<string, never>;
+
+/** RouteInput is a request after validation: path parameters, query and body, typed by the route's schemas. */
+export interface RouteInput<P, Q, B> { params: P; query: Q; body: B }
+
+/**
+ * RouteSpec is one REST operation with its contract. Everything the router, the
+ * request validation and the OpenAPI document need comes from here, so adding a
+ * route is one entry in ROUTES.
+ */
+export interface RouteSpec<P extends z.ZodObject | undefined, Q extends z.ZodObject | undefined, B extends z.ZodType | undefined, R extends z.ZodType> {
+  method: Method;
+  /** path in koa form, e.g. /api/v1/node/:id; every :name has a key in `params`. */
   path: string;
+  /** operationId names the operation in the document and in generated clients. */
+  operationId: string;
+  tag: Tag;
   summary: string;
-  body?: Record<string, string>;
-  query?: Record<string, string>;
-  response: string;
+  /** description says what the call does beyond the summary: conditions, side effects, headscale differences. */
+  description: string;
+  params?: P;
+  query?: Q;
+  /** body is a JSON object; headscale's snake_case names are read as camelCase before validation. */
+  body?: B;
+  /** bodyLimit caps the body in bytes (default BODY_LIMIT). */
+  bodyLimit?: number;
+  /** response is the 200 body. */
+  response: R;
+  responseDescription: string;
+  /** also: another status that answers with the same schema (health's 503). */
+  also?: { status: 503; description: string };
+  errors?: ErrorStatus[];
+  handle: (input: RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps: ApiDeps, ctx: Context) => Promise<z.input<R>>;
+}
+
+/** Route is a RouteSpec with its types erased, as the router and the document generator walk them. */
+export interface Route {
+  method: Method;
+  path: string;
+  operationId: string;
+  tag: Tag;
+  summary: string;
+  description: string;
+  params?: z.ZodObject;
+  query?: z.ZodObject;
+  body?: z.ZodType;
+  bodyLimit?: number;
+  response: z.ZodType;
+  responseDescription: string;
+  also?: { status: 503; description: string };
+  errors: ErrorStatus[];
+  /** handler validates the request against the schemas (400 naming the field) and runs the route. */
   handler: (ctx: Context, deps: ApiDeps) => Promise<unknown>;
 }
 
-function idParam(ctx: Context, name = 'id'): number {
-  const raw = String(ctx.params[name] ?? '');
-  if (!/^\d+$/.test(raw)) throw badField(name, `expected a numeric id, found ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
+/** pathParams lists the :names of a koa path. */
+export const pathParams = (path: string) => [...path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]!);
 
-function str(body: Record<string, unknown>, field: string, required = false): string | undefined {
-  const v = body[field];
-  if (v === undefined || v === null) {
-    if (required) throw badField(field, 'is required');
-    return undefined;
+/**
+ * route checks a spec (its path parameters and `params` must name the same keys) and
+ * wraps its handler in validation, so no handler sees unchecked input.
+ */
+export function route<P extends z.ZodObject | undefined = undefined, Q extends z.ZodObject | undefined = undefined, B extends z.ZodType | undefined = undefined, R extends z.ZodType = z.ZodType>(
+  spec: RouteSpec<P, Q, B, R>,
+): Route {
+  const declared = spec.params ? Object.keys(spec.params.shape).sort() : [];
+  const inPath = pathParams(spec.path).sort();
+  if (declared.join() !== inPath.join()) {
+    throw new Error(`route ${spec.method} ${spec.path}: params declares [${declared.join(', ')}] but the path has [${inPath.join(', ')}]`);
   }
-  if (typeof v === 'number' && Number.isSafeInteger(v)) return String(v);
-  if (typeof v !== 'string') throw badField(field, `expected a string, found ${typeof v}`);
-  return v;
+  const { handle, errors, ...rest } = spec;
+  return {
+    ...rest,
+    errors: errors ?? [],
+    handler: async (ctx, deps) => {
+      const params = spec.params ? parseInput(spec.params, { ...ctx.params }) : {};
+      const query = spec.query ? parseInput(spec.query, { ...ctx.query }) : {};
+      const body = spec.body ? parseInput(spec.body, await readJson(ctx, spec.bodyLimit ?? BODY_LIMIT)) : {};
+      return handle({ params, query, body } as RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps, ctx);
+    },
+  };
 }
 
-function bool(body: Record<string, unknown>, field: string): boolean | undefined {
-  const v = body[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'boolean') throw badField(field, `expected true or false, found ${JSON.stringify(v)}`);
-  return v;
-}
-
-function strList(body: Record<string, unknown>, field: string): string[] | undefined {
-  const v = body[field];
-  if (v === undefined || v === null) return undefined;
-  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw badField(field, 'expected a list of strings');
-  return v as string[];
-}
-
-/** expiration accepts an RFC 3339 time or a duration from now (`24h`); null/absent means none. */
-function expiration(body: Record<string, unknown>, field = 'expiration'): Date | null {
-  const v = str(body, field);
+/** expiration reads expirationText: an RFC 3339 time or a duration from now; absent means none. */
+function expiration(v: string | undefined, field = 'expiration'): Date | null {
   if (!v) return null;
   const d = parseDuration(v);
   if (d !== undefined) return new Date(Date.now() + d);
@@ -76,227 +140,314 @@ function expiration(body: Record<string, unknown>, field = 'expiration'): Date |
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.resolveUser(ref ?? '', field);
 
+function view(deps: ApiDeps, n: import('../domain.js').Node) {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+}
+
+/** requiredList is a list of strings that must be sent; `hint` says what an empty list means. */
+const requiredList = (hint: string, description: string, example: string[]) =>
+  z.array(z.string(), { error: (iss) => (iss.input === undefined || iss.input === null ? `is required (${hint})` : undefined) })
+    .meta({ description, examples: [example] });
+
+const stringList = (description: string, example: string[]) => optional(z.array(z.string())).meta({ description, examples: [example] });
+
+const NodeIdParams = z.object({ id: numericId('Node id') });
+const userQuery = (what: string) => z.object({ user: queryText(`Only ${what} of this user (name or id)`, 'alice') });
+const NodeAnswer = z.object({ node: NodeSchema });
+const PreAuthKeyAnswer = z.object({ preAuthKey: PreAuthKeySchema });
+const PolicyText = z.object({ policy: z.string().meta({ description: 'Policy text (HuJSON: JSON with comments and trailing commas)', examples: ['{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}'] }) });
+const POLICY_LIMIT = 4 * 1024 * 1024;
+
 export const ROUTES: Route[] = [
   // ---- users ----
-  {
-    method: 'GET', path: '/api/v1/user', summary: 'List users', query: { id: 'user id', name: 'user name', email: 'e-mail' }, response: '{users: User[]}',
-    handler: async (ctx, { state }) => {
-      const q = ctx.query as Record<string, string | undefined>;
-      if (q.id !== undefined && !/^\d+$/.test(q.id)) throw badField('id', `expected a numeric id, found ${JSON.stringify(q.id)}`);
-      return { users: state.listUsers({ id: q.id ? Number(q.id) : undefined, name: q.name || undefined, email: q.email || undefined }).map(userView) };
-    },
-  },
-  {
-    method: 'POST', path: '/api/v1/user', summary: 'Create a user', body: { name: 'string (required)', displayName: 'string', email: 'string' }, response: '{user: User}',
-    handler: async (ctx, { state }) => {
-      const b = await readJson(ctx);
-      const user = await state.createUser({ name: str(b, 'name', true)!, displayName: str(b, 'displayName') ?? '', email: str(b, 'email') ?? '' });
-      return { user: userView(user) };
-    },
-  },
-  {
-    method: 'POST', path: '/api/v1/user/:id/rename/:newName', summary: 'Rename a user', response: '{user: User}',
-    handler: async (ctx, { state }) => ({ user: userView(await state.renameUser(idParam(ctx), String(ctx.params.newName))) }),
-  },
-  {
-    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale)', response: '{}',
-    handler: async (ctx, { state }) => {
-      await state.deleteUser(idParam(ctx));
-      return {};
-    },
-  },
+  route({
+    method: 'GET', path: '/api/v1/user', operationId: 'listUsers', tag: 'Users', summary: 'List users',
+    description: 'Every user, or those matching all the filters given.',
+    query: z.object({
+      id: z.string().regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${JSON.stringify(iss.input)}` }).transform(Number).optional()
+        .meta({ description: 'Only the user with this id', examples: ['1'] }),
+      name: queryText('Only the user with this name', 'alice'),
+      email: queryText('Only users with this e-mail address', 'alice@example.com'),
+    }),
+    response: z.object({ users: z.array(UserSchema) }), responseDescription: 'The users',
+    handle: async ({ query }, { state }) => ({ users: state.listUsers(query).map(userView) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/user', operationId: 'createUser', tag: 'Users', summary: 'Create a user',
+    description: 'Names are unique without regard to case (409 name_taken).',
+    body: z.object({
+      name: z.string().meta({ description: "1-63 letters, digits, '.', '_', '-', '+' or '@', starting with a letter or digit", examples: ['alice'] }),
+      displayName: optional(z.string()).meta({ description: 'Display name', examples: ['Alice Liddell'] }),
+      email: optional(z.string()).meta({ description: 'E-mail address', examples: ['alice@example.com'] }),
+    }),
+    response: z.object({ user: UserSchema }), responseDescription: 'The new user',
+    errors: [409],
+    handle: async ({ body }, { state }) => ({ user: userView(await state.createUser({ name: body.name, displayName: body.displayName ?? '', email: body.email ?? '' })) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/user/:id/rename/:newName', operationId: 'renameUser', tag: 'Users', summary: 'Rename a user',
+    description: "Names are unique without regard to case; the user's nodes keep their addresses.",
+    params: z.object({ id: numericId('User id'), newName: z.string().meta({ description: 'The new name', examples: ['alicia'] }) }),
+    response: z.object({ user: UserSchema }), responseDescription: 'The renamed user',
+    errors: [404, 409],
+    handle: async ({ params }, { state }) => ({ user: userView(await state.renameUser(params.id, params.newName)) }),
+  }),
+  route({
+    method: 'DELETE', path: '/api/v1/user/:id', operationId: 'deleteUser', tag: 'Users', summary: 'Delete a user',
+    description: 'Deletes the user and its pre-auth keys. Refused (409 user_has_nodes) while the user owns nodes, as in headscale: delete or move its nodes first.',
+    params: z.object({ id: numericId('User id') }),
+    response: Empty, responseDescription: 'Deleted',
+    errors: [404, 409],
+    handle: async ({ params }, { state }) => { await state.deleteUser(params.id); return {}; },
+  }),
   // ---- nodes ----
-  {
-    method: 'GET', path: '/api/v1/node', summary: 'List nodes', query: { user: 'user name or id' }, response: '{nodes: Node[]}',
-    handler: async (ctx, deps) => {
-      const u = ctx.query.user ? userRef(deps, String(ctx.query.user)) : undefined;
-      return { nodes: deps.state.listNodes({ userId: u?.id }).map((n) => nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)))) };
+  route({
+    method: 'GET', path: '/api/v1/node', operationId: 'listNodes', tag: 'Nodes', summary: 'List nodes',
+    description: 'Every node, or those of one user.',
+    query: userQuery('the nodes'),
+    response: z.object({ nodes: z.array(NodeSchema) }), responseDescription: 'The nodes',
+    errors: [404],
+    handle: async ({ query }, deps) => {
+      const u = query.user ? userRef(deps, query.user) : undefined;
+      return { nodes: deps.state.listNodes({ userId: u?.id }).map((n) => view(deps, n)) };
     },
-  },
-  {
-    method: 'GET', path: '/api/v1/node/:id', summary: 'Get a node', response: '{node: Node}',
-    handler: async (ctx, deps) => ({ node: view(deps, deps.state.requireNode(idParam(ctx))) }),
-  },
-  {
-    method: 'DELETE', path: '/api/v1/node/:id', summary: 'Delete a node', response: '{}',
-    handler: async (ctx, { state }) => { await state.deleteNode(idParam(ctx)); return {}; },
-  },
-  {
-    method: 'POST', path: '/api/v1/node/:id/rename/:newName', summary: 'Rename a node (its display name only)', response: '{node: Node}',
-    handler: async (ctx, deps) => ({ node: view(deps, await deps.state.renameNode(idParam(ctx), String(ctx.params.newName))) }),
-  },
-  {
-    method: 'POST', path: '/api/v1/node/:id/expire', summary: 'Expire a node key now', response: '{node: Node}',
-    handler: async (ctx, deps) => ({ node: view(deps, await deps.state.expireNode(idParam(ctx))) }),
-  },
-  {
-    method: 'POST', path: '/api/v1/node/:id/tags', summary: 'Replace the tags of a node', body: { tags: 'string[] (tag:<name>)' }, response: '{node: Node}',
-    handler: async (ctx, deps) => {
-      const id = idParam(ctx);
-      const b = await readJson(ctx);
-      const tags = strList(b, 'tags');
-      if (!tags) throw badField('tags', 'is required (an empty list removes all tags)');
-      await deps.policy.checkTagsAllowed(tags);
-      return { node: view(deps, await deps.state.setTags(id, tags)) };
+  }),
+  route({
+    method: 'GET', path: '/api/v1/node/:id', operationId: 'getNode', tag: 'Nodes', summary: 'Get a node',
+    description: 'One node by id.',
+    params: NodeIdParams,
+    response: NodeAnswer, responseDescription: 'The node',
+    errors: [404],
+    handle: async ({ params }, deps) => ({ node: view(deps, deps.state.requireNode(params.id)) }),
+  }),
+  route({
+    method: 'DELETE', path: '/api/v1/node/:id', operationId: 'deleteNode', tag: 'Nodes', summary: 'Delete a node',
+    description: 'Removes the node; its peers lose it from their maps at once.',
+    params: NodeIdParams,
+    response: Empty, responseDescription: 'Deleted',
+    errors: [404],
+    handle: async ({ params }, { state }) => { await state.deleteNode(params.id); return {}; },
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/:id/rename/:newName', operationId: 'renameNode', tag: 'Nodes', summary: 'Rename a node',
+    description: 'Changes the DNS label (givenName) only; the hostname the device reports stays.',
+    params: z.object({ id: numericId('Node id'), newName: z.string().meta({ description: 'The new DNS label', examples: ['laptop'] }) }),
+    response: NodeAnswer, responseDescription: 'The renamed node',
+    errors: [404, 409],
+    handle: async ({ params }, deps) => ({ node: view(deps, await deps.state.renameNode(params.id, params.newName)) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/:id/expire', operationId: 'expireNode', tag: 'Nodes', summary: 'Expire a node key now',
+    description: 'The device must log in again.',
+    params: NodeIdParams,
+    response: NodeAnswer, responseDescription: 'The expired node',
+    errors: [404],
+    handle: async ({ params }, deps) => ({ node: view(deps, await deps.state.expireNode(params.id)) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/:id/tags', operationId: 'setNodeTags', tag: 'Nodes', summary: 'Replace the tags of a node',
+    description: "Every tag must be defined in the policy's tagOwners when a policy is in force.",
+    params: NodeIdParams,
+    body: z.object({ tags: requiredList('an empty list removes all tags', 'The new tags (tag:<name>)', ['tag:web']) }),
+    response: NodeAnswer, responseDescription: 'The node with its new tags',
+    errors: [404],
+    handle: async ({ params, body }, deps) => {
+      await deps.policy.checkTagsAllowed(body.tags);
+      return { node: view(deps, await deps.state.setTags(params.id, body.tags)) };
     },
-  },
-  {
-    method: 'POST', path: '/api/v1/node/:id/approve_routes', summary: 'Replace the approved routes of a node', body: { routes: 'string[] (CIDR)' }, response: '{node: Node}',
-    handler: async (ctx, deps) => {
-      const id = idParam(ctx);
-      const b = await readJson(ctx);
-      const routes = strList(b, 'routes');
-      if (!routes) throw badField('routes', 'is required (an empty list removes all approvals)');
-      return { node: view(deps, await deps.state.approveRoutes(id, routes)) };
-    },
-  },
-  {
-    method: 'POST', path: '/api/v1/node/register', summary: 'Approve an interactive registration', query: { user: 'user name or id', key: 'registration key from the AuthURL' }, response: '{node: Node}',
-    handler: async (ctx, deps) => {
-      const user = userRef(deps, ctx.query.user ? String(ctx.query.user) : undefined);
-      const key = String(ctx.query.key ?? '').trim();
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/:id/approve_routes', operationId: 'approveNodeRoutes', tag: 'Nodes', summary: 'Replace the approved routes of a node',
+    description: 'An exit route (0.0.0.0/0 or ::/0) approves both families.',
+    params: NodeIdParams,
+    body: z.object({ routes: requiredList('an empty list removes all approvals', 'The approved routes (CIDR prefixes)', ['10.0.0.0/24']) }),
+    response: NodeAnswer, responseDescription: 'The node with its approved routes',
+    errors: [404],
+    handle: async ({ params, body }, deps) => ({ node: view(deps, await deps.state.approveRoutes(params.id, body.routes)) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/register', operationId: 'registerNode', tag: 'Nodes', summary: 'Approve an interactive registration',
+    description: 'Registers the device waiting at the AuthURL that `tailscale up` printed, for a user.',
+    query: z.object({
+      user: z.string().meta({ description: 'User name or id', examples: ['alice'] }),
+      key: z.string().meta({ description: 'Registration key: the last part of the AuthURL', examples: ['hwreg-0123456789abcdef'] }),
+    }),
+    response: NodeAnswer, responseDescription: 'The registered node',
+    errors: [404, 409, 503],
+    handle: async ({ query }, deps) => {
+      const user = userRef(deps, query.user);
+      const key = query.key.trim();
       if (!key) throw badField('key', 'is required');
       if (!deps.registerPending) throw new HeadwayError('unavailable', 'interactive registration is not available');
       const nodeId = await deps.registerPending(key, user.id);
       return { node: view(deps, deps.state.requireNode(nodeId)) };
     },
-  },
-  {
-    method: 'POST', path: '/api/v1/node/backfillips', summary: 'Give every node an address of each enabled family', response: '{changes: string[]}',
-    handler: async (_ctx, { state }) => ({
+  }),
+  route({
+    method: 'POST', path: '/api/v1/node/backfillips', operationId: 'backfillNodeIps', tag: 'Nodes', summary: 'Give every node an address of each enabled family',
+    description: 'After enabling an address family (prefixes.v4 or prefixes.v6), gives existing nodes an address of it.',
+    response: z.object({ changes: z.array(z.string()).meta({ description: 'One line per node that got an address', examples: [['node laptop: 100.64.0.1, fd7a:115c:a1e0::1']] }) }),
+    responseDescription: 'What changed',
+    errors: [409],
+    handle: async (_input, { state }) => ({
       changes: (await state.backfillIPs()).map((n) => `node ${n.givenName}: ${[n.ipv4, n.ipv6].filter(Boolean).join(', ')}`),
     }),
-  },
-  {
-    method: 'POST', path: '/api/v1/debug/node', summary: 'Create a node record without a device (tests and demos)', body: { user: 'user name or id (required)', key: 'machine key (optional)', name: 'hostname (required)', routes: 'string[]' }, response: '{node: Node}',
-    handler: async (ctx, deps) => {
-      const b = await readJson(ctx);
-      const user = userRef(deps, str(b, 'user', true));
-      const name = str(b, 'name', true)!;
-      if (!name.trim()) throw badField('name', 'must not be empty');
-      const routes = strList(b, 'routes') ?? [];
-      const key = str(b, 'key');
-      if (key !== undefined && !/^mkey:[0-9a-f]{64}$/.test(key)) throw badField('key', `expected mkey:<64 hex digits>, found ${JSON.stringify(key)}`);
+  }),
+  route({
+    method: 'POST', path: '/api/v1/debug/node', operationId: 'createDebugNode', tag: 'Debug', summary: 'Create a node record without a device',
+    description: 'For tests and demos: the node has fresh random keys and never connects.',
+    body: z.object({
+      user: idText().meta({ description: 'Owner: user name or id', examples: ['alice'] }),
+      name: z.string().min(1, { error: 'must not be empty' }).refine((s) => s.trim() !== '', { error: 'must not be empty' }).meta({ description: 'Hostname', examples: ['demo-laptop'] }),
+      key: optional(z.string().regex(/^mkey:[0-9a-f]{64}$/, { error: (iss) => `expected mkey:<64 hex digits>, found ${JSON.stringify(iss.input)}` }))
+        .meta({ description: 'Machine key (random when absent)', examples: [`mkey:${'a1'.repeat(32)}`] }),
+      routes: stringList('Routes the node advertises (CIDR prefixes)', ['10.0.0.0/24']),
+    }),
+    response: NodeAnswer, responseDescription: 'The new node',
+    errors: [404, 409],
+    handle: async ({ body }, deps) => {
+      const user = userRef(deps, body.user);
       const node = await deps.state.createNode({
-        machineKey: key ?? `mkey:${randomBytes(32).toString('hex')}`,
+        machineKey: body.key ?? `mkey:${randomBytes(32).toString('hex')}`,
         nodeKey: `nodekey:${randomBytes(32).toString('hex')}`,
         discoKey: `discokey:${randomBytes(32).toString('hex')}`,
-        hostname: name, userId: user.id, registerMethod: 'debug',
-        availableRoutes: canonicalRoutes(routes),
+        hostname: body.name, userId: user.id, registerMethod: 'debug',
+        availableRoutes: canonicalRoutes(body.routes ?? []),
       });
       return { node: view(deps, node) };
     },
-  },
+  }),
   // ---- pre-auth keys ----
-  {
-    method: 'GET', path: '/api/v1/preauthkey', summary: 'List pre-auth keys', query: { user: 'user name or id' }, response: '{preAuthKeys: PreAuthKey[]}',
-    handler: async (ctx, deps) => {
-      const u = ctx.query.user ? userRef(deps, String(ctx.query.user)) : undefined;
+  route({
+    method: 'GET', path: '/api/v1/preauthkey', operationId: 'listPreAuthKeys', tag: 'Pre-auth keys', summary: 'List pre-auth keys',
+    description: 'Keys are redacted: the secret is shown only once, when the key is created.',
+    query: userQuery('the keys'),
+    response: z.object({ preAuthKeys: z.array(PreAuthKeySchema) }), responseDescription: 'The keys (redacted)',
+    errors: [404],
+    handle: async ({ query }, deps) => {
+      const u = query.user ? userRef(deps, query.user) : undefined;
       return { preAuthKeys: (await deps.state.listPreAuthKeys({ userId: u?.id })).map((k) => preAuthKeyView(k, deps.state)) };
     },
-  },
-  {
-    method: 'POST', path: '/api/v1/preauthkey', summary: 'Create a pre-auth key (shown once)', body: { user: 'user name or id', reusable: 'boolean', ephemeral: 'boolean', expiration: 'RFC 3339 time', aclTags: 'string[]' }, response: '{preAuthKey: PreAuthKey}',
-    handler: async (ctx, deps) => {
-      const b = await readJson(ctx);
-      const ref = str(b, 'user');
-      const tags = strList(b, 'aclTags') ?? [];
-      const user = ref ? userRef(deps, ref) : null;
+  }),
+  route({
+    method: 'POST', path: '/api/v1/preauthkey', operationId: 'createPreAuthKey', tag: 'Pre-auth keys', summary: 'Create a pre-auth key',
+    description: 'The answer holds the whole key; it is never shown again. A key without a user must have tags.',
+    body: z.object({
+      user: optional(idText()).meta({ description: 'Owner: user name or id; absent for a tags-only key', examples: ['alice'] }),
+      reusable: optional(z.boolean()).meta({ description: 'Register more than one node (default false)' }),
+      ephemeral: optional(z.boolean()).meta({ description: 'Nodes it registers are ephemeral (default false)' }),
+      expiration: expirationText,
+      aclTags: stringList('Tags given to the nodes it registers', ['tag:web']),
+    }),
+    response: PreAuthKeyAnswer, responseDescription: 'The new key, in full',
+    errors: [404],
+    handle: async ({ body }, deps) => {
+      const tags = body.aclTags ?? [];
+      const user = body.user ? userRef(deps, body.user) : null;
       if (tags.length) await deps.policy.checkTagsAllowed(tags);
       const { key, secret } = await deps.state.createPreAuthKey({
-        userId: user ? user.id : null, reusable: bool(b, 'reusable'), ephemeral: bool(b, 'ephemeral'),
-        expiration: expiration(b), tags,
+        userId: user ? user.id : null, reusable: body.reusable, ephemeral: body.ephemeral,
+        expiration: expiration(body.expiration), tags,
       });
       return { preAuthKey: preAuthKeyView(key, deps.state, secret) };
     },
-  },
-  {
-    method: 'POST', path: '/api/v1/preauthkey/expire', summary: 'Expire a pre-auth key', body: { id: 'key id' }, response: '{preAuthKey: PreAuthKey}',
-    handler: async (ctx, deps) => {
-      const b = await readJson(ctx);
-      const id = str(b, 'id', true)!;
-      if (!/^\d+$/.test(id)) throw badField('id', `expected a numeric id, found ${JSON.stringify(id)}`);
-      return { preAuthKey: preAuthKeyView(await deps.state.expirePreAuthKey(Number(id)), deps.state) };
-    },
-  },
-  {
-    method: 'DELETE', path: '/api/v1/preauthkey', summary: 'Delete a pre-auth key', query: { id: 'key id' }, response: '{}',
-    handler: async (ctx, { state }) => {
-      const id = String(ctx.query.id ?? '');
-      if (!/^\d+$/.test(id)) throw badField('id', `expected a numeric id, found ${JSON.stringify(id)}`);
-      await state.deletePreAuthKey(Number(id));
-      return {};
-    },
-  },
+  }),
+  route({
+    method: 'POST', path: '/api/v1/preauthkey/expire', operationId: 'expirePreAuthKey', tag: 'Pre-auth keys', summary: 'Expire a pre-auth key',
+    description: 'The key stops registering nodes now; nodes it registered stay.',
+    body: z.object({ id: idText().pipe(numericId()).meta({ description: 'Key id', examples: ['1'] }) }),
+    response: PreAuthKeyAnswer, responseDescription: 'The expired key (redacted)',
+    errors: [404],
+    handle: async ({ body }, deps) => ({ preAuthKey: preAuthKeyView(await deps.state.expirePreAuthKey(body.id), deps.state) }),
+  }),
+  route({
+    method: 'DELETE', path: '/api/v1/preauthkey', operationId: 'deletePreAuthKey', tag: 'Pre-auth keys', summary: 'Delete a pre-auth key',
+    description: 'Nodes it registered stay.',
+    query: z.object({ id: numericId('Key id') }),
+    response: Empty, responseDescription: 'Deleted',
+    errors: [404],
+    handle: async ({ query }, { state }) => { await state.deletePreAuthKey(query.id); return {}; },
+  }),
   // ---- API keys ----
-  {
-    method: 'GET', path: '/api/v1/apikey', summary: 'List API keys (never the secret)', response: '{apiKeys: ApiKey[]}',
-    handler: async (_ctx, { state }) => ({ apiKeys: (await state.listApiKeys()).map(apiKeyView) }),
-  },
-  {
-    method: 'POST', path: '/api/v1/apikey', summary: 'Create an API key (shown once)', body: { expiration: 'RFC 3339 time' }, response: '{apiKey: string}',
-    handler: async (ctx, { state }) => {
-      const b = await readJson(ctx);
-      const { secret } = await state.createApiKey(expiration(b));
+  route({
+    method: 'GET', path: '/api/v1/apikey', operationId: 'listApiKeys', tag: 'API keys', summary: 'List API keys',
+    description: 'Never the secrets: they are shown only once, when a key is created.',
+    response: z.object({ apiKeys: z.array(ApiKeySchema) }), responseDescription: 'The keys',
+    handle: async (_input, { state }) => ({ apiKeys: (await state.listApiKeys()).map(apiKeyView) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/apikey', operationId: 'createApiKey', tag: 'API keys', summary: 'Create an API key',
+    description: 'The answer holds the whole key; it is never shown again.',
+    body: z.object({ expiration: expirationText }),
+    response: z.object({ apiKey: z.string().meta({ description: 'The key, in full (Authorization: Bearer <key>)', examples: ['hwkey-api-0123456789ab-…'] }) }),
+    responseDescription: 'The new key',
+    handle: async ({ body }, { state }) => {
+      const { secret } = await state.createApiKey(expiration(body.expiration));
       return { apiKey: secret };
     },
-  },
-  {
-    method: 'POST', path: '/api/v1/apikey/expire', summary: 'Expire an API key', body: { prefix: 'key prefix', id: 'key id' }, response: '{}',
-    handler: async (ctx, { state }) => {
-      const b = await readJson(ctx);
-      await state.expireApiKey(apiKeyRef(b));
+  }),
+  route({
+    method: 'POST', path: '/api/v1/apikey/expire', operationId: 'expireApiKey', tag: 'API keys', summary: 'Expire an API key',
+    description: 'Names the key by `id` or by `prefix` (one of them is required; `id` wins when both are sent).',
+    body: z.object({
+      prefix: optional(z.string()).meta({ description: 'Key prefix', examples: ['0123456789ab'] }),
+      id: optional(idText().pipe(numericId())).meta({ description: 'Key id', examples: ['1'] }),
+    }),
+    response: Empty, responseDescription: 'Expired',
+    errors: [404],
+    handle: async ({ body }, { state }) => {
+      if (body.id === undefined && !body.prefix) throw badField('prefix', 'is required (or id)');
+      await state.expireApiKey(body.id !== undefined ? { id: body.id } : { prefix: body.prefix });
       return {};
     },
-  },
-  {
-    method: 'DELETE', path: '/api/v1/apikey/:prefix', summary: 'Delete an API key', response: '{}',
-    handler: async (ctx, { state }) => {
-      await state.deleteApiKey({ prefix: String(ctx.params.prefix) });
-      return {};
-    },
-  },
+  }),
+  route({
+    method: 'DELETE', path: '/api/v1/apikey/:prefix', operationId: 'deleteApiKey', tag: 'API keys', summary: 'Delete an API key',
+    description: 'The key stops working at once.',
+    params: z.object({ prefix: z.string().meta({ description: 'Key prefix', examples: ['0123456789ab'] }) }),
+    response: Empty, responseDescription: 'Deleted',
+    errors: [404],
+    handle: async ({ params }, { state }) => { await state.deleteApiKey({ prefix: params.prefix }); return {}; },
+  }),
   // ---- policy ----
-  {
-    method: 'GET', path: '/api/v1/policy', summary: 'The policy text in effect', response: '{policy: string, updatedAt: string|null, mode: string}',
-    handler: async (_ctx, { policy }) => policy.current(),
-  },
-  {
-    method: 'PUT', path: '/api/v1/policy', summary: 'Replace the policy (database mode)', body: { policy: 'HuJSON text (required)' }, response: '{policy: string, updatedAt: string, warnings: string[]}',
-    handler: async (ctx, { policy }) => {
-      const b = await readJson(ctx, 4 * 1024 * 1024);
-      return policy.set(str(b, 'policy', true)!);
-    },
-  },
-  {
-    method: 'POST', path: '/api/v1/policy/check', summary: 'Check a policy against live users and nodes', body: { policy: 'HuJSON text (required)' }, response: '{valid: true, warnings: string[]}',
-    handler: async (ctx, { policy }) => {
-      const b = await readJson(ctx, 4 * 1024 * 1024);
-      return { valid: true, warnings: await policy.check(str(b, 'policy', true)!) };
-    },
-  },
+  route({
+    method: 'GET', path: '/api/v1/policy', operationId: 'getPolicy', tag: 'Policy', summary: 'The policy in force',
+    description: 'The policy text in force, when it was loaded and where it comes from.',
+    response: z.object({
+      policy: z.string().meta({ description: 'Policy text; empty when none is set' }),
+      updatedAt: Time.nullable().meta({ description: 'When it was last loaded or set; null when none is' }),
+      mode: z.string().meta({ description: 'Where the policy comes from (policy.mode)', examples: ['database'] }),
+    }),
+    responseDescription: 'The policy',
+    handle: async (_input, { policy }) => policy.current(),
+  }),
+  route({
+    method: 'PUT', path: '/api/v1/policy', operationId: 'setPolicy', tag: 'Policy', summary: 'Replace the policy',
+    description: 'Only with policy.mode: database (400 policy_read_only otherwise). An invalid policy is refused with every error listed in `errors`.',
+    body: PolicyText, bodyLimit: POLICY_LIMIT,
+    response: z.object({ policy: z.string(), updatedAt: Time, warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }) }),
+    responseDescription: 'The policy now in force',
+    handle: async ({ body }, { policy }) => policy.set(body.policy),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/policy/check', operationId: 'checkPolicy', tag: 'Policy', summary: 'Check a policy',
+    description: 'Checks the text against live users and nodes without applying it. An invalid policy is a 400 listing every error.',
+    body: PolicyText, bodyLimit: POLICY_LIMIT,
+    response: z.object({ valid: z.literal(true), warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }) }),
+    responseDescription: 'The policy is valid',
+    handle: async ({ body }, { policy }) => ({ valid: true as const, warnings: await policy.check(body.policy) }),
+  }),
   // ---- health ----
-  {
-    method: 'GET', path: '/api/v1/health', summary: 'Database connectivity', response: '{databaseConnectivity: boolean}',
-    handler: async (ctx, { health }) => {
+  route({
+    method: 'GET', path: '/api/v1/health', operationId: 'health', tag: 'Health', summary: 'Database connectivity',
+    description: 'Whether the database answers. The unauthenticated /health endpoint reports the same for load balancers.',
+    response: z.object({ databaseConnectivity: z.boolean() }),
+    responseDescription: 'The database answers',
+    also: { status: 503, description: 'The database does not answer (databaseConnectivity: false)' },
+    handle: async (_input, { health }, ctx) => {
       const ok = await health();
       if (!ok) ctx.status = 503;
       return { databaseConnectivity: ok };
     },
-  },
+  }),
 ];
-
-function view(deps: ApiDeps, n: import('../domain.js').Node) {
-  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
-}
-
-function apiKeyRef(b: Record<string, unknown>): { prefix?: string; id?: number } {
-  const prefix = str(b, 'prefix');
-  const id = str(b, 'id');
-  if (id !== undefined) {
-    if (!/^\d+$/.test(id)) throw badField('id', `expected a numeric id, found ${JSON.stringify(id)}`);
-    return { id: Number(id) };
-  }
-  if (!prefix) throw badField('prefix', 'is required (or id)');
-  return { prefix };
-}

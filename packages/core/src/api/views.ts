@@ -1,28 +1,20 @@
 import type { ApiKey, Node, PreAuthKey, User } from '../domain.js';
 import type { State } from '../state/state.js';
+import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
-
-export interface UserView { id: string; name: string; displayName: string; email: string; createdAt: string }
 
 export function userView(u: User): UserView {
   return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString() };
 }
 
-const METHOD: Record<Node['registerMethod'], string> = {
+const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
   authkey: 'REGISTER_METHOD_AUTH_KEY',
   cli: 'REGISTER_METHOD_CLI',
   api: 'REGISTER_METHOD_API',
   debug: 'REGISTER_METHOD_DEBUG',
   oidc: 'REGISTER_METHOD_OIDC',
 };
-
-export interface NodeView {
-  id: string; machineKey: string; nodeKey: string; discoKey: string; ipAddresses: string[];
-  name: string; givenName: string; user: UserView | null; lastSeen: string | null; expiry: string | null;
-  createdAt: string; registerMethod: string; tags: string[]; online: boolean; ephemeral: boolean;
-  approvedRoutes: string[]; availableRoutes: string[]; subnetRoutes: string[];
-}
 
 /** nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises. */
 export function nodeView(n: Node, state: State, primary?: (n: Node) => string[]): NodeView {
@@ -50,7 +42,7 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
   };
 }
 
-export function preAuthKeyView(k: PreAuthKey, state: State, fullKey?: string) {
+export function preAuthKeyView(k: PreAuthKey, state: State, fullKey?: string): PreAuthKeyView {
   const user = k.userId !== null ? state.getUser(k.userId) : undefined;
   return {
     id: String(k.id),
@@ -65,6 +57,6 @@ export function preAuthKeyView(k: PreAuthKey, state: State, fullKey?: string) {
   };
 }
 
-export function apiKeyView(k: ApiKey) {
+export function apiKeyView(k: ApiKey): ApiKeyView {
   return { id: String(k.id), prefix: k.prefix, expiration: iso(k.expiration), createdAt: k.createdAt.toISOString(), lastSeen: iso(k.lastSeen) };
 }

@@ -2,6 +2,7 @@ import Router from '@koa/router';
 import Koa, { type Context } from 'koa';
 import type { Logger } from '../log.js';
 import { problem, problemMiddleware } from '../api/http.js';
+import { mountApiDocs } from '../api/docs.js';
 import { openApiDocument } from '../api/openapi.js';
 import { ROUTES, type ApiDeps } from '../api/routes.js';
 import type { Metrics } from './metrics.js';
@@ -66,7 +67,8 @@ export function createApp(opts: AppOptions): Koa {
       ctx.body = await metrics.registry.metrics();
     });
   }
-  router.get('/api/v1/openapi.json', (ctx) => { ctx.body = openApiDocument(); });
+  const serverUrl = deps.config.server_url;
+  mountApiDocs(router, { document: () => openApiDocument({ serverUrl }), serverUrl });
 
   for (const route of ROUTES) {
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';

@@ -15,8 +15,10 @@ export interface ApiDeps {
   config: HeadwayConfig;
   /** registerPending approves an interactive registration (wired by the control protocol). */
   registerPending?: (key: string, userId: number) => Promise<number>;
-  /** primaryRoutes: routes a node is the primary router for (from the route manager). */
+  /** primaryRoutes: routes a node is the primary router for (RouteService, never the control plane). */
   primaryRoutes?: (nodeId: number) => string[];
+  /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */
+  approveRoutes?: (nodeId: number, routes: string[]) => Promise<import('../domain.js').Node>;
   health: () => Promise<boolean>;
 }
 
@@ -147,7 +149,7 @@ export const ROUTES: Route[] = [
       const b = await readJson(ctx);
       const routes = strList(b, 'routes');
       if (!routes) throw badField('routes', 'is required (an empty list removes all approvals)');
-      return { node: view(deps, await deps.state.approveRoutes(id, routes)) };
+      return { node: view(deps, await (deps.approveRoutes ?? deps.state.approveRoutes.bind(deps.state))(id, routes)) };
     },
   },
   {

@@ -3,14 +3,13 @@ import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey,
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
-import { isExitRoute } from '../net/ip.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { isEndpointList, isHostinfo } from '../control/validate.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { PendingQuota } from './pending.js';
-import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
+import { approvedRouteSet, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
@@ -419,14 +418,35 @@ export class State {
     return this.updateNode(node.id, { tags: clean.sort() });
   }
 
-  /** approveRoutes replaces the approved set; either exit route approves both. */
+  /** approveRoutes replaces the approved set; either exit route approves both. RouteService adds auto-approval and the primary election. */
   async approveRoutes(id: number, routes: string[]): Promise<Node> {
     this.requireNode(id);
-    const set = new Set<string>();
-    for (const c of canonicalRoutes(routes.map((x) => x.trim()).filter(Boolean))) {
-      if (isExitRoute(c)) { set.add('0.0.0.0/0'); set.add('::/0'); } else set.add(c);
-    }
-    return this.updateNode(id, { approvedRoutes: [...set].sort() });
+    return this.updateNode(id, { approvedRoutes: approvedRouteSet(routes) });
+  }
+
+  /**
+   * commitNodes stores the patches of several nodes in one transaction, then
+   * updates memory, then runs `applied` (in-memory work that must see the
+   * committed rows before anyone hears of them, such as the primary-route
+   * election), then publishes each node once as a full change. A failure stores,
+   * applies and publishes nothing.
+   */
+  async commitNodes(patches: Array<{ id: number; patch: NodePatch }>, applied?: (nodes: Node[]) => void): Promise<Node[]> {
+    for (const p of patches) this.requireNode(p.id);
+    if (!patches.length) return [];
+    const updated = await this.conflicts(() => this.atomically(async (tx) => {
+      const out: Node[] = [];
+      for (const p of patches) {
+        const n = await tx.nodes.update(p.id, p.patch);
+        if (!n) throw notFound('node', p.id);
+        out.push(n);
+      }
+      return out;
+    }));
+    for (const n of updated) this.putNode(n);
+    applied?.(updated);
+    for (const n of updated) this.bus.publish({ type: 'node-changed', node: n });
+    return updated;
   }
 
   /**

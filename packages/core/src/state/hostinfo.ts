@@ -23,7 +23,8 @@ export type NodeReport = Pick<MapRequest, 'DiscoKey' | 'Endpoints' | 'Hostinfo'>
  * endpoints, Hostinfo) and tells peers the smallest change: a patch when only
  * the disco key, endpoints or home DERP moved, a full peer change when the
  * Hostinfo or the advertised routes did. Routes the policy auto-approves for a
- * newly advertised set go in the same write as the Hostinfo.
+ * newly advertised set go in the same write as the Hostinfo (State.routePatch),
+ * and the primary election runs before the change is published (RouteService.commit).
  */
 export class HostinfoService {
   constructor(private readonly state: State, private readonly routes: RouteService) {}
@@ -51,10 +52,6 @@ export class HostinfoService {
       store.hostinfo = report.Hostinfo;
       if (report.Hostinfo.Hostname) store.hostname = report.Hostinfo.Hostname;
       store.availableRoutes = routes;
-      if (routesMoved) {
-        const approved = this.routes.withAutoApprovals({ ...node, availableRoutes: routes });
-        if (approved) store.approvedRoutes = approved;
-      }
     }
     let current = node;
     if (full) {

@@ -36,26 +36,31 @@ export class RouteService {
    * start keeps stored approvals in step with the autoApprovers whenever what a
    * node advertises or who owns it may have changed (registration, re-login, tag
    * changes) and for every node when the policy changes. It must subscribe after
-   * the SessionHub, which installs a new policy in the view first.
+   * the SessionHub, which installs a new policy in the view first. It also lets
+   * State put the auto-approved routes of a registration in the registration's
+   * own transaction (State.autoApprovals), so the follow-up finds nothing to add.
    */
   start(): void {
+    this.state.autoApprovals = (draft) => this.withAutoApprovals(draft);
     this.unsubscribe = this.state.bus.subscribe((c) => {
       if (c.type === 'policy-changed') void this.autoApprove(this.state.listNodes());
       if (c.type === 'node-added' || c.type === 'node-changed') void this.autoApprove([c.node]);
     });
   }
 
-  stop(): void { this.unsubscribe?.(); }
+  stop(): void {
+    this.unsubscribe?.();
+    this.state.autoApprovals = undefined;
+  }
 
   /**
    * approve replaces a node's admin-approved routes (either exit route approves
    * both); the routes the autoApprovers approve for what it advertises stay
-   * approved, in the same write.
+   * approved, in the same write (State.routePatch).
    */
   async approve(id: number, routes: string[]): Promise<Node> {
-    const node = this.state.requireNode(id);
-    const approvedRoutes = approvedRouteSet([...approvedRouteSet(routes), ...this.view.autoApproved(node)]);
-    const [updated] = await this.commit([{ id, patch: { approvedRoutes } }]);
+    this.state.requireNode(id);
+    const [updated] = await this.commit([{ id, patch: { approvedRoutes: approvedRouteSet(routes) } }]);
     return updated!;
   }
 

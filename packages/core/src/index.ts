@@ -32,6 +32,7 @@ export * from './server/server.js';
 export * from './server/compose.js';
 export * from './server/relay.js';
 export * from './control/control.js';
+export * from './control/sessions.js';
 export * from './control/wire.js';
 export * from './control/dns.js';
 export * from './control/derpmap.js';

@@ -30,6 +30,9 @@ export class NetworkView {
 
   get hasPolicy(): boolean { return this.policy !== null; }
 
+  /** compiledPolicy is the policy object installed by setPolicy (the one PolicyService compiled). */
+  get compiledPolicy(): Policy | null { return this.policy; }
+
   invalidate(): void {
     this.ctx = undefined;
     this.compiled.clear();

@@ -145,7 +145,7 @@ const settle = () => new Promise((res) => setTimeout(res, 50));
 
 for (const db of databases) {
   await t.test(db.name, async (t: Test) => {
-    await t.test('auto-approval of several routers is one transaction: a failure on the second router\'s write leaves neither approved nor elected', (t) => db.fresh(async (real) => {
+    await t.test('auto-approval of several routers is one transaction: a failure on the second router\'s write leaves neither approved', (t) => db.fresh(async (real) => {
       const f = faultyTx(real);
       const k = await kernel(t, f.storage);
       const alice = await k.state.createUser({ name: 'alice' });

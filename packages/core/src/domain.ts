@@ -53,6 +53,20 @@ export function ownedByTags(n: Pick<Node, 'tags' | 'userId'>): boolean {
   return n.tags.length > 0 || n.userId === null;
 }
 
+/** TAGGED_USER_ID is the user id Tailscale shows for devices owned by tags. */
+export const TAGGED_USER_ID = 2147455555;
+
+export interface OwnerIdentity { id: number; loginName: string; displayName: string }
+
+/**
+ * ownerIdentity is who a node belongs to as Tailscale shows it (node User,
+ * UserProfiles, the register reply): its user, or the shared tagged-devices identity.
+ */
+export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | undefined): OwnerIdentity {
+  if (ownedByTags(node) || !user) return { id: TAGGED_USER_ID, loginName: 'tagged-devices', displayName: 'Tagged Devices' };
+  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
+}
+
 export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>;
 export type NodePatch = Partial<Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>>;
 

@@ -3,6 +3,7 @@
 import {
   DerpMapSource, DnsConfigSource, Mapper, Metrics, NetworkView, silentLogger, type Node,
 } from '../src/index.js';
+import { parsePolicy, type Policy } from '@headway/policy';
 import { MapSession, SessionHub } from '../src/control/sessions.js';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
@@ -80,6 +81,11 @@ export const USERS = [
 export const TAGS = ['tag:web', 'tag:db'];
 export const ROUTES = ['10.1.0.0/24', '10.2.0.0/24', '0.0.0.0/0', '::/0'];
 
+/** compiled parses a test policy as PolicyService would hand it on (undefined: no policy). */
+export function compiled(text: string | undefined): Policy | null {
+  return text === undefined ? null : parsePolicy(text);
+}
+
 /** POLICIES are the policies a random run switches between (undefined: no policy, everything allowed). */
 export const POLICIES: Array<string | undefined> = [
   undefined,
@@ -131,7 +137,7 @@ export class Fleet {
     f.dns = new DnsConfigSource(config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), silentLogger, () => undefined);
     f.derp = new DerpMapSource(config, silentLogger, () => undefined);
     f.mapper = new Mapper(state, config, f.view, f.dns, f.derp);
-    f.hub = new SessionHub(state, f.mapper, silentLogger, new Metrics(state), () => f.policyText);
+    f.hub = new SessionHub(state, f.mapper, silentLogger, new Metrics(state), () => compiled(f.policyText));
     f.hub.closeNode = (id) => {
       const c = f.connected.get(id);
       if (!c) return;

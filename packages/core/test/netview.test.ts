@@ -5,7 +5,7 @@
 import t from 'tap';
 import { ALLOW_ALL } from '@headway/policy';
 import { NetworkView, silentLogger, type NewNodeInput } from '../src/index.js';
-import { POLICIES, ROUTES } from './fleet.js';
+import { compiled, POLICIES, ROUTES } from './fleet.js';
 import { machineKey, nodeKey, Rng, seedsFromEnv, startState } from './harness.js';
 
 function input(hostname: string, userId: number | null, extra: Partial<NewNodeInput> = {}): NewNodeInput {
@@ -18,7 +18,7 @@ t.test('without a policy every node sees every other node and the filter allows 
   const a = await s.state.createNode(input('a', u.id, { availableRoutes: ['10.1.0.0/24'] }));
   const b = await s.state.createNode(input('b', null, { tags: ['tag:x'] }));
   const view = new NetworkView(s.state, silentLogger);
-  view.setPolicy(undefined);
+  view.setPolicy(null);
   t.equal(view.hasPolicy, false);
   t.same(view.peersOf(a.id), [b.id]);
   t.same(view.peersOf(b.id), [a.id]);
@@ -41,7 +41,7 @@ t.test('with a policy, visibility, filters and auto-approved routes follow it', 
   const db = await s.state.createNode(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
   const phone = await s.state.createNode(input('phone', bob.id));
   const view = new NetworkView(s.state, silentLogger);
-  view.setPolicy(POLICIES[2]);
+  view.setPolicy(compiled(POLICIES[2]));
   t.equal(view.hasPolicy, true);
   t.same(view.peersOf(laptop.id).sort(), [web.id, db.id], 'alice reaches tag:web, and tag:db as her exit node (autogroup:internet)');
   t.same(view.peersOf(web.id).sort(), [laptop.id, db.id].sort(), 'web is reached by alice and reaches db');
@@ -61,7 +61,7 @@ t.test('with a policy, visibility, filters and auto-approved routes follow it', 
   t.same(view.primaryRoutes(web.id), ['10.1.0.0/24']);
   t.same(view.allowedIPs(web), [`${web.ipv4}/32`, `${web.ipv6}/128`, '10.1.0.0/24']);
 
-  view.setPolicy(undefined);
+  view.setPolicy(null);
   t.same(view.effectiveApproved(web), [], 'without the policy nothing is auto-approved');
   t.same(view.peersOf(phone.id).length, 3);
 });
@@ -71,7 +71,7 @@ t.test('an exit node approved for one family only carries no exit route', async 
   const u = await s.state.createUser({ name: 'alice' });
   const n = await s.state.createNode(input('exit', u.id, { availableRoutes: ['0.0.0.0/0'] }));
   const view = new NetworkView(s.state, silentLogger);
-  view.setPolicy(undefined);
+  view.setPolicy(null);
   const approved = await s.state.approveRoutes(n.id, ['0.0.0.0/0']);
   t.same(approved.approvedRoutes, ['0.0.0.0/0', '::/0'], 'approval covers both');
   view.invalidate();
@@ -86,7 +86,7 @@ t.test('primary routers: online first, sticky while online, failover when offlin
   await s.state.approveRoutes(r1.id, ['10.1.0.0/24']);
   await s.state.approveRoutes(r2.id, ['10.1.0.0/24']);
   const view = new NetworkView(s.state, silentLogger);
-  view.setPolicy(undefined);
+  view.setPolicy(null);
   t.same([...view.updatePrimaries()], [r1.id], 'nobody online: the first router, r1');
   s.state.sessionOpened(r2.id);
   t.same([...view.updatePrimaries()].sort(), [r1.id, r2.id], 'r2 comes online: it takes over from offline r1');
@@ -112,7 +112,7 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
     const rng = new Rng(seed);
     const view = new NetworkView(s.state, silentLogger);
     const policy = rng.pick([undefined, POLICIES[2]]);
-    view.setPolicy(policy);
+    view.setPolicy(compiled(policy));
     let before = new Map<number, string[]>();
     const primaryOf = new Map<string, number>();
     const ops: string[] = [];

@@ -4,7 +4,7 @@
 // full map a from-scratch Mapper and NetworkView would build for it right now.
 import t, { type Test } from 'tap';
 import { Mapper, NetworkView, silentLogger } from '../src/index.js';
-import { ClientModel, essentials, Fleet, POLICIES } from './fleet.js';
+import { ClientModel, compiled, essentials, Fleet, POLICIES } from './fleet.js';
 import { Rng, seedsFromEnv } from './harness.js';
 
 type Json = Record<string, unknown>;
@@ -67,7 +67,7 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
     }
     ops.push(op);
     f.hub.flushNow();
-    shadow.setPolicy(f.policyText);
+    shadow.setPolicy(compiled(f.policyText));
     shadow.updatePrimaries();
     const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
     const problems: string[] = [];

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, resolveConfig, startServer, type HeadwayConfig, type Logger, type RunningServer } from '@headway/core';
+import { createLogger, resolveConfig, startServer, type HeadwayConfig, type Logger, type PolicyEngine, type RunningServer } from '@headway/core';
 
 export interface TestServer extends RunningServer {
   dataDir: string;
@@ -14,7 +14,7 @@ export interface TestServer extends RunningServer {
  * startTestServer runs the real server on ephemeral loopback ports with its own
  * data directory (SQLite by default), collecting log lines for assertions.
  */
-export async function startTestServer(raw: Record<string, unknown> = {}, opts: { dataDir?: string; env?: NodeJS.ProcessEnv } = {}): Promise<TestServer> {
+export async function startTestServer(raw: Record<string, unknown> = {}, opts: { dataDir?: string; env?: NodeJS.ProcessEnv; engine?: PolicyEngine } = {}): Promise<TestServer> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'headway-test-'));
   const merged = {
     listen_addr: '127.0.0.1:0',
@@ -31,13 +31,13 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
   const logs: string[] = [];
   const logger: Logger = createLogger({ level: 'debug', write: (l) => logs.push(l) });
   // The server URL must be the real port; a fixed one is picked after listening, so bind first.
-  let server = await startServer({ config, logger, configSource: 'test' });
+  let server = await startServer({ config, logger, configSource: 'test', engine: opts.engine });
   if (!raw.server_url) {
     const url = server.urls.http;
     const port = new URL(url).port;
     await server.close();
     const again = resolveConfig({ ...merged, listen_addr: `127.0.0.1:${port}`, server_url: url }, { env: opts.env ?? {}, baseDir: dataDir });
-    server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test' });
+    server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test', engine: opts.engine });
   }
   return Object.assign(server, {
     dataDir,

@@ -41,7 +41,7 @@ for (const binaries of installed) {
       await s.stop();
     });
     t.match(s.urls.http, /^http:\/\//, 'the server_url is plain http');
-    const relayPort = s.control.relayListener?.address().port;
+    const relayPort = s.relay.listener?.address().port;
     t.ok(relayPort, `the relay has its own TLS port (${relayPort})`);
     const user = await s.state.createUser({ name: 'alice' });
     const key = (await s.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
@@ -76,15 +76,15 @@ for (const binaries of installed) {
     }
 
     const deadline = Date.now() + 30_000;
-    while (!(s.control.derp!.isConnected(nodeA.nodeKey) && s.control.derp!.isConnected(nodeB.nodeKey)) && Date.now() < deadline) await sleep(100);
-    t.ok(s.control.derp!.isConnected(nodeA.nodeKey) && s.control.derp!.isConnected(nodeB.nodeKey), 'both clients hold a relay connection');
+    while (!(s.relay.derp!.isConnected(nodeA.nodeKey) && s.relay.derp!.isConnected(nodeB.nodeKey)) && Date.now() < deadline) await sleep(100);
+    t.ok(s.relay.derp!.isConnected(nodeA.nodeKey) && s.relay.derp!.isConnected(nodeB.nodeKey), 'both clients hold a relay connection');
     const ping = await a.ping(ipv4Of(stB), { count: 3, timeoutMs: 5000 });
     t.equal(ping.via, 'DERP(headway)', `disco ping answered via the relay: ${ping.output.trim().split('\n').at(-1)}`);
     const back = await b.ping(ipv4Of(stA), { count: 3, timeoutMs: 5000 });
     t.equal(back.via, 'DERP(headway)', 'and the other way');
     const tsmp = await a.ping(ipv4Of(stB), { tsmp: true, count: 1, timeoutMs: 5000 });
     t.match(tsmp.output, /via TSMP/, 'TSMP ping through WireGuard over the relay');
-    const conns = s.control.relayListener!.connections;
+    const conns = s.relay.listener!.connections;
     t.ok(conns.tls >= 2, `the clients reached the relay over TLS (${conns.tls} TLS connections)`);
     t.equal(conns.plain, 0, 'and never over plain HTTP');
 

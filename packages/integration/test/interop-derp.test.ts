@@ -121,10 +121,10 @@ for (const binaries of installed) {
       for (const d of devices) await d.stop().catch(() => undefined);
       await s.stop();
     });
-    const region = Object.values(s.control.derpMap.map.Regions);
+    const region = Object.values(s.derpMap.map.Regions);
     t.equal(region.length, 1, 'the embedded relay is the only DERP region');
     const stunPort = region[0]!.Nodes[0]!.STUNPort as number;
-    t.ok(stunPort > 0 && stunPort === s.control.stun?.address().port, `the DERP map carries the bound STUN port (${stunPort}), not 0`);
+    t.ok(stunPort > 0 && stunPort === s.relay.stun?.address().port, `the DERP map carries the bound STUN port (${stunPort}), not 0`);
 
     const user = await s.state.createUser({ name: 'alice' });
     const key = (await s.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
@@ -158,8 +158,8 @@ for (const binaries of installed) {
 
     await t.test('ping through the embedded relay', async (t) => {
       const deadline = Date.now() + 20_000;
-      while (!(s.control.derp!.isConnected(nodeA.nodeKey) && s.control.derp!.isConnected(nodeB.nodeKey)) && Date.now() < deadline) await sleep(100);
-      t.ok(s.control.derp!.isConnected(nodeA.nodeKey) && s.control.derp!.isConnected(nodeB.nodeKey), 'both clients hold a relay connection');
+      while (!(s.relay.derp!.isConnected(nodeA.nodeKey) && s.relay.derp!.isConnected(nodeB.nodeKey)) && Date.now() < deadline) await sleep(100);
+      t.ok(s.relay.derp!.isConnected(nodeA.nodeKey) && s.relay.derp!.isConnected(nodeB.nodeKey), 'both clients hold a relay connection');
       const disco = await a.ping(ipB, { count: 3, timeoutMs: 5000 });
       t.equal(disco.via, 'DERP(headway)', `disco ping answered via the relay: ${disco.output.trim().split('\n').at(-1)}`);
       const back = await b.ping(ipA, { count: 3, timeoutMs: 5000 });
@@ -256,12 +256,12 @@ for (const binaries of installed) {
       const del = await runCli(s, ['nodes', 'delete', '-i', String(nodeB.id), '--force', '-o', 'json']);
       t.equal(del.code, 0, `headway nodes delete exits 0 ${del.stderr.trim()}`);
       const began = Date.now();
-      while (s.control.derp!.isConnected(nodeB.nodeKey) && Date.now() - began < 10_000) await sleep(50);
-      t.notOk(s.control.derp!.isConnected(nodeB.nodeKey), `the relay dropped dev-b (${Date.now() - began} ms)`);
+      while (s.relay.derp!.isConnected(nodeB.nodeKey) && Date.now() - began < 10_000) await sleep(50);
+      t.notOk(s.relay.derp!.isConnected(nodeB.nodeKey), `the relay dropped dev-b (${Date.now() - began} ms)`);
       // tailscaled redials the relay at once; verify_clients must keep refusing it.
       await sleep(3000);
-      t.notOk(s.control.derp!.isConnected(nodeB.nodeKey), 'dev-b is still refused by the relay 3 s later');
-      t.ok(s.control.derp!.isConnected(nodeA.nodeKey), 'dev-a keeps its relay connection');
+      t.notOk(s.relay.derp!.isConnected(nodeB.nodeKey), 'dev-b is still refused by the relay 3 s later');
+      t.ok(s.relay.derp!.isConnected(nodeA.nodeKey), 'dev-a keeps its relay connection');
       await a.waitFor((x) => peerByHost(x, 'dev-b') === undefined, 15_000);
       t.pass('dev-a no longer lists dev-b');
       const fromB = await b.cli(['ping', '--c=2', '--timeout=2s', '--until-direct=false', ipA], { timeoutMs: 20_000 });

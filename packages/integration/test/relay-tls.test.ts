@@ -32,7 +32,7 @@ t.test('http:// server_url: the relay listens on its own TLS port with a pinned 
   const s = await startTestServer({});
   let stopped = false;
   t.teardown(() => (stopped ? undefined : s.stop()));
-  const port = s.control.relayListener!.address().port;
+  const port = s.relay.listener!.address().port;
   const certPath = join(s.dataDir, 'derp_tls_cert.pem');
   const keyPath = join(s.dataDir, 'derp_tls_key.pem');
   for (const p of [certPath, keyPath]) t.equal(statSync(p).mode & 0o777, 0o600, `${p} is mode 0600`);
@@ -46,7 +46,7 @@ t.test('http:// server_url: the relay listens on its own TLS port with a pinned 
   const modern = await device(s, 'modern');
   t.teardown(() => modern.close());
   t.same(relayNode(modern), {
-    Name: '999', RegionID: 999, HostName: '127.0.0.1', DERPPort: port, STUNPort: s.control.stun!.address().port, CanPort80: false,
+    Name: '999', RegionID: 999, HostName: '127.0.0.1', DERPPort: port, STUNPort: s.relay.stun!.address().port, CanPort80: false,
     CertName: `sha256-raw:${sha}`,
   }, 'capability version 130: the TLS port and the pin');
   const old = await device(s, 'old', 113);
@@ -57,7 +57,7 @@ t.test('http:// server_url: the relay listens on its own TLS port with a pinned 
   // A DERP client that trusts exactly the pinned certificate logs in over TLS.
   const c = await DerpClient.connect({ url: `https://127.0.0.1:${port}/derp`, privateKey: modern.nodeKey.privateKey, tls: { ca: pem } });
   t.teardown(() => c.close());
-  t.ok(s.control.derp!.isConnected(modern.nodeKeyText), 'a registered node logs in to the relay over TLS');
+  t.ok(s.relay.derp!.isConnected(modern.nodeKeyText), 'a registered node logs in to the relay over TLS');
   await c.close();
 
   // Restart on the same data directory: same certificate, so devices' pins stay valid.
@@ -67,15 +67,15 @@ t.test('http:// server_url: the relay listens on its own TLS port with a pinned 
   t.teardown(() => again.stop());
   t.equal(certificateSha256(readFileSync(certPath, 'utf8')), sha, 'the certificate survives a restart');
   t.notOk(again.logs.some((l) => /generated the relay TLS certificate/.test(l)), 'and is not regenerated');
-  t.match(again.control.derpMap.map.Regions['999']!.Nodes[0], { CertName: `sha256-raw:${sha}` });
+  t.match(again.derpMap.map.Regions['999']!.Nodes[0], { CertName: `sha256-raw:${sha}` });
 });
 
 t.test('https server_url keeps the relay on listen_addr (no extra port)', async (t) => {
   const s = await startTestServer({ server_url: 'https://hw.example.com' });
   t.teardown(() => s.stop());
-  t.equal(s.control.relayListener, undefined);
-  t.same(s.control.derpMap.map.Regions['999']!.Nodes[0], {
-    Name: '999', RegionID: 999, HostName: 'hw.example.com', DERPPort: 443, STUNPort: s.control.stun!.address().port, CanPort80: false,
+  t.equal(s.relay.listener, undefined);
+  t.same(s.derpMap.map.Regions['999']!.Nodes[0], {
+    Name: '999', RegionID: 999, HostName: 'hw.example.com', DERPPort: 443, STUNPort: s.relay.stun!.address().port, CanPort80: false,
   });
 });
 

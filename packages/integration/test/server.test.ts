@@ -91,11 +91,11 @@ t.test('DERP map: files merged by region with the embedded relay; bad files name
   t.equal(regions['900']!.RegionCode, 'home');
   t.equal(regions['900']!.Nodes[0]!.HostName, 'derp.home.example');
   t.equal(regions['999']!.RegionCode, 'headway');
-  t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: s.control.relayListener!.address().port, CertName: /^sha256-raw:[0-9a-f]{64}$/ });
-  t.equal(regions['999']!.Nodes[0]!.STUNPort, s.control.stun!.address().port, 'the port STUN really bound');
+  t.match(regions['999']!.Nodes[0], { HostName: '127.0.0.1', DERPPort: s.relay.listener!.address().port, CertName: /^sha256-raw:[0-9a-f]{64}$/ });
+  t.equal(regions['999']!.Nodes[0]!.STUNPort, s.relay.stun!.address().port, 'the port STUN really bound');
   t.not(regions['999']!.Nodes[0]!.STUNPort, 0);
   writeFileSync(yamlMap, 'regions:\n  901:\n    regionid: 901\n    regioncode: away\n    regionname: Away\n    nodes:\n      - name: 901a\n        regionid: 901\n        hostname: derp.away.example\n');
-  t.equal(await s.control.derpMap.refresh(), true, 'the periodic refresh sees the change');
+  t.equal(await s.derpMap.refresh(), true, 'the periodic refresh sees the change');
   await d.waitFor((nm) => Object.keys(nm.derpMap?.Regions ?? {}).sort().join() === '901,999', 5000);
   t.pass('a changed DERP map reaches connected devices');
   t.throws(() => parseDerpMap('regions: {901: {nodes: []}}', 'x.yaml'), /x\.yaml: region 901 has no Nodes/);
@@ -125,7 +125,7 @@ t.test('embedded relay: registered nodes relay, others and deleted nodes cannot'
   const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
   await s.state.deleteNode(nodeA.id);
   await new Promise((r) => setTimeout(r, 200));
-  t.equal(s.control.derp!.isConnected(a.nodeKeyText), false, 'a deleted node is dropped from the relay');
+  t.equal(s.relay.derp!.isConnected(a.nodeKeyText), false, 'a deleted node is dropped from the relay');
   await t.rejects(DerpClient.connect({ url, privateKey: a.nodeKey.privateKey, timeoutMs: 2000 }), 'and cannot come back');
   t.equal((await fetch(`${s.urls.http}/derp/probe`)).status, 200);
   const r204 = await fetch(`${s.urls.http}/generate_204`, { headers: { 'X-Tailscale-Challenge': 'abc' } });
@@ -148,7 +148,7 @@ t.test('subnet routes: one primary among online routers, failing over when it go
   r1.close();
   await viewer.waitFor((m) => (m.peers.get(n2.id)?.PrimaryRoutes ?? []).includes('10.9.0.0/24') && !(m.peers.get(n1.id)?.PrimaryRoutes ?? []).length, 5000);
   t.pass('failed over to r2');
-  const listed = s.state.listNodes().map((n) => s.control.primaryRoutes(n.id));
+  const listed = s.state.listNodes().map((n) => s.routes.primaryRoutes(n.id));
   t.same(listed.flat(), ['10.9.0.0/24']);
 });
 

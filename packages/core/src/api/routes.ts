@@ -21,6 +21,8 @@ export interface ApiDeps {
   registerPending?: (key: string, userId: number) => Promise<number>;
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
   primaryRoutes?: (nodeId: number) => string[];
+  /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */
+  approveRoutes?: (nodeId: number, routes: string[]) => Promise<import('../domain.js').Node>;
   health: () => Promise<boolean>;
 }
 
@@ -263,7 +265,7 @@ export const ROUTES: Route[] = [
     body: z.object({ routes: requiredList('an empty list removes all approvals', 'The approved routes (CIDR prefixes)', ['10.0.0.0/24']) }),
     response: NodeAnswer, responseDescription: 'The node with its approved routes',
     errors: [404],
-    handle: async ({ params, body }, deps) => ({ node: view(deps, await deps.state.approveRoutes(params.id, body.routes)) }),
+    handle: async ({ params, body }, deps) => ({ node: view(deps, await (deps.approveRoutes ?? deps.state.approveRoutes.bind(deps.state))(params.id, body.routes)) }),
   }),
   route({
     method: 'POST', path: '/api/v1/node/register', operationId: 'registerNode', tag: 'Nodes', summary: 'Approve an interactive registration',

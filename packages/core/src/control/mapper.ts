@@ -1,21 +1,9 @@
 import type { HeadwayConfig } from '../config/schema.js';
-import { ownedByTags, type Node, type User } from '../domain.js';
+import { ownerIdentity, type Node, type OwnerIdentity, type User } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
-import { TAGGED_USER_ID } from './wire.js';
-
-export interface OwnerIdentity { id: number; loginName: string; displayName: string }
-
-/**
- * ownerIdentity is who a node belongs to as Tailscale shows it (node User,
- * UserProfiles, the register reply): its user, or the shared tagged-devices identity.
- */
-export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | undefined): OwnerIdentity {
-  if (ownedByTags(node) || !user) return { id: TAGGED_USER_ID, loginName: 'tagged-devices', displayName: 'Tagged Devices' };
-  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
-}
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response. */
 function profileJson(o: OwnerIdentity): string {

@@ -1,5 +1,5 @@
-import { ALLOW_ALL, compilePolicy, parsePolicy, TailnetContext, type CompiledNode, type Policy } from '@headway/policy';
-import type { Node } from '../domain.js';
+import { ALLOW_ALL, compilePolicy, TailnetContext, type CompiledNode, type Policy } from '@headway/policy';
+import { ownedByTags, type Node } from '../domain.js';
 import type { Logger } from '../log.js';
 import { isExitRoute } from '../net/ip.js';
 import { snapshotOf } from '../policy/engine.js';
@@ -12,7 +12,6 @@ import type { State } from '../state/state.js';
  * and dropped whenever the tailnet or the policy changes.
  */
 export class NetworkView {
-  private policyText: string | undefined;
   private policy: Policy | null = null;
   private ctx?: TailnetContext;
   private readonly compiled = new Map<number, CompiledNode>();
@@ -23,14 +22,16 @@ export class NetworkView {
 
   constructor(private readonly state: State, private readonly logger: Logger) {}
 
-  /** setPolicy installs new (already validated) policy text. */
-  setPolicy(text: string | undefined): void {
-    this.policyText = text;
-    this.policy = text === undefined ? null : parsePolicy(text);
+  /** setPolicy installs the compiled policy PolicyService owns (null: no policy); it never parses text itself. */
+  setPolicy(policy: Policy | null): void {
+    this.policy = policy;
     this.invalidate();
   }
 
   get hasPolicy(): boolean { return this.policy !== null; }
+
+  /** compiledPolicy is the policy object installed by setPolicy (the one PolicyService compiled). */
+  get compiledPolicy(): Policy | null { return this.policy; }
 
   invalidate(): void {
     this.ctx = undefined;
@@ -65,6 +66,33 @@ export class NetworkView {
     }
     this.compiled.set(id, c);
     return c;
+  }
+
+  /**
+   * autoApproved lists the routes the policy's autoApprovers approve for `node` as
+   * given (which may be a node not yet stored, or a stored one with new advertised
+   * routes), among the routes it advertises. It compiles that one node against the
+   * live tailnet with no admin approvals, so the answer is the policy's part alone.
+   */
+  autoApproved(node: Node): string[] {
+    const aa = this.policy?.autoApprovers;
+    if (!this.policy || !aa || !node.availableRoutes.length) return [];
+    if (!Object.keys(aa.routes ?? {}).length && !aa.exitNode?.length) return [];
+    const snap = snapshotOf(this.state);
+    const self = {
+      id: String(node.id), name: node.givenName, userId: ownedByTags(node) ? undefined : String(node.userId), tags: node.tags,
+      ipv4: node.ipv4 ?? undefined, ipv6: node.ipv6 ?? undefined, availableRoutes: node.availableRoutes, approvedRoutes: [],
+      online: this.state.isOnline(node.id),
+    };
+    snap.nodes = [...snap.nodes.filter((n) => n.id !== self.id), self];
+    try {
+      const c = compilePolicy(this.policy, snap, self.id);
+      const available = new Set(node.availableRoutes);
+      return c.approvedRoutes.filter((r) => available.has(r)).sort();
+    } catch (err) {
+      this.logger.warn('auto-approval: policy compile failed for node; approving nothing', { node: node.id, error: (err as Error).message });
+      return [];
+    }
   }
 
   peersOf(id: number): number[] {
@@ -126,8 +154,6 @@ export class NetworkView {
     if (eff.includes('0.0.0.0/0') && eff.includes('::/0')) out.push('0.0.0.0/0', '::/0');
     return out;
   }
-
-  get text(): string | undefined { return this.policyText; }
 }
 
 export function addresses(node: Node): string[] {

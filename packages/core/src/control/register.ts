@@ -1,22 +1,14 @@
 import type { HeadwayConfig } from '../config/schema.js';
-import type { Node, PreAuthKey, User } from '../domain.js';
+import { ownerIdentity, type Node, type PreAuthKey, type User } from '../domain.js';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { canonicalPrefix } from '../net/ip.js';
+import { routesFromHostinfo } from '../state/hostinfo.js';
 import type { State } from '../state/state.js';
-import { ownerIdentity } from './mapper.js';
 import { isZeroTime, type Hostinfo, type RegisterRequest, type RegisterResponse } from './wire.js';
 
-const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
+export { routesFromHostinfo };
 
-export function routesFromHostinfo(h: Hostinfo | undefined): string[] {
-  const out = new Set<string>();
-  for (const r of h?.RoutableIPs ?? []) {
-    const c = typeof r === 'string' && r.includes('/') ? canonicalPrefix(r) : undefined;
-    if (c) out.add(c);
-  }
-  return [...out].sort();
-}
+const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
 
 /**
  * Registrar answers /machine/register the way a stock client expects: failures go

@@ -1,3 +1,4 @@
+import type { Policy } from '@headway/policy';
 import type { Node } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
@@ -86,12 +87,13 @@ export class SessionHub {
     private readonly mapper: Mapper,
     private readonly logger: Logger,
     private readonly metrics: Metrics,
-    private readonly policyText: () => string | undefined,
+    /** policy is the compiled policy in force (PolicyService.compiled): the hub never parses policy text. */
+    private readonly policy: () => Policy | null,
   ) {}
 
   start(): void {
     for (const n of this.state.listNodes()) this.shapes.set(n.id, shapeOf(n));
-    this.mapper.view.setPolicy(this.policyText());
+    this.mapper.view.setPolicy(this.policy());
     this.mapper.view.updatePrimaries();
     this.unsubscribe = this.state.bus.subscribe((c) => {
       try {
@@ -225,7 +227,7 @@ export class SessionHub {
         this.pendingStructural = true;
         break;
       case 'policy-changed':
-        this.mapper.view.setPolicy(this.policyText());
+        this.mapper.view.setPolicy(this.policy());
         this.mapper.forgetAll();
         for (const n of this.state.listNodes()) { this.pendingFull.add(n.id); this.pendingSelf.add(n.id); }
         this.pendingStructural = true;
@@ -319,6 +321,17 @@ export class SessionHub {
       if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); }
     }
     this.schedule();
+  }
+
+  /**
+   * electPrimaries runs the primary-route election now, over memory as it stands
+   * (RouteService calls it right after a route write commits, before publishing it),
+   * and queues the nodes whose role moved.
+   */
+  electPrimaries(): void {
+    this.mapper.view.invalidate();
+    this.pendingPrimaries = true;
+    this.syncPrimaries();
   }
 
   /** flush turns everything pending into at most one message per session. */

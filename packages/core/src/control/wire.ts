@@ -15,8 +15,7 @@ export interface RegisterResponse {
 /** MIN_CAPABILITY_VERSION is Tailscale 1.80; newer versions are never refused. */
 export const MIN_CAPABILITY_VERSION = 113;
 
-/** TAGGED_USER_ID is the user id Tailscale shows for devices owned by tags. */
-export const TAGGED_USER_ID = 2147455555;
+export { TAGGED_USER_ID } from '../domain.js';
 
 /** Go's zero time: Tailscale sends it for "unset". */
 export function isZeroTime(s: string | undefined): boolean {

@@ -26,13 +26,17 @@ function liveWarnings(policy: Policy, snap: Snapshot): string[] {
   return [...policyWarnings(policy, snap), ...userReferenceWarnings(policy, snap.users)];
 }
 
-/** hujsonEngine validates with @headway/policy: syntax, references, then the policy's own tests. */
+/**
+ * hujsonEngine compiles with @headway/policy: syntax, references, then the
+ * policy's own tests. Each call parses the text exactly once; the parsed policy
+ * it returns is what PolicyService hands to everyone else.
+ */
 export const hujsonEngine: PolicyEngine = {
-  validate(text, state) {
+  compile(text, state) {
     const snap = snapshotOf(state);
     const policy = parsePolicy(text, { userNames: snap.users.map((u) => u.name) });
     runPolicyTests(policy, snap);
-    return { warnings: liveWarnings(policy, snap) };
+    return { policy, warnings: liveWarnings(policy, snap) };
   },
   check(text, state) {
     const snap = snapshotOf(state);
@@ -43,13 +47,6 @@ export const hujsonEngine: PolicyEngine = {
     } catch (e) {
       return { errors: [(e as Error).message], warnings: [] };
     }
-    return { errors: [], warnings: liveWarnings(policy, snap) };
-  },
-  definedTags(text) {
-    try {
-      return Object.keys(parsePolicy(text).tagOwners ?? {});
-    } catch {
-      return undefined;
-    }
+    return { policy, errors: [], warnings: liveWarnings(policy, snap) };
   },
 };

@@ -1,18 +1,19 @@
+import type { Policy } from '@headway/policy';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { PolicySourcePort } from '../ports/policy.js';
 import type { State } from '../state/state.js';
 
 /**
- * PolicyEngine is what the kernel needs from a policy compiler: validate text
- * against the live users and nodes (returning warnings, throwing a message on
- * error) and list the tags a policy defines. @headway/policy provides it.
+ * PolicyEngine is what the kernel needs from a policy compiler: turn text into a
+ * compiled policy checked against the live users and nodes (returning warnings,
+ * throwing a message on error). @headway/policy provides it. PolicyService calls
+ * it once per policy change and hands the result on, so nobody else parses.
  */
 export interface PolicyEngine {
-  validate(text: string, state: State): { warnings: string[] };
-  /** check reports every error it can find (not only the first) and, when there are none, the warnings. */
-  check?(text: string, state: State): { errors: string[]; warnings: string[] };
-  definedTags(text: string): string[] | undefined;
+  compile(text: string, state: State): { policy: Policy; warnings: string[] };
+  /** check reports every error it can find (not only the first) and, when there are none, the compiled policy and its warnings. */
+  check?(text: string, state: State): { policy?: Policy; errors: string[]; warnings: string[] };
 }
 
 /**
@@ -27,10 +28,13 @@ export class InvalidPolicyError extends HeadwayError {
 
 /**
  * PolicyService owns the policy in force: where it comes from (the source port),
- * whether new text is acceptable (the engine), and telling devices when it changes.
+ * whether new text is acceptable (the engine), the compiled result (parsed once
+ * per change and handed to the network view, route auto-approval and tag checks),
+ * and telling devices when it changes.
  */
 export class PolicyService {
   private text: string | undefined;
+  private policy: Policy | null = null;
   private updatedAt: Date | null = null;
   private unwatch?: () => void;
 
@@ -46,7 +50,7 @@ export class PolicyService {
     const text = await this.source.load();
     if (text !== undefined) {
       try {
-        this.engine.validate(text, this.state);
+        this.policy = this.engine.compile(text, this.state).policy;
       } catch (err) {
         throw new Error(`policy from ${this.source.describe()} is invalid: ${(err as Error).message}`);
       }
@@ -59,20 +63,25 @@ export class PolicyService {
   /** reload re-reads the source (SIGHUP in file mode); an invalid text keeps the old policy. */
   async reload(): Promise<boolean> {
     let text: string | undefined;
+    let policy: Policy | null = null;
     try {
       text = await this.source.load();
-      if (text !== undefined) this.engine.validate(text, this.state);
+      // Unchanged text is no change: keep the compiled policy in force.
+      if (text === this.text) return true;
+      if (text !== undefined) policy = this.engine.compile(text, this.state).policy;
     } catch (err) {
       this.logger.error('policy reload failed; keeping the policy in force', { source: this.source.describe(), error: (err as Error).message });
       return false;
     }
-    if (text === this.text) return true;
-    this.apply(text);
+    this.apply(text, policy);
     this.logger.info('policy reloaded', { source: this.source.describe() });
     return true;
   }
 
   get policyText(): string | undefined { return this.text; }
+
+  /** compiled is the policy in force as the engine compiled it (null: no policy, everything allowed). */
+  get compiled(): Policy | null { return this.policy; }
 
   current(): { policy: string; updatedAt: string | null; mode: string } {
     return { policy: this.text ?? '', updatedAt: this.updatedAt?.toISOString() ?? null, mode: this.source.mode };
@@ -80,13 +89,18 @@ export class PolicyService {
 
   /** check validates text against live users and nodes and returns its warnings. */
   async check(text: string): Promise<string[]> {
+    return this.compileChecked(text).warnings;
+  }
+
+  /** compileChecked compiles text once, reporting every error the engine finds as one InvalidPolicyError. */
+  private compileChecked(text: string): { policy: Policy; warnings: string[] } {
     if (this.engine.check) {
-      const { errors, warnings } = this.engine.check(text, this.state);
-      if (errors.length) throw new InvalidPolicyError(errors);
-      return warnings;
+      const { policy, errors, warnings } = this.engine.check(text, this.state);
+      if (errors.length || !policy) throw new InvalidPolicyError(errors.length ? errors : ['the policy engine returned no policy']);
+      return { policy, warnings };
     }
     try {
-      return this.engine.validate(text, this.state).warnings;
+      return this.engine.compile(text, this.state);
     } catch (err) {
       throw new HeadwayError('invalid_policy', (err as Error).message, 'policy');
     }
@@ -98,25 +112,25 @@ export class PolicyService {
         `policy set needs policy.mode: database; with policy.mode: ${this.source.mode} the policy comes from ${this.source.describe()}. `
         + 'Set policy.mode: database to manage it with `headway policy set`, or write it to the file named by policy.path and send SIGHUP');
     }
-    const warnings = await this.check(text);
+    const { policy, warnings } = this.compileChecked(text);
     await this.source.save(text);
-    this.apply(text);
+    this.apply(text, policy);
     return { policy: text, updatedAt: this.updatedAt!.toISOString(), warnings };
   }
 
   /** checkTagsAllowed refuses tags the policy in force does not define in tagOwners. */
   async checkTagsAllowed(tags: string[]): Promise<void> {
-    if (this.text === undefined) return;
-    const defined = this.engine.definedTags(this.text);
-    if (!defined) return;
+    if (!this.policy) return;
+    const defined = Object.keys(this.policy.tagOwners ?? {});
     const unknown = tags.filter((t) => !defined.includes(t));
     if (unknown.length) {
       throw new HeadwayError('invalid_field', `tags: ${unknown.join(', ')} not defined in the policy's tagOwners`, 'tags');
     }
   }
 
-  private apply(text: string | undefined): void {
+  private apply(text: string | undefined, policy: Policy | null): void {
     this.text = text;
+    this.policy = policy;
     this.updatedAt = new Date();
     this.state.bus.publish({ type: 'policy-changed' });
   }

@@ -1,4 +1,4 @@
-import { createContainer, asValue, InjectionMode } from 'awilix';
+import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
 import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -12,13 +12,17 @@ import { loadOrCreateKey } from '../kernel/keyfile.js';
 import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
 import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '../ports/policy.js';
-import { State } from '../state/state.js';
-import { PolicyService, type PolicyEngine } from '../policy/service.js';
+import type { State } from '../state/state.js';
+import type { RouteService } from '../state/routes.js';
+import type { PolicyService, PolicyEngine } from '../policy/service.js';
 import { hujsonEngine } from '../policy/engine.js';
+import type { ControlServer } from '../control/control.js';
+import type { DerpMapSource } from '../control/derpmap.js';
+import type { Registrar } from '../control/register.js';
 import { createApp } from './app.js';
-import { Metrics } from './metrics.js';
-import type { ApiDeps } from '../api/routes.js';
-import { ControlServer } from '../control/control.js';
+import { bootKernel, composeKernel } from './compose.js';
+import type { Metrics } from './metrics.js';
+import type { Relay } from './relay.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -35,6 +39,12 @@ export interface RunningServer {
   storage: StoragePort;
   metrics: Metrics;
   control: ControlServer;
+  registrar: Registrar;
+  routes: RouteService;
+  relay: Relay;
+  derpMap: DerpMapSource;
+  /** container is the composition root's container (server/compose.ts). */
+  container: AwilixContainer;
   controlPublicKey: Buffer;
   urls: { http: string; metrics?: string; socket?: string };
   close(): Promise<void>;
@@ -101,47 +111,28 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const noiseKey = loadOrCreateKey(config.noise.private_key_path);
     if (noiseKey.created) logger.info('generated the control key', { path: config.noise.private_key_path });
 
-    const state = new State(storage, config, logger);
-    await state.init();
-    const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
-    if (!storage.describe().includes(':memory:')) {
-      const warning = databaseSwitchWarning(readDatabaseRecord(config.data_dir), dbRecord());
-      if (warning) logger.warn(warning);
-      writeDatabaseRecord(config.data_dir, dbRecord());
-      cleanups.push(() => writeDatabaseRecord(config.data_dir, dbRecord()));
-    }
-    const policy = new PolicyService(source, state, logger, opts.engine ?? hujsonEngine);
-    await policy.init();
-    cleanups.push(() => policy.close());
-    const metrics = new Metrics(state);
-
     const plugins = await registerPlugins(prepared, ctx);
     for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
-    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns });
-    await control.init();
-    cleanups.push(() => control.close());
+    composeKernel(container, { engine: opts.engine ?? hujsonEngine, controlKey: noiseKey });
+    const kernel = await bootKernel(container, (state) => {
+      const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
+      if (!storage.describe().includes(':memory:')) {
+        const warning = databaseSwitchWarning(readDatabaseRecord(config.data_dir), dbRecord());
+        if (warning) logger.warn(warning);
+        writeDatabaseRecord(config.data_dir, dbRecord());
+        cleanups.push(() => writeDatabaseRecord(config.data_dir, dbRecord()));
+      }
+    });
+    cleanups.push(() => kernel.close());
+    const { state, policyService: policy, metrics, controlServer: control, relay, apiDeps: deps } = kernel.cradle;
     warnOpenFiles(logger, secureDataDir([
       ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
       ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
         ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
 
-    const health = async () => {
-      try {
-        await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), 2000).unref())]);
-        return true;
-      } catch {
-        return false;
-      }
-    };
-    const deps: ApiDeps = {
-      state, policy, config, health,
-      registerPending: (key, userId) => control.registrar.approve(key, userId),
-      primaryRoutes: (id) => control.primaryRoutes(id),
-    };
-
     const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => control.routes(router) });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { control.routes(router); relay.routes(router); } });
     const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
@@ -190,7 +181,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls,
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container,
+      registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap,
       async close() {
         if (closed) return;
         closed = true;

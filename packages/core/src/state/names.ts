@@ -1,5 +1,14 @@
 import { badField } from '../errors.js';
-import { canonicalPrefix } from '../net/ip.js';
+import { canonicalPrefix, isExitRoute } from '../net/ip.js';
+
+/** approvedRouteSet is an approved-routes list as stored: canonical, sorted, and either exit route approving both. */
+export function approvedRouteSet(routes: string[], field = 'routes'): string[] {
+  const set = new Set<string>();
+  for (const c of canonicalRoutes(routes.map((x) => x.trim()).filter(Boolean), field)) {
+    if (isExitRoute(c)) { set.add('0.0.0.0/0'); set.add('::/0'); } else set.add(c);
+  }
+  return [...set].sort();
+}
 
 /** canonicalRoutes checks each entry is a CIDR prefix and returns it in canonical form. */
 export function canonicalRoutes(routes: string[], field = 'routes'): string[] {

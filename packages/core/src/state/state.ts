@@ -3,14 +3,13 @@ import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey,
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
-import { isExitRoute } from '../net/ip.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { isEndpointList, isHostinfo } from '../control/validate.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { PendingQuota } from './pending.js';
-import { canonicalRoutes, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
+import { approvedRouteSet, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
 const LAST_SEEN_INTERVAL_MS = 60_000;
@@ -66,6 +65,14 @@ export class State {
    * transaction, so concurrent joins of one hostname propose different names.
    */
   private readonly claimedNames = new Set<string>();
+  /**
+   * autoApprovals returns the approved routes a node about to be written should
+   * carry because the policy's autoApprovers approve what it advertises (undefined:
+   * nothing to add). RouteService installs it; every write that changes what a
+   * node advertises, its approvals or its owner (registration, Hostinfo, approval,
+   * tags) stores the auto-approved routes in that same write (see routePatch).
+   */
+  autoApprovals?: (draft: Node) => string[] | undefined;
 
   constructor(readonly storage: StoragePort, readonly config: HeadwayConfig, readonly logger: Logger) {}
 
@@ -266,7 +273,7 @@ export class State {
       try {
         node = await this.storage.transaction(async (tx) => {
           await this.consume(tx, writes);
-          return tx.nodes.create(this.newNodeRow(input, givenName, ipv4, ipv6));
+          return tx.nodes.create(this.withAutoApprovals(this.newNodeRow(input, givenName, ipv4, ipv6)));
         });
       } catch (err) {
         this.claimedNames.delete(givenName);
@@ -295,10 +302,10 @@ export class State {
    * in one transaction with `writes`; its given name and addresses stay.
    */
   async reRegisterNode(id: number, patch: NodePatch, writes: RegistrationWrites = {}): Promise<Node> {
-    this.requireNode(id);
+    const full = this.routePatch(this.requireNode(id), patch);
     const updated = await this.conflicts(() => this.atomically(async (tx) => {
       await this.consume(tx, writes);
-      const n = await tx.nodes.update(id, patch);
+      const n = await tx.nodes.update(id, full);
       if (!n) throw notFound('node', id);
       return n;
     }));
@@ -321,6 +328,28 @@ export class State {
     if (writes.pendingKey !== undefined && !(await tx.pendingRegistrations.delete(writes.pendingKey))) {
       throw new HeadwayError('not_found', `registration key ${writes.pendingKey} not found or already used; run tailscale up again for a new one`, 'key');
     }
+  }
+
+  /**
+   * routePatch adds to a node's patch the routes the autoApprovers approve for the
+   * node as patched, when the patch changes what it advertises, its approvals or
+   * its owner; other patches (endpoints, last seen, ...) pass unchanged.
+   */
+  private routePatch(node: Node, patch: NodePatch): NodePatch {
+    if (!this.autoApprovals) return patch;
+    const differs = (k: 'availableRoutes' | 'approvedRoutes' | 'tags') => patch[k] !== undefined && patch[k]!.join(',') !== node[k].join(',');
+    const touches = differs('availableRoutes') || differs('approvedRoutes') || differs('tags') || (patch.userId !== undefined && patch.userId !== node.userId);
+    if (!touches) return patch;
+    const approvedRoutes = this.autoApprovals({ ...node, ...patch });
+    return approvedRoutes ? { ...patch, approvedRoutes } : patch;
+  }
+
+  /** withAutoApprovals adds the routes the autoApprovers approve to a new node's row. */
+  private withAutoApprovals(row: NewNode): NewNode {
+    if (!this.autoApprovals || !row.availableRoutes.length) return row;
+    const now = new Date();
+    const approved = this.autoApprovals({ ...row, id: -1, createdAt: now, updatedAt: now });
+    return approved ? { ...row, approvedRoutes: approved } : row;
   }
 
   private newNodeRow(input: NewNodeInput, givenName: string, ipv4: string | null, ipv6: string | null): NewNode {
@@ -373,8 +402,8 @@ export class State {
 
   /** updateNode stores a patch and publishes it as a full peer change. */
   async updateNode(id: number, patch: NodePatch, publish: 'full' | 'silent' = 'full'): Promise<Node> {
-    this.requireNode(id);
-    const updated = await this.conflicts(() => this.storage.nodes.update(id, patch));
+    const full = this.routePatch(this.requireNode(id), patch);
+    const updated = await this.conflicts(() => this.storage.nodes.update(id, full));
     if (!updated) throw notFound('node', id);
     this.putNode(updated);
     if (publish === 'full') this.bus.publish({ type: 'node-changed', node: updated });
@@ -419,14 +448,35 @@ export class State {
     return this.updateNode(node.id, { tags: clean.sort() });
   }
 
-  /** approveRoutes replaces the approved set; either exit route approves both. */
+  /** approveRoutes replaces the approved set; either exit route approves both. RouteService adds auto-approval and the primary election. */
   async approveRoutes(id: number, routes: string[]): Promise<Node> {
     this.requireNode(id);
-    const set = new Set<string>();
-    for (const c of canonicalRoutes(routes.map((x) => x.trim()).filter(Boolean))) {
-      if (isExitRoute(c)) { set.add('0.0.0.0/0'); set.add('::/0'); } else set.add(c);
-    }
-    return this.updateNode(id, { approvedRoutes: [...set].sort() });
+    return this.updateNode(id, { approvedRoutes: approvedRouteSet(routes) });
+  }
+
+  /**
+   * commitNodes stores the patches of several nodes in one transaction, then
+   * updates memory, then runs `applied` (in-memory work that must see the
+   * committed rows before anyone hears of them, such as the primary-route
+   * election), then publishes each node once as a full change. A failure stores,
+   * applies and publishes nothing.
+   */
+  async commitNodes(patches: Array<{ id: number; patch: NodePatch }>, applied?: (nodes: Node[]) => void): Promise<Node[]> {
+    const full = patches.map((p) => ({ id: p.id, patch: this.routePatch(this.requireNode(p.id), p.patch) }));
+    if (!full.length) return [];
+    const updated = await this.conflicts(() => this.atomically(async (tx) => {
+      const out: Node[] = [];
+      for (const p of full) {
+        const n = await tx.nodes.update(p.id, p.patch);
+        if (!n) throw notFound('node', p.id);
+        out.push(n);
+      }
+      return out;
+    }));
+    for (const n of updated) this.putNode(n);
+    applied?.(updated);
+    for (const n of updated) this.bus.publish({ type: 'node-changed', node: n });
+    return updated;
   }
 
   /**

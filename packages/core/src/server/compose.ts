@@ -1,0 +1,157 @@
+import { asFunction, asValue, type AwilixContainer } from 'awilix';
+import type { HeadwayConfig } from '../config/schema.js';
+import type { Logger } from '../log.js';
+import type { ApiDeps } from '../api/routes.js';
+import { ControlServer } from '../control/control.js';
+import { DerpMapSource } from '../control/derpmap.js';
+import { DnsConfigSource } from '../control/dns.js';
+import { Mapper } from '../control/mapper.js';
+import { NetworkView } from '../control/netview.js';
+import { Registrar } from '../control/register.js';
+import { SessionHub } from '../control/sessions.js';
+import { PolicyService, type PolicyEngine } from '../policy/service.js';
+import type { DnsPort } from '../ports/dns.js';
+import type { PolicySourcePort } from '../ports/policy.js';
+import type { StoragePort } from '../ports/storage.js';
+import { NodeGc } from '../state/gc.js';
+import { HostinfoService } from '../state/hostinfo.js';
+import { RouteService } from '../state/routes.js';
+import { State } from '../state/state.js';
+import { Metrics } from './metrics.js';
+import { Relay } from './relay.js';
+
+/**
+ * KernelCradle names every service the composition root registers. The first
+ * group is registered before composeKernel runs: config and logger by
+ * startServer, `storage` and `policy` (the policy source) by their adapters,
+ * `dnsAdapters` by the plugin loader.
+ */
+export interface KernelCradle {
+  config: HeadwayConfig;
+  logger: Logger;
+  storage: StoragePort;
+  policy: PolicySourcePort;
+  dnsAdapters: DnsPort[];
+  controlKey: { privateKey: Buffer; publicKey: Buffer };
+  policyEngine: PolicyEngine;
+
+  state: State;
+  policyService: PolicyService;
+  metrics: Metrics;
+  networkView: NetworkView;
+  dnsConfig: DnsConfigSource;
+  derpMap: DerpMapSource;
+  mapper: Mapper;
+  sessionHub: SessionHub;
+  registrar: Registrar;
+  routeService: RouteService;
+  hostinfo: HostinfoService;
+  nodeGc: NodeGc;
+  relay: Relay;
+  controlServer: ControlServer;
+  health: () => Promise<boolean>;
+  apiDeps: ApiDeps;
+}
+
+/** HEALTH_TIMEOUT_MS bounds how long /health waits for the database. */
+const HEALTH_TIMEOUT_MS = 2000;
+
+/**
+ * composeKernel is the one composition root: it registers every kernel service
+ * in the container as a singleton built from the others. Nothing else in the
+ * server constructs these services (tests may build pieces directly); the
+ * container builds each on first resolve, and bootKernel decides the order
+ * they start in.
+ */
+export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey'] }): void {
+  const c = (fn: (k: KernelCradle) => unknown) => asFunction(fn as (k: unknown) => unknown).singleton();
+  if (!container.hasRegistration('dnsAdapters')) container.register('dnsAdapters', asValue([]));
+  container.register({
+    controlKey: asValue(opts.controlKey),
+    policyEngine: asValue(opts.engine),
+    state: c(({ storage, config, logger }) => new State(storage, config, logger)),
+    policyService: c(({ policy, state, logger, policyEngine }) => new PolicyService(policy, state, logger, policyEngine)),
+    metrics: c(({ state }) => new Metrics(state)),
+    networkView: c(({ state, logger }) => new NetworkView(state, logger)),
+    dnsConfig: c(({ config, logger, state, dnsAdapters }) => new DnsConfigSource(
+      config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
+      () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters)),
+    derpMap: c(({ config, logger, state }) => new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }))),
+    mapper: c(({ state, config, networkView, dnsConfig, derpMap }) => new Mapper(state, config, networkView, dnsConfig, derpMap)),
+    sessionHub: c(({ state, mapper, logger, metrics, policyService }) => new SessionHub(state, mapper, logger, metrics, () => policyService.compiled)),
+    registrar: c(({ state, config, logger }) => new Registrar(state, config, logger)),
+    routeService: c(({ state, networkView, sessionHub, logger }) => new RouteService(state, networkView, sessionHub, logger)),
+    hostinfo: c(({ state, routeService }) => new HostinfoService(state, routeService)),
+    nodeGc: c(({ state, config, logger }) => new NodeGc(state, config, logger)),
+    relay: c(({ state, config, logger, derpMap }) => new Relay(state, config, logger, derpMap)),
+    controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
+      state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
+    })),
+    health: c(({ storage }) => async () => {
+      try {
+        await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), HEALTH_TIMEOUT_MS).unref())]);
+        return true;
+      } catch {
+        return false;
+      }
+    }),
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService }): ApiDeps => ({
+      state, policy: policyService, config, health,
+      registerPending: (key, userId) => registrar.approve(key, userId),
+      approveRoutes: (id, routes) => routeService.approve(id, routes),
+      primaryRoutes: (id) => routeService.primaryRoutes(id),
+    })),
+  });
+}
+
+/** Kernel is the started services, and how to stop them in reverse order. */
+export interface Kernel {
+  cradle: KernelCradle;
+  close(): Promise<void>;
+}
+
+/**
+ * bootKernel starts the composed services in dependency order: state (loaded
+ * from storage), the policy, DNS, the relay (its ports bound before the DERP
+ * map is built, which names them), the DERP map, the control protocol, then
+ * the subscribers (map sessions first, so they see a new policy before route
+ * auto-approval does). A failure stops what already started and rethrows.
+ * `afterState` runs once the state is loaded (startServer's database record).
+ */
+export async function bootKernel(container: AwilixContainer, afterState?: (state: State) => void): Promise<Kernel> {
+  const k = container.cradle as KernelCradle;
+  const stops: Array<() => Promise<void> | void> = [];
+  const close = async (warn?: Logger) => {
+    for (const fn of stops.splice(0).reverse()) {
+      try { await fn(); } catch (err) { warn?.warn('shutdown step failed', { error: (err as Error).message }); }
+    }
+  };
+  try {
+    await k.state.init();
+    afterState?.(k.state);
+    await k.policyService.init();
+    stops.push(() => k.policyService.close());
+    await k.dnsConfig.init();
+    stops.push(() => k.dnsConfig.close());
+    stops.push(() => k.relay.close());
+    await k.relay.start();
+    stops.push(() => k.derpMap.close());
+    await k.derpMap.init();
+    if (!Object.keys(k.derpMap.map.Regions).length) {
+      k.logger.warn('the DERP map is empty: devices behind NAT cannot reach each other; enable derp.server or set derp.urls/derp.paths');
+    }
+    const control = k.controlServer;
+    await control.init();
+    stops.push(() => control.close());
+    k.sessionHub.start();
+    stops.push(() => k.sessionHub.stop());
+    k.routeService.start();
+    stops.push(() => k.routeService.stop());
+    k.nodeGc.start();
+    stops.push(() => k.nodeGc.stop());
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  return { cradle: k, close: () => close(k.logger) };
+}

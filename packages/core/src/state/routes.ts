@@ -1,0 +1,109 @@
+import type { Node } from '../domain.js';
+import type { Logger } from '../log.js';
+import type { NetworkView } from '../control/netview.js';
+import { approvedRouteSet } from './names.js';
+import type { State } from './state.js';
+
+/**
+ * PrimaryElection runs the primary-route election (SessionHub implements it: it
+ * also queues the nodes whose role moved for their next map message).
+ */
+export interface PrimaryElection {
+  /** electPrimaries elects now, over memory as it stands. */
+  electPrimaries(): void;
+  /** syncPrimaries elects only when something since the last election may have moved a primary. */
+  syncPrimaries(): void;
+}
+
+/**
+ * RouteService owns route approval: admin approvals, the policy's autoApprovers,
+ * and the primary-route election that follows either. Every approval is one
+ * transaction (all the nodes it touches, or none); memory is updated and the
+ * election run only after it commits, and the change is published after both, so
+ * a device never hears of an approval whose primary router is not yet elected.
+ */
+export class RouteService {
+  private unsubscribe?: () => void;
+
+  constructor(
+    private readonly state: State,
+    private readonly view: NetworkView,
+    private readonly election: PrimaryElection,
+    private readonly logger: Logger,
+  ) {}
+
+  /**
+   * start keeps stored approvals in step with the autoApprovers whenever what a
+   * node advertises or who owns it may have changed (registration, re-login, tag
+   * changes) and for every node when the policy changes. It must subscribe after
+   * the SessionHub, which installs a new policy in the view first. It also lets
+   * State put the auto-approved routes of a registration in the registration's
+   * own transaction (State.autoApprovals), so the follow-up finds nothing to add.
+   */
+  start(): void {
+    this.state.autoApprovals = (draft) => this.withAutoApprovals(draft);
+    this.unsubscribe = this.state.bus.subscribe((c) => {
+      if (c.type === 'policy-changed') void this.autoApprove(this.state.listNodes());
+      if (c.type === 'node-added' || c.type === 'node-changed') void this.autoApprove([c.node]);
+    });
+  }
+
+  stop(): void {
+    this.unsubscribe?.();
+    this.state.autoApprovals = undefined;
+  }
+
+  /**
+   * approve replaces a node's admin-approved routes (either exit route approves
+   * both); the routes the autoApprovers approve for what it advertises stay
+   * approved, in the same write (State.routePatch).
+   */
+  async approve(id: number, routes: string[]): Promise<Node> {
+    this.state.requireNode(id);
+    const [updated] = await this.commit([{ id, patch: { approvedRoutes: approvedRouteSet(routes) } }]);
+    return updated!;
+  }
+
+  /**
+   * withAutoApprovals returns the approved routes a node should store once it
+   * advertises what `draft` says (its stored approvals plus what the
+   * autoApprovers approve), or undefined when that adds nothing.
+   */
+  withAutoApprovals(draft: Node): string[] | undefined {
+    const missing = this.view.autoApproved(draft).filter((r) => !draft.approvedRoutes.includes(r));
+    return missing.length ? approvedRouteSet([...draft.approvedRoutes, ...missing]) : undefined;
+  }
+
+  /**
+   * commit writes node patches that change routes in one transaction, runs the
+   * primary election over the committed state, then publishes (State.commitNodes).
+   */
+  commit(patches: Array<{ id: number; patch: Parameters<State['updateNode']>[1] }>): Promise<Node[]> {
+    return this.state.commitNodes(patches, () => this.election.electPrimaries());
+  }
+
+  /**
+   * autoApprove stores, in one transaction, the routes the policy's autoApprovers
+   * approve for these nodes' advertised routes and that are not stored yet.
+   */
+  async autoApprove(nodes: Node[]): Promise<void> {
+    if (!this.view.hasPolicy) return;
+    const patches: Array<{ id: number; patch: { approvedRoutes: string[] } }> = [];
+    for (const n of nodes) {
+      const node = this.state.getNode(n.id);
+      if (!node || !node.availableRoutes.length) continue;
+      const eff = this.view.forNode(node.id).approvedRoutes.filter((r) => node.availableRoutes.includes(r));
+      const missing = eff.filter((r) => !node.approvedRoutes.includes(r));
+      if (missing.length) patches.push({ id: node.id, patch: { approvedRoutes: approvedRouteSet([...node.approvedRoutes, ...missing]) } });
+    }
+    if (!patches.length) return;
+    await this.commit(patches).catch((err: Error) =>
+      this.logger.warn('auto-approval failed', { nodes: patches.map((p) => p.id).join(','), error: err.message }));
+  }
+
+  /** primaryRoutes answers API reads: the routes a node is primary for, the election brought up to date first. */
+  primaryRoutes(nodeId: number): string[] {
+    this.election.syncPrimaries();
+    return this.view.primaryRoutes(nodeId);
+  }
+}

@@ -1,0 +1,34 @@
+// The composition root is the only place production code builds kernel services:
+// a scan of packages/core/src for `new <Service>(` outside server/compose.ts.
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import t from 'tap';
+
+const SRC = fileURLToPath(new URL('../../src', import.meta.url));
+const SERVICES = [
+  'State', 'PolicyService', 'Metrics', 'NetworkView', 'DnsConfigSource', 'DerpMapSource', 'Mapper', 'SessionHub',
+  'Registrar', 'RouteService', 'HostinfoService', 'NodeGc', 'Relay', 'ControlServer',
+];
+
+function sources(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []);
+}
+
+t.test('a second assembly of the server (new of a kernel service outside server/compose.ts) is refused', async (t) => {
+  const files = sources(SRC);
+  t.ok(files.length > 20, `scanned ${files.length} source files`);
+  const pattern = new RegExp(`\\bnew (${SERVICES.join('|')})\\(`, 'g');
+  const found: string[] = [];
+  const inCompose = new Set<string>();
+  for (const f of files) {
+    const rel = relative(SRC, f);
+    for (const m of readFileSync(f, 'utf8').matchAll(pattern)) {
+      if (rel === join('server', 'compose.ts')) inCompose.add(m[1]!);
+      else found.push(`${rel}: new ${m[1]}(`);
+    }
+  }
+  t.same(found, [], 'no kernel service is constructed outside the composition root');
+  t.same([...inCompose].sort(), [...SERVICES].sort(), 'the composition root builds every one of them');
+});

@@ -5,6 +5,8 @@ export interface ApiUser {
   name: string;
   displayName?: string;
   email?: string;
+  /** profilePicUrl is the picture URL (`users create --picture-url`); empty when none. */
+  profilePicUrl?: string;
   createdAt?: string;
 }
 

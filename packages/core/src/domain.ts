@@ -8,6 +8,8 @@ export interface User {
   name: string;
   displayName: string;
   email: string;
+  /** profilePicUrl is the user's picture (headscale's profile_pic_url): an http(s) URL, or empty. */
+  profilePicUrl: string;
   createdAt: Date;
 }
 

@@ -8,6 +8,7 @@ import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
 import { readJson } from './http.js';
 import { apiKeyView, nodeView, preAuthKeyView, userView } from './views.js';
+import * as parity from './parity.js';
 
 export interface ApiDeps {
   state: State;
@@ -15,6 +16,8 @@ export interface ApiDeps {
   config: HeadwayConfig;
   /** registerPending approves an interactive registration (wired by the control protocol). */
   registerPending?: (key: string, userId: number) => Promise<number>;
+  /** logins approves or rejects pending interactive logins (the registrar; /api/v1/auth/...). */
+  logins?: parity.PendingLogins;
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
   primaryRoutes?: (nodeId: number) => string[];
   health: () => Promise<boolean>;
@@ -87,23 +90,16 @@ export const ROUTES: Route[] = [
     },
   },
   {
-    method: 'POST', path: '/api/v1/user', summary: 'Create a user', body: { name: 'string (required)', displayName: 'string', email: 'string' }, response: '{user: User}',
-    handler: async (ctx, { state }) => {
-      const b = await readJson(ctx);
-      const user = await state.createUser({ name: str(b, 'name', true)!, displayName: str(b, 'displayName') ?? '', email: str(b, 'email') ?? '' });
-      return { user: userView(user) };
-    },
+    method: 'POST', path: '/api/v1/user', summary: 'Create a user', body: { name: 'string (required)', displayName: 'string', email: 'string (an e-mail address)', pictureUrl: 'string (an http or https URL)' }, response: '{user: User}',
+    handler: (ctx, deps) => parity.createUser(ctx, deps),
   },
   {
     method: 'POST', path: '/api/v1/user/:id/rename/:newName', summary: 'Rename a user', response: '{user: User}',
     handler: async (ctx, { state }) => ({ user: userView(await state.renameUser(idParam(ctx), String(ctx.params.newName))) }),
   },
   {
-    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale)', response: '{}',
-    handler: async (ctx, { state }) => {
-      await state.deleteUser(idParam(ctx));
-      return {};
-    },
+    method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale; deleteNodes=true deletes them too, in one transaction)', query: { deleteNodes: 'true: delete the user\'s nodes too' }, response: '{} or, with deleteNodes, {deletedNodes: {id, givenName}[]}',
+    handler: (ctx, deps) => parity.deleteUser(ctx, deps, idParam(ctx)),
   },
   // ---- nodes ----
   {
@@ -126,8 +122,8 @@ export const ROUTES: Route[] = [
     handler: async (ctx, deps) => ({ node: view(deps, await deps.state.renameNode(idParam(ctx), String(ctx.params.newName))) }),
   },
   {
-    method: 'POST', path: '/api/v1/node/:id/expire', summary: 'Expire a node key now', response: '{node: Node}',
-    handler: async (ctx, deps) => ({ node: view(deps, await deps.state.expireNode(idParam(ctx))) }),
+    method: 'POST', path: '/api/v1/node/:id/expire', summary: 'Expire a node key now, set its expiry (expiry, RFC 3339) or disable it (disableExpiry=true)', query: { expiry: 'RFC 3339 time', disableExpiry: 'true: the node never expires' }, response: '{node: Node}',
+    handler: (ctx, deps) => parity.expireNode(ctx, deps, idParam(ctx)),
   },
   {
     method: 'POST', path: '/api/v1/node/:id/tags', summary: 'Replace the tags of a node', body: { tags: 'string[] (tag:<name>)' }, response: '{node: Node}',
@@ -187,6 +183,7 @@ export const ROUTES: Route[] = [
       return { node: view(deps, node) };
     },
   },
+  ...parity.AUTH_ROUTES,
   // ---- pre-auth keys ----
   {
     method: 'GET', path: '/api/v1/preauthkey', summary: 'List pre-auth keys', query: { user: 'user name or id' }, response: '{preAuthKeys: PreAuthKey[]}',

@@ -3,10 +3,10 @@ import type { State } from '../state/state.js';
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
-export interface UserView { id: string; name: string; displayName: string; email: string; createdAt: string }
+export interface UserView { id: string; name: string; displayName: string; email: string; profilePicUrl: string; createdAt: string }
 
 export function userView(u: User): UserView {
-  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString() };
+  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, profilePicUrl: u.profilePicUrl ?? '', createdAt: u.createdAt.toISOString() };
 }
 
 const METHOD: Record<Node['registerMethod'], string> = {
@@ -24,10 +24,15 @@ export interface NodeView {
   approvedRoutes: string[]; availableRoutes: string[]; subnetRoutes: string[];
 }
 
-/** nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises. */
+/**
+ * nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises.
+ * A node with an open map session is seen now, so its lastSeen is the current time
+ * (headscale stamps it on every map request); the stored value is when it last went offline.
+ */
 export function nodeView(n: Node, state: State, primary?: (n: Node) => string[]): NodeView {
   const user = n.userId !== null ? state.getUser(n.userId) : undefined;
   const advertised = new Set(n.availableRoutes);
+  const online = state.isOnline(n.id);
   return {
     id: String(n.id),
     machineKey: n.machineKey,
@@ -37,12 +42,12 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
     name: n.hostname,
     givenName: n.givenName,
     user: user ? userView(user) : null,
-    lastSeen: iso(n.lastSeen),
+    lastSeen: online ? new Date().toISOString() : iso(n.lastSeen),
     expiry: iso(n.expiry),
     createdAt: n.createdAt.toISOString(),
     registerMethod: METHOD[n.registerMethod],
     tags: n.tags,
-    online: state.isOnline(n.id),
+    online,
     ephemeral: n.ephemeral,
     approvedRoutes: n.approvedRoutes,
     availableRoutes: n.availableRoutes,

@@ -137,6 +137,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const deps: ApiDeps = {
       state, policy, config, health,
       registerPending: (key, userId) => control.registrar.approve(key, userId),
+      logins: control.registrar,
       primaryRoutes: (id) => control.primaryRoutes(id),
     };
 

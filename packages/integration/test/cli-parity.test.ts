@@ -190,6 +190,17 @@ t.test('users create --picture-url/--display-name/--email are stored and listed 
   t.equal(apiBad.status, 400);
   t.equal(apiBad.json.field, 'pictureUrl');
   t.equal(s.state.userByName('dave'), undefined, 'no user was created');
+
+  // Devices see the picture: the owner's UserProfile and the register reply carry it.
+  const { secret } = await s.state.createPreAuthKey({ userId: s.state.userByName('carol')!.id });
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'cpic' });
+  await d.connect();
+  const reg = await d.register({ authKey: secret });
+  t.equal((reg as { User?: { ProfilePicURL?: string } }).User?.ProfilePicURL, pic, 'register reply');
+  const map = await d.startMap({ stream: true });
+  const profiles = (map as { UserProfiles?: { LoginName: string; ProfilePicURL?: string }[] }).UserProfiles ?? [];
+  t.equal(profiles.find((p) => p.LoginName === 'carol@example.com')?.ProfilePicURL, pic, 'map UserProfile');
+  await d.close();
 });
 
 t.test('users destroy --delete-nodes names what goes, asks, and deletes it all in one go', async (t) => {

@@ -6,7 +6,7 @@ import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import { TAGGED_USER_ID } from './wire.js';
 
-export interface OwnerIdentity { id: number; loginName: string; displayName: string }
+export interface OwnerIdentity { id: number; loginName: string; displayName: string; profilePicUrl?: string }
 
 /**
  * ownerIdentity is who a node belongs to as Tailscale shows it (node User,
@@ -14,12 +14,14 @@ export interface OwnerIdentity { id: number; loginName: string; displayName: str
  */
 export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | undefined): OwnerIdentity {
   if (ownedByTags(node) || !user) return { id: TAGGED_USER_ID, loginName: 'tagged-devices', displayName: 'Tagged Devices' };
-  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
+  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name, profilePicUrl: user.profilePicUrl || undefined };
 }
 
-/** profileJson is an owner as a tailcfg.UserProfile in a map response. */
+/** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
 function profileJson(o: OwnerIdentity): string {
-  return JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+  return JSON.stringify(o.profilePicUrl
+    ? { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl }
+    : { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
 }
 
 /** LoggedOutSelf is what a logged-out answer says about the machine's (former) node. */

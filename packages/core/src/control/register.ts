@@ -46,8 +46,8 @@ export class Registrar {
     const user: User | undefined = node.userId !== null ? this.state.getUser(node.userId) : undefined;
     const o = ownerIdentity(node, user);
     return {
-      User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
-      Login: { ID: o.id, Provider: '', LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: '' },
+      User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl ?? '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
+      Login: { ID: o.id, Provider: '', LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl ?? '' },
       NodeKeyExpired: Boolean(node.expiry && node.expiry.getTime() <= Date.now()),
       MachineAuthorized: true,
       AuthURL: '',

@@ -219,13 +219,21 @@ export class State {
    * node is forgotten and published as removed (its device is logged out), then the user.
    */
   private async deleteUserWithNodes(id: number): Promise<{ nodes: Node[] }> {
-    if (!this.users.has(id)) throw notFound('user', id);
-    const deleted = await this.conflicts(() => this.atomically(async (tx) => {
-      const stored = await tx.nodes.list({ userId: id });
-      for (const n of stored) await tx.nodes.delete(n.id);
-      if (!(await tx.users.delete(id))) throw notFound('user', id);
-      return stored;
-    }));
+    const user = this.users.get(id);
+    if (!user) throw notFound('user', id);
+    let deleted: Node[];
+    try {
+      deleted = await this.atomically(async (tx) => {
+        const stored = await tx.nodes.list({ userId: id });
+        for (const n of stored) await tx.nodes.delete(n.id);
+        if (!(await tx.users.delete(id))) throw notFound('user', id);
+        return stored;
+      });
+    } catch (err) {
+      // A node registered for the user while the transaction ran keeps it (foreign key): nothing was deleted.
+      if (err instanceof StorageConflictError) throw new HeadwayError('user_has_nodes', `user ${user.name} gained a node while being deleted; try again`);
+      throw err;
+    }
     const nodes: Node[] = [];
     for (const n of deleted) {
       const known = this.nodes.get(n.id);

@@ -71,7 +71,7 @@ function repositories(db: () => Tables): StorageRepositories {
       async create(input) {
         const t = db();
         unique(t.users.values(), undefined, (r) => r.name, input.name, 'name', (r) => r.id);
-        const user: User = { id: t.nextId.users++, name: input.name, displayName: input.displayName ?? '', email: input.email ?? '', createdAt: new Date() };
+        const user: User = { id: t.nextId.users++, name: input.name, displayName: input.displayName ?? '', email: input.email ?? '', profilePicUrl: input.profilePicUrl ?? '', createdAt: new Date() };
         t.users.set(user.id, user);
         return copy(user);
       },

@@ -60,7 +60,7 @@ export interface paths {
         post?: never;
         /**
          * Delete a user
-         * @description Deletes the user and its pre-auth keys. Refused (409 user_has_nodes) while the user owns nodes, as in headscale: delete or move its nodes first.
+         * @description Deletes the user and its pre-auth keys. Refused (409 user_has_nodes) while the user owns nodes, as in headscale; `deleteNodes=true` deletes the user's nodes too, in one transaction.
          */
         delete: operations["deleteUser"];
         options?: never;
@@ -142,8 +142,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Expire a node key now
-         * @description The device must log in again.
+         * Expire a node key, set its expiry or disable it
+         * @description No parameter expires the key now (the device must log in again); `expiry` sets when it expires; `disableExpiry=true` makes it never expire.
          */
         post: operations["expireNode"];
         delete?: never;
@@ -246,6 +246,66 @@ export interface paths {
          * @description For tests and demos: the node has fresh random keys and never connects.
          */
         post: operations["createDebugNode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/register": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Register the device behind a pending login
+         * @description Registers the device waiting at the AuthURL that `tailscale up` printed, for a user (`headway auth register`).
+         */
+        post: operations["authRegister"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve a pending login of a known device
+         * @description A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409).
+         */
+        post: operations["authApprove"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject a pending login
+         * @description The waiting `tailscale up` ends with "login rejected by the administrator".
+         */
+        post: operations["authReject"];
         delete?: never;
         options?: never;
         head?: never;
@@ -454,6 +514,11 @@ export interface components {
              * @example alice@example.com
              */
             email: string;
+            /**
+             * @description Profile picture URL; empty when not set
+             * @example https://example.com/alice.png
+             */
+            profilePicUrl: string;
             /**
              * Format: date-time
              * @description RFC 3339 time (UTC)
@@ -782,6 +847,16 @@ export interface operations {
                      * @example alice@example.com
                      */
                     email?: string | null;
+                    /**
+                     * @description Profile picture (an http or https URL)
+                     * @example https://example.com/alice.png
+                     */
+                    pictureUrl?: string | null;
+                    /**
+                     * @description Same as pictureUrl (the name headscale's User answer uses)
+                     * @example https://example.com/alice.png
+                     */
+                    profilePicUrl?: string | null;
                 };
             };
         };
@@ -839,7 +914,10 @@ export interface operations {
     };
     deleteUser: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description true: delete the user's nodes too (they are logged out) */
+                deleteNodes?: boolean | ("true" | "false" | "");
+            };
             header?: never;
             path: {
                 /** @description User id */
@@ -855,7 +933,13 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": {
+                        /** @description With deleteNodes: the nodes that were deleted */
+                        deletedNodes?: {
+                            id: string;
+                            givenName: string;
+                        }[];
+                    };
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -984,7 +1068,12 @@ export interface operations {
     };
     expireNode: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Set the key expiry to this RFC 3339 time (past or future) */
+                expiry?: string | null;
+                /** @description true: the node never expires */
+                disableExpiry?: boolean | ("true" | "false" | "");
+            };
             header?: never;
             path: {
                 /** @description Node id */
@@ -992,9 +1081,25 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Set the key expiry to this RFC 3339 time (past or future)
+                     * @example 2030-01-31T10:00:00Z
+                     */
+                    expiry?: string | null;
+                    /**
+                     * @description true: the node never expires
+                     * @example true
+                     */
+                    disableExpiry?: boolean | ("true" | "false" | "");
+                } | null;
+            };
+        };
         responses: {
-            /** @description The expired node */
+            /** @description The node with its new expiry */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1008,6 +1113,8 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -1218,6 +1325,146 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
+        };
+    };
+    authRegister: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The ID at the end of the login URL the device printed
+                     * @example hwreg-0123456789abcdef
+                     */
+                    authId?: (string | number) | null;
+                    /**
+                     * @description Same as authId (headscale proto field name)
+                     * @example hwreg-0123456789abcdef
+                     */
+                    auth_id?: (string | number) | null;
+                    /**
+                     * @description User name or id
+                     * @example alice
+                     */
+                    user: string | number;
+                };
+            };
+        };
+        responses: {
+            /** @description The registered node */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: components["schemas"]["Node"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    authApprove: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The ID at the end of the login URL the device printed
+                     * @example hwreg-0123456789abcdef
+                     */
+                    authId?: (string | number) | null;
+                    /**
+                     * @description Same as authId (headscale proto field name)
+                     * @example hwreg-0123456789abcdef
+                     */
+                    auth_id?: (string | number) | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The node, logged in again */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: components["schemas"]["Node"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    authReject: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody?: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The ID at the end of the login URL the device printed
+                     * @example hwreg-0123456789abcdef
+                     */
+                    authId?: (string | number) | null;
+                    /**
+                     * @description Same as authId (headscale proto field name)
+                     * @example hwreg-0123456789abcdef
+                     */
+                    auth_id?: (string | number) | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Rejected */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["Unavailable"];
         };
     };
     listPreAuthKeys: {

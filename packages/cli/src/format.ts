@@ -41,6 +41,7 @@ export function userJson(u: ApiUser | null | undefined): Record<string, unknown>
     name: u.name,
     display_name: u.displayName ?? '',
     email: u.email ?? '',
+    profile_pic_url: u.profilePicUrl ?? '',
     created_at: u.createdAt ?? null,
   };
 }

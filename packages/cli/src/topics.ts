@@ -1,3 +1,4 @@
+import { Flags } from '@oclif/core';
 import { parsePrefix } from '@headway/core/ports';
 import { UsageError } from './base.js';
 import type { ApiClient } from './client.js';
@@ -11,6 +12,8 @@ const TOPIC_ALIASES: Record<string, string[]> = {
   apikeys: ['apikey', 'api'],
   policy: [],
   debug: [],
+  auth: [],
+  generate: ['gen'],
 };
 
 /**
@@ -81,3 +84,18 @@ export function matchesKeyPrefix(listed: string, given: string): boolean {
   if (!m) return false;
   return given === m[1] || given === m[0].slice(0, -1) || given.startsWith(m[0]);
 }
+
+/**
+ * authIdFlag is the ID of a pending login: the last part of the URL `tailscale up` printed.
+ * The whole URL is accepted too (pasted from the device), and reduced to its ID.
+ */
+export const authIdFlag = Flags.custom<string>({
+  parse: async (input: string) => {
+    const raw = input.trim();
+    const id = /^https?:\/\//i.test(raw) ? raw.replace(/[?#].*$/, '').replace(/\/+$/, '').split('/').pop() ?? '' : raw;
+    if (!/^[A-Za-z0-9_-]{1,64}$/.test(id)) {
+      throw new UsageError(`${JSON.stringify(input)} is not an auth ID (the letters, digits, - and _ at the end of the login URL)`);
+    }
+    return id;
+  },
+});

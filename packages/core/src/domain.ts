@@ -8,6 +8,8 @@ export interface User {
   name: string;
   displayName: string;
   email: string;
+  /** profilePicUrl is the user's picture (headscale's profile_pic_url): an http(s) URL, or empty. */
+  profilePicUrl: string;
   createdAt: Date;
 }
 
@@ -56,7 +58,7 @@ export function ownedByTags(n: Pick<Node, 'tags' | 'userId'>): boolean {
 /** TAGGED_USER_ID is the user id Tailscale shows for devices owned by tags. */
 export const TAGGED_USER_ID = 2147455555;
 
-export interface OwnerIdentity { id: number; loginName: string; displayName: string }
+export interface OwnerIdentity { id: number; loginName: string; displayName: string; profilePicUrl?: string }
 
 /**
  * ownerIdentity is who a node belongs to as Tailscale shows it (node User,
@@ -64,7 +66,7 @@ export interface OwnerIdentity { id: number; loginName: string; displayName: str
  */
 export function ownerIdentity(node: Pick<Node, 'tags' | 'userId'>, user: User | undefined): OwnerIdentity {
   if (ownedByTags(node) || !user) return { id: TAGGED_USER_ID, loginName: 'tagged-devices', displayName: 'Tagged Devices' };
-  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name };
+  return { id: user.id, loginName: user.email || user.name, displayName: user.displayName || user.name, profilePicUrl: user.profilePicUrl || undefined };
 }
 
 export type NewNode = Omit<Node, 'id' | 'createdAt' | 'updatedAt' | 'damaged'>;

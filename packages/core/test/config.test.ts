@@ -110,9 +110,23 @@ t.test('conflicting keys', async (t) => {
   t.match(errors(e.problems)[0], { key: 'dns.extra_records', message: /record 1: value must be an IPv4 address/ });
 });
 
-t.test('unknown keys warn; headscale-only keys are accepted silently', async (t) => {
-  const { problems } = resolveConfig({ colour: 'blue', oidc: { issuer: 'https://x' }, database: { gorm: { prepare_stmt: true } } });
-  t.same(problems, [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
+// Regression (config check passed tls_letsencrypt_* and oidc: as valid while ignoring them).
+t.test('unknown keys warn; headscale keys accepted but not implemented warn naming each key, grouped by feature', async (t) => {
+  const { problems } = resolveConfig({
+    colour: 'blue', oidc: { issuer: 'https://x', client_id: 'c' }, database: { gorm: { prepare_stmt: true } },
+    tls_letsencrypt_hostname: 'hw.example.com', acme_url: 'https://acme', grpc_listen_addr: '', disable_check_updates: true,
+  });
+  t.same(problems.filter((p) => !p.code), [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
+  const unimplemented = problems.filter((p) => p.code === 'not_implemented');
+  t.same(unimplemented.map((p) => [p.level, p.key]), [
+    ['warn', 'oidc.issuer, oidc.client_id'],
+    ['warn', 'database.gorm.prepare_stmt'],
+    ['warn', 'tls_letsencrypt_hostname, acme_url'],
+  ], 'grpc_listen_addr "" and disable_check_updates true are what Headway does anyway');
+  t.match(unimplemented[2]!.message, /not implemented: Let's Encrypt certificates \(these keys are ignored\); set tls_cert_path and tls_key_path/);
+  const grpc = resolveConfig({ grpc_listen_addr: '0.0.0.0:50443', logtail: { enabled: true } }).problems;
+  t.same(grpc.map((p) => p.key), ['grpc_listen_addr', 'logtail.enabled']);
+  t.same(resolveConfig({ oidc: { expiry: '1d' } }).problems.map((p) => p.level), ['fatal'], 'a removed oidc key still stops the server');
 });
 
 t.test('YAML syntax errors carry line and column', async (t) => {

@@ -112,6 +112,8 @@ export interface UpResult {
   authUrl?: string;
   stdout: string;
   stderr: string;
+  /** exited settles when an interactive `tailscale up` (still waiting after printing its AuthURL) ends, e.g. after a rejected login. */
+  exited?: Promise<CommandResult>;
 }
 
 /** PingOptions configures {@link TailscaleDevice.ping}. */
@@ -621,7 +623,7 @@ export class TailscaleDevice {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const printed = AUTH_URL_LINE.exec(output.stderr) ?? AUTH_URL_LINE.exec(output.stdout);
-      if (printed !== null) return { authUrl: printed[1]!, stdout: output.stdout, stderr: output.stderr };
+      if (printed !== null) return { authUrl: printed[1]!, stdout: output.stdout, stderr: output.stderr, exited: running.result };
       if (spawnFailure !== undefined) throw spawnFailure;
       if (finished !== undefined) {
         if (finished.code !== 0) throw new Error(describeFailure(`tailscale up (${this.name})`, finished));
@@ -629,7 +631,7 @@ export class TailscaleDevice {
         return { stdout: finished.stdout, stderr: finished.stderr };
       }
       const st = await this.status().catch(() => undefined);
-      if (st?.AuthURL) return { authUrl: st.AuthURL, stdout: output.stdout, stderr: output.stderr };
+      if (st?.AuthURL) return { authUrl: st.AuthURL, stdout: output.stdout, stderr: output.stderr, exited: running.result };
       await sleep(200);
     }
     running.child.kill('SIGKILL');

@@ -122,7 +122,7 @@ t.test('interactive registration: AuthURL, held follow-up, approval', async (t) 
   const page = await fetch(first.AuthURL);
   const html = await page.text();
   const regKey = first.AuthURL.split('/').pop()!;
-  t.match(html, `headway nodes register --user &lt;USER&gt; --key ${regKey}`);
+  t.match(html, `headway auth register --auth-id ${regKey} --user USERNAME`);
   const followup = d.register({ followup: first.AuthURL });
   await new Promise((r) => setTimeout(r, 200));
   const nodeId = await s.control.registrar.approve(regKey, user.id);

@@ -105,6 +105,12 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       const bare = await storage.users.create({ name: unique('bob') });
       t.equal(bare.displayName, '');
       t.equal(bare.email, '');
+      t.equal(bare.profilePicUrl, '', 'no picture is an empty string');
+      const picture = `https://example.com/p/${'x'.repeat(1900)}.png?size=96&é=1`;
+      const pictured = await storage.users.create({ name: unique('pic'), profilePicUrl: picture });
+      t.equal(pictured.profilePicUrl, picture, 'a long picture URL round-trips');
+      t.equal((await storage.users.update(pictured.id, { profilePicUrl: 'https://example.com/b.png' }))?.profilePicUrl, 'https://example.com/b.png');
+      t.equal(await storage.users.delete(pictured.id), true);
 
       const updated = await storage.users.update(alice.id, { email: 'a@example.org' });
       t.equal(updated?.email, 'a@example.org');

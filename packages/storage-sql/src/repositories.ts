@@ -77,6 +77,7 @@ function userRepository(db: Executor, dialect: SqlDialect): UserRepository {
         name: user.name,
         display_name: user.displayName ?? '',
         email: user.email ?? '',
+        profile_pic_url: user.profilePicUrl ?? '',
         created_at: new Date(),
       }));
       return (await byId(id))!;
@@ -86,6 +87,7 @@ function userRepository(db: Executor, dialect: SqlDialect): UserRepository {
       if (patch.name !== undefined) row.name = patch.name;
       if (patch.displayName !== undefined) row.display_name = patch.displayName;
       if (patch.email !== undefined) row.email = patch.email;
+      if (patch.profilePicUrl !== undefined) row.profile_pic_url = patch.profilePicUrl;
       if (Object.keys(row).length > 0) {
         const changed = await guarded('users', () => db('users').where({ id }).update(row));
         if (changed === 0) return undefined;

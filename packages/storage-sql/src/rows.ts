@@ -105,6 +105,7 @@ export function userFromRow(r: Row): User {
     name: toText(r.name),
     displayName: toText(r.display_name),
     email: toText(r.email),
+    profilePicUrl: r.profile_pic_url === null || r.profile_pic_url === undefined ? '' : toText(r.profile_pic_url),
     createdAt: toDate(r.created_at, 'users.created_at'),
   };
 }

@@ -339,6 +339,40 @@ for (const db of databases) {
       t.same(s.changes.map((c) => c.type), ['user-removed']);
     }));
 
+    await t.test('user delete with deleteNodes (users destroy --delete-nodes) takes nodes, keys and user in one transaction', (t) => db.fresh(async (open) => {
+      const f = faulty(await open());
+      const s = await startServer(f.storage);
+      const user = await s.state.createUser({ name: 'frank' });
+      const other = await s.state.createUser({ name: 'gina' });
+      const mk = (hostname: string, userId: number) => s.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname, userId, registerMethod: 'debug' });
+      const a = await mk('fa', user.id);
+      const b = await mk('fb', user.id);
+      const kept = await mk('ga', other.id);
+      await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+      await s.state.createPreAuthKey({ userId: other.id, reusable: true });
+
+      // A failure after the nodes were deleted inside the transaction rolls all of it back.
+      s.changes.length = 0;
+      f.failNext('users.delete');
+      await t.rejects(s.state.deleteUser(user.id, { deleteNodes: true }), /injected failure in users\.delete/);
+      t.same((await f.storage.nodes.list({ userId: user.id })).map((n) => n.id).sort(), [a.id, b.id].sort(), 'both nodes still stored');
+      t.ok(await f.storage.users.get(user.id), 'the user is still stored');
+      t.equal((await f.storage.preAuthKeys.list({ userId: user.id })).length, 1, 'its key is still stored');
+      t.equal(s.state.listNodes({ userId: user.id }).length, 2, 'memory unchanged');
+      t.same(s.changes, [], 'nothing published');
+
+      const { nodes } = await s.state.deleteUser(user.id, { deleteNodes: true });
+      t.same(nodes.map((n) => n.givenName).sort(), ['fa', 'fb'], 'the deleted nodes are reported');
+      t.equal(await f.storage.users.get(user.id), undefined, 'user gone');
+      t.same(await f.storage.nodes.list({ userId: user.id }), [], 'its nodes gone');
+      t.same(await f.storage.preAuthKeys.list({ userId: user.id }), [], 'its keys gone');
+      t.same(s.state.listNodes().map((n) => n.id), [kept.id], 'only the other user\'s node remains in memory');
+      t.notOk(s.state.nodeByMachineKey(a.machineKey), 'the key index forgot the deleted node');
+      t.equal((await f.storage.preAuthKeys.list({ userId: other.id })).length, 1, 'the other user\'s key remains');
+      t.same(s.changes.map((c) => c.type), ['node-removed', 'node-removed', 'user-removed'], 'published after commit: each node, then the user');
+      await t.rejects(s.state.deleteUser(user.id, { deleteNodes: true }), { code: 'not_found' });
+    }));
+
     await t.test('IP backfill is one transaction: a failure gives no node an address', (t) => db.fresh(async (open) => {
       const storage = await open();
       const v4only = await startServer(storage, { prefixes: { v6: '' } });

@@ -30,6 +30,7 @@ export const UserSchema = z.object({
   name: z.string().meta({ description: 'Unique user name (compared without case)', examples: ['alice'] }),
   displayName: z.string().meta({ description: 'Free-form display name; empty when not set', examples: ['Alice Liddell'] }),
   email: z.string().meta({ description: 'E-mail address; empty when not set', examples: ['alice@example.com'] }),
+  profilePicUrl: z.string().meta({ description: 'Profile picture URL; empty when not set', examples: ['https://example.com/alice.png'] }),
   createdAt: Time,
 }).meta({ id: 'User', description: 'A user: owns nodes and pre-auth keys' });
 

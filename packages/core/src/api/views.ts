@@ -5,7 +5,7 @@ import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.j
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
 export function userView(u: User): UserView {
-  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString() };
+  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, profilePicUrl: u.profilePicUrl ?? '', createdAt: u.createdAt.toISOString() };
 }
 
 const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
@@ -16,10 +16,15 @@ const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
   oidc: 'REGISTER_METHOD_OIDC',
 };
 
-/** nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises. */
+/**
+ * nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises.
+ * A node with an open map session is seen now, so its lastSeen is the current time
+ * (headscale stamps it on every map request); the stored value is when it last went offline.
+ */
 export function nodeView(n: Node, state: State, primary?: (n: Node) => string[]): NodeView {
   const user = n.userId !== null ? state.getUser(n.userId) : undefined;
   const advertised = new Set(n.availableRoutes);
+  const online = state.isOnline(n.id);
   return {
     id: String(n.id),
     machineKey: n.machineKey,
@@ -29,12 +34,12 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
     name: n.hostname,
     givenName: n.givenName,
     user: user ? userView(user) : null,
-    lastSeen: iso(n.lastSeen),
+    lastSeen: online ? new Date().toISOString() : iso(n.lastSeen),
     expiry: iso(n.expiry),
     createdAt: n.createdAt.toISOString(),
     registerMethod: METHOD[n.registerMethod],
     tags: n.tags,
-    online: state.isOnline(n.id),
+    online,
     ephemeral: n.ephemeral,
     approvedRoutes: n.approvedRoutes,
     availableRoutes: n.availableRoutes,

@@ -36,8 +36,8 @@ export const KEYS: Record<string, KeySpec> = {
   server_url: { kind: 'url', default: 'http://127.0.0.1:8080', doc: 'the URL devices use to reach this server (tailscale up --login-server)' },
   listen_addr: { kind: 'addr', default: '127.0.0.1:8080', doc: 'HTTP listener: the control protocol, the API, the register page' },
   metrics_listen_addr: { kind: 'addr', default: '127.0.0.1:9090', empty: true, doc: 'Prometheus /metrics listener; empty disables it' },
-  grpc_listen_addr: { kind: 'addr', default: '127.0.0.1:50443', empty: true, doc: 'accepted for headscale compatibility; Headway serves its API over HTTP only' },
-  grpc_allow_insecure: { kind: 'bool', default: false, doc: 'accepted for headscale compatibility; unused' },
+  grpc_listen_addr: { kind: 'addr', default: '', empty: true, doc: 'accepted for headscale compatibility, not implemented: Headway has no gRPC API (the CLI and automation use the REST API on listen_addr and unix_socket); any value but empty is a config check warning' },
+  grpc_allow_insecure: { kind: 'bool', default: false, doc: 'accepted for headscale compatibility, not implemented (no gRPC API); true is a config check warning' },
   'noise.private_key_path': { kind: 'path', default: 'noise_private.key', doc: 'the control key (generated on first start); relative to data_dir' },
   'noise.handshake_timeout': { kind: 'duration', default: 10_000, doc: 'longest time from TCP accept to a complete first request or ts2021 upgrade on listen_addr; 0 disables' },
   'noise.first_request_timeout': { kind: 'duration', default: 30_000, doc: 'longest time from a finished Noise handshake to its first HTTP/2 request, and for any request body to arrive in full; 0 disables' },
@@ -70,7 +70,7 @@ export const KEYS: Record<string, KeySpec> = {
   'derp.paths': { kind: 'strings', default: [], doc: 'DERP map files (YAML or JSON) to merge' },
   'derp.auto_update_enabled': { kind: 'bool', default: true, doc: 're-read derp.urls and derp.paths periodically' },
   'derp.update_frequency': { kind: 'duration', default: 3 * 3600_000, doc: 'how often to re-read them' },
-  disable_check_updates: { kind: 'bool', default: true, doc: 'accepted for headscale compatibility; Headway never checks for updates' },
+  disable_check_updates: { kind: 'bool', default: true, doc: 'accepted for headscale compatibility: Headway never checks for updates; false is a config check warning' },
   'node.expiry': { kind: 'duration', default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
   'node.ephemeral.inactivity_timeout': { kind: 'duration', default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' },
   'database.type': { kind: 'string', default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' },
@@ -97,7 +97,7 @@ export const KEYS: Record<string, KeySpec> = {
   plugins: { kind: 'plugins', default: [], doc: 'extra adapters, each {package, port, options}: port dns (several merge their records in this order); options are checked by the plugin; storage and policy come from database.type and policy.mode' },
   unix_socket: { kind: 'path', default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' },
   unix_socket_permission: { kind: 'filemode', default: '0770', doc: 'file mode of the socket (octal)' },
-  'logtail.enabled': { kind: 'bool', default: false, doc: 'accepted for headscale compatibility; clients are told not to upload logs' },
+  'logtail.enabled': { kind: 'bool', default: false, doc: 'accepted for headscale compatibility, not implemented: clients are never told to upload logs; true is a config check warning' },
   'taildrop.enabled': { kind: 'bool', default: true, doc: 'allow file sharing between a user\'s devices' },
   'cli.address': { kind: 'string', default: '', empty: true, doc: 'remote server for the CLI (http[s]://host:port); empty uses the local socket' },
   'cli.api_key': { kind: 'string', default: '', empty: true, doc: 'API key for cli.address' },
@@ -140,5 +140,41 @@ export const RENAMED: Record<string, string> = {
   ephemeral_node_inactivity_timeout: 'node.ephemeral.inactivity_timeout',
 };
 
-/** Keys of headscale's config that Headway understands but does not act on; accepted silently. */
-export const IGNORED_PREFIXES = ['oidc', 'acme_url', 'acme_email', 'tls_letsencrypt_', 'database.gorm', 'dns.use_username_in_magic_dns', 'policy.v1'];
+/**
+ * NotImplemented describes headscale config keys Headway accepts (so a headscale config
+ * still starts) but does not act on. `config check` names each one found as a warning
+ * (an error with --strict), and the server logs the same warning at start-up, so an
+ * administrator is never told a feature is configured when it is not.
+ */
+export interface NotImplemented {
+  /** feature is what the keys configure in headscale. */
+  feature: string;
+  /** instead says what Headway does or offers in its place. */
+  instead: string;
+}
+
+/**
+ * NOT_IMPLEMENTED_PREFIXES: keys not in KEYS whose name starts with one of these are
+ * accepted and reported (`oidc` covers every `oidc.*` key; `tls_letsencrypt_` every
+ * `tls_letsencrypt_*` key). A key listed in KEYS or REMOVED is never matched here.
+ */
+export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
+  oidc: { feature: 'OpenID Connect login', instead: 'devices log in with a pre-auth key, or an administrator approves them (headway auth register)' },
+  tls_letsencrypt_: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },
+  acme_url: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },
+  acme_email: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },
+  'database.gorm': { feature: 'gorm (headscale\'s ORM) tuning', instead: 'Headway does not use gorm; database.debug logs SQL' },
+  'dns.use_username_in_magic_dns': { feature: 'user names in MagicDNS names', instead: 'node names never include the user name' },
+  'policy.v1': { feature: 'the version 1 policy format', instead: 'Headway reads the current Tailscale policy format only' },
+};
+
+/**
+ * NOT_IMPLEMENTED_KEYS are keys of KEYS kept for headscale compatibility that do nothing:
+ * any value other than `inert` (what Headway does anyway) is reported.
+ */
+export const NOT_IMPLEMENTED_KEYS: Record<string, NotImplemented & { inert: unknown }> = {
+  grpc_listen_addr: { inert: '', feature: 'the gRPC API', instead: 'the CLI and automation use the REST API on listen_addr (with an API key) and unix_socket' },
+  grpc_allow_insecure: { inert: false, feature: 'the gRPC API', instead: 'the CLI and automation use the REST API on listen_addr (with an API key) and unix_socket' },
+  disable_check_updates: { inert: true, feature: 'update checks', instead: 'Headway never checks for updates' },
+  'logtail.enabled': { inert: false, feature: 'client log uploads (logtail)', instead: 'clients are never told to upload logs' },
+};

@@ -5,7 +5,7 @@ import { closest, distance } from 'fastest-levenshtein';
 import YAML from 'yaml';
 import { parseIP, parsePrefix } from '../net/ip.js';
 import { parseDuration } from './duration.js';
-import { IGNORED_PREFIXES, KEYS, REMOVED, RENAMED, type KeySpec } from './keys.js';
+import { KEYS, NOT_IMPLEMENTED_KEYS, NOT_IMPLEMENTED_PREFIXES, REMOVED, RENAMED, type KeySpec, type NotImplemented } from './keys.js';
 import type { HeadwayConfig } from './schema.js';
 import { PORT_SELECTION, type PortName, type PluginEntry } from '../ports/adapter.js';
 
@@ -14,6 +14,8 @@ export interface ConfigProblem {
   level: 'fatal' | 'error' | 'warn';
   key: string;
   message: string;
+  /** code marks a kind of finding: `not_implemented` is a headscale key Headway accepts but does not act on (`config check --strict` fails on it). */
+  code?: 'not_implemented';
 }
 
 export interface LoadedConfig {
@@ -100,11 +102,12 @@ export function resolveConfig(
   const env = opts.env ?? {};
   const problems: ConfigProblem[] = [];
   const flat: Flat = new Map();
+  const unimplemented: Unimplemented = new Map();
 
   if (raw !== null && (typeof raw !== 'object' || Array.isArray(raw))) {
     problems.push({ level: 'error', key: '', message: 'the config file must be a YAML mapping of keys' });
   } else if (raw) {
-    walk(raw as Record<string, unknown>, '', flat, problems);
+    walk(raw as Record<string, unknown>, '', flat, problems, unimplemented);
   }
 
   for (const [key, spec] of Object.entries(KEYS)) {
@@ -127,13 +130,45 @@ export function resolveConfig(
     } else values[key] = checked.value;
   }
 
+  for (const [key, spec] of Object.entries(NOT_IMPLEMENTED_KEYS)) {
+    const given = flat.get(key);
+    if (given && values[key] !== spec.inert) note(unimplemented, spec, given.from === key ? key : `${given.from} (${key})`);
+  }
+  problems.push(...unimplementedProblems(unimplemented));
+
   crossCheck(values, problems);
   checkServerUrl(values, problems);
   resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
   return { config: nest(values) as unknown as HeadwayConfig, problems };
 }
 
-function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems: ConfigProblem[]): void {
+/** Unimplemented collects the not-implemented keys found, grouped by the feature they configure. */
+type Unimplemented = Map<string, { spec: NotImplemented; keys: string[] }>;
+
+function note(found: Unimplemented, spec: NotImplemented, key: string): void {
+  const entry = found.get(spec.feature) ?? found.set(spec.feature, { spec, keys: [] }).get(spec.feature)!;
+  entry.keys.push(key);
+}
+
+/** unimplementedFeature finds the not-implemented headscale feature a key belongs to, if any. */
+function unimplementedFeature(key: string): NotImplemented | undefined {
+  for (const [p, spec] of Object.entries(NOT_IMPLEMENTED_PREFIXES)) {
+    if (key === p || key.startsWith(p.endsWith('_') ? p : `${p}.`)) return spec;
+  }
+  return undefined;
+}
+
+/** unimplementedProblems turns each feature found into one warning naming every key of it that was set. */
+function unimplementedProblems(found: Unimplemented): ConfigProblem[] {
+  return [...found.values()].map(({ spec, keys }) => ({
+    level: 'warn' as const,
+    key: keys.join(', '),
+    message: `accepted for headscale compatibility but not implemented: ${spec.feature} (${keys.length === 1 ? 'this key is' : 'these keys are'} ignored); ${spec.instead}`,
+    code: 'not_implemented' as const,
+  }));
+}
+
+function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems: ConfigProblem[], unimplemented: Unimplemented): void {
   for (const [k, v] of Object.entries(obj)) {
     const key = prefix ? `${prefix}.${k}` : k;
     if (key in KEYS) { flat.set(key, { value: v, from: key }); continue; }
@@ -158,14 +193,21 @@ function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems
     const isParent = Object.keys(KEYS).some((known) => known.startsWith(key + '.'))
       || Object.keys(REMOVED).some((r) => r.startsWith(key + '.'));
     if (isParent && v !== null && typeof v === 'object' && !Array.isArray(v)) {
-      walk(v as Record<string, unknown>, key, flat, problems);
+      walk(v as Record<string, unknown>, key, flat, problems, unimplemented);
       continue;
     }
     if (isParent && v !== null) {
       problems.push({ level: 'error', key, message: `expected a mapping of keys, found ${describe(v)}` });
       continue;
     }
-    if (IGNORED_PREFIXES.some((p) => key === p || key.startsWith(p))) continue;
+    const feature = unimplementedFeature(key);
+    if (feature) {
+      // An `oidc:` block is named key by key (oidc.issuer, oidc.client_id, ...), not as one mapping.
+      if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length) {
+        for (const child of Object.keys(v)) note(unimplemented, feature, `${key}.${child}`);
+      } else note(unimplemented, feature, key);
+      continue;
+    }
     const hint = suggestKey(key);
     problems.push({ level: 'warn', key, message: `unknown key (ignored)${hint ? `; did you mean \`${hint}\`?` : ''}` });
   }

@@ -5,9 +5,11 @@ import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 
-/** profileJson is an owner as a tailcfg.UserProfile in a map response. */
+/** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
 function profileJson(o: OwnerIdentity): string {
-  return JSON.stringify({ ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
+  return JSON.stringify(o.profilePicUrl
+    ? { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl }
+    : { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
 }
 
 /** LoggedOutSelf is what a logged-out answer says about the machine's (former) node. */
@@ -26,11 +28,14 @@ export interface LoggedOutSelf {
 /** LOGGED_OUT_EXPIRY is the key expiry `tailscale logout` sends (Unix 123): "logged out" to every client. */
 export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
 
+/** FILE_SHARING_CAP lets a node send files to its owner's other devices (Taildrop); taildrop.enabled: false withholds it. */
+const FILE_SHARING_CAP = 'https://tailscale.com/cap/file-sharing';
+
 /** Capabilities every node receives about itself, whatever the policy says. */
 const BASE_SELF_CAPS: Record<string, unknown[]> = {
   'https://tailscale.com/cap/is-admin': [],
   'https://tailscale.com/cap/ssh': [],
-  'https://tailscale.com/cap/file-sharing': [],
+  [FILE_SHARING_CAP]: [],
   // Keeps clients from probing for captive portals on networks they cannot reach.
   'disable-captive-portal-detection': [],
 };
@@ -52,6 +57,13 @@ export class Mapper {
   ) {}
 
   forget(id: number): void { this.peerJson.delete(id); }
+
+  /** selfCaps are BASE_SELF_CAPS, without file sharing when taildrop.enabled is false (headscale drops the capability too). */
+  private selfCaps(): Record<string, unknown[]> {
+    if (this.config.taildrop?.enabled !== false) return BASE_SELF_CAPS;
+    const { [FILE_SHARING_CAP]: _off, ...rest } = BASE_SELF_CAPS;
+    return rest;
+  }
   dnsConfig(): Record<string, unknown> { return this.dns.config(); }
   /** derpMapJson is the DERP map for a client's capability version (older clients cannot pin the relay certificate). */
   derpMapJson(capVersion: number | undefined): string { return this.derp.jsonFor(capVersion); }
@@ -91,7 +103,7 @@ export class Mapper {
     if (!online && node.lastSeen) o.LastSeen = node.lastSeen.toISOString();
     if (capVersion) o.Cap = capVersion;
     const compiled = this.view.forNode(node.id);
-    o.CapMap = self ? { ...BASE_SELF_CAPS, ...compiled.capMap } : { ...compiled.capMap };
+    o.CapMap = self ? { ...this.selfCaps(), ...compiled.capMap } : { ...compiled.capMap };
     return o;
   }
 

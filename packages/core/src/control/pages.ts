@@ -18,6 +18,6 @@ export function registerPage(key: string, pending: PendingRegistration): string 
   return `<!doctype html><meta charset="utf-8"><title>Headway: register ${host}</title>
 <h1>Register ${host}</h1>
 <p>An administrator can add this device to the network by running, on the Headway server:</p>
-<pre><code>headway nodes register --user &lt;USER&gt; --key ${escapeHtml(key)}</code></pre>
-<p>Replace <code>&lt;USER&gt;</code> with the user who will own the device. This link expires at ${pending.expiresAt.toISOString()}.</p>`;
+<pre><code>headway auth register --auth-id ${escapeHtml(key)} --user USERNAME</code></pre>
+<p>Replace <code>USERNAME</code> with the user who will own the device. This link expires at ${pending.expiresAt.toISOString()}.</p>`;
 }

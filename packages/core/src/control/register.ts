@@ -10,13 +10,20 @@ export { routesFromHostinfo };
 
 const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
 
+/** REJECTED is the register Error a device gets when an administrator rejects its login (`tailscale up` prints it). */
+export const REJECTED = 'login rejected by the administrator';
+
+/** Verdict ends a held follow-up: the approved node's id, a rejection, or undefined (expired or cancelled: hand out a new AuthURL). */
+type Verdict = number | 'rejected' | undefined;
+
+
 /**
  * Registrar answers /machine/register the way a stock client expects: failures go
  * in the response's Error field (HTTP 200), and interactive logins get an AuthURL
  * whose follow-up request is held open until an administrator approves it.
  */
 export class Registrar {
-  private readonly waiters = new Map<string, Set<(nodeId: number | undefined) => void>>();
+  private readonly waiters = new Map<string, Set<(verdict: Verdict) => void>>();
   /** sourceOf names the source address of a machine's session, for the per-address pending-login quota. */
   sourceOf: (machineKey: string) => string | undefined = () => undefined;
 
@@ -32,8 +39,8 @@ export class Registrar {
     const user: User | undefined = node.userId !== null ? this.state.getUser(node.userId) : undefined;
     const o = ownerIdentity(node, user);
     return {
-      User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
-      Login: { ID: o.id, Provider: '', LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: '' },
+      User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl ?? '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
+      Login: { ID: o.id, Provider: '', LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl ?? '' },
       NodeKeyExpired: Boolean(node.expiry && node.expiry.getTime() <= Date.now()),
       MachineAuthorized: true,
       AuthURL: '',
@@ -174,9 +181,9 @@ export class Registrar {
       // Unknown or expired: hand out a fresh URL (the same URL again would make the client back off).
       return this.interactive(req, machineKey);
     }
-    const nodeId = await new Promise<number | undefined>((resolve) => {
+    const verdict = await new Promise<Verdict>((resolve) => {
       const set = this.waiters.get(key) ?? this.waiters.set(key, new Set()).get(key)!;
-      const done = (id: number | undefined) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); resolve(id); };
+      const done = (v: Verdict) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); resolve(v); };
       set.add(done);
       const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
       timer.unref();
@@ -185,32 +192,42 @@ export class Registrar {
       else signal.addEventListener('abort', () => done(undefined), { once: true });
     });
     if (signal.aborted) return this.fail('request cancelled');
-    if (nodeId === undefined) return this.interactive(req, machineKey);
-    const node = this.state.getNode(nodeId);
+    if (verdict === 'rejected') return this.fail(REJECTED);
+    if (verdict === undefined) return this.interactive(req, machineKey);
+    const node = this.state.getNode(verdict);
     return node ? this.authorized(node) : this.fail('node not found');
   }
 
   /**
-   * approve registers (or re-registers) the machine behind a pending AuthURL for a
-   * user, then releases the client's held follow-up request.
+   * approve registers (or re-registers) the machine behind a pending AuthURL, then
+   * releases the client's held follow-up request. With a user, the node is (re)assigned
+   * to that user (`auth register`); without one (`auth approve`), only a machine Headway
+   * already knows can be approved, and it keeps its owner (user or tags), because a new
+   * device must not join without someone deciding who owns it.
    */
-  async approve(key: string, userId: number): Promise<number> {
+  async approve(key: string, userId?: number, field = 'key'): Promise<number> {
     const pending = await this.state.getPending(key);
-    if (!pending) throw new HeadwayError('not_found', `registration key ${key} not found or expired; run tailscale up again for a new one`, 'key');
+    if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected; run tailscale up again on the device for a new one`, field);
     const hostinfo = pending.hostinfo as Hostinfo | null;
     const existing = this.state.nodeByMachineKey(pending.machineKey);
+    if (userId === undefined) {
+      if (!existing) {
+        throw new HeadwayError('conflict', `the login with auth ID ${key} is from a new device, which needs an owner: run headway auth register --auth-id ${key} --user USERNAME`, field);
+      }
+      userId = existing.userId ?? undefined;
+    }
     // Deleting the pending row shares the node's transaction: of two approvals one wins,
     // and a failed one leaves the registration pending for another try.
     const writes = { pendingKey: key };
     let node: Node;
     if (existing) {
       node = await this.state.reRegisterNode(existing.id, {
-        nodeKey: pending.nodeKey, userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
+        nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
         availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
       }, writes);
     } else {
       node = await this.state.createNode({
-        machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId,
+        machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId: userId!,
         hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
         expiry: this.defaultExpiry(false),
       }, writes);
@@ -218,6 +235,19 @@ export class Registrar {
     this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'cli' });
     for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
     return node.id;
+  }
+
+  /**
+   * reject refuses a pending login (`auth reject`): its row is deleted, so the AuthURL
+   * stops working, and the device's held follow-up is answered with an error that
+   * `tailscale up` prints. A device that logs in again gets a new AuthURL.
+   */
+  async reject(key: string, field = 'key'): Promise<void> {
+    const pending = await this.state.getPending(key);
+    if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected`, field);
+    await this.state.deletePending(key);
+    this.logger.info('interactive login rejected', { machine: pending.machineKey.slice(0, 13) });
+    for (const w of [...(this.waiters.get(key) ?? [])]) w('rejected');
   }
 
   /** refresh stores what a returning device reports (hostname, routes) without a new login. */

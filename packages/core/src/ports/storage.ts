@@ -13,8 +13,8 @@ export interface UserRepository {
   list(filter?: { id?: number; name?: string; email?: string }): Promise<User[]>;
   get(id: number): Promise<User | undefined>;
   getByName(name: string): Promise<User | undefined>;
-  create(user: { name: string; displayName?: string; email?: string }): Promise<User>;
-  update(id: number, patch: { name?: string; displayName?: string; email?: string }): Promise<User | undefined>;
+  create(user: { name: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User>;
+  update(id: number, patch: { name?: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User | undefined>;
   delete(id: number): Promise<boolean>;
 }
 

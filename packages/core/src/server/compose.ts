@@ -98,6 +98,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     apiDeps: c(({ state, policyService, config, health, registrar, routeService }): ApiDeps => ({
       state, policy: policyService, config, health,
       registerPending: (key, userId) => registrar.approve(key, userId),
+      logins: registrar,
       approveRoutes: (id, routes) => routeService.approve(id, routes),
       primaryRoutes: (id) => routeService.primaryRoutes(id),
     })),

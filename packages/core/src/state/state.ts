@@ -156,10 +156,14 @@ export class State {
     return user;
   }
 
-  async createUser(input: { name: string; displayName?: string; email?: string }): Promise<User> {
+  async createUser(input: { name: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User> {
     const err = checkUserName(input.name);
     if (err) throw badField('name', err);
-    if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address, found ${JSON.stringify(input.email)}`);
+    if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address such as alice@example.com, found ${JSON.stringify(input.email)}`);
+    if (input.profilePicUrl) {
+      const bad = checkPictureUrl(input.profilePicUrl);
+      if (bad) throw badField('pictureUrl', bad);
+    }
     const taken = this.userByName(input.name);
     if (taken) throw new HeadwayError('name_taken', `user ${input.name} already exists${taken.name !== input.name ? ` as ${taken.name} (names are compared without case)` : ''}`, 'name');
     const user = await this.conflicts(() => this.storage.users.create(input));
@@ -188,7 +192,8 @@ export class State {
    * take devices with it. The database's node list is checked too (another server
    * may just have registered one).
    */
-  async deleteUser(id: number): Promise<void> {
+  async deleteUser(id: number, opts: { deleteNodes?: boolean } = {}): Promise<{ nodes: Node[] }> {
+    if (opts.deleteNodes) return this.deleteUserWithNodes(id);
     const user = this.users.get(id);
     if (!user) throw notFound('user', id);
     const refuse = (owned: Node[]) => {
@@ -210,6 +215,42 @@ export class State {
     }
     this.users.delete(id);
     this.bus.publish({ type: 'user-removed', userId: id });
+    return { nodes: [] };
+  }
+
+  /**
+   * deleteUserWithNodes is the explicit cascade (`users destroy --delete-nodes`): the
+   * user's nodes (as the database lists them inside the transaction, so one another
+   * server just registered goes too), the user and its pre-auth keys go in one
+   * transaction, or nothing does. Memory and the bus follow only after commit: each
+   * node is forgotten and published as removed (its device is logged out), then the user.
+   */
+  private async deleteUserWithNodes(id: number): Promise<{ nodes: Node[] }> {
+    const user = this.users.get(id);
+    if (!user) throw notFound('user', id);
+    let deleted: Node[];
+    try {
+      deleted = await this.atomically(async (tx) => {
+        const stored = await tx.nodes.list({ userId: id });
+        for (const n of stored) await tx.nodes.delete(n.id);
+        if (!(await tx.users.delete(id))) throw notFound('user', id);
+        return stored;
+      });
+    } catch (err) {
+      // A node registered for the user while the transaction ran keeps it (foreign key): nothing was deleted.
+      if (err instanceof StorageConflictError) throw new HeadwayError('user_has_nodes', `user ${user.name} gained a node while being deleted; try again`);
+      throw err;
+    }
+    const nodes: Node[] = [];
+    for (const n of deleted) {
+      const known = this.nodes.get(n.id);
+      if (known) this.forgetNode(known);
+      nodes.push(known ?? n);
+    }
+    this.users.delete(id);
+    this.bus.publish({ type: 'user-removed', userId: id });
+    this.logger.info('user deleted with its nodes', { user: id, nodes: nodes.length });
+    return { nodes };
   }
 
   // ---- nodes ----
@@ -421,16 +462,23 @@ export class State {
   async deleteNode(id: number): Promise<Node> {
     const node = this.requireNode(id);
     await this.storage.nodes.delete(id);
+    this.forgetNode(node);
+    return node;
+  }
+
+  /** forgetNode drops a node deleted from storage from memory, frees its addresses and publishes the removal. */
+  private forgetNode(node: Node): void {
+    const id = node.id;
     this.dropKeys(node);
     this.nodes.delete(id);
     this.sessions.delete(id);
     this.v4?.release(node.ipv4);
     this.v6?.release(node.ipv6);
     this.bus.publish({ type: 'node-removed', nodeId: id, node });
-    return node;
   }
 
-  async expireNode(id: number, at: Date = new Date()): Promise<Node> {
+  /** expireNode sets a node's key expiry: now (log it out), a later time, or null (never expires). */
+  async expireNode(id: number, at: Date | null = new Date()): Promise<Node> {
     this.requireNode(id);
     const updated = await this.updateNode(id, { expiry: at }, 'silent');
     this.bus.publish({ type: 'node-patch', nodeId: id, patch: { keyExpiry: at } });
@@ -707,6 +755,19 @@ export class State {
       throw conflictError(err);
     }
   }
+}
+
+/** checkPictureUrl says what is wrong with a user picture URL (http or https, at most 2048 characters), or nothing. */
+export function checkPictureUrl(value: string): string | undefined {
+  if (value.length > 2048) return `expected a URL of at most 2048 characters, found ${value.length}`;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return `expected an http:// or https:// URL, found ${JSON.stringify(value.slice(0, 100))}`;
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return `expected an http:// or https:// URL, found ${JSON.stringify(value.slice(0, 100))}`;
+  return undefined;
 }
 
 /** conflictError maps a StorageConflictError to a 409 naming the field; other errors pass through. */

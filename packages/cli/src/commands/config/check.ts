@@ -1,15 +1,21 @@
 import { checkPlugins, formatProblem, loadConfig } from '@headway/core/ports';
-import { HeadwayCommand } from '../../base.js';
+import { HeadwayCommand, boolFlag } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {
   static override summary = 'Check the config file and environment (no server needed)';
+  static override description = 'Errors exit 1. A headscale key Headway accepts but does not implement (tls_letsencrypt_*, oidc.*, grpc_listen_addr, ...) is a warning naming it; with --strict it is an error.';
   static override hiddenAliases = ['configtest'];
+  static override examples = ['<%= config.bin %> config check -c /etc/headway/config.yaml', '<%= config.bin %> config check --strict'];
+  static override flags = {
+    strict: boolFlag({ description: 'treat keys that are accepted for headscale compatibility but not implemented as errors' }),
+  };
 
   async run(): Promise<void> {
-    await this.parse(ConfigCheck);
+    const { flags } = await this.parse(ConfigCheck);
     const { config, source, problems } = loadConfig(this.configPath ? { path: this.configPath } : {});
     // Each plugin checks its own options, as it would at start-up.
     problems.push(...await checkPlugins(config.plugins));
+    if (flags.strict) for (const p of problems) if (p.code === 'not_implemented') p.level = 'error';
     const failing = problems.filter((p) => p.level !== 'warn');
     if (this.outputFormat) {
       this.print({ valid: failing.length === 0, source, problems }, '');

@@ -1,0 +1,156 @@
+/**
+ * headscale CLI parity endpoints (issue 16): pending interactive logins
+ * (`/api/v1/auth/register|approve|reject`, headscale's paths and bodies), node expiry
+ * set or disabled, user pictures, and the explicit cascade of a user delete. Each is a
+ * typed route() entry; routes.ts places them in the route table.
+ */
+import { z } from 'zod';
+import { badField, HeadwayError } from '../errors.js';
+import { route, type ApiDeps, type Route } from './route.js';
+import { Empty, idText, NodeSchema, numericId, optional, UserSchema } from './schemas.js';
+import { nodeView, userView } from './views.js';
+
+/**
+ * PendingLogins is what the API needs of the registrar: approve a waiting interactive
+ * login (for a user, or for the owner the known machine already has) or reject it.
+ * `field` names the request field that carried the auth ID in error answers.
+ */
+export interface PendingLogins {
+  approve(key: string, userId?: number, field?: string): Promise<number>;
+  reject(key: string, field?: string): Promise<void>;
+}
+
+const AUTH_ID = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** AuthIdBody is headscale's auth-id body; the gateway accepts its proto name (auth_id) too. */
+const authIdFields = {
+  authId: optional(idText()).meta({ description: 'The ID at the end of the login URL the device printed', examples: ['hwreg-0123456789abcdef'] }),
+  auth_id: optional(idText()).meta({ description: 'Same as authId (headscale proto field name)', examples: ['hwreg-0123456789abcdef'] }),
+};
+
+/** authId reads the required auth ID (the last part of the device's AuthURL). */
+function authId(b: { authId?: string; auth_id?: string }): string {
+  const id = (b.authId ?? b.auth_id)?.trim();
+  if (!id) throw badField('authId', 'is required (the ID at the end of the login URL the device printed)');
+  if (!AUTH_ID.test(id)) throw badField('authId', `expected the ID from the login URL (letters, digits, - and _), found ${JSON.stringify(id.slice(0, 80))}`);
+  return id;
+}
+
+function logins(deps: ApiDeps): PendingLogins {
+  if (!deps.logins) throw new HeadwayError('unavailable', 'interactive registration is not available');
+  return deps.logins;
+}
+
+const view = (deps: ApiDeps, id: number) => nodeView(deps.state.requireNode(id), deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+const NodeAnswer = z.object({ node: NodeSchema });
+const trueFalse = (description: string) =>
+  z.union([z.boolean(), z.enum(['true', 'false', '']).transform((v) => v === 'true')]).optional().meta({ description, examples: ['true'] });
+
+/** AUTH_ROUTES are headscale 0.29's /api/v1/auth endpoints. */
+export const AUTH_ROUTES: Route[] = [
+  route({
+    method: 'POST', path: '/api/v1/auth/register', operationId: 'authRegister', tag: 'Nodes', summary: 'Register the device behind a pending login',
+    description: 'Registers the device waiting at the AuthURL that `tailscale up` printed, for a user (`headway auth register`).',
+    body: z.object({ ...authIdFields, user: idText().meta({ description: 'User name or id', examples: ['alice'] }) }),
+    response: NodeAnswer, responseDescription: 'The registered node',
+    errors: [404, 409, 503],
+    handle: async ({ body }, deps) => {
+      const id = authId(body);
+      const ref = body.user.trim();
+      if (!ref) throw badField('user', 'is required (a user name or id)');
+      const user = deps.state.resolveUser(ref);
+      return { node: view(deps, await logins(deps).approve(id, user.id, 'authId')) };
+    },
+  }),
+  route({
+    method: 'POST', path: '/api/v1/auth/approve', operationId: 'authApprove', tag: 'Nodes', summary: 'Approve a pending login of a known device',
+    description: 'A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409).',
+    body: z.object(authIdFields),
+    response: NodeAnswer, responseDescription: 'The node, logged in again',
+    errors: [404, 409, 503],
+    handle: async ({ body }, deps) => ({ node: view(deps, await logins(deps).approve(authId(body), undefined, 'authId')) }),
+  }),
+  route({
+    method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login',
+    description: 'The waiting `tailscale up` ends with "login rejected by the administrator".',
+    body: z.object(authIdFields),
+    response: Empty, responseDescription: 'Rejected',
+    errors: [404, 503],
+    handle: async ({ body }, deps) => { await logins(deps).reject(authId(body), 'authId'); return {}; },
+  }),
+];
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i;
+const expiryFields = {
+  expiry: optional(z.string()).meta({ description: 'Set the key expiry to this RFC 3339 time (past or future)', examples: ['2030-01-31T10:00:00Z'] }),
+  disableExpiry: trueFalse('true: the node never expires'),
+};
+
+/**
+ * EXPIRE_NODE sets a node's key expiry as headscale's ExpireNode does: no parameter
+ * expires it now; `expiry` (RFC 3339) sets that time; `disableExpiry` clears it (the
+ * node never expires). Both at once is a 400. headscale's gateway sends them in the
+ * query string; a JSON body is read too.
+ */
+export const EXPIRE_NODE = route({
+  method: 'POST', path: '/api/v1/node/:id/expire', operationId: 'expireNode', tag: 'Nodes', summary: 'Expire a node key, set its expiry or disable it',
+  description: 'No parameter expires the key now (the device must log in again); `expiry` sets when it expires; `disableExpiry=true` makes it never expire.',
+  params: z.object({ id: numericId('Node id') }),
+  query: z.object(expiryFields),
+  body: optional(z.object(expiryFields)),
+  response: NodeAnswer, responseDescription: 'The node with its new expiry',
+  errors: [404],
+  handle: async ({ params, query, body }, deps) => {
+    const disable = query.disableExpiry ?? body?.disableExpiry ?? false;
+    const raw = (query.expiry ?? body?.expiry)?.trim();
+    if (disable && raw) throw badField('expiry', 'cannot be combined with disableExpiry');
+    let at: Date | null = new Date();
+    if (disable) at = null;
+    else if (raw) {
+      if (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw))) {
+        throw badField('expiry', `expected an RFC 3339 time such as 2030-01-31T10:00:00Z, found ${JSON.stringify(raw.slice(0, 80))}`);
+      }
+      at = new Date(raw);
+    }
+    return { node: view(deps, (await deps.state.expireNode(params.id, at)).id) };
+  },
+});
+
+/** CREATE_USER creates a user with headscale's optional display name, e-mail and picture URL. */
+export const CREATE_USER = route({
+  method: 'POST', path: '/api/v1/user', operationId: 'createUser', tag: 'Users', summary: 'Create a user',
+  description: 'Names are unique without regard to case (409 name_taken).',
+  body: z.object({
+    name: z.string().meta({ description: "1-63 letters, digits, '.', '_', '-', '+' or '@', starting with a letter or digit", examples: ['alice'] }),
+    displayName: optional(z.string()).meta({ description: 'Display name', examples: ['Alice Liddell'] }),
+    email: optional(z.string()).meta({ description: 'E-mail address', examples: ['alice@example.com'] }),
+    pictureUrl: optional(z.string()).meta({ description: 'Profile picture (an http or https URL)', examples: ['https://example.com/alice.png'] }),
+    profilePicUrl: optional(z.string()).meta({ description: 'Same as pictureUrl (the name headscale\'s User answer uses)', examples: ['https://example.com/alice.png'] }),
+  }),
+  response: z.object({ user: UserSchema }), responseDescription: 'The new user',
+  errors: [409],
+  handle: async ({ body }, { state }) => ({
+    user: userView(await state.createUser({ name: body.name, displayName: body.displayName ?? '', email: body.email ?? '', profilePicUrl: body.pictureUrl ?? body.profilePicUrl ?? '' })),
+  }),
+});
+
+/**
+ * DELETE_USER refuses a user who owns nodes (headscale); `deleteNodes=true` is the
+ * explicit cascade: nodes, keys and user in one transaction. The answer lists the
+ * nodes that went.
+ */
+export const DELETE_USER = route({
+  method: 'DELETE', path: '/api/v1/user/:id', operationId: 'deleteUser', tag: 'Users', summary: 'Delete a user',
+  description: "Deletes the user and its pre-auth keys. Refused (409 user_has_nodes) while the user owns nodes, as in headscale; `deleteNodes=true` deletes the user's nodes too, in one transaction.",
+  params: z.object({ id: numericId('User id') }),
+  query: z.object({ deleteNodes: trueFalse("true: delete the user's nodes too (they are logged out)") }),
+  response: z.object({
+    deletedNodes: z.array(z.object({ id: z.string(), givenName: z.string() })).optional().meta({ description: 'With deleteNodes: the nodes that were deleted' }),
+  }), responseDescription: 'Deleted',
+  errors: [404, 409],
+  handle: async ({ params, query }, { state }) => {
+    const deleteNodes = query.deleteNodes ?? false;
+    const { nodes } = await state.deleteUser(params.id, { deleteNodes });
+    return deleteNodes ? { deletedNodes: nodes.map((n) => ({ id: String(n.id), givenName: n.givenName })) } : {};
+  },
+});

@@ -20,7 +20,7 @@ import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { CERT_PIN_MIN_CAPABILITY_VERSION, DerpMapSource, relayHostName, relayNeedsOwnTls } from './derpmap.js';
 import { DnsConfigSource } from './dns.js';
-import { frame, zstdReady } from './frames.js';
+import { frame } from './frames.js';
 import { Mapper } from './mapper.js';
 import { NetworkView } from './netview.js';
 import { Registrar, routesFromHostinfo } from './register.js';
@@ -124,7 +124,6 @@ export class ControlServer {
   }
 
   async init(): Promise<void> {
-    await zstdReady();
     await this.dns.init();
     const { state, logger } = this.o;
     try {

@@ -80,6 +80,7 @@ t.test('published packages: metadata an npm install needs', async (t) => {
   const cli = published.find((w) => w.pkg.name === '@headway/cli')!.pkg;
   t.same(cli.bin, { headway: './bin/run.js' }, 'the headway bin');
   t.ok(cli.files.includes('oclif.manifest.json'), 'the command manifest ships (no import of every command per run)');
+  t.ok(cli.files.includes('contrib'), 'the systemd unit ships with the CLI');
 });
 
 t.test('npm install -g @headway/cli from the packed tarballs, then headway serve', async (t) => {
@@ -137,6 +138,9 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   const bin = join(prefix, 'bin', 'headway');
   t.ok(existsSync(bin), `${bin} exists`);
   const installed = join(prefix, 'lib', 'node_modules', '@headway', 'cli');
+  for (const f of ['headway.service', 'headway.sysusers', 'headway.tmpfiles', 'config.yaml']) {
+    t.ok(existsSync(join(installed, 'contrib', 'systemd', f)), `the install has contrib/systemd/${f}`);
+  }
   const sqlite = [join(installed, 'node_modules', 'better-sqlite3'), join(prefix, 'lib', 'node_modules', 'better-sqlite3')].find((p) => existsSync(p));
   t.ok(sqlite, 'better-sqlite3 is installed with the CLI');
   if (sqlite) {

@@ -7,14 +7,15 @@ import { configSearchPath, KEYS, loadConfig } from '@headway/core';
 import { repoRoot } from '../src/tailscale.js';
 
 /*
- * contrib/systemd: the unit, its sysusers and tmpfiles snippets and the config it
+ * packages/cli/contrib/systemd: the unit, its sysusers and tmpfiles snippets and the config it
  * starts with must agree with each other and with Headway's own defaults (where the
  * CLI looks for its config, which paths the server writes). systemd-analyze,
  * systemd-sysusers and systemd-tmpfiles check them too when installed.
  */
 
 const root = repoRoot();
-const dir = join(root, 'contrib', 'systemd');
+/** dir ships in @headway/cli, so an npm install has it at $(npm root -g)/@headway/cli/contrib/systemd. */
+const dir = join(root, 'packages', 'cli', 'contrib', 'systemd');
 const unitPath = join(dir, 'headway.service');
 
 /** parseUnit reads a systemd unit file: section → key → every value given (keys may repeat). */
@@ -89,7 +90,7 @@ t.test('ExecStart runs the CLI bin `headway serve` with the config file the CLI 
 
 t.test('the shipped config puts every file the server writes where the sandbox allows writing', async (t) => {
   const { config, problems } = loadConfig({ path: join(dir, 'config.yaml'), env: {}, home: '/var/lib/headway', cwd: '/' });
-  t.same(problems.filter((p) => p.level !== 'warn'), [], 'contrib/systemd/config.yaml is valid');
+  t.same(problems.filter((p) => p.level !== 'warn'), [], 'the unit\'s config.yaml is valid');
   t.equal(config.data_dir, stateDir, 'data_dir is the StateDirectory');
   t.equal(config.unix_socket, join(runtimeDir, 'headway.sock'), 'the socket is in the RuntimeDirectory, reachable by the headway group');
   const flat = config as unknown as Record<string, unknown>;

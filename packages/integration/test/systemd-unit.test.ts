@@ -86,6 +86,7 @@ t.test('ExecStart runs the CLI bin `headway serve` with the config file the CLI 
   t.ok(existsSync(join(root, 'packages', 'cli', 'dist', 'src', 'commands', 'serve.js')), 'serve is a CLI command');
   t.equal(configArg, configSearchPath({ env: {}, home: '/nonexistent', cwd: '/' })[0], 'the file an administrator\'s `headway` finds first');
   t.equal(one('WorkingDirectory'), stateDir);
+  t.equal(one('ExecReload'), '/bin/kill -HUP $MAINPID', 'reload is SIGHUP, which `headway serve` survives in every policy mode');
 });
 
 t.test('the shipped config puts every file the server writes where the sandbox allows writing', async (t) => {

@@ -1,6 +1,7 @@
 import { createSocket, type RemoteInfo, type Socket } from 'node:dgram';
 import { randomBytes } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
+import { crc32 as zlibCrc32 } from 'node:zlib';
 
 const HEADER_LENGTH = 20;
 const MAGIC_COOKIE = Buffer.from('2112a442', 'hex');
@@ -11,21 +12,12 @@ const ATTR_SOFTWARE = 0x8022;
 const ATTR_FINGERPRINT = 0x8028;
 const FINGERPRINT_XOR = 0x5354554e;
 
-const CRC_TABLE = (() => {
-  const table = new Uint32Array(256);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-    table[n] = c >>> 0;
-  }
-  return table;
-})();
-
-/** crc32 is the IEEE CRC-32 that STUN's FINGERPRINT attribute is based on. */
+/**
+ * crc32 is the IEEE CRC-32 that STUN's FINGERPRINT attribute is based on; node:zlib
+ * computes it natively (kept as an export: tests and callers check vectors with it).
+ */
 export function crc32(data: Uint8Array): number {
-  let c = 0xffffffff;
-  for (let i = 0; i < data.length; i++) c = CRC_TABLE[(c ^ data[i]!) & 0xff]! ^ (c >>> 8);
-  return (c ^ 0xffffffff) >>> 0;
+  return zlibCrc32(data) >>> 0;
 }
 
 function fingerprint(data: Uint8Array): number {

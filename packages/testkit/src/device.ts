@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { connect as http2Connect, type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { dialTs2021, fetchControlKey, formatKey, generateKeyPair, type KeyPair } from '@headway/noise';
 import { applyMapResponse, emptyNetMap, isKeepAlive, type NetMap } from './netmap.js';
-import { MapFrameDecoder, zstdReady } from './zstd.js';
+import { MapFrameDecoder } from './zstd.js';
 import {
   LOGOUT_EXPIRY,
   ZERO_TIME,
@@ -128,7 +128,6 @@ export class TestDevice extends EventEmitter {
   /** connect fetches the control key, dials ts2021 and opens the single HTTP/2 session all requests share. */
   async connect(): Promise<void> {
     if (this.session && !this.session.destroyed) return;
-    await zstdReady();
     this.controlPublicKey = await fetchControlKey(this.serverUrl, this.capabilityVersion);
     const { conn, earlyPayload } = await dialTs2021({
       url: this.serverUrl,
@@ -266,7 +265,6 @@ export class TestDevice extends EventEmitter {
    * (the self node must be there, or the real client would abort). Later messages keep updating `netmap`.
    */
   async startMap(opts: StartMapOptions = {}): Promise<MapResponse> {
-    await zstdReady();
     this.stopMap();
     this.netmap = emptyNetMap();
     const stream = opts.stream ?? true;

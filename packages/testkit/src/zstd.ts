@@ -1,21 +1,13 @@
-import { compress, decompress, init } from '@bokuweb/zstd-wasm';
+import { constants, zstdCompressSync, zstdDecompressSync } from 'node:zlib';
 
-let ready: Promise<void> | undefined;
-
-/** zstdReady loads the WASM codec once per process; every other function here needs it first. */
-export function zstdReady(): Promise<void> {
-  ready ??= init();
-  return ready;
-}
-
-/** zstdDecompress decodes one zstd frame (with or without a content-size header). */
+/** zstdDecompress decodes one zstd frame (with or without a content-size header) with node:zlib's libzstd. */
 export function zstdDecompress(data: Uint8Array): Buffer {
-  return Buffer.from(decompress(data));
+  return zstdDecompressSync(data);
 }
 
-/** zstdCompress encodes data as one zstd frame (level 3, zstd's default). */
+/** zstdCompress encodes data as one zstd frame at level 3 (zstd's default), as the server does. */
 export function zstdCompress(data: Uint8Array): Buffer {
-  return Buffer.from(compress(Buffer.from(data), 3));
+  return zstdCompressSync(data, { params: { [constants.ZSTD_c_compressionLevel]: 3 } });
 }
 
 /** MAX_MAP_FRAME_LENGTH bounds one framed MapResponse so a broken length prefix cannot exhaust memory. */

@@ -8,7 +8,6 @@ import {
   LOGOUT_EXPIRY,
   TestDevice,
   ZERO_TIME,
-  zstdReady,
   type MapRequest,
   type MapResponse,
   type Node,
@@ -26,7 +25,6 @@ interface FakeControl {
 }
 
 async function startFakeControl(t: Test): Promise<FakeControl> {
-  await zstdReady();
   const control = generateKeyPair();
   const fake: FakeControl = {
     url: '',

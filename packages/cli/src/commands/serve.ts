@@ -48,6 +48,11 @@ export default class Serve extends HeadwayCommand {
       return;
     }
 
+    // SIGHUP is the reload signal (systemctl reload): policy.mode file re-reads its file on
+    // it. Without a listener Node's default for SIGHUP ends the process, so one is always set.
+    process.on('SIGHUP', () => {
+      if (config.policy.mode !== 'file') logger.info(`received SIGHUP: nothing to reload (policy.mode ${config.policy.mode}; only file mode re-reads on it)`);
+    });
     const signal = await new Promise<NodeJS.Signals>((resolve) => {
       process.once('SIGTERM', () => resolve('SIGTERM'));
       process.once('SIGINT', () => resolve('SIGINT'));

@@ -15,7 +15,7 @@ import type { HostinfoService } from '../state/hostinfo.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import type { Relay } from '../server/relay.js';
-import { frame, zstdReady } from './frames.js';
+import { frame } from './frames.js';
 import type { Mapper } from './mapper.js';
 import { registerPage, registrationExpiredPage } from './pages.js';
 import type { Registrar } from './register.js';
@@ -95,10 +95,8 @@ export class ControlServer {
     this.mismatchLog = new HandshakeFailureLog(logger);
   }
 
-  /** init prepares the map frame compressor. */
-  async init(): Promise<void> {
-    await zstdReady();
-  }
+  /** init has nothing to prepare since zstd comes from node:zlib; kept for the kernel's start order. */
+  async init(): Promise<void> {}
 
   /**
    * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, bounds how long a TCP

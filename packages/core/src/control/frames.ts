@@ -1,19 +1,17 @@
-import { compress, init } from '@bokuweb/zstd-wasm';
+import { constants, zstdCompressSync } from 'node:zlib';
 
-let ready: Promise<void> | undefined;
-
-/** zstdReady loads the WASM codec once per process. */
-export function zstdReady(): Promise<void> {
-  ready ??= init();
-  return ready;
-}
+/** ZSTD_LEVEL is zstd's default level (3): the size/speed trade-off the Go client's own encoder makes. */
+const ZSTD_LEVEL = 3;
 
 /**
  * frame encodes one MapResponse as the client reads it: u32 little-endian length
  * then the zstd-compressed JSON (or plain JSON when the client asked for none).
+ * zstd comes from node:zlib (libzstd built into Node 24), so there is no codec to
+ * load first; the frame carries its content size, as the WASM codec's did.
  */
 export function frame(json: string, zstd: boolean): Buffer {
-  const body = zstd ? Buffer.from(compress(Buffer.from(json), 3)) : Buffer.from(json);
+  const text = Buffer.from(json);
+  const body = zstd ? zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } }) : text;
   const out = Buffer.allocUnsafe(4 + body.length);
   out.writeUInt32LE(body.length, 0);
   body.copy(out, 4);

@@ -1,0 +1,55 @@
+// Map frames on the wire: u32 little-endian length, then zstd(JSON) from node:zlib or
+// the plain JSON. The real-client interop tests decode them end to end; this pins the
+// frame header properties those clients rely on, with a map the size of a big tailnet.
+import t from 'tap';
+import { zstdDecompressSync } from 'node:zlib';
+import { frame } from '../src/control/frames.js';
+
+const ZSTD_MAGIC = 0xfd2fb528;
+
+/** zstdHeader reads a zstd frame header (RFC 8878 3.1.1.1): content size flag and window size. */
+function zstdHeader(body: Buffer): { hasContentSize: boolean; window: number } {
+  const fhd = body[4]!;
+  const singleSegment = (fhd & 0x20) !== 0;
+  const fcsFlag = fhd >> 6;
+  const hasContentSize = singleSegment || fcsFlag !== 0;
+  if (singleSegment) return { hasContentSize, window: 0 };
+  const wd = body[5]!;
+  const base = 2 ** (10 + (wd >> 3));
+  return { hasContentSize, window: base + (base / 8) * (wd & 7) };
+}
+
+function bigMap(peers: number): string {
+  return JSON.stringify({
+    Peers: Array.from({ length: peers }, (_, i) => ({
+      ID: i + 1,
+      Key: `nodekey:${i.toString(16).padStart(64, '0')}`,
+      Name: `node-${i}.example.headway.net.`,
+      Addresses: [`100.64.${i >> 8}.${i & 255}/32`],
+      Hostinfo: { OS: 'linux', Hostname: `node-${i}` },
+    })),
+  });
+}
+
+t.test('zstd frame: length prefix, one zstd frame with its content size, decodes to the JSON', async (t) => {
+  for (const json of ['{"KeepAlive":true}', bigMap(10), bigMap(20_000)]) {
+    const out = frame(json, true);
+    const length = out.readUInt32LE(0);
+    t.equal(length, out.length - 4, 'the prefix is the body length');
+    const body = out.subarray(4);
+    t.equal(body.readUInt32LE(0), ZSTD_MAGIC, 'a zstd frame');
+    const header = zstdHeader(body);
+    t.ok(header.hasContentSize, 'the header carries the decoded size');
+    // Client decoders allocate the declared window: level 3 must not ask for more than 8 MiB.
+    t.ok(header.window <= 8 << 20, `window ${header.window} B`);
+    t.equal(zstdDecompressSync(body).toString(), json);
+    if (json.length > 1_000_000) t.comment(`${json.length} B of map JSON -> ${length} B zstd`);
+  }
+});
+
+t.test('uncompressed frame: the JSON as it is, after the length', async (t) => {
+  const json = bigMap(3);
+  const out = frame(json, false);
+  t.equal(out.readUInt32LE(0), Buffer.byteLength(json));
+  t.equal(out.subarray(4).toString(), json);
+});

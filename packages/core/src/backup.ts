@@ -163,8 +163,11 @@ export function decodeBackup(text: string, label = 'backup'): { header: BackupHe
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    const cut = text.trim() === '' ? 'it is empty' : /Unexpected end|end of JSON/i.test((err as Error).message)
-      ? 'the JSON ends early (is the file truncated?)' : `it is not valid JSON (${(err as Error).message})`;
+    // A backup always ends with its closing brace; JSON.parse words a cut file many ways.
+    const trimmed = text.trimEnd();
+    const cut = trimmed === '' ? 'it is empty'
+      : trimmed.startsWith('{') && !trimmed.endsWith('}') ? 'the JSON ends early (is the file truncated?)'
+        : `it is not valid JSON (${(err as Error).message})`;
     throw new BackupFormatError(`${label} is not a readable Headway backup: ${cut}`);
   }
   if (!isObject(parsed) || parsed.format !== BACKUP_FORMAT) {

@@ -1,4 +1,4 @@
-import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readSync, rmSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import knexFactory, { type Knex } from 'knex';
@@ -174,13 +174,32 @@ export async function sqliteNativeBackup(knex: Knex, path: string): Promise<void
 
 /** isSqliteFile reads the 16-byte header every SQLite database starts with. */
 export function isSqliteFile(path: string): boolean {
+  return readHeader(path).subarray(0, 16).toString('latin1') === SQLITE_MAGIC;
+}
+
+function readHeader(path: string): Buffer {
   const fd = openSync(path, 'r');
   try {
-    const head = Buffer.alloc(16);
-    return readSync(fd, head, 0, 16, 0) === 16 && head.toString('latin1') === SQLITE_MAGIC;
+    const head = Buffer.alloc(100);
+    const n = readSync(fd, head, 0, 100, 0);
+    return head.subarray(0, n);
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * sqliteShortBy says how many bytes a SQLite file lacks against the size its header
+ * records (page size times page count), 0 when complete: a cut file may otherwise
+ * read as a smaller, silently incomplete database.
+ */
+function sqliteShortBy(path: string): number {
+  const head = readHeader(path);
+  if (head.length < 32) return 1;
+  const raw = head.readUInt16BE(16);
+  const pageSize = raw === 1 ? 65536 : raw;
+  const pages = head.readUInt32BE(28);
+  return Math.max(0, pageSize * pages - statSync(path).size);
 }
 
 /**
@@ -193,6 +212,8 @@ export function isSqliteFile(path: string): boolean {
 export async function readSqliteBackup(path: string): Promise<StorageDump> {
   if (!existsSync(path)) throw new BackupFormatError(`${path}: no such file`);
   if (!isSqliteFile(path)) throw new BackupFormatError(`${path} is not a SQLite database`);
+  const short = existsSync(`${path}-wal`) ? 0 : sqliteShortBy(path);
+  if (short > 0) throw new BackupFormatError(`${path} is a SQLite database cut short by ${short} bytes (is the file truncated?)`);
   const dir = mkdtempSync(join(tmpdir(), 'headway-restore-'));
   const copy = join(dir, 'backup.sqlite');
   let knex: Knex | undefined;
@@ -208,6 +229,9 @@ export async function readSqliteBackup(path: string): Promise<StorageDump> {
     }
     if (version === 0) throw new BackupFormatError(`${path} is a SQLite database but not a Headway one (it has no schema_version)`);
     if (version > LATEST_SCHEMA_VERSION) throw new StorageVersionError(version, LATEST_SCHEMA_VERSION);
+    const check = (await knex.raw('pragma quick_check')) as Array<Record<string, unknown>>;
+    const problems = check.map((r) => String(Object.values(r)[0])).filter((v) => v !== 'ok');
+    if (problems.length) throw new BackupFormatError(`${path} is a damaged SQLite database: ${problems.slice(0, 3).join('; ')}`);
     if (version < LATEST_SCHEMA_VERSION) await runMigrations(knex, MIGRATIONS);
     return await dumpTables(knex, 'sqlite');
   } finally {

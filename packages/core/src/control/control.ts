@@ -23,6 +23,7 @@ import { DnsConfigSource } from './dns.js';
 import { frame, zstdReady } from './frames.js';
 import { Mapper } from './mapper.js';
 import { NetworkView } from './netview.js';
+import { PAGE_HEADERS, expiredRegistrationPage, registerPage } from './pages.js';
 import { Registrar, routesFromHostinfo } from './register.js';
 import { MapSession, SessionHub } from './sessions.js';
 import { parseMapRequest, parseRegisterRequest } from './validate.js';
@@ -65,11 +66,6 @@ class RefusalLog {
     this.logger.info('ts2021 connection refused', { reason, kind, ...(l?.suppressed ? { suppressed_since_last: l.suppressed } : {}) });
     this.last.set(kind, { at: now, suppressed: 0 });
   }
-}
-
-
-function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 /**
@@ -333,17 +329,14 @@ export class ControlServer {
       const key = String(ctx.params.key);
       const pending = /^[A-Za-z0-9_-]{1,64}$/.test(key) ? await this.o.state.getPending(key) : undefined;
       ctx.type = 'text/html; charset=utf-8';
+      ctx.set(PAGE_HEADERS);
       if (!pending) {
         ctx.status = 404;
-        ctx.body = `<!doctype html><title>Headway</title><h1>Registration expired</h1><p>This registration link is unknown or has expired. Run <code>tailscale up</code> again on the device to get a new one.</p>`;
+        ctx.body = expiredRegistrationPage();
         return;
       }
-      const host = escapeHtml(String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device'));
-      ctx.body = `<!doctype html><meta charset="utf-8"><title>Headway: register ${host}</title>
-<h1>Register ${host}</h1>
-<p>An administrator can add this device to the network by running, on the Headway server:</p>
-<pre><code>headway nodes register --user &lt;USER&gt; --key ${escapeHtml(key)}</code></pre>
-<p>Replace <code>&lt;USER&gt;</code> with the user who will own the device. This link expires at ${pending.expiresAt.toISOString()}.</p>`;
+      const hostname = String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device');
+      ctx.body = registerPage({ hostname, key, expiresAt: pending.expiresAt });
     });
     const derpRoute = (ctx: import('koa').Context) => {
       if (this.derp && this.derp.handleRequest(ctx.req, ctx.res)) ctx.respond = false;

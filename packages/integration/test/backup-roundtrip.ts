@@ -50,6 +50,20 @@ function cli(dataDir: string, db: Db, args: string[]) {
   return runHeadway({ HEADWAY_CONFIG: configPath }, args, 120_000);
 }
 
+/**
+ * startServer retries startTestServer when its second bind (on the port the first one
+ * drew, to fix server_url) finds the port taken by a parallel test in between.
+ */
+async function startServer(raw: Record<string, unknown>, dataDir: string): Promise<TestServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startTestServer(raw, { dataDir });
+    } catch (err) {
+      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+    }
+  }
+}
+
 async function dumpOf(db: Db): Promise<StorageDump> {
   const s = await db.open();
   try { return await s.dump!(); } finally { await s.close(); }
@@ -62,7 +76,7 @@ async function dumpOf(db: Db): Promise<StorageDump> {
 export async function roundTrip(t: Test, source: Db, target: Db, format: 'native' | 'json' | undefined): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), 'headway-backup-'));
   t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
-  let a: TestServer | undefined = await startTestServer({ database: source.block }, { dataDir });
+  let a: TestServer | undefined = await startServer({ database: source.block }, dataDir);
   t.teardown(() => a?.stop({ remove: false }));
 
   const alice = await a.state.createUser({ name: 'alice' });
@@ -162,7 +176,7 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   t.same(await dumpOf(target), after, 'the refused restore changed nothing');
 
   // A server on the restored database knows the device and the API key.
-  const b = await startTestServer({ database: target.block }, { dataDir });
+  const b = await startServer({ database: target.block }, dataDir);
   t.teardown(() => b.stop({ remove: false }));
   const back = new TestDevice({
     serverUrl: b.urls.http, hostname: 'laptop', machineKey: device.machineKey, nodeKey: device.nodeKey, discoKey: device.discoKey,

@@ -63,6 +63,7 @@ export default class DbRestore extends HeadwayCommand {
     }
     const counts = countDump(dump!);
     this.print({ file, database: storage.describe(), source: dump!.kind, counts },
-      `Restored ${describeCounts(counts)} from ${file} (a ${dump!.kind} backup) into ${storage.describe()}.`);
+      `Restored ${describeCounts(counts)} from ${file} (a ${dump!.kind} backup) into ${storage.describe()}.\n`
+      + `Start the server with the control key the devices know (${config.noise.private_key_path}, copied from the old server if this is a new machine).`);
   }
 }

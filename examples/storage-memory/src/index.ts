@@ -1,6 +1,6 @@
 import {
-  STORAGE, StorageConflictError,
-  type AdapterDescriptor, type ApiKey, type NewApiKey, type NewNode, type NewPreAuthKey, type Node, type NodePatch,
+  STORAGE, StorageConflictError, StorageNotEmptyError, countDump,
+  type AdapterDescriptor, type RestoreOptions, type StorageDump, type ApiKey, type NewApiKey, type NewNode, type NewPreAuthKey, type Node, type NodePatch,
   type PendingRegistration, type PolicyRecord, type PreAuthKey, type StoragePort, type StorageRepositories, type User,
 } from '@headway/core/ports';
 
@@ -250,6 +250,56 @@ export class MemoryStorage implements StoragePort {
   }
 
   describe(): string { return 'memory (nothing is kept after exit)'; }
+
+  /** dump copies the tables between two queued calls, so it sees no half-done transaction. */
+  dump(): Promise<StorageDump> {
+    return this.exclusive(async () => {
+      const t = this.tables;
+      return {
+        kind: 'memory', schemaVersion: 0,
+        users: byId(t.users), preAuthKeys: byId(t.preAuthKeys),
+        nodes: byId(t.nodes).map(({ damaged: _damaged, ...n }) => n),
+        apiKeys: byId(t.apiKeys),
+        pendingRegistrations: [...t.pending.values()].sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0)).map(copy),
+        policy: t.policy ? copy(t.policy) : null,
+      };
+    });
+  }
+
+  /**
+   * restore builds fresh tables through the repositories' own checks (unique keys and
+   * names, existing references), moving each row to the id the dump gives it, and
+   * swaps them in only when all of it holds: a refused restore leaves the store as it was.
+   */
+  restore(dump: StorageDump, opts: RestoreOptions = {}): Promise<void> {
+    return this.exclusive(async () => {
+      const t = this.tables;
+      const counts = countDump({
+        users: [...t.users.values()], nodes: [...t.nodes.values()], preAuthKeys: [...t.preAuthKeys.values()],
+        apiKeys: [...t.apiKeys.values()], pendingRegistrations: [...t.pending.values()], policy: t.policy ?? null,
+      });
+      if (Object.values(counts).some((n) => n > 0) && !opts.replace) throw new StorageNotEmptyError(this.describe(), counts);
+      const draft = emptyTables();
+      // Rows are created under ids far above any restored one, then moved to their own.
+      const temp = 2 ** 52;
+      draft.nextId = { users: temp, nodes: temp, preAuthKeys: temp, apiKeys: temp };
+      const repos = repositories(() => draft);
+      const adopt = async <T extends { id: number }>(m: Map<number, T>, row: T, table: string, create: () => Promise<{ id: number }>) => {
+        if (m.has(row.id)) throw new StorageConflictError(`${table}: id ${row.id} appears twice`, 'id');
+        m.delete((await create()).id);
+        m.set(row.id, copy(row));
+      };
+      for (const u of dump.users) await adopt(draft.users, u, 'users', () => repos.users.create(u));
+      for (const k of dump.preAuthKeys) await adopt(draft.preAuthKeys, k, 'preAuthKeys', () => repos.preAuthKeys.create(k));
+      for (const n of dump.nodes) await adopt(draft.nodes, n, 'nodes', () => repos.nodes.create(n));
+      for (const k of dump.apiKeys) await adopt(draft.apiKeys, k, 'apiKeys', () => repos.apiKeys.create(k));
+      for (const r of dump.pendingRegistrations) await repos.pendingRegistrations.put(r);
+      draft.policy = dump.policy ? copy(dump.policy) : undefined;
+      const next = (m: Map<number, unknown>) => Math.max(0, ...m.keys()) + 1;
+      draft.nextId = { users: next(draft.users), nodes: next(draft.nodes), preAuthKeys: next(draft.preAuthKeys), apiKeys: next(draft.apiKeys) };
+      this.tables = draft;
+    });
+  }
 
   async close(): Promise<void> { this.closed = true; }
 }

@@ -10,7 +10,7 @@
  * as a devDependency next to tap.
  */
 import type { Test } from 'tap';
-import { StorageConflictError, type NewNode, type StoragePort } from '@headway/core/ports';
+import { StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type StorageDump, type StoragePort } from '@headway/core/ports';
 
 /** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
 export type StorageFactory = () => Promise<StoragePort>;
@@ -427,6 +427,75 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
         const key = await storage.apiKeys.create({ prefix: unique('date'), hash: 'h', expiration: new Date(iso) });
         t.equal((await storage.apiKeys.get(key.id))?.expiration?.toISOString(), iso, iso);
       }
+    });
+
+    await t.test('dump and restore: ids, hashes and times round-trip; a non-empty or broken restore changes nothing', async (t) => {
+      if (!storage.dump || !storage.restore) {
+        t.fail('dump and restore are missing: `headway db backup` and `headway db restore` cannot work with this adapter');
+        return;
+      }
+      const owner = await storage.users.create({ name: unique('backup'), displayName: 'Backup Ü 🚀', email: 'b@example.com' });
+      const key = await storage.preAuthKeys.create({
+        userId: owner.id, reusable: false, ephemeral: false, expiration: new Date('2033-01-02T03:04:05.678Z'),
+        tags: ['tag:backup'], prefix: unique('bkey'), hash: '$argon2id$kept-hash',
+      });
+      await storage.preAuthKeys.markUsed(key.id);
+      const node = await storage.nodes.create(newNode({
+        userId: owner.id, authKeyId: key.id, ipv4: '100.64.9.9', ipv6: 'fd7a:115c:a1e0::909', tags: ['tag:backup'],
+        hostinfo: { OS: 'linux', Hostname: 'kept', nested: { a: [1, 'b', null] } }, endpoints: ['192.0.2.9:41641'],
+        availableRoutes: ['10.9.0.0/16'], approvedRoutes: ['10.9.0.0/16'], expiry: new Date('2034-05-06T07:08:09.010Z'),
+        lastSeen: new Date('2026-02-03T04:05:06.007Z'),
+      }));
+      const api = await storage.apiKeys.create({ prefix: unique('bapi'), hash: 'api-kept-hash', expiration: null });
+      await storage.apiKeys.update(api.id, { lastSeen: new Date('2026-07-08T09:10:11.012Z') });
+      await storage.pendingRegistrations.put({
+        key: unique('bpending'), machineKey: `mkey:${hex('bpm')}`, nodeKey: `nodekey:${hex('bpn')}`,
+        hostinfo: { Hostname: 'waiting' }, expiresAt: new Date('2099-01-01T00:00:00.000Z'), createdAt: new Date('2026-01-01T00:00:00.001Z'),
+      });
+      await storage.policy.set('// kept\n{"acls": []}');
+
+      const before = await storage.dump();
+      t.match(before.kind, /\S/, 'the dump names its database kind');
+      t.type(before.schemaVersion, 'number');
+      t.same(before.users.find((u) => u.id === owner.id), owner);
+      t.same(before.preAuthKeys.find((k) => k.id === key.id)?.hash, '$argon2id$kept-hash', 'key hashes are dumped as stored');
+      t.same(before.nodes.find((n) => n.id === node.id), await storage.nodes.get(node.id));
+      t.equal(before.apiKeys.find((k) => k.id === api.id)?.lastSeen?.toISOString(), '2026-07-08T09:10:11.012Z');
+      t.equal(before.policy?.text, '// kept\n{"acls": []}');
+      t.ok(before.pendingRegistrations.some((r) => r.hostinfo?.Hostname === 'waiting'));
+
+      await t.rejects(storage.restore(before), StorageNotEmptyError, 'restore refuses a store that holds records');
+      t.same(await storage.dump(), before, 'the refused restore changed nothing');
+
+      const nothing: StorageDump = { ...before, users: [], preAuthKeys: [], nodes: [], apiKeys: [], pendingRegistrations: [], policy: null };
+      await storage.restore(nothing, { replace: true });
+      t.same(countDump(await storage.dump()), countDump(nothing), 'replace with an empty dump empties the store');
+
+      const maxNode = Math.max(...before.nodes.map((n) => n.id));
+      const orphan = { ...before.nodes.find((n) => n.id === node.id)!, id: maxNode + 100, machineKey: `mkey:${hex('orph')}`,
+        nodeKey: `nodekey:${hex('orph')}`, givenName: unique('orphan'), ipv4: null, ipv6: null, userId: 999_999, authKeyId: null };
+      await t.rejects(storage.restore({ ...before, nodes: [...before.nodes, orphan] }), StorageConflictError,
+        'a node owned by a user not in the dump is refused');
+      t.same(countDump(await storage.dump()), countDump(nothing), 'the refused restore wrote nothing, not even the good rows');
+
+      await storage.restore(before);
+      t.same(await storage.dump(), before, 'restore into the empty store gives back the same records, ids included');
+      t.same(await storage.preAuthKeys.getByPrefix(key.prefix), { ...key, used: true }, 'the key is found by its prefix, still spent');
+      t.same(await storage.nodes.getByNodeKey(node.nodeKey), await storage.nodes.get(node.id), 'the node is found by its node key');
+
+      const maxId = (rows: Array<{ id: number }>) => Math.max(0, ...rows.map((r) => r.id));
+      const newUser = await storage.users.create({ name: unique('after-restore') });
+      t.ok(newUser.id > maxId(before.users), `a new user gets an id past the restored ones (${newUser.id})`);
+      const newNodeRow = await storage.nodes.create(newNode({ userId: newUser.id }));
+      t.ok(newNodeRow.id > maxId(before.nodes), `a new node gets an id past the restored ones (${newNodeRow.id})`);
+      const newKey = await storage.preAuthKeys.create({ userId: null, reusable: true, ephemeral: false, expiration: null, tags: [], prefix: unique('after'), hash: 'h' });
+      t.ok(newKey.id > maxId(before.preAuthKeys), 'a new pre-auth key gets an id past the restored ones');
+      const newApi = await storage.apiKeys.create({ prefix: unique('after'), hash: 'h', expiration: null });
+      t.ok(newApi.id > maxId(before.apiKeys), 'a new API key gets an id past the restored ones');
+
+      await storage.restore(before, { replace: true });
+      t.equal(await storage.users.get(newUser.id), undefined, 'replace removed what was there');
+      t.same(await storage.dump(), before, 'and left exactly the dump');
     });
 
     if (opts.more) await opts.more(t, storage);

@@ -8,3 +8,4 @@ export {
   openSqliteStorage, openPostgresStorage, openMysqlStorage, networkOptionsFromConfig, parseConnectionUrl, tlsOptions,
   type OpenOptions, type SqliteStorageOptions, type NetworkStorageOptions, type NetworkConnection, type TlsOptions,
 } from './open.js';
+export { dumpTables, restoreTables, readSqliteBackup, sqliteNativeBackup, isSqliteFile } from './backup.js';

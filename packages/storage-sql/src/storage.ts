@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { silentLogger, StorageRetryableError, type Logger, type StoragePort, type StorageRepositories } from '@headway/core/ports';
+import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from './backup.js';
 import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
@@ -47,6 +48,10 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
       await knex.raw('select 1');
     },
     describe: () => describe,
+    dump: () => dumpTables(knex, dialect),
+    restore: (dump, restoreOpts) => restoreTables(knex, dialect, describe, dump, restoreOpts),
+    ...(dialect === 'sqlite' ? { nativeBackup: (path: string) => sqliteNativeBackup(knex, path) } : {}),
+    readNativeBackup: (path) => readSqliteBackup(path),
     async close() {
       if (closed) return;
       closed = true;

@@ -17,7 +17,7 @@ import type { Metrics } from '../server/metrics.js';
 import type { Relay } from '../server/relay.js';
 import { frame } from './frames.js';
 import type { Mapper } from './mapper.js';
-import { registerPage, registrationExpiredPage } from './pages.js';
+import { PAGE_HEADERS, expiredRegistrationPage, registerPage } from './pages.js';
 import type { Registrar } from './register.js';
 import { MapSession, type SessionHub } from './sessions.js';
 import { parseMapRequest, parseRegisterRequest } from './validate.js';
@@ -179,12 +179,14 @@ export class ControlServer {
       const key = String(ctx.params.key);
       const pending = /^[A-Za-z0-9_-]{1,64}$/.test(key) ? await this.o.state.getPending(key) : undefined;
       ctx.type = 'text/html; charset=utf-8';
+      ctx.set(PAGE_HEADERS);
       if (!pending) {
         ctx.status = 404;
-        ctx.body = registrationExpiredPage();
+        ctx.body = expiredRegistrationPage();
         return;
       }
-      ctx.body = registerPage(key, pending);
+      const hostname = String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device');
+      ctx.body = registerPage({ hostname, key, expiresAt: pending.expiresAt });
     });
   }
 

@@ -148,5 +148,5 @@ export function databaseSwitchWarning(prev: DatabaseRecord | undefined, now: Omi
   if (!prev || prev.database === now.database) return undefined;
   if (prev.users + prev.nodes === 0 || now.users + now.nodes > 0) return undefined;
   return `the database is now ${now.database} (database.type ${now.type}) and it is empty, but this data directory last used ${prev.database} (database.type ${prev.type}), which still holds ${prev.users} users and ${prev.nodes} nodes; `
-    + `to keep them, set database.type back to ${prev.type}, or copy the tables into the new database with its own tools (for example pgloader from SQLite to PostgreSQL) before registering devices`;
+    + `to keep them, set database.type back to ${prev.type}, or move them before registering devices: with the old database.type run "headway db backup --format json FILE", then with the new one (server stopped) "headway db restore FILE"`;
 }

@@ -21,3 +21,4 @@ export * from '../config/keys.js';
 export * from '../config/duration.js';
 export * from '../config/plugins.js';
 export * from '../net/ip.js';
+export * from '../backup.js';

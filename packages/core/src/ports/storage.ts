@@ -91,6 +91,96 @@ export interface StoragePort extends StorageRepositories {
   /** describe names the database for logs, e.g. `postgres 127.0.0.1:5432/headway`. */
   describe(): string;
   close(): Promise<void>;
+  /**
+   * dump reads every record in one consistent snapshot (a read-only, repeatable-read
+   * transaction), for `headway db backup`: a write committed during the dump is either
+   * wholly in it or wholly out. Optional so an adapter without it still boots; the
+   * storage contract requires it.
+   */
+  dump?(): Promise<StorageDump>;
+  /**
+   * restore writes a dump into this storage in one transaction, keeping every id, key
+   * hash and timestamp (devices keep working without re-registering), then moves id
+   * counters past the restored ids. It refuses a storage holding any record with
+   * StorageNotEmptyError unless `replace`, which deletes everything first in the same
+   * transaction. On any failure nothing is changed.
+   */
+  restore?(dump: StorageDump, opts?: RestoreOptions): Promise<void>;
+  /**
+   * nativeBackup writes a consistent copy of the database in its own file format to
+   * `path` (SQLite: the online backup API, which sees writes still in the WAL). Only
+   * file databases have it; the others are backed up with dump.
+   */
+  nativeBackup?(path: string): Promise<void>;
+  /**
+   * readNativeBackup reads a file nativeBackup wrote (a SQLite database) into a dump,
+   * without changing the file, so a SQLite backup restores into any database.
+   */
+  readNativeBackup?(path: string): Promise<StorageDump>;
+}
+
+/**
+ * StorageDump is the whole content of a storage as domain records, the same shapes the
+ * repositories return. It is what the JSON backup holds and what an importer (such as a
+ * headscale migration) builds: restore keeps the ids it carries.
+ */
+export interface StorageDump {
+  /** kind names the database family the records came from: `sqlite`, `postgres`, `mysql`, `memory`. */
+  kind: string;
+  /** schemaVersion is the source's schema version (SQL migrations); 0 for a store without migrations. */
+  schemaVersion: number;
+  users: User[];
+  preAuthKeys: PreAuthKey[];
+  nodes: Node[];
+  apiKeys: ApiKey[];
+  pendingRegistrations: PendingRegistration[];
+  policy: PolicyRecord | null;
+}
+
+export interface RestoreOptions {
+  /** replace deletes every record already in the storage, in the restore's transaction. */
+  replace?: boolean;
+}
+
+/** StorageCounts says how many records of each kind a storage or a dump holds. */
+export interface StorageCounts {
+  users: number;
+  nodes: number;
+  preAuthKeys: number;
+  apiKeys: number;
+  pendingRegistrations: number;
+  policy: number;
+}
+
+/** countDump counts the records of a dump, for messages and the backup header. */
+export function countDump(d: Omit<StorageDump, 'kind' | 'schemaVersion'>): StorageCounts {
+  return {
+    users: d.users.length, nodes: d.nodes.length, preAuthKeys: d.preAuthKeys.length, apiKeys: d.apiKeys.length,
+    pendingRegistrations: d.pendingRegistrations.length, policy: d.policy ? 1 : 0,
+  };
+}
+
+/** describeCounts renders counts as `3 users, 2 nodes, 1 pre-auth key, ...`, leaving out zeros. */
+export function describeCounts(c: StorageCounts): string {
+  const parts: Array<[number, string, string]> = [
+    [c.users, 'user', 'users'], [c.nodes, 'node', 'nodes'], [c.preAuthKeys, 'pre-auth key', 'pre-auth keys'],
+    [c.apiKeys, 'API key', 'API keys'], [c.pendingRegistrations, 'pending registration', 'pending registrations'],
+    [c.policy, 'policy', 'policies'],
+  ];
+  const text = parts.filter(([n]) => n > 0).map(([n, one, many]) => `${n} ${n === 1 ? one : many}`).join(', ');
+  return text || 'no records';
+}
+
+/**
+ * StorageNotEmptyError: restore was asked to write into a storage that already holds
+ * records, and was not told to replace them. Nothing was written.
+ */
+export class StorageNotEmptyError extends Error {
+  constructor(readonly database: string, readonly counts: StorageCounts) {
+    super(`${database} is not empty (it holds ${describeCounts(counts)}); restore writes only into an empty database, `
+      + 'unless told to replace its content');
+    this.name = 'StorageNotEmptyError';
+  }
 }
 
 export const STORAGE = 'storage';

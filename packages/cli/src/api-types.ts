@@ -71,3 +71,16 @@ export interface ApiProblem {
   /** errors lists every problem found when there are several (an invalid policy). */
   errors?: string[];
 }
+
+/** ApiDriveEnd is one end of a Taildrive grant (GET /api/v1/drive). */
+export interface ApiDriveEnd { kind: 'user' | 'group' | 'tag' | 'node'; id?: string; name: string }
+
+/** ApiDriveGrant is a stored Taildrive grant. */
+export interface ApiDriveGrant {
+  id: string;
+  src: ApiDriveEnd;
+  dst: ApiDriveEnd;
+  shares: string[];
+  access: 'ro' | 'rw';
+  createdAt: string;
+}

@@ -3,7 +3,7 @@ import { silentLogger, StorageRetryableError, type Logger, type StoragePort, typ
 import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
-import { createRepositories, type SqlDialect } from './repositories.js';
+import { createRepositories, driveGrantRepository, type SqlDialect } from './repositories.js';
 
 export interface SqlStorageOptions {
   dialect: SqlDialect;
@@ -26,6 +26,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
   let closed = false;
   return {
     ...repositories,
+    driveGrants: driveGrantRepository(knex, dialect),
     async migrate() {
       const version = await runMigrations(knex, migrations);
       logger.info('database schema up to date', { database: describe, schema_version: version });

@@ -8,6 +8,8 @@ import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
 import { readJson } from './http.js';
 import { apiKeyView, nodeView, preAuthKeyView, userView } from './views.js';
+import type { DriveService } from '../drive/service.js';
+import { DRIVE_ROUTES } from './drive.js';
 
 export interface ApiDeps {
   state: State;
@@ -18,6 +20,8 @@ export interface ApiDeps {
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
   primaryRoutes?: (nodeId: number) => string[];
   health: () => Promise<boolean>;
+  /** drive manages Taildrive grants (/api/v1/drive); absent in tests that build the API alone. */
+  drive?: DriveService;
 }
 
 export interface Route {
@@ -284,6 +288,7 @@ export const ROUTES: Route[] = [
       return { databaseConnectivity: ok };
     },
   },
+  ...DRIVE_ROUTES,
 ];
 
 function view(deps: ApiDeps, n: import('../domain.js').Node) {

@@ -15,6 +15,7 @@ import type { Logger } from '../log.js';
 import { safeErrorText } from '../errors.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import type { DnsPort } from '../ports/dns.js';
+import type { DriveGrant } from '../ports/drive.js';
 import type { PolicyService } from '../policy/service.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
@@ -45,6 +46,8 @@ export interface ControlOptions {
   policy: PolicyService;
   controlKey: { privateKey: Buffer; publicKey: Buffer };
   dnsPlugins?: DnsPort[];
+  /** driveGrants are the drive adapters' Taildrive grants (DriveService.grants), compiled into every node's map. */
+  driveGrants?: () => readonly DriveGrant[];
 }
 
 function isLoopback(host: string): boolean {
@@ -103,7 +106,7 @@ export class ControlServer {
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
-    this.view = new NetworkView(state, logger);
+    this.view = new NetworkView(state, logger, o.driveGrants);
     const prefixes = [config.prefixes.v4, config.prefixes.v6].filter(Boolean);
     this.dns = new DnsConfigSource(config.dns, prefixes, logger, () => state.bus.publish({ type: 'dns-changed' }), o.dnsPlugins);
     this.derpMap = new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }));

@@ -19,6 +19,7 @@ import { createApp } from './app.js';
 import { Metrics } from './metrics.js';
 import type { ApiDeps } from '../api/routes.js';
 import { ControlServer } from '../control/control.js';
+import { DriveService } from '../drive/service.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -32,6 +33,7 @@ export interface RunningServer {
   config: HeadwayConfig;
   state: State;
   policy: PolicyService;
+  drive: DriveService;
   storage: StoragePort;
   metrics: Metrics;
   control: ControlServer;
@@ -117,7 +119,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const plugins = await registerPlugins(prepared, ctx);
     for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
-    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns });
+    const drive = new DriveService(plugins.drive, state, logger, () => policy.policyText);
+    cleanups.push(() => drive.close());
+    await drive.init();
+    const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns, driveGrants: () => drive.grants() });
     await control.init();
     cleanups.push(() => control.close());
     warnOpenFiles(logger, secureDataDir([
@@ -135,7 +140,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       }
     };
     const deps: ApiDeps = {
-      state, policy, config, health,
+      state, policy, config, health, drive,
       registerPending: (key, userId) => control.registrar.approve(key, userId),
       primaryRoutes: (id) => control.primaryRoutes(id),
     };
@@ -190,7 +195,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls,
+      config, state, policy, drive, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls,
       async close() {
         if (closed) return;
         closed = true;

@@ -35,3 +35,6 @@ export * from './control/mapper.js';
 export * from './control/frames.js';
 export * from './control/register.js';
 export { parseRegisterRequest, parseMapRequest } from './control/validate.js';
+export * from './ports/drive.js';
+export * from './drive/service.js';
+export * from './api/drive.js';

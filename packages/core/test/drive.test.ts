@@ -25,6 +25,7 @@ function sqlStore(s: TestState): DriveGrantStore & { writes: number } {
     list: () => repo.list(),
     async grant(g) { this.writes++; return repo.create(g); },
     async revoke(id) { this.writes++; return repo.delete(id); },
+    revokeFor: (end) => repo.deleteFor(end),
   };
 }
 
@@ -190,3 +191,19 @@ t.test('DriveService merges adapters in the listed order and follows their watch
   t.equal(watching, false, 'close unsubscribes');
 });
 
+
+t.test('DriveService: deleting a node removes the grants from and to it, and pushes the change', async (t) => {
+  const { s, nas, desk, laptop } = await tailnet(t);
+  const store = sqlStore(s);
+  const drive = new DriveService([store], s.state, silentLogger, () => undefined);
+  await drive.init();
+  t.teardown(() => drive.close());
+  await drive.grant({ src: `node:${desk.id}`, dst: `node:${nas.id}`, shares: ['*'], access: 'ro' });
+  const keep = await drive.grant({ src: `node:${laptop.id}`, dst: 'tag:nas', shares: ['*'], access: 'ro' });
+  const published = s.changes.filter((c) => c.type === 'drive-changed').length;
+  await s.state.deleteNode(desk.id);
+  for (let i = 0; i < 50 && drive.grants().length !== 1; i++) await new Promise((r) => setTimeout(r, 10));
+  t.same((await store.list()).map((g) => g.id), [keep.id], 'the deleted node\'s grant is gone from the store');
+  t.equal(drive.grants().length, 1, 'and from memory');
+  t.equal(s.changes.filter((c) => c.type === 'drive-changed').length, published + 1, 'one change was published');
+});

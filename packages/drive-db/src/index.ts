@@ -18,6 +18,7 @@ export class DatabaseDriveGrants implements DriveGrantStore {
   list(): Promise<DriveGrantRecord[]> { return this.repo.list(); }
   grant(grant: DriveGrant): Promise<DriveGrantRecord> { return this.repo.create(grant); }
   revoke(id: number): Promise<boolean> { return this.repo.delete(id); }
+  revokeFor(end: { kind: 'user' | 'node'; id: number }): Promise<number> { return this.repo.deleteFor(end); }
 }
 
 const descriptor: AdapterDescriptor = {

@@ -317,6 +317,12 @@ export function driveGrantRepository(db: Executor, dialect: SqlDialect): DriveGr
     async delete(id) {
       return (await db('drive_grants').where({ id }).delete()) > 0;
     },
+    async deleteFor(end) {
+      if (!Number.isSafeInteger(end.id)) throw new TypeError('storage: drive grant end id must be an integer');
+      return db('drive_grants')
+        .where((q) => q.where({ src_kind: end.kind, src_id: end.id }).orWhere({ dst_kind: end.kind, dst_id: end.id }))
+        .delete();
+    },
   };
 }
 

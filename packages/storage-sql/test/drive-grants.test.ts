@@ -62,6 +62,13 @@ async function checkRepository(t: Test, name: string, storage: StoragePort, user
   t.equal((await repo.list()).length, 3, 'and nothing was written');
   await storage.migrate();
   t.equal((await repo.list()).length, 3, 'migrating again is a no-op that keeps the grants');
+
+  // deleteFor removes a deleted node's grants on either end, and nothing else.
+  const mine = await repo.create({ src: { kind: 'node', id: 9 }, dst: { kind: 'node', id: 3 }, shares: ['x'], access: 'ro' });
+  t.equal(await repo.deleteFor({ kind: 'node', id: 9 }), 2, `${name}: deleteFor removes grants from and to node 9`);
+  t.notOk((await repo.list()).some((g) => g.id === mine.id), 'including the one from it');
+  t.same((await repo.list()).map((g) => g.src.kind), ['group', 'node'], 'the group grant and node 3\'s own grant remain');
+  t.equal(await repo.deleteFor({ kind: 'user', id: 9 }), 0, 'a user with the same id as a node is another end');
 }
 
 await t.test('sqlite', async (t) => {

@@ -52,6 +52,10 @@ export class DriveService {
   async init(): Promise<void> {
     for (const a of this.adapters) this.byAdapter.set(a, await a.grants());
     this.rebuild();
+    this.unwatch.push(this.state.bus.subscribe((c) => {
+      if (c.type === 'node-removed') void this.forget({ kind: 'node', id: c.nodeId });
+      if (c.type === 'user-removed') void this.forget({ kind: 'user', id: c.userId });
+    }));
     for (const a of this.adapters) {
       const off = a.watch?.(() => void this.refresh());
       if (off) this.unwatch.push(off);
@@ -104,6 +108,24 @@ export class DriveService {
     if (!(await this.store().revoke(id))) throw notFound('drive grant', id);
     await this.refresh();
     this.logger.info('drive grant revoked', { id });
+  }
+
+  /**
+   * forget drops the stored grants from or to a deleted user or node (ids are
+   * never reused, so they would only match nobody and list as deleted).
+   */
+  private async forget(end: { kind: 'user' | 'node'; id: number }): Promise<void> {
+    const store = this.adapters.find(isDriveGrantStore);
+    if (!store?.revokeFor) return;
+    try {
+      const n = await store.revokeFor(end);
+      if (n > 0) {
+        this.logger.info('drive grants of a deleted ' + end.kind + ' removed', { [end.kind]: end.id, grants: n });
+        await this.refresh();
+      }
+    } catch (err) {
+      this.logger.warn('removing the drive grants of a deleted ' + end.kind + ' failed', { [end.kind]: end.id, error: (err as Error).message });
+    }
   }
 
   /** parse turns text selectors into ids and names, refusing what does not exist. */

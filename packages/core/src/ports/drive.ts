@@ -66,6 +66,11 @@ export interface DriveGrantStore extends DrivePort {
   grant(grant: DriveGrant): Promise<DriveGrantRecord>;
   /** revoke deletes a grant; false when no grant has that id. */
   revoke(id: number): Promise<boolean>;
+  /**
+   * revokeFor (optional) deletes every grant from or to a user or node that was
+   * just deleted, at once; without it such grants stay stored but match nobody.
+   */
+  revokeFor?(end: { kind: 'user' | 'node'; id: number }): Promise<number>;
 }
 
 export const DRIVE = 'drive';

@@ -76,6 +76,8 @@ export interface DriveGrantRepository {
   get(id: number): Promise<DriveGrantRecord | undefined>;
   create(grant: DriveGrant): Promise<DriveGrantRecord>;
   delete(id: number): Promise<boolean>;
+  /** deleteFor removes, in one statement, every grant from or to a user or node (it was deleted); returns how many. */
+  deleteFor(end: { kind: 'user' | 'node'; id: number }): Promise<number>;
 }
 
 export interface StorageRepositories {

@@ -488,6 +488,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/drive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List stored Taildrive grants
+         * @description Grants kept by the database drive adapter (`@headway/drive-db` in `plugins:`); 409 when no adapter stores grants.
+         */
+        get: operations["listDriveGrants"];
+        put?: never;
+        /**
+         * Grant Taildrive access
+         * @description The destination may share, the source may access; pushed to devices at once. Unknown users, nodes, groups or tags are 404.
+         */
+        post: operations["grantDrive"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/drive/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a Taildrive grant
+         * @description Pushed to devices at once.
+         */
+        delete: operations["revokeDrive"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -706,6 +750,30 @@ export interface components {
             createdAt: string;
             /** @description When it last authenticated a request; null if never */
             lastSeen: string | null;
+        };
+        /** @description A Taildrive grant kept by the database drive adapter */
+        DriveGrant: {
+            id: string;
+            src: {
+                /** @enum {string} */
+                kind: "user" | "group" | "tag" | "node";
+                /** @description User or node id */
+                id?: string;
+                /** @description Current name of the user, node, group or tag */
+                name: string;
+            };
+            dst: {
+                /** @enum {string} */
+                kind: "user" | "group" | "tag" | "node";
+                /** @description User or node id */
+                id?: string;
+                /** @description Current name of the user, node, group or tag */
+                name: string;
+            };
+            shares: string[];
+            /** @enum {string} */
+            access: "ro" | "rw";
+            createdAt: string;
         };
     };
     responses: {
@@ -1904,6 +1972,116 @@ export interface operations {
                     };
                 };
             };
+        };
+    };
+    listDriveGrants: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The grants */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        grants: components["schemas"]["DriveGrant"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    grantDrive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description user:NAME, group:NAME, tag:NAME or node:NAME
+                     * @example user:alice
+                     */
+                    src: string;
+                    /**
+                     * @description node:NAME or tag:NAME
+                     * @example node:nas
+                     */
+                    dst: string;
+                    /**
+                     * @description Share names, or "*" for all (default ["*"])
+                     * @example [
+                     *       "docs"
+                     *     ]
+                     */
+                    shares?: string[] | null;
+                    /**
+                     * @description ro (default) or rw
+                     * @example ro
+                     */
+                    access?: ("ro" | "rw") | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The new grant */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        grant: components["schemas"]["DriveGrant"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    revokeDrive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Grant id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Revoked */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
         };
     };
 }

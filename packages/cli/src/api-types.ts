@@ -51,3 +51,7 @@ export type ApiAnswer<M extends ApiMethod> = {
 export type AnswerCheck<M extends ApiMethod, T> = unknown extends T ? [] : [Extract<ApiAnswer<M>, T>] extends [never]
   ? [error: `no ${Uppercase<M>} operation of the API answers the type expected here; regenerate api-schema.ts or fix the expected type`]
   : [];
+
+/** ApiDriveGrant is a stored Taildrive grant (GET /api/v1/drive). */
+export type ApiDriveGrant = Schemas['DriveGrant'];
+export type ApiDriveEnd = ApiDriveGrant['src'];

@@ -1,4 +1,4 @@
-import type { ApiKeyInfo, ApiNode, ApiPreAuthKey, ApiUser } from './api-types.js';
+import type { ApiKeyInfo, ApiNode, ApiPreAuthKey, ApiUser, ApiDriveEnd, ApiDriveGrant } from './api-types.js';
 
 /** renderTable aligns columns with two spaces between them; list cells are joined with ", ". */
 export function renderTable(header: string[], rows: (string | string[])[][]): string {
@@ -151,5 +151,20 @@ export function apiKeysTable(keys: ApiKeyInfo[]): string {
   return renderTable(
     ['ID', 'Prefix', 'Expiration', 'Created', 'Last seen'],
     keys.map((k) => [k.id, k.prefix, formatTime(k.expiration), formatTime(k.createdAt), formatTime(k.lastSeen)]),
+  );
+}
+
+function driveEnd(e: ApiDriveEnd): string {
+  return e.kind === 'user' || e.kind === 'node' ? `${e.kind}:${e.name}` : e.name;
+}
+
+export function driveGrantJson(g: ApiDriveGrant): Record<string, unknown> {
+  return { id: Number(g.id), src: g.src, dst: g.dst, shares: g.shares, access: g.access, created_at: g.createdAt };
+}
+
+export function driveGrantsTable(grants: ApiDriveGrant[]): string {
+  return renderTable(
+    ['ID', 'From', 'To', 'Shares', 'Access', 'Created'],
+    grants.map((g) => [g.id, driveEnd(g.src), driveEnd(g.dst), g.shares.join(','), g.access, formatTime(g.createdAt)]),
   );
 }

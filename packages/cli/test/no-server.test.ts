@@ -22,7 +22,7 @@ const BARREL_DYNAMIC = /\bimport\(\s*(['"])@headway\/core\1\s*\)/;
 function packagesToCheck(): string[] {
   const dirs: string[] = [];
   for (const name of readdirSync(join(ROOT, 'packages'))) {
-    if (name === 'cli' || name.startsWith('storage-') || name.startsWith('policy-')) dirs.push(join('packages', name));
+    if (name === 'cli' || name.startsWith('storage-') || name.startsWith('policy-') || name.startsWith('drive-')) dirs.push(join('packages', name));
   }
   for (const name of readdirSync(join(ROOT, 'examples'))) {
     if (statSync(join(ROOT, 'examples', name)).isDirectory()) dirs.push(join('examples', name));

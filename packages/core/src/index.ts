@@ -43,3 +43,6 @@ export * from './control/frames.js';
 export * from './control/register.js';
 export * from './control/pages.js';
 export { parseRegisterRequest, parseMapRequest } from './control/validate.js';
+export * from './ports/drive.js';
+export * from './drive/service.js';
+export * from './api/drive.js';

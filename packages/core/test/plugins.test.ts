@@ -26,13 +26,12 @@ t.test('a storage or policy plugins: entry is refused, naming the key that choos
   t.match(pluginErrors([{ package: '@acme/store', port: 'storage' }]),
     [/^plugins\[0\]: @acme\/store: the storage port is not loaded from plugins: it has exactly one adapter, chosen by database\.type \(set database\.type: @acme\/store\)$/]);
   t.match(pluginErrors([{ package: '@acme/pol', port: 'policy', options: {} }]), [/plugins\[0\]: @acme\/pol: the policy port .*chosen by policy\.mode/]);
-  t.match(pluginErrors([{ package: '@acme/drive', port: 'drive' }]), [/plugins\[0\]: @acme\/drive: the drive port takes no plugins in this version/]);
 });
 
 t.test('malformed plugins: entries name the entry and the field', async (t) => {
   t.match(pluginErrors('@acme/dns'), [/expected a list of \{package, port, options\} entries, found string/]);
-  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns\)/]);
-  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, found string "dsn"/]);
+  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns, drive\)/]);
+  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, drive, found string "dsn"/]);
   t.match(pluginErrors([{ port: 'dns' }]), [/plugins\[0\]: package is required/]);
   t.match(pluginErrors([{ package: 'Not A Name', port: 'dns' }]), [/package: expected an npm package name/]);
   t.match(pluginErrors([{ package: '@acme/dns', port: 'dns', option: {} }]), [/unknown field "option" \(expected package, port, options\)/]);

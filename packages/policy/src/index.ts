@@ -16,3 +16,4 @@ export {
   previewPolicy, previewNodes, topologySnapshot, tailnetDomainsOf,
   type Topology, type PreviewOptions, type PreviewResult, type PreviewNode, type PreviewNodeView,
 } from './preview.js';
+export { drivePolicy, mergeCompiled, CAP_DRIVE, type DriveRule } from './drive.js';

@@ -4,12 +4,12 @@ import {
   type ApiKey, type ApiKeyRepository, type NewApiKey, type NewNode, type NewPreAuthKey, type Node,
   type NodePatch, type NodeRepository, type PendingRegistration, type PendingRegistrationRepository,
   type PolicyRecord, type PolicyRepository, type PreAuthKey, type PreAuthKeyRepository,
-  type StorageRepositories, type User, type UserRepository,
+  type StorageRepositories, type User, type UserRepository, type DriveGrant, type DriveGrantRepository, type DriveSource,
 } from '@headway/core/ports';
 import { toStorageError } from './errors.js';
 import {
-  NODE_COLUMNS, apiKeyFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
-  preAuthKeyFromRow, userFromRow, type Row,
+  NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
+  preAuthKeyFromRow, stringArrayText, userFromRow, type Row,
 } from './rows.js';
 
 export type SqlDialect = 'sqlite' | 'postgres' | 'mysql';
@@ -284,6 +284,46 @@ function policyRepository(db: Executor): PolicyRepository {
       const updatedAt = new Date();
       await db('policies').insert({ id: POLICY_ROW_ID, text, updated_at: updatedAt }).onConflict('id').merge();
       return { text, updatedAt };
+    },
+  };
+}
+
+function driveEndRow(prefix: 'src' | 'dst', end: DriveSource): Row {
+  const id = end.kind === 'user' || end.kind === 'node' ? end.id : null;
+  const name = end.kind === 'group' || end.kind === 'tag' ? end.name : null;
+  if (id !== null && !Number.isSafeInteger(id)) throw new TypeError(`storage: drive grant ${prefix} id must be an integer`);
+  if (name !== null && typeof name !== 'string') throw new TypeError(`storage: drive grant ${prefix} name must be a string`);
+  return { [`${prefix}_kind`]: end.kind, [`${prefix}_id`]: id, [`${prefix}_name`]: name };
+}
+
+/** driveGrantRepository keeps Taildrive grants (schema 0002); reads come back in id order. */
+export function driveGrantRepository(db: Executor, dialect: SqlDialect): DriveGrantRepository {
+  const byId = async (id: number) => {
+    const row = await db('drive_grants').where({ id }).first();
+    return row ? driveGrantFromRow(row) : undefined;
+  };
+  return {
+    async list() {
+      return (await db('drive_grants').orderBy('id')).map(driveGrantFromRow);
+    },
+    get: byId,
+    async create(grant: DriveGrant) {
+      if (grant.access !== 'ro' && grant.access !== 'rw') throw new TypeError('storage: drive grant access must be ro or rw');
+      const createdAt = new Date();
+      const id = await insertId(db, dialect, 'drive_grants', {
+        ...driveEndRow('src', grant.src), ...driveEndRow('dst', grant.dst),
+        shares: stringArrayText(grant.shares, 'drive_grants.shares'), access: grant.access, created_at: createdAt,
+      });
+      return (await byId(id))!;
+    },
+    async delete(id) {
+      return (await db('drive_grants').where({ id }).delete()) > 0;
+    },
+    async deleteFor(end) {
+      if (!Number.isSafeInteger(end.id)) throw new TypeError('storage: drive grant end id must be an integer');
+      return db('drive_grants')
+        .where((q) => q.where({ src_kind: end.kind, src_id: end.id }).orWhere({ dst_kind: end.kind, dst_id: end.id }))
+        .delete();
     },
   };
 }

@@ -1,4 +1,4 @@
-import type { ApiKey, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core/ports';
+import type { ApiKey, DriveDestination, DriveGrantRecord, DriveSource, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core/ports';
 
 /** Row is one database row as a driver returns it: column name to raw value. */
 export type Row = Record<string, unknown>;
@@ -207,4 +207,27 @@ export function pendingRegistrationFromRow(r: Row): PendingRegistration {
 
 export function policyFromRow(r: Row): PolicyRecord {
   return { text: toText(r.text), updatedAt: toDate(r.updated_at, 'policies.updated_at') };
+}
+
+function driveEnd(kind: unknown, id: unknown, name: unknown, column: string): DriveSource {
+  switch (kind) {
+    case 'user': case 'node': return { kind, id: toId(id) };
+    case 'group': case 'tag': return { kind, name: toText(name) };
+    default: throw new Error(`storage: column ${column} holds ${JSON.stringify(kind)}, not user, group, tag or node`);
+  }
+}
+
+export function driveGrantFromRow(r: Row): DriveGrantRecord {
+  const dst = driveEnd(r.dst_kind, r.dst_id, r.dst_name, 'drive_grants.dst_kind');
+  if (dst.kind !== 'node' && dst.kind !== 'tag') throw new Error(`storage: column drive_grants.dst_kind holds ${dst.kind}, not node or tag`);
+  const access = toText(r.access);
+  if (access !== 'ro' && access !== 'rw') throw new Error(`storage: column drive_grants.access holds ${JSON.stringify(access)}, not ro or rw`);
+  return {
+    id: toId(r.id),
+    src: driveEnd(r.src_kind, r.src_id, r.src_name, 'drive_grants.src_kind'),
+    dst: dst as DriveDestination,
+    shares: toStringArray(r.shares, 'drive_grants.shares'),
+    access,
+    createdAt: toDate(r.created_at, 'drive_grants.created_at'),
+  };
 }

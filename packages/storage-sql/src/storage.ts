@@ -4,7 +4,7 @@ import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from 
 import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
-import { createRepositories, type SqlDialect } from './repositories.js';
+import { createRepositories, driveGrantRepository, type SqlDialect } from './repositories.js';
 
 export interface SqlStorageOptions {
   dialect: SqlDialect;
@@ -27,6 +27,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
   let closed = false;
   return {
     ...repositories,
+    driveGrants: driveGrantRepository(knex, dialect),
     async migrate() {
       const version = await runMigrations(knex, migrations);
       logger.info('database schema up to date', { database: describe, schema_version: version });

@@ -6,6 +6,7 @@ import type { PolicyService } from '../policy/service.js';
 import { BODY_LIMIT, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import type { PendingLogins } from './parity.js';
+import type { DriveService } from '../drive/service.js';
 
 /*
  * route.ts holds the route table's machinery (ApiDeps, the typed route() builder) apart
@@ -26,6 +27,8 @@ export interface ApiDeps {
   /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */
   approveRoutes?: (nodeId: number, routes: string[]) => Promise<import('../domain.js').Node>;
   health: () => Promise<boolean>;
+  /** drive manages Taildrive grants (/api/v1/drive); absent in tests that build the API alone. */
+  drive?: DriveService;
 }
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -37,6 +40,7 @@ export const TAGS = {
   'Pre-auth keys': 'Keys that register devices without an interactive login',
   'API keys': 'Keys for this API',
   Policy: 'The access policy (HuJSON, Tailscale ACL syntax)',
+  Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
   Health: 'Server health',
   Debug: 'Helpers for tests and demos',
 } as const;

@@ -16,6 +16,7 @@ import * as parity from './parity.js';
 
 export * from './route.js';
 import { route, type ApiDeps, type Route } from './route.js';
+import { DRIVE_ROUTES } from './drive.js';
 
 function expiration(v: string | undefined, field = 'expiration'): Date | null {
   if (!v) return null;
@@ -315,4 +316,5 @@ export const ROUTES: Route[] = [
       return { databaseConnectivity: ok };
     },
   }),
+  ...DRIVE_ROUTES,
 ];

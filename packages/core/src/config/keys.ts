@@ -94,7 +94,7 @@ export const KEYS: Record<string, KeySpec> = {
   'dns.search_domains': { kind: 'strings', default: [], doc: 'extra search domains' },
   'dns.extra_records': { kind: 'records', default: [], doc: 'extra A/AAAA records ({name, type, value})' },
   'dns.extra_records_path': { kind: 'path', default: '', empty: true, doc: 'JSON file of extra records, re-read when it changes' },
-  plugins: { kind: 'plugins', default: [], doc: 'extra adapters, each {package, port, options}: port dns (several merge their records in this order); options are checked by the plugin; storage and policy come from database.type and policy.mode' },
+  plugins: { kind: 'plugins', default: [], doc: 'extra adapters, each {package, port, options}: port dns (several merge their records in this order) or drive (Taildrive grants beyond the policy, several apply in this order; @headway/drive-db keeps them in the database for headway drive); options are checked by the plugin; storage and policy come from database.type and policy.mode' },
   unix_socket: { kind: 'path', default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' },
   unix_socket_permission: { kind: 'filemode', default: '0770', doc: 'file mode of the socket (octal)' },
   'logtail.enabled': { kind: 'bool', default: false, doc: 'accepted for headscale compatibility, not implemented: clients are never told to upload logs; true is a config check warning' },

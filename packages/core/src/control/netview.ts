@@ -1,5 +1,6 @@
-import { ALLOW_ALL, compilePolicy, TailnetContext, type CompiledNode, type Policy } from '@headway/policy';
+import { ALLOW_ALL, compilePolicy, drivePolicy, IPSet, mergeCompiled, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type Snapshot } from '@headway/policy';
 import { ownedByTags, type Node } from '../domain.js';
+import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
 import { isExitRoute } from '../net/ip.js';
 import { snapshotOf } from '../policy/engine.js';
@@ -20,7 +21,11 @@ export class NetworkView {
   private readonly primaries = new Map<string, number>();
   private primaryOf = new Map<number, string[]>();
 
-  constructor(private readonly state: State, private readonly logger: Logger) {}
+  /** drive is the compiled form of the drive adapters' grants for the current tailnet, built lazily. */
+  private drive?: { policy: Policy; snapshot: Snapshot; ctx: TailnetContext } | null;
+
+  /** driveGrants returns the drive adapters' grants (DriveService.grants); none when absent. */
+  constructor(private readonly state: State, private readonly logger: Logger, private readonly driveGrants: () => readonly DriveGrant[] = () => []) {}
 
   /** setPolicy installs the compiled policy PolicyService owns (null: no policy); it never parses text itself. */
   setPolicy(policy: Policy | null): void {
@@ -29,12 +34,15 @@ export class NetworkView {
   }
 
   get hasPolicy(): boolean { return this.policy !== null; }
+  /** hasDriveGrants: drive adapters grant something, so filters and CapMaps depend on the tailnet. */
+  get hasDriveGrants(): boolean { return this.driveGrants().length > 0; }
 
   /** compiledPolicy is the policy object installed by setPolicy (the one PolicyService compiled). */
   get compiledPolicy(): Policy | null { return this.policy; }
 
   invalidate(): void {
     this.ctx = undefined;
+    this.drive = undefined;
     this.compiled.clear();
     this.allIds = undefined;
   }
@@ -64,6 +72,7 @@ export class NetworkView {
         c = { packetFilter: [], sshPolicy: null, capMap: {}, peers: [], approvedRoutes: [], randomizeClientPort: false };
       }
     }
+    c = this.withDrive(id, c);
     this.compiled.set(id, c);
     return c;
   }
@@ -92,6 +101,50 @@ export class NetworkView {
     } catch (err) {
       this.logger.warn('auto-approval: policy compile failed for node; approving nothing', { node: node.id, error: (err as Error).message });
       return [];
+    }
+  }
+
+  /**
+   * withDrive adds the drive adapters' grants to a node's result: they are
+   * compiled as a policy of their own (see drivePolicy) and merged, so a
+   * node's policy output is untouched when there are none.
+   */
+  private withDrive(id: number, c: CompiledNode): CompiledNode {
+    if (this.drive === undefined) {
+      const grants = this.driveGrants();
+      if (!grants.length) this.drive = null;
+      else {
+        const snapshot = snapshotOf(this.state);
+        const policy = drivePolicy(this.policy, grants.map((g) => this.driveRule(g)));
+        this.drive = { policy, snapshot, ctx: new TailnetContext(policy, snapshot) };
+      }
+    }
+    if (!this.drive) return c;
+    try {
+      return mergeCompiled(c, compilePolicy(this.drive.policy, this.drive.snapshot, String(id), this.drive.ctx));
+    } catch (err) {
+      this.logger.error('drive grants failed to compile for node; sending the policy result alone', { node: id, error: (err as Error).message });
+      return c;
+    }
+  }
+
+  /** driveRule turns a grant's ends into policy aliases; users and nodes by their current addresses. */
+  private driveRule(g: DriveGrant): DriveRule {
+    return { src: [this.driveAlias(g.src)], dst: [this.driveAlias(g.dst)], shares: g.shares, access: g.access };
+  }
+
+  private driveAlias(end: DriveSource): Alias {
+    switch (end.kind) {
+      case 'group': return { kind: 'group', name: end.name };
+      case 'tag': return { kind: 'tag', name: end.name };
+      case 'user': {
+        const nodes = this.state.listNodes({ userId: end.id }).filter((n) => !ownedByTags(n));
+        return { kind: 'prefix', text: `user:${end.id}`, set: IPSet.of(...nodes.flatMap(bareAddresses)) };
+      }
+      case 'node': {
+        const n = this.state.getNode(end.id);
+        return { kind: 'prefix', text: `node:${end.id}`, set: IPSet.of(...(n ? bareAddresses(n) : [])) };
+      }
     }
   }
 
@@ -154,6 +207,10 @@ export class NetworkView {
     if (eff.includes('0.0.0.0/0') && eff.includes('::/0')) out.push('0.0.0.0/0', '::/0');
     return out;
   }
+}
+
+function bareAddresses(node: Node): string[] {
+  return [node.ipv4, node.ipv6].filter((x): x is string => !!x);
 }
 
 export function addresses(node: Node): string[] {

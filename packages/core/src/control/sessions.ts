@@ -178,7 +178,8 @@ export class SessionHub {
   }
 
   private apply(c: Change): void {
-    const policy = this.mapper.view.hasPolicy;
+    // Drive grants make filters depend on who is where, as a policy does.
+    const policy = this.mapper.view.hasPolicy || this.mapper.view.hasDriveGrants;
     switch (c.type) {
       case 'node-patch': return this.queuePatch(c.nodeId, c.patch);
       case 'node-added':
@@ -227,6 +228,7 @@ export class SessionHub {
         this.pendingStructural = true;
         break;
       case 'policy-changed':
+      case 'drive-changed':
         this.mapper.view.setPolicy(this.policy());
         this.mapper.forgetAll();
         for (const n of this.state.listNodes()) { this.pendingFull.add(n.id); this.pendingSelf.add(n.id); }

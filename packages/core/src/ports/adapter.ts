@@ -8,7 +8,7 @@ export type PortName = 'storage' | 'policy' | 'dns' | 'drive';
 /**
  * PORT_SELECTION says where each port's adapters come from: a config key naming
  * exactly one (storage, policy), or `plugins:` entries, several in the listed
- * order where `several` (DNS records merge), or nowhere yet. Config validation
+ * order where `several` (DNS records merge, drive grants add up), or nowhere yet. Config validation
  * and the loader both read it, so they refuse the same entries.
  */
 export const PORT_SELECTION: Record<PortName,
@@ -16,7 +16,7 @@ export const PORT_SELECTION: Record<PortName,
   storage: { by: 'config', key: 'database.type' },
   policy: { by: 'config', key: 'policy.mode' },
   dns: { by: 'plugins', several: true },
-  drive: { by: 'none', reason: 'the drive port takes no plugins in this version' },
+  drive: { by: 'plugins', several: true },
 };
 
 /** PluginEntry is one `plugins:` item: the npm package, the port it serves, and its own options. */

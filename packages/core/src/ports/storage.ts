@@ -3,6 +3,7 @@ import type {
   PolicyRecord, PreAuthKey, User,
 } from '../domain.js';
 import { assertPort } from './assert.js';
+import type { DriveGrant, DriveGrantRecord } from './drive.js';
 
 /**
  * StoragePort is dumb persistence: no ACL, peer or allocation logic lives behind it.
@@ -65,6 +66,20 @@ export interface PolicyRepository {
   set(text: string): Promise<PolicyRecord>;
 }
 
+/**
+ * DriveGrantRepository keeps Taildrive grants for the database drive adapter
+ * (@headway/drive-db). Optional on a storage adapter: without it that drive
+ * adapter refuses to start, and nothing else needs it.
+ */
+export interface DriveGrantRepository {
+  list(): Promise<DriveGrantRecord[]>;
+  get(id: number): Promise<DriveGrantRecord | undefined>;
+  create(grant: DriveGrant): Promise<DriveGrantRecord>;
+  delete(id: number): Promise<boolean>;
+  /** deleteFor removes, in one statement, every grant from or to a user or node (it was deleted); returns how many. */
+  deleteFor(end: { kind: 'user' | 'node'; id: number }): Promise<number>;
+}
+
 export interface StorageRepositories {
   users: UserRepository;
   nodes: NodeRepository;
@@ -75,6 +90,8 @@ export interface StorageRepositories {
 }
 
 export interface StoragePort extends StorageRepositories {
+  /** driveGrants is present when the adapter can keep Taildrive grants (the SQL adapters can). */
+  readonly driveGrants?: DriveGrantRepository;
   /** migrate brings the schema up to date; refuses a database written by a newer Headway. */
   migrate(): Promise<void>;
   /**

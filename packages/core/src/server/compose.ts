@@ -11,6 +11,8 @@ import { Registrar } from '../control/register.js';
 import { SessionHub } from '../control/sessions.js';
 import { PolicyService, type PolicyEngine } from '../policy/service.js';
 import type { DnsPort } from '../ports/dns.js';
+import type { DrivePort } from '../ports/drive.js';
+import { DriveService } from '../drive/service.js';
 import type { PolicySourcePort } from '../ports/policy.js';
 import type { StoragePort } from '../ports/storage.js';
 import { NodeGc } from '../state/gc.js';
@@ -24,7 +26,7 @@ import { Relay } from './relay.js';
  * KernelCradle names every service the composition root registers. The first
  * group is registered before composeKernel runs: config and logger by
  * startServer, `storage` and `policy` (the policy source) by their adapters,
- * `dnsAdapters` by the plugin loader.
+ * `dnsAdapters` and `driveAdapters` by the plugin loader.
  */
 export interface KernelCradle {
   config: HeadwayConfig;
@@ -32,11 +34,13 @@ export interface KernelCradle {
   storage: StoragePort;
   policy: PolicySourcePort;
   dnsAdapters: DnsPort[];
+  driveAdapters: DrivePort[];
   controlKey: { privateKey: Buffer; publicKey: Buffer };
   policyEngine: PolicyEngine;
 
   state: State;
   policyService: PolicyService;
+  driveService: DriveService;
   metrics: Metrics;
   networkView: NetworkView;
   dnsConfig: DnsConfigSource;
@@ -66,13 +70,15 @@ const HEALTH_TIMEOUT_MS = 2000;
 export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey'] }): void {
   const c = (fn: (k: KernelCradle) => unknown) => asFunction(fn as (k: unknown) => unknown).singleton();
   if (!container.hasRegistration('dnsAdapters')) container.register('dnsAdapters', asValue([]));
+  if (!container.hasRegistration('driveAdapters')) container.register('driveAdapters', asValue([]));
   container.register({
     controlKey: asValue(opts.controlKey),
     policyEngine: asValue(opts.engine),
     state: c(({ storage, config, logger }) => new State(storage, config, logger)),
     policyService: c(({ policy, state, logger, policyEngine }) => new PolicyService(policy, state, logger, policyEngine)),
     metrics: c(({ state }) => new Metrics(state)),
-    networkView: c(({ state, logger }) => new NetworkView(state, logger)),
+    driveService: c(({ driveAdapters, state, logger, policyService }) => new DriveService(driveAdapters, state, logger, () => policyService.compiled)),
+    networkView: c(({ state, logger, driveService }) => new NetworkView(state, logger, () => driveService.grants())),
     dnsConfig: c(({ config, logger, state, dnsAdapters }) => new DnsConfigSource(
       config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
       () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters)),
@@ -95,8 +101,8 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService }): ApiDeps => ({
-      state, policy: policyService, config, health,
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService }): ApiDeps => ({
+      state, policy: policyService, config, health, drive: driveService,
       registerPending: (key, userId) => registrar.approve(key, userId),
       logins: registrar,
       approveRoutes: (id, routes) => routeService.approve(id, routes),
@@ -134,6 +140,8 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     stops.push(() => k.policyService.close());
     await k.dnsConfig.init();
     stops.push(() => k.dnsConfig.close());
+    await k.driveService.init();
+    stops.push(() => k.driveService.close());
     stops.push(() => k.relay.close());
     await k.relay.start();
     stops.push(() => k.derpMap.close());

@@ -20,6 +20,7 @@ import type { ControlServer } from '../control/control.js';
 import type { DerpMapSource } from '../control/derpmap.js';
 import type { Registrar } from '../control/register.js';
 import { createApp } from './app.js';
+import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
@@ -36,6 +37,7 @@ export interface RunningServer {
   config: HeadwayConfig;
   state: State;
   policy: PolicyService;
+  drive: DriveService;
   storage: StoragePort;
   metrics: Metrics;
   control: ControlServer;
@@ -182,7 +184,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     let closed = false;
     return {
       config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container,
-      registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap,
+      registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
       async close() {
         if (closed) return;
         closed = true;

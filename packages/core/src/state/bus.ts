@@ -21,6 +21,8 @@ export type Change =
   | { type: 'user-changed'; user: User }
   | { type: 'user-removed'; userId: number }
   | { type: 'policy-changed' }
+  /** drive-changed: a drive adapter's Taildrive grants changed (recompiled like a policy change). */
+  | { type: 'drive-changed' }
   | { type: 'dns-changed' }
   | { type: 'derp-changed' };
 

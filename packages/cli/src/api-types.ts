@@ -6,6 +6,10 @@ export interface ApiUser {
   displayName?: string;
   email?: string;
   createdAt?: string;
+  provider?: string;
+  providerId?: string;
+  profilePicUrl?: string;
+  groups?: string[];
 }
 
 export type RegisterMethod =

@@ -42,6 +42,9 @@ export function userJson(u: ApiUser | null | undefined): Record<string, unknown>
     display_name: u.displayName ?? '',
     email: u.email ?? '',
     created_at: u.createdAt ?? null,
+    provider: u.provider ?? '',
+    provider_id: u.providerId ?? '',
+    profile_pic_url: u.profilePicUrl ?? '',
   };
 }
 

@@ -15,6 +15,8 @@ export interface ApiDeps {
   config: HeadwayConfig;
   /** registerPending approves an interactive registration (wired by the control protocol). */
   registerPending?: (key: string, userId: number) => Promise<number>;
+  /** providerIdFor turns a bare subject into the configured login method's provider identity (users link). */
+  providerIdFor?: (subject: string) => { provider: string; providerId: string };
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
   primaryRoutes?: (nodeId: number) => string[];
   health: () => Promise<boolean>;
@@ -97,6 +99,26 @@ export const ROUTES: Route[] = [
   {
     method: 'POST', path: '/api/v1/user/:id/rename/:newName', summary: 'Rename a user', response: '{user: User}',
     handler: async (ctx, { state }) => ({ user: userView(await state.renameUser(idParam(ctx), String(ctx.params.newName))) }),
+  },
+  {
+    method: 'POST', path: '/api/v1/user/:id/link', summary: 'Link a user to an identity-provider identity, so that person\'s logins land on this user',
+    body: { subject: 'the provider\'s subject (sub claim) (required)', issuer: 'issuer URL (default: oidc.issuer)', provider: 'provider name (default: oidc)' }, response: '{user: User}',
+    handler: async (ctx, deps) => {
+      const b = await readJson(ctx);
+      const subject = str(b, 'subject', true)!.trim();
+      const issuer = str(b, 'issuer')?.trim();
+      if (!subject) throw badField('subject', 'must not be empty');
+      let link: { provider: string; providerId: string };
+      if (issuer) {
+        if (!/^https?:\/\/\S+$/.test(issuer)) throw badField('issuer', `expected an http(s) URL, found ${JSON.stringify(issuer)}`);
+        link = { provider: str(b, 'provider') ?? 'oidc', providerId: `${issuer.replace(/\/+$/, '')}/${subject.replace(/^\/+/, '')}` };
+      } else if (deps.providerIdFor) {
+        link = deps.providerIdFor(subject);
+      } else {
+        throw badField('issuer', 'no identity provider is configured (oidc.issuer); pass the issuer URL');
+      }
+      return { user: userView(await deps.state.linkUser(idParam(ctx), link.provider, link.providerId)) };
+    },
   },
   {
     method: 'DELETE', path: '/api/v1/user/:id', summary: 'Delete a user and its pre-auth keys (409 while it owns nodes, as in headscale)', response: '{}',

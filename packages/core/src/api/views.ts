@@ -3,10 +3,17 @@ import type { State } from '../state/state.js';
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
-export interface UserView { id: string; name: string; displayName: string; email: string; createdAt: string }
+export interface UserView {
+  id: string; name: string; displayName: string; email: string; createdAt: string;
+  /** provider, providerId, profilePicUrl: as headscale's User (provider `oidc` or '' for a local user). */
+  provider: string; providerId: string; profilePicUrl: string; groups: string[];
+}
 
 export function userView(u: User): UserView {
-  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString() };
+  return {
+    id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString(),
+    provider: u.provider, providerId: u.providerId ?? '', profilePicUrl: u.profilePicUrl, groups: u.groups,
+  };
 }
 
 const METHOD: Record<Node['registerMethod'], string> = {

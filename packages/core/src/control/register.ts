@@ -202,7 +202,8 @@ export class Registrar {
    * approve registers (or re-registers) the machine behind a pending AuthURL for a
    * user, then releases the client's held follow-up request.
    */
-  async approve(key: string, userId: number): Promise<number> {
+  async approve(key: string, userId: number, how: { method?: 'cli' | 'oidc'; expiry?: Date } = {}): Promise<number> {
+    const method = how.method ?? 'cli';
     const pending = await this.state.getPending(key);
     if (!pending) throw new HeadwayError('not_found', `registration key ${key} not found or expired; run tailscale up again for a new one`, 'key');
     const hostinfo = pending.hostinfo as Hostinfo | null;
@@ -213,17 +214,17 @@ export class Registrar {
     let node: Node;
     if (existing) {
       node = await this.state.reRegisterNode(existing.id, {
-        nodeKey: pending.nodeKey, userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
-        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
+        nodeKey: pending.nodeKey, userId, hostinfo: pending.hostinfo, expiry: how.expiry ?? this.defaultExpiry(existing.tags.length > 0),
+        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
       }, writes);
     } else {
       node = await this.state.createNode({
         machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId,
-        hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
-        expiry: this.defaultExpiry(false),
+        hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
+        expiry: how.expiry ?? this.defaultExpiry(false),
       }, writes);
     }
-    this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'cli' });
+    this.logger.info('node registered', { node: node.id, name: node.givenName, method });
     for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
     return node.id;
   }

@@ -3,6 +3,7 @@ import type { HeadwayConfig } from '../config/schema.js';
 import type { AdapterContext, AdapterDescriptor, OptionProblem, PluginEntry, PortName } from '../ports/adapter.js';
 import { PORT_SELECTION } from '../ports/adapter.js';
 import { assertDnsPort, DNS, type DnsPort } from '../ports/dns.js';
+import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
 import { adapterPackage, AdapterLoadError, BUILTIN, importDescriptor, pluginLabel, pluginOptions } from '../config/plugins.js';
 
 
@@ -33,10 +34,11 @@ export async function loadAdapter(port: PortName, id: string, ctx: Omit<AdapterC
 /** PLUGIN_ASSERTIONS holds the method check of each port that `plugins:` may serve. */
 const PLUGIN_ASSERTIONS: Partial<Record<PortName, (value: unknown, adapter: string) => void>> = {
   dns: assertDnsPort,
+  identity: assertIdentityPort,
 };
 
 /** LoadedPlugins are the plugin adapters by port, in the order `plugins:` lists them. */
-export interface LoadedPlugins { dns: DnsPort[] }
+export interface LoadedPlugins { dns: DnsPort[]; identity?: IdentityPort }
 
 /** PreparedPlugins are `plugins:` entries imported and with their options checked, not yet registered. */
 export interface PreparedPlugins {
@@ -100,7 +102,7 @@ export async function registerPlugins(prepared: PreparedPlugins, ctx: Omit<Adapt
     PLUGIN_ASSERTIONS[port]!(adapter, entry.package);
     list.push(adapter);
   }
-  const result: LoadedPlugins = { dns: (loaded[DNS] ?? []) as DnsPort[] };
+  const result: LoadedPlugins = { dns: (loaded[DNS] ?? []) as DnsPort[], identity: loaded[IDENTITY]?.[0] as IdentityPort | undefined };
   ctx.container.register(`${DNS}Adapters`, asValue(result.dns));
   return result;
 }

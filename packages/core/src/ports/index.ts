@@ -12,6 +12,7 @@ export * from './adapter.js';
 export * from './storage.js';
 export * from './policy.js';
 export * from './dns.js';
+export * from './identity.js';
 export * from '../domain.js';
 export * from '../errors.js';
 export * from '../log.js';

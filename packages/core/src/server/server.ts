@@ -19,6 +19,8 @@ import { createApp } from './app.js';
 import { Metrics } from './metrics.js';
 import type { ApiDeps } from '../api/routes.js';
 import { ControlServer } from '../control/control.js';
+import { LoginFlow } from '../control/login.js';
+import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -35,6 +37,8 @@ export interface RunningServer {
   storage: StoragePort;
   metrics: Metrics;
   control: ControlServer;
+  /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
+  identity?: IdentityPort;
   controlPublicKey: Buffer;
   urls: { http: string; metrics?: string; socket?: string };
   close(): Promise<void>;
@@ -117,9 +121,22 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const plugins = await registerPlugins(prepared, ctx);
     for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
+    let identity = plugins.identity;
+    if (!identity && config.oidc.issuer) {
+      await loadAdapter('identity', 'oidc', ctx, 'oidc.issuer');
+      identity = container.resolve<IdentityPort>(IDENTITY);
+      assertIdentityPort(identity, '@headway/identity-oidc');
+    }
+    if (identity) {
+      await identity.init?.();
+      const id = identity;
+      if (id.close) cleanups.push(() => id.close!());
+      logger.info('interactive logins go through the identity provider', { provider: identity.provider, callback: config.server_url + identity.callbackPath });
+    }
     const control = new ControlServer({ state, config, logger, metrics, policy, controlKey: noiseKey, dnsPlugins: plugins.dns });
     await control.init();
     cleanups.push(() => control.close());
+    const login = identity ? new LoginFlow({ identity, state, registrar: control.registrar, config, logger }) : undefined;
     warnOpenFiles(logger, secureDataDir([
       ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
       ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
@@ -137,11 +154,12 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const deps: ApiDeps = {
       state, policy, config, health,
       registerPending: (key, userId) => control.registrar.approve(key, userId),
+      providerIdFor: identity?.providerIdFor ? (subject) => ({ provider: identity.provider, providerId: identity.providerIdFor!(subject) }) : undefined,
       primaryRoutes: (id) => control.primaryRoutes(id),
     };
 
     const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => control.routes(router) });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); } });
     const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
@@ -190,7 +208,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls,
+      config, state, policy, storage, metrics, control, identity, controlPublicKey: noiseKey.publicKey, urls,
       async close() {
         if (closed) return;
         closed = true;

@@ -1,0 +1,28 @@
+import type { Knex } from 'knex';
+import type { SqlMigration } from './types.js';
+
+/**
+ * userIdentityMigration gives users the identity a provider vouches for (issue 12):
+ * `provider` (`oidc`, '' for local users), `provider_id` (the stable `<iss>/<sub>`,
+ * unique, NULL for local users: NULLs never collide on any of the three databases),
+ * the profile picture URL and the provider's groups (JSON text, NULL read as none:
+ * MySQL cannot give a TEXT column a default).
+ */
+export const userIdentityMigration: SqlMigration = {
+  version: 2,
+  name: '0002_user_identity',
+  async up(knex) {
+    await knex.schema.alterTable('users', (t) => {
+      t.string('provider', 64).notNullable().defaultTo('');
+      t.string('provider_id', 512).nullable().unique({ indexName: 'users_provider_id_unique' });
+      t.string('profile_pic_url', 2048).notNullable().defaultTo('');
+      t.text('groups', 'mediumtext').nullable();
+    });
+  },
+  async down(knex) {
+    await knex.schema.alterTable('users', (t) => {
+      t.dropUnique(['provider_id'], 'users_provider_id_unique');
+      t.dropColumns('provider', 'provider_id', 'profile_pic_url', 'groups');
+    });
+  },
+};

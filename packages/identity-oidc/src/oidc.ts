@@ -167,7 +167,10 @@ export class OidcIdentity implements IdentityPort {
       });
     } catch (err) {
       // The error names what failed (signature, nonce, audience, the provider's error code); it never quotes a token or code.
-      this.logger.warn('identity provider answer not accepted', { issuer: this.config.issuer, error: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 300) });
+      const claim = (err as { cause?: { claim?: unknown } }).cause?.claim;
+      this.logger.warn('identity provider answer not accepted', {
+        issuer: this.config.issuer, error: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 300), ...(typeof claim === 'string' ? { claim } : {}),
+      });
       return { ok: false, status: 403, reason: 'The identity provider\'s answer could not be verified, so you were not logged in.', loginKey: login.loginKey, cookies: clear };
     }
     const idClaims = (tokens.claims() ?? {}) as Claims;

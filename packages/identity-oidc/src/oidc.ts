@@ -167,7 +167,11 @@ export class OidcIdentity implements IdentityPort {
       });
     } catch (err) {
       // The error names what failed (signature, nonce, audience, the provider's error code); it never quotes a token or code.
-      const claim = (err as { cause?: { claim?: unknown } }).cause?.claim;
+      // openid-client wraps oauth4webapi's error, whose cause names the failing claim (never its value).
+      let claim: unknown;
+      for (let e: unknown = err, i = 0; e && typeof e === 'object' && i < 4 && claim === undefined; e = (e as { cause?: unknown }).cause, i++) {
+        claim = (e as { claim?: unknown }).claim;
+      }
       this.logger.warn('identity provider answer not accepted', {
         issuer: this.config.issuer, error: `${(err as Error).name}: ${(err as Error).message}`.slice(0, 300), ...(typeof claim === 'string' ? { claim } : {}),
       });

@@ -7,7 +7,7 @@
  */
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
-import { Browser, confirm, signIn } from '@headway/oidc-test-provider';
+import { Browser, confirm, describePage, signIn } from '@headway/oidc-test-provider';
 import { runHeadwayOn } from '../src/cli.js';
 import { CLIENT_SECRET, startOidcSetup, type OidcSetup } from '../src/oidc.js';
 
@@ -40,12 +40,12 @@ t.test('a person signs in at the provider and confirms: the device is registered
   t.match(authorize?.searchParams.get('code_challenge') ?? '', /^[A-Za-z0-9_-]{43}$/, 'a code challenge');
   t.ok(authorize?.searchParams.get('nonce') && authorize?.searchParams.get('state'), 'state and nonce sent');
   t.equal(authorize?.searchParams.get('redirect_uri'), `${s.serverUrl}/oidc/callback`);
-  t.equal(result.page.status, 200, `confirmation page: ${result.page.body.slice(0, 200)}`);
+  t.equal(result.page.status, 200, `confirmation page: ${describePage(result.page)}`);
   t.match(result.page.body, /Log in alice-laptop\?/);
   t.equal(s.server.state.nodeByMachineKey(machineKey), undefined, 'nothing registered before the person confirms');
 
   const done = await confirm(result);
-  t.equal(done.status, 200, done.body.slice(0, 300));
+  t.equal(done.status, 200, describePage(done));
   t.match(done.body, /alice-laptop<\/strong> is logged in as <strong>alice</);
   const node = s.server.state.nodeByMachineKey(machineKey);
   t.ok(node, 'node registered');
@@ -66,7 +66,7 @@ t.test('a person signs in at the provider and confirms: the device is registered
   const second = await waitingLogin(s, 'alice-phone');
   const r2 = await signIn(second.authUrl, 'alice', 'alice-pw', { browser });
   const d2 = await confirm(r2);
-  t.equal(d2.status, 200, d2.body.slice(0, 300));
+  t.equal(d2.status, 200, describePage(d2));
   t.equal(s.server.state.nodeByMachineKey(second.machineKey)?.userId, user!.id, 'same user for the same identity');
   t.equal(s.server.state.listUsers().length, 1, 'no second user');
 
@@ -154,7 +154,7 @@ t.test('an ID token signed by a key the provider does not publish is refused', a
   const s = await setup(t, {}, { rogueSigningKey: true });
   const { authUrl, machineKey } = await waitingLogin(s);
   const { page } = await signIn(authUrl, 'alice', 'alice-pw');
-  t.equal(page.status, 403, page.body.slice(0, 200));
+  t.equal(page.status, 403, describePage(page));
   t.match(page.body, /could not be verified/);
   t.equal(s.server.state.nodeByMachineKey(machineKey), undefined);
   t.equal(s.server.state.listUsers().length, 0, 'no user');
@@ -173,7 +173,7 @@ t.test('users link: a local user linked to a subject receives that person\'s log
 
   const { authUrl, machineKey } = await waitingLogin(s);
   const done = await confirm(await signIn(authUrl, 'dave', 'dave-pw'));
-  t.equal(done.status, 200, done.body.slice(0, 300));
+  t.equal(done.status, 200, describePage(done));
   t.equal(s.server.state.nodeByMachineKey(machineKey)?.userId, dave.id, 'the login landed on the linked user');
   t.equal(s.server.state.getUser(dave.id)?.email, 'dave@example.com', 'profile refreshed from the provider');
   t.equal(s.server.state.listUsers().length, 2, 'no new user');

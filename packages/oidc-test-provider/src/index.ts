@@ -121,6 +121,13 @@ export class Browser {
   }
 }
 
+/** describePage names a page in a test message: its status and title (or its first characters). */
+export function describePage(page: Page): string {
+  const title = /<title>([^<]*)<\/title>/i.exec(page.body)?.[1];
+  const refusal = /<h1>Login refused<\/h1>\s*<p>([^<]*)</i.exec(page.body)?.[1];
+  return `${page.status} ${title ?? page.body.slice(0, 120)}${refusal ? `: ${refusal}` : ''}`;
+}
+
 /** formAction reads the action and hidden fields of the first form on a page. */
 export function readForm(page: Page): { action: string; fields: Record<string, string> } {
   const form = /<form[^>]*action="([^"]*)"[^>]*>([\s\S]*?)<\/form>/i.exec(page.body);

@@ -31,8 +31,8 @@ t.test('a storage or policy plugins: entry is refused, naming the key that choos
 
 t.test('malformed plugins: entries name the entry and the field', async (t) => {
   t.match(pluginErrors('@acme/dns'), [/expected a list of \{package, port, options\} entries, found string/]);
-  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns\)/]);
-  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, found string "dsn"/]);
+  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns, identity\)/]);
+  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, identity, found string "dsn"/]);
   t.match(pluginErrors([{ port: 'dns' }]), [/plugins\[0\]: package is required/]);
   t.match(pluginErrors([{ package: 'Not A Name', port: 'dns' }]), [/package: expected an npm package name/]);
   t.match(pluginErrors([{ package: '@acme/dns', port: 'dns', option: {} }]), [/unknown field "option" \(expected package, port, options\)/]);

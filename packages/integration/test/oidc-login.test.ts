@@ -9,7 +9,8 @@ import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Browser, confirm, describePage, signIn } from '@headway/oidc-test-provider';
 import { runHeadwayOn } from '../src/cli.js';
-import { CLIENT_SECRET, startOidcSetup, type OidcSetup } from '../src/oidc.js';
+import { CLIENT_SECRET, freePort, startOidcSetup, type OidcSetup } from '../src/oidc.js';
+import { startTestServer } from '../src/server.js';
 
 const hex = () => randomBytes(32).toString('hex');
 
@@ -186,4 +187,31 @@ t.test('the AuthURL of an unknown login shows a page, not a redirect', async (t)
   t.match(page.body, /unknown or has expired/);
   const forged = await new Browser().request(`${s.serverUrl}/login/confirm`, { form: { token: 'forged' } });
   t.equal(forged.status, 403, 'a forged confirmation is refused');
+});
+
+t.test('oidc.use_expiry_from_token: the node expires with the ID token', async (t) => {
+  const s = await setup(t, { use_expiry_from_token: true });
+  const { authUrl, machineKey } = await waitingLogin(s);
+  const before = Date.now();
+  const done = await confirm(await signIn(authUrl, 'alice', 'alice-pw'));
+  t.equal(done.status, 200, describePage(done));
+  const expiry = s.server.state.nodeByMachineKey(machineKey)?.expiry;
+  t.ok(expiry, 'the node has an expiry');
+  // oidc-provider issues ID tokens valid for an hour by default.
+  t.ok(expiry!.getTime() > before && expiry!.getTime() <= Date.now() + 3600_000 + 5000, `expiry ${expiry?.toISOString()} is the token's`);
+  t.comment(`node expiry - login time: ${Math.round((expiry!.getTime() - before) / 1000)} s`);
+});
+
+t.test('oidc.only_start_if_oidc_is_available: an unreachable provider stops start-up, or only warns when false', async (t) => {
+  const port = await freePort();
+  const oidc = { issuer: `http://127.0.0.1:${port}`, client_id: 'headway', client_secret: CLIENT_SECRET };
+  await t.rejects(startTestServer({ oidc }), /oidc\.issuer http:\/\/127\.0\.0\.1:\d+: the provider cannot be reached.*only_start_if_oidc_is_available: false/);
+  const server = await startTestServer({ oidc: { ...oidc, only_start_if_oidc_is_available: false } });
+  t.teardown(() => server.stop());
+  t.match(server.logs.join('\n'), /WRN oidc\.issuer .* the provider cannot be reached/);
+  const reg = await server.state.createPending({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostinfo: null, source: '127.0.0.1' });
+  const page = await new Browser().request(`${server.urls.http}/register/${reg.key}`);
+  t.equal(page.status, 502, 'a login while the provider is down gets a page saying so');
+  t.match(page.body, /identity provider cannot be reached/);
+  t.notOk(server.logs.join('\n').includes(CLIENT_SECRET), 'the client secret is not logged');
 });

@@ -99,3 +99,13 @@ t.test('DNS records: extra records, then each plugin in order; tailnetRecords ar
   const src3 = new DnsConfigSource(dns, [], silentLogger, () => undefined, [qualified]);
   await t.rejects(src3.init(), { message: /must be relative to the tailnet domain/ });
 });
+
+t.test('an identity plugin serves the login port; one only, and it must have begin and complete', async (t) => {
+  const entry: PluginEntry = { package: fixture('identity-magic-link'), port: 'identity', options: { mailer: 'https://mailer.example.com' } };
+  const loaded = await loadPlugins({ plugins: [entry] }, ctx());
+  t.equal(loaded.identity?.provider, 'magic-link');
+  t.equal(loaded.identity?.callbackPath, '/magic/callback');
+  t.match(await loaded.identity!.begin('k1', { url: new URL('http://x/register/k1'), method: 'GET', cookies: {} }), { location: 'https://mailer.example.com/send?login=k1' }, 'the plugin got its options');
+  await t.rejects(loadPlugins({ plugins: [entry, entry] }, ctx()), { message: /plugins\[1\].*the identity port takes one plugin/ });
+  await t.rejects(loadPlugins({ plugins: [{ package: fixture('dns-zod'), port: 'identity', options: {} }] }, ctx()), { message: /provides the dns port, not identity/ });
+});

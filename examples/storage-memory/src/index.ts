@@ -71,7 +71,12 @@ function repositories(db: () => Tables): StorageRepositories {
       async create(input) {
         const t = db();
         unique(t.users.values(), undefined, (r) => r.name, input.name, 'name', (r) => r.id);
-        const user: User = { id: t.nextId.users++, name: input.name, displayName: input.displayName ?? '', email: input.email ?? '', profilePicUrl: input.profilePicUrl ?? '', createdAt: new Date() };
+        unique(t.users.values(), undefined, (r) => r.providerId, input.providerId, 'provider_id', (r) => r.id);
+        const user: User = {
+          id: t.nextId.users++, name: input.name, displayName: input.displayName ?? '', email: input.email ?? '',
+          provider: input.provider ?? '', providerId: input.providerId ?? null, profilePicUrl: input.profilePicUrl ?? '',
+          groups: [...(input.groups ?? [])], createdAt: new Date(),
+        };
         t.users.set(user.id, user);
         return copy(user);
       },
@@ -80,6 +85,7 @@ function repositories(db: () => Tables): StorageRepositories {
         const u = t.users.get(id);
         if (!u) return undefined;
         unique(t.users.values(), id, (r) => r.name, patch.name, 'name', (r) => r.id);
+        unique(t.users.values(), id, (r) => r.providerId, patch.providerId, 'provider_id', (r) => r.id);
         const next = { ...u, ...Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)) };
         t.users.set(id, next);
         return copy(next);

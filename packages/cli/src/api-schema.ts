@@ -48,6 +48,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/user/{id}/link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Link a user to an identity-provider identity
+         * @description That person's logins through the provider then land on this user. Without issuer, the configured login method (oidc.issuer) names the identity.
+         */
+        post: operations["linkUser"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/user/{id}": {
         parameters: {
             query?: never;
@@ -564,6 +584,23 @@ export interface components {
              */
             profilePicUrl: string;
             /**
+             * @description How the user logs in: 'oidc' for a user from an identity provider, empty for a local user
+             * @example oidc
+             */
+            provider: string;
+            /**
+             * @description The provider's stable identity (OIDC: <issuer>/<sub>); empty for a local user
+             * @example https://idp.example.com/248289761001
+             */
+            providerId: string;
+            /**
+             * @description The provider's groups for the user (groups claim), refreshed at each login
+             * @example [
+             *       "engineering"
+             *     ]
+             */
+            groups: string[];
+            /**
              * Format: date-time
              * @description RFC 3339 time (UTC)
              * @example 2026-01-02T15:04:05.000Z
@@ -977,6 +1014,59 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    linkUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description User id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The provider's subject (sub claim)
+                     * @example 248289761001
+                     */
+                    subject: string;
+                    /**
+                     * @description Issuer URL (default: oidc.issuer)
+                     * @example https://idp.example.com
+                     */
+                    issuer?: string | null;
+                    /**
+                     * @description Provider name (default: oidc)
+                     * @example oidc
+                     */
+                    provider?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The linked user */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        user: components["schemas"]["User"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["InternalError"];
         };
     };

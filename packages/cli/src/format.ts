@@ -41,8 +41,10 @@ export function userJson(u: ApiUser | null | undefined): Record<string, unknown>
     name: u.name,
     display_name: u.displayName ?? '',
     email: u.email ?? '',
-    profile_pic_url: u.profilePicUrl ?? '',
     created_at: u.createdAt ?? null,
+    provider: u.provider ?? '',
+    provider_id: u.providerId ?? '',
+    profile_pic_url: u.profilePicUrl ?? '',
   };
 }
 

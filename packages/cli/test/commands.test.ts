@@ -74,7 +74,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.notOk(api.last.headers.authorization, 'no API key over the local socket');
 
     r = await run('users', 'list', '-o', 'json');
-    t.same(JSON.parse(r.stdout), [{ id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', profile_pic_url: '', created_at: '2026-01-02T03:04:05Z' }]);
+    t.same(JSON.parse(r.stdout), [{ id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', created_at: '2026-01-02T03:04:05Z', provider: '', provider_id: '', profile_pic_url: '' }]);
 
     r = await run('users', 'list', '--name', 'alice');
     t.same(api.last.query, { name: 'alice' });
@@ -91,7 +91,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
 
     r = await run('user', 'ls', '-i', '1', '-o', 'yaml');
     t.same(api.last.query, { id: '1' }, 'headscale alias `user ls` works');
-    t.same(YAML.parse(r.stdout), [{ id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', profile_pic_url: '', created_at: '2026-01-02T03:04:05Z' }]);
+    t.same(YAML.parse(r.stdout), [{ id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', created_at: '2026-01-02T03:04:05Z', provider: '', provider_id: '', profile_pic_url: '' }]);
 
     r = await run('users', 'rename', '-i', '1', '--new-name', 'bob', '-o', 'json-line');
     t.equal(api.last.path, '/api/v1/user/1/rename/bob');
@@ -129,7 +129,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.same(nodes[0], {
       id: '7', machine_key: NODE.machineKey, node_key: NODE.nodeKey, disco_key: NODE.discoKey,
       ip_addresses: NODE.ipAddresses, name: 'laptop',
-      user: { id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', profile_pic_url: '', created_at: '2026-01-02T03:04:05Z' },
+      user: { id: '1', name: 'alice', display_name: 'Alice A', email: 'alice@example.com', created_at: '2026-01-02T03:04:05Z', provider: '', provider_id: '', profile_pic_url: '' },
       last_seen: NODE.lastSeen, expiry: NODE.expiry, created_at: NODE.createdAt, register_method: 'REGISTER_METHOD_AUTH_KEY',
       forced_tags: ['tag:web'], tags: ['tag:web'], given_name: 'laptop-1', online: true,
       approved_routes: ['10.0.0.0/24'], available_routes: ['10.0.0.0/24', '192.168.1.0/24'], subnet_routes: ['10.0.0.0/24'], ephemeral: false,

@@ -46,6 +46,14 @@ t.test('config check', async (t) => {
   t.equal(r.code, 0, 'no file at all is valid: built-in defaults');
   t.match(r.stdout, /no config file found/);
 
+  r = await headway(['config', 'check', '-c', fx('oidc-incomplete.yaml')], { env, cwd: dir });
+  t.equal(r.code, 1, 'config check validates the oidc block');
+  t.match(r.stdout, /^fatal: oidc\.strip_email_domain: removed/m);
+  t.match(r.stdout, /^error: oidc\.pkce\.method: expected one of S256, plain, found string "S512"/m);
+  t.match(r.stdout, /^error: oidc\.client_secret: oidc\.client_secret and oidc\.client_secret_path are mutually exclusive/m);
+  t.match(r.stdout, /^error: oidc\.client_secret_path: \/nonexistent\/headway\/oidc_secret does not exist/m);
+  t.notMatch(r.stdout + r.stderr, /do-not-print-this-secret/, 'the client secret is never printed');
+
   r = await headway(['configtest', '-c', fx('removed-key.yaml')], { env, cwd: dir });
   t.equal(r.code, 1, 'headscale spelling `configtest` works');
 });

@@ -42,7 +42,7 @@ type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date
 
 /** FIELDS is the exact field list of each record kind; a record with more or fewer is refused. */
 const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
-  users: { id: 'int', name: 'string', displayName: 'string', email: 'string', profilePicUrl: 'string', createdAt: 'date' },
+  users: { id: 'int', name: 'string', displayName: 'string', email: 'string', profilePicUrl: 'string', provider: 'string', providerId: 'string?', groups: 'strings', createdAt: 'date' },
   preAuthKeys: {
     id: 'int', userId: 'int?', reusable: 'bool', ephemeral: 'bool', used: 'bool', expiration: 'date?',
     tags: 'strings', prefix: 'string', hash: 'string', createdAt: 'date',

@@ -8,9 +8,25 @@ export interface User {
   name: string;
   displayName: string;
   email: string;
-  /** profilePicUrl is the user's picture (headscale's profile_pic_url): an http(s) URL, or empty. */
+  /** provider is how the user logs in: '' for a local user, `oidc` for one from an identity provider. */
+  provider: string;
+  /** providerId is the provider's stable identity (OIDC: `<iss>/<sub>`); unique; null for a local user. */
+  providerId: string | null;
   profilePicUrl: string;
+  /** groups are the provider's groups for the user (the `groups` claim), refreshed at each login. */
+  groups: string[];
   createdAt: Date;
+}
+
+/** UserInput is what a user is created or updated with; provider fields are absent for local users. */
+export interface UserInput {
+  name: string;
+  displayName?: string;
+  email?: string;
+  provider?: string;
+  providerId?: string | null;
+  profilePicUrl?: string;
+  groups?: string[];
 }
 
 export type RegisterMethod = 'authkey' | 'cli' | 'api' | 'debug' | 'oidc';

@@ -6,7 +6,7 @@ import { BACKUP_FORMAT_VERSION, BackupFormatError, decodeBackup, encodeBackup, t
 const dump: StorageDump = {
   kind: 'postgres',
   schemaVersion: 1,
-  users: [{ id: 3, name: 'alice', displayName: 'Alice Ü 🚀', email: 'a@example.com', profilePicUrl: 'https://example.com/a.png', createdAt: new Date('2026-01-02T03:04:05.006Z') }],
+  users: [{ id: 3, name: 'alice', displayName: 'Alice Ü 🚀', email: 'a@example.com', profilePicUrl: 'https://example.com/a.png', provider: 'oidc', providerId: 'https://idp.example.com/a', groups: ['eng'], createdAt: new Date('2026-01-02T03:04:05.006Z') }],
   preAuthKeys: [{
     id: 7, userId: 3, reusable: false, ephemeral: true, used: true, expiration: null, tags: ['tag:a'],
     prefix: 'hskey-auth-abc', hash: '$argon2id$v=19$hash', createdAt: new Date('2026-01-02T03:04:05.007Z'),

@@ -110,20 +110,19 @@ t.test('conflicting keys', async (t) => {
   t.match(errors(e.problems)[0], { key: 'dns.extra_records', message: /record 1: value must be an IPv4 address/ });
 });
 
-// Regression (config check passed tls_letsencrypt_* and oidc: as valid while ignoring them).
+// Regression (config check passed tls_letsencrypt_* (and, before OIDC landed, oidc:) as valid while ignoring them).
 t.test('unknown keys warn; headscale keys accepted but not implemented warn naming each key, grouped by feature', async (t) => {
   const { problems } = resolveConfig({
-    colour: 'blue', oidc: { issuer: 'https://x', client_id: 'c' }, database: { gorm: { prepare_stmt: true } },
+    colour: 'blue', database: { gorm: { prepare_stmt: true } },
     tls_letsencrypt_hostname: 'hw.example.com', acme_url: 'https://acme', grpc_listen_addr: '', disable_check_updates: true,
   });
   t.same(problems.filter((p) => !p.code), [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
   const unimplemented = problems.filter((p) => p.code === 'not_implemented');
   t.same(unimplemented.map((p) => [p.level, p.key]), [
-    ['warn', 'oidc.issuer, oidc.client_id'],
     ['warn', 'database.gorm.prepare_stmt'],
     ['warn', 'tls_letsencrypt_hostname, acme_url'],
   ], 'grpc_listen_addr "" and disable_check_updates true are what Headway does anyway');
-  t.match(unimplemented[2]!.message, /not implemented: Let's Encrypt certificates \(these keys are ignored\); set tls_cert_path and tls_key_path/);
+  t.match(unimplemented[1]!.message, /not implemented: Let's Encrypt certificates \(these keys are ignored\); set tls_cert_path and tls_key_path/);
   const grpc = resolveConfig({ grpc_listen_addr: '0.0.0.0:50443', logtail: { enabled: true } }).problems;
   t.same(grpc.map((p) => p.key), ['grpc_listen_addr', 'logtail.enabled']);
   t.same(resolveConfig({ oidc: { expiry: '1d' } }).problems.map((p) => p.level), ['fatal'], 'a removed oidc key still stops the server');
@@ -144,4 +143,43 @@ t.test('durations', async (t) => {
   for (const bad of ['', '10', 'h', '1y', '-5m', '5 m']) t.equal(parseDuration(bad), undefined, bad);
   t.equal(formatDuration(86_400_000 * 2), '2d');
   t.equal(formatDuration(1500), '1500ms');
+});
+
+t.test('the oidc block: checked when oidc.issuer is set, headscale\'s removed keys stop the server', async (t) => {
+  const off = resolveConfig({ oidc: { client_id: 'x' } });
+  t.same(off.problems, [], 'without an issuer the block is not required');
+  t.equal(off.config.oidc.issuer, '');
+  t.same(off.config.oidc.scope, ['openid', 'profile', 'email'], 'headscale\'s default scopes');
+  t.equal(off.config.oidc.email_verified_required, true);
+  t.equal(off.config.oidc.only_start_if_oidc_is_available, true);
+  t.same(off.config.oidc.pkce, { enabled: false, method: 'S256' });
+
+  const errs = (raw: Record<string, unknown>) => resolveConfig(raw).problems.filter((p) => p.level !== 'warn').map((p) => `${p.key}: ${p.message}`);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com' } }), [/oidc.client_id: is required/, /oidc.client_secret: oidc.client_secret or oidc.client_secret_path is required/]);
+  t.match(errs({ oidc: { issuer: 'idp.example.com', client_id: 'c', client_secret: 's' } }), [/oidc.issuer: expected an http:\/\/ or https:\/\/ URL/]);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', client_secret_path: '/nonexistent/secret' } }), [/mutually exclusive/, /\/nonexistent\/secret does not exist/]);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', pkce: { method: 'S512' } } }), [/oidc.pkce.method: expected one of S256, plain/]);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', scope: ['profile'] } }), [/oidc.scope: must include openid/]);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', extra_params: { state: 'x' } } }), [/oidc.extra_params: state is set by the login flow itself/]);
+  t.match(errs({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', extra_params: ['x'] } }), [/oidc.extra_params: expected a mapping/]);
+
+  const good = resolveConfig({ oidc: {
+    issuer: 'https://idp.example.com', client_id: 'c', client_secret: 's', extra_params: { domain_hint: 'example.com', prompt: 'login' },
+    allowed_domains: ['example.com'], pkce: { enabled: true, method: 'plain' }, use_expiry_from_token: true,
+  } });
+  t.same(good.problems, []);
+  t.same(good.config.oidc.extra_params, { domain_hint: 'example.com', prompt: 'login' });
+  t.same(good.config.oidc.pkce, { enabled: true, method: 'plain' });
+  const plain = resolveConfig({ oidc: { issuer: 'http://idp.example.com', client_id: 'c', client_secret: 's' } });
+  t.match(plain.problems, [{ level: 'warn', key: 'oidc.issuer', message: /plain http/ }], 'a remote http issuer warns');
+  t.same(resolveConfig({ oidc: { issuer: 'http://127.0.0.1:9000', client_id: 'c', client_secret: 's' } }).problems, [], 'a loopback http issuer is fine');
+
+  const withVar = resolveConfig({ oidc: { issuer: 'https://idp.example.com', client_id: 'c', client_secret_path: '${CREDS}/secret' } }, { env: { CREDS: '/run/creds' } });
+  t.equal(withVar.config.oidc.client_secret_path, '/run/creds/secret', '${VAR} expanded in client_secret_path');
+
+  const removed = resolveConfig({ oidc: { strip_email_domain: true, map_legacy_users: true } }).problems;
+  t.match(removed, [
+    { level: 'fatal', key: 'oidc.strip_email_domain', message: /removed/ },
+    { level: 'fatal', key: 'oidc.map_legacy_users', message: /users link/ },
+  ]);
 });

@@ -30,8 +30,8 @@ t.test('a storage or policy plugins: entry is refused, naming the key that choos
 
 t.test('malformed plugins: entries name the entry and the field', async (t) => {
   t.match(pluginErrors('@acme/dns'), [/expected a list of \{package, port, options\} entries, found string/]);
-  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns, drive\)/]);
-  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, drive, found string "dsn"/]);
+  t.match(pluginErrors([{ package: '@acme/dns' }]), [/plugins\[0\]: @acme\/dns: port is required \(one of dns, drive, identity\)/]);
+  t.match(pluginErrors([{ package: '@acme/dns', port: 'dsn' }]), [/port: expected one of dns, drive, identity, found string "dsn"/]);
   t.match(pluginErrors([{ port: 'dns' }]), [/plugins\[0\]: package is required/]);
   t.match(pluginErrors([{ package: 'Not A Name', port: 'dns' }]), [/package: expected an npm package name/]);
   t.match(pluginErrors([{ package: '@acme/dns', port: 'dns', option: {} }]), [/unknown field "option" \(expected package, port, options\)/]);
@@ -97,4 +97,14 @@ t.test('DNS records: extra records, then each plugin in order; tailnetRecords ar
   const qualified: DnsPort = { async records() { return []; }, async tailnetRecords() { return [{ name: 'nas.corp.example', type: 'A', value: '10.0.0.2' }]; } };
   const src3 = new DnsConfigSource(dns, [], silentLogger, () => undefined, [qualified]);
   await t.rejects(src3.init(), { message: /must be relative to the tailnet domain/ });
+});
+
+t.test('an identity plugin serves the login port; one only, and it must have begin and complete', async (t) => {
+  const entry: PluginEntry = { package: fixture('identity-magic-link'), port: 'identity', options: { mailer: 'https://mailer.example.com' } };
+  const loaded = await loadPlugins({ plugins: [entry] }, ctx());
+  t.equal(loaded.identity?.provider, 'magic-link');
+  t.equal(loaded.identity?.callbackPath, '/magic/callback');
+  t.match(await loaded.identity!.begin('k1', { url: new URL('http://x/register/k1'), method: 'GET', cookies: {} }), { location: 'https://mailer.example.com/send?login=k1' }, 'the plugin got its options');
+  await t.rejects(loadPlugins({ plugins: [entry, entry] }, ctx()), { message: /plugins\[1\].*the identity port takes one plugin/ });
+  await t.rejects(loadPlugins({ plugins: [{ package: fixture('dns-zod'), port: 'identity', options: {} }] }, ctx()), { message: /provides the dns port, not identity/ });
 });

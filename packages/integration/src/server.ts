@@ -14,7 +14,7 @@ export interface TestServer extends RunningServer {
  * startTestServer runs the real server on ephemeral loopback ports with its own
  * data directory (SQLite by default), collecting log lines for assertions.
  */
-export async function startTestServer(raw: Record<string, unknown> = {}, opts: { dataDir?: string; env?: NodeJS.ProcessEnv; engine?: PolicyEngine } = {}): Promise<TestServer> {
+export async function startTestServer(raw: Record<string, unknown> = {}, opts: { dataDir?: string; env?: NodeJS.ProcessEnv; engine?: PolicyEngine; logLevel?: 'trace' | 'debug' } = {}): Promise<TestServer> {
   const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'headway-test-'));
   const merged = {
     listen_addr: '127.0.0.1:0',
@@ -29,7 +29,7 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
   const bad = problems.filter((p) => p.level !== 'warn');
   if (bad.length) throw new Error(`test config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
   const logs: string[] = [];
-  const logger: Logger = createLogger({ level: 'debug', write: (l) => logs.push(l) });
+  const logger: Logger = createLogger({ level: opts.logLevel ?? 'debug', write: (l) => logs.push(l) });
   // The server URL must be the real port; a fixed one is picked after listening, so bind first.
   let server = await startServer({ config, logger, configSource: 'test', engine: opts.engine });
   if (!raw.server_url) {

@@ -5,6 +5,12 @@ export interface PolicyUser {
   id: string;
   name: string;
   email?: string;
+  /**
+   * groups are the user's identity-provider groups, present only when the server
+   * lets policy groups name them (oidc.policy_groups): `group:NAME` then also holds
+   * every user whose groups include NAME.
+   */
+  groups?: string[];
 }
 
 export interface PolicyNode {
@@ -161,7 +167,11 @@ export class TailnetContext {
           const u = this.snapshot.users.find((x) => x.id === i.node.userId);
           return !i.tagged && !!u?.email && u.email.toLowerCase().endsWith('@' + a.domain.toLowerCase());
         }));
-      case 'group': return union((pol?.groups[a.name] ?? []).flatMap((m) => this.nodesOfUser(this.userOf(m))));
+      case 'group': {
+        const bare = a.name.slice('group:'.length);
+        const fromProvider = this.snapshot.users.filter((u) => u.groups?.includes(bare));
+        return union([...(pol?.groups[a.name] ?? []).map((m) => this.userOf(m)), ...fromProvider].flatMap((u) => this.nodesOfUser(u)));
+      }
       case 'tag': return union(this.infos.filter((i) => i.node.tags.includes(a.name)));
       case 'host': return pol?.hosts[a.name] ?? new IPSet();
       case 'prefix': return a.set;

@@ -65,3 +65,20 @@ t.test('tests block rejects a policy naming the failing test', async (tt) => {
   tt.equal(good.accepted, true);
   tt.same(good.nodes['s']?.peers.map((p) => p.name), ['a']);
 });
+
+t.test('a policy group names identity-provider groups when the server passes users\' groups (oidc.policy_groups)', async (tt) => {
+  const withGroups: Snapshot = {
+    ...snapshot,
+    users: [{ id: '1', name: 'odin', email: 'odin@example.com', groups: ['engineering'] }, { id: '2', name: 'thor', email: 'thor@example.org', groups: ['sales'] }],
+  };
+  const pol = parsePolicy(`{
+    "groups": {"group:engineering": []},
+    "acls": [{"action": "accept", "src": ["group:engineering"], "dst": ["thor@example.org:22"]}],
+  }`);
+  const phone = compilePolicy(pol, withGroups, 'b');
+  tt.same(phone.packetFilter[0]?.SrcIPs, ['100.64.0.1', 'fd7a:115c:a1e0::1'], 'odin is in group:engineering through the provider');
+  const without = compilePolicy(pol, snapshot, 'b');
+  tt.same(without.packetFilter, [], 'without provider groups the declared group is empty');
+  const member = parsePolicy(`{"acls": [{"action": "accept", "src": ["autogroup:member"], "dst": ["thor@example.org:22"]}]}`);
+  tt.same(compilePolicy(member, withGroups, 'b').packetFilter[0]?.SrcIPs, ['100.64.0.1-100.64.0.2', 'fd7a:115c:a1e0::1-fd7a:115c:a1e0::2'], 'autogroup:member includes users from the provider');
+});

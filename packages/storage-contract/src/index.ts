@@ -140,6 +140,25 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.equal((await storage.users.get(first.id))?.name, name);
     });
 
+    await t.test('users keep a provider identity; provider_id is unique, NULL for local users', async (t) => {
+      const providerId = `https://idp.example.com/${unique('sub')}`;
+      const u = await storage.users.create({
+        name: unique('oidc'), email: 'p@example.com', provider: 'oidc', providerId,
+        profilePicUrl: 'https://pictures.example.com/p.png', groups: ['engineering', 'ops'],
+      });
+      t.match(u, { provider: 'oidc', providerId, profilePicUrl: 'https://pictures.example.com/p.png', groups: ['engineering', 'ops'] });
+      t.same(await storage.users.get(u.id), u, 'read back as written');
+      const local1 = await storage.users.create({ name: unique('local') });
+      const local2 = await storage.users.create({ name: unique('local') });
+      t.match([local1, local2], [{ provider: '', providerId: null, profilePicUrl: '', groups: [] }, { providerId: null }], 'local users share a NULL provider_id');
+      await conflictField(t, storage.users.create({ name: unique('twin'), providerId }), 'provider_id', 'create with a taken identity');
+      await conflictField(t, storage.users.update(local1.id, { providerId }), 'provider_id', 'link to a taken identity');
+      const groupsGone = await storage.users.update(u.id, { groups: [], displayName: 'P' });
+      t.same(groupsGone?.groups, [], 'groups can be emptied');
+      const linked = await storage.users.update(local2.id, { provider: 'oidc', providerId: `${providerId}-2` });
+      t.equal(linked?.providerId, `${providerId}-2`);
+    });
+
     await t.test('nodes: create, read, update, list, delete with JSON and dates', async (t) => {
       const owner = await storage.users.create({ name: unique('owner') });
       const hostinfo = {

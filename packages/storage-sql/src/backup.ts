@@ -83,7 +83,7 @@ const dateOrNull = (value: Date | null, field: string) => (value === null || val
 function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> {
   return {
     users: dump.users.map((u) => ({
-      id: u.id, name: u.name, display_name: u.displayName, email: u.email, profile_pic_url: u.profilePicUrl ?? '', created_at: date(u.createdAt, `users[${u.id}].createdAt`),
+      id: u.id, name: u.name, display_name: u.displayName, email: u.email, profile_pic_url: u.profilePicUrl ?? '', provider: u.provider ?? '', provider_id: u.providerId ?? null, groups: u.groups?.length ? stringArrayText(u.groups, 'users.groups') : null, created_at: date(u.createdAt, `users[${u.id}].createdAt`),
     })),
     pre_auth_keys: dump.preAuthKeys.map((k) => ({
       id: k.id, user_id: k.userId, reusable: k.reusable, ephemeral: k.ephemeral, used: k.used,

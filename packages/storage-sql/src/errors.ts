@@ -7,6 +7,7 @@ import { StorageConflictError } from '@headway/core/ports';
  */
 const CONSTRAINT_COLUMNS: Record<string, string> = {
   users_name_unique: 'name',
+  users_provider_id_unique: 'provider_id',
   nodes_machine_key_unique: 'machine_key',
   nodes_node_key_unique: 'node_key',
   nodes_given_name_unique: 'given_name',

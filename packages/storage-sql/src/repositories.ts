@@ -77,7 +77,10 @@ function userRepository(db: Executor, dialect: SqlDialect): UserRepository {
         name: user.name,
         display_name: user.displayName ?? '',
         email: user.email ?? '',
+        provider: user.provider ?? '',
+        provider_id: user.providerId ?? null,
         profile_pic_url: user.profilePicUrl ?? '',
+        groups: user.groups?.length ? stringArrayText(user.groups, 'users.groups') : null,
         created_at: new Date(),
       }));
       return (await byId(id))!;
@@ -87,7 +90,10 @@ function userRepository(db: Executor, dialect: SqlDialect): UserRepository {
       if (patch.name !== undefined) row.name = patch.name;
       if (patch.displayName !== undefined) row.display_name = patch.displayName;
       if (patch.email !== undefined) row.email = patch.email;
+      if (patch.provider !== undefined) row.provider = patch.provider;
+      if (patch.providerId !== undefined) row.provider_id = patch.providerId;
       if (patch.profilePicUrl !== undefined) row.profile_pic_url = patch.profilePicUrl;
+      if (patch.groups !== undefined) row.groups = patch.groups.length ? stringArrayText(patch.groups, 'users.groups') : null;
       if (Object.keys(row).length > 0) {
         const changed = await guarded('users', () => db('users').where({ id }).update(row));
         if (changed === 0) return undefined;

@@ -105,7 +105,10 @@ export function userFromRow(r: Row): User {
     name: toText(r.name),
     displayName: toText(r.display_name),
     email: toText(r.email),
-    profilePicUrl: r.profile_pic_url === null || r.profile_pic_url === undefined ? '' : toText(r.profile_pic_url),
+    provider: toText(r.provider),
+    providerId: r.provider_id === null || r.provider_id === undefined ? null : String(r.provider_id),
+    profilePicUrl: toText(r.profile_pic_url),
+    groups: toStringArray(r.groups, 'users.groups'),
     createdAt: toDate(r.created_at, 'users.created_at'),
   };
 }

@@ -16,7 +16,7 @@ import { nodeView, userView } from './views.js';
  * `field` names the request field that carried the auth ID in error answers.
  */
 export interface PendingLogins {
-  approve(key: string, userId?: number, field?: string): Promise<number>;
+  approve(key: string, userId?: number, how?: { field?: string }): Promise<number>;
   reject(key: string, field?: string): Promise<void>;
 }
 
@@ -59,7 +59,7 @@ export const AUTH_ROUTES: Route[] = [
       const ref = body.user.trim();
       if (!ref) throw badField('user', 'is required (a user name or id)');
       const user = deps.state.resolveUser(ref);
-      return { node: view(deps, await logins(deps).approve(id, user.id, 'authId')) };
+      return { node: view(deps, await logins(deps).approve(id, user.id, { field: 'authId' })) };
     },
   }),
   route({
@@ -68,7 +68,7 @@ export const AUTH_ROUTES: Route[] = [
     body: z.object(authIdFields),
     response: NodeAnswer, responseDescription: 'The node, logged in again',
     errors: [404, 409, 503],
-    handle: async ({ body }, deps) => ({ node: view(deps, await logins(deps).approve(authId(body), undefined, 'authId')) }),
+    handle: async ({ body }, deps) => ({ node: view(deps, await logins(deps).approve(authId(body), undefined, { field: 'authId' })) }),
   }),
   route({
     method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login',

@@ -27,6 +27,8 @@ export interface ApiDeps {
   /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */
   approveRoutes?: (nodeId: number, routes: string[]) => Promise<import('../domain.js').Node>;
   health: () => Promise<boolean>;
+  /** providerIdFor turns a bare subject into the configured login method's provider identity (users link). */
+  providerIdFor?: (subject: string) => { provider: string; providerId: string };
   /** drive manages Taildrive grants (/api/v1/drive); absent in tests that build the API alone. */
   drive?: DriveService;
 }

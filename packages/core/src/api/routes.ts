@@ -71,6 +71,33 @@ export const ROUTES: Route[] = [
     errors: [404, 409],
     handle: async ({ params }, { state }) => ({ user: userView(await state.renameUser(params.id, params.newName)) }),
   }),
+  route({
+    method: 'POST', path: '/api/v1/user/:id/link', operationId: 'linkUser', tag: 'Users', summary: 'Link a user to an identity-provider identity',
+    description: "That person's logins through the provider then land on this user. Without issuer, the configured login method (oidc.issuer) names the identity.",
+    params: z.object({ id: numericId('User id') }),
+    body: z.object({
+      subject: z.string().meta({ description: "The provider's subject (sub claim)", examples: ['248289761001'] }),
+      issuer: optional(z.string()).meta({ description: 'Issuer URL (default: oidc.issuer)', examples: ['https://idp.example.com'] }),
+      provider: optional(z.string()).meta({ description: 'Provider name (default: oidc)', examples: ['oidc'] }),
+    }),
+    response: z.object({ user: UserSchema }), responseDescription: 'The linked user',
+    errors: [404, 409],
+    handle: async ({ params, body }, deps) => {
+      const subject = body.subject.trim();
+      const issuer = body.issuer?.trim();
+      if (!subject) throw badField('subject', 'must not be empty');
+      let link: { provider: string; providerId: string };
+      if (issuer) {
+        if (!/^https?:\/\/\S+$/.test(issuer)) throw badField('issuer', `expected an http(s) URL, found ${JSON.stringify(issuer)}`);
+        link = { provider: body.provider ?? 'oidc', providerId: `${issuer.replace(/\/+$/, '')}/${subject.replace(/^\/+/, '')}` };
+      } else if (deps.providerIdFor) {
+        link = deps.providerIdFor(subject);
+      } else {
+        throw badField('issuer', 'no identity provider is configured (oidc.issuer); pass the issuer URL');
+      }
+      return { user: userView(await deps.state.linkUser(params.id, link.provider, link.providerId)) };
+    },
+  }),
   parity.DELETE_USER,
   // ---- nodes ----
   route({

@@ -31,6 +31,9 @@ export const UserSchema = z.object({
   displayName: z.string().meta({ description: 'Free-form display name; empty when not set', examples: ['Alice Liddell'] }),
   email: z.string().meta({ description: 'E-mail address; empty when not set', examples: ['alice@example.com'] }),
   profilePicUrl: z.string().meta({ description: 'Profile picture URL; empty when not set', examples: ['https://example.com/alice.png'] }),
+  provider: z.string().meta({ description: "How the user logs in: 'oidc' for a user from an identity provider, empty for a local user", examples: ['oidc'] }),
+  providerId: z.string().meta({ description: "The provider's stable identity (OIDC: <issuer>/<sub>); empty for a local user", examples: ['https://idp.example.com/248289761001'] }),
+  groups: z.array(z.string()).meta({ description: "The provider's groups for the user (groups claim), refreshed at each login", examples: [['engineering']] }),
   createdAt: Time,
 }).meta({ id: 'User', description: 'A user: owns nodes and pre-auth keys' });
 

@@ -5,7 +5,10 @@ import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.j
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
 export function userView(u: User): UserView {
-  return { id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, profilePicUrl: u.profilePicUrl ?? '', createdAt: u.createdAt.toISOString() };
+  return {
+    id: String(u.id), name: u.name, displayName: u.displayName, email: u.email, createdAt: u.createdAt.toISOString(),
+    provider: u.provider, providerId: u.providerId ?? '', profilePicUrl: u.profilePicUrl, groups: u.groups,
+  };
 }
 
 const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {

@@ -6,7 +6,7 @@
  */
 export type KeyKind =
   | 'string' | 'bool' | 'int' | 'duration' | 'strings' | 'cidr' | 'addr' | 'url' | 'path'
-  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins';
+  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins' | 'params';
 
 export interface KeySpec {
   kind: KeyKind;
@@ -103,6 +103,22 @@ export const KEYS: Record<string, KeySpec> = {
   'cli.api_key': { kind: 'string', default: '', empty: true, doc: 'API key for cli.address' },
   'cli.timeout': { kind: 'duration', default: 10_000, doc: 'CLI request timeout' },
   'cli.insecure': { kind: 'bool', default: false, doc: 'skip TLS verification for cli.address' },
+  // Sign-in with an identity provider (issue 12); headscale's oidc keys, on when oidc.issuer is set.
+  'oidc.only_start_if_oidc_is_available': { kind: 'bool', default: true, doc: 'refuse to start when the provider cannot be reached at start-up (false: start anyway and retry discovery at each login)' },
+  'oidc.issuer': { kind: 'string', default: '', empty: true, doc: 'the provider\'s issuer URL (its /.well-known/openid-configuration is read); empty turns sign-in with a provider off' },
+  'oidc.client_id': { kind: 'string', default: '', empty: true, doc: 'the client id registered at the provider (redirect URI: <server_url>/oidc/callback)' },
+  'oidc.client_secret': { kind: 'string', default: '', empty: true, doc: 'the client secret (never logged); or use client_secret_path' },
+  'oidc.client_secret_path': { kind: 'path', default: '', empty: true, doc: 'file holding the client secret (${VAR} expanded, whitespace trimmed); exclusive with client_secret' },
+  'oidc.scope': { kind: 'strings', default: ['openid', 'profile', 'email'], doc: 'scopes requested (add groups when the provider needs a scope for the groups claim)' },
+  'oidc.extra_params': { kind: 'params', default: {}, doc: 'extra query parameters for the authorization request (e.g. domain_hint: example.com)' },
+  'oidc.allowed_domains': { kind: 'strings', default: [], doc: 'only e-mail addresses in these domains may log in' },
+  'oidc.allowed_groups': { kind: 'strings', default: [], doc: 'only members of one of these provider groups (groups claim) may log in' },
+  'oidc.allowed_users': { kind: 'strings', default: [], doc: 'only these e-mail addresses may log in' },
+  'oidc.email_verified_required': { kind: 'bool', default: true, doc: 'an unverified e-mail address is not trusted for allowed_domains/allowed_users nor stored' },
+  'oidc.pkce.enabled': { kind: 'bool', default: false, doc: 'use PKCE (RFC 7636) in the authorization code flow' },
+  'oidc.pkce.method': { kind: 'enum', values: ['S256', 'plain'], default: 'S256', doc: 'PKCE challenge method' },
+  'oidc.use_expiry_from_token': { kind: 'bool', default: false, doc: 'a node logged in through the provider expires with the ID token instead of after node.expiry' },
+  'oidc.policy_groups': { kind: 'bool', default: false, doc: 'a policy group (group:NAME, declared in groups) also holds every user whose provider groups claim has NAME' },
   // Operations hardening (issue 15.6): who may read /v1/metrics on listen_addr.
   'metrics.public_endpoint': { kind: 'bool', default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr as headscale does; false answers 404 there (metrics_listen_addr is unaffected)' },
   'metrics.require_api_key': { kind: 'bool', default: false, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); metrics_listen_addr stays open' },
@@ -125,7 +141,9 @@ export const REMOVED: Record<string, string> = {
   'dns_config.extra_records': 'use `dns.extra_records`',
   'dns_config.use_username_in_magic_dns': 'remove it: node names no longer include the user name',
   dns_config: 'move its keys under `dns` (magic_dns, base_domain, override_local_dns, nameservers.global, nameservers.split, search_domains, extra_records)',
-  'oidc.expiry': 'use `node.expiry`',
+  'oidc.expiry': 'use `node.expiry` (or `oidc.use_expiry_from_token: true`)',
+  'oidc.strip_email_domain': 'remove it: users are matched by the provider\'s subject, and policies name them by e-mail address',
+  'oidc.map_legacy_users': 'remove it: link an existing user to a provider identity with `headway users link`',
   db_type: 'use `database.type`',
   db_path: 'use `database.sqlite.path`',
   db_host: 'use `database.postgres.host`',
@@ -155,11 +173,9 @@ export interface NotImplemented {
 
 /**
  * NOT_IMPLEMENTED_PREFIXES: keys not in KEYS whose name starts with one of these are
- * accepted and reported (`oidc` covers every `oidc.*` key; `tls_letsencrypt_` every
- * `tls_letsencrypt_*` key). A key listed in KEYS or REMOVED is never matched here.
+ * accepted and reported (`tls_letsencrypt_` covers every `tls_letsencrypt_*` key). A key listed in KEYS or REMOVED is never matched here.
  */
 export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
-  oidc: { feature: 'OpenID Connect login', instead: 'devices log in with a pre-auth key, or an administrator approves them (headway auth register)' },
   tls_letsencrypt_: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },
   acme_url: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },
   acme_email: { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' },

@@ -139,6 +139,7 @@ export function resolveConfig(
   crossCheck(values, problems);
   checkServerUrl(values, problems);
   resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
+  checkOidc(values, problems);
   return { config: nest(values) as unknown as HeadwayConfig, problems };
 }
 
@@ -235,7 +236,7 @@ function parseEnv(text: string, spec: KeySpec): unknown {
     case 'strings':
       if (text.trim().startsWith('[')) { try { return JSON.parse(text); } catch { return text; } }
       return text.split(',').map((s) => s.trim()).filter(Boolean);
-    case 'split': case 'records':
+    case 'split': case 'records': case 'params':
       try { return JSON.parse(text); } catch { return text; }
     case 'plugins':
       if (text.trim().startsWith('[')) { try { return JSON.parse(text); } catch { return text; } }
@@ -309,6 +310,15 @@ function check(v: unknown, spec: KeySpec): Checked {
         }
       }
       return { value: v };
+    }
+    case 'params': {
+      if (typeof v !== 'object' || Array.isArray(v)) return { error: `expected a mapping of parameter name to value, found ${found}` };
+      const out: Record<string, string> = {};
+      for (const [k, x] of Object.entries(v as object)) {
+        if (typeof x !== 'string' && typeof x !== 'number' && typeof x !== 'boolean') return { error: `${k}: expected a string value, found ${describe(x)}` };
+        out[k] = String(x);
+      }
+      return { value: out };
     }
     case 'records': {
       if (!Array.isArray(v)) return { error: `expected a list of {name, type, value} records, found ${found}` };
@@ -432,6 +442,37 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
   }
 }
 
+/** OIDC_RESERVED_PARAMS are set by the code flow itself; oidc.extra_params must not override them. */
+const OIDC_RESERVED_PARAMS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'nonce', 'code_challenge', 'code_challenge_method'];
+
+/** checkOidc validates the oidc block when oidc.issuer turns it on, as headscale does. */
+function checkOidc(values: Record<string, unknown>, problems: ConfigProblem[]): void {
+  const err = (key: string, message: string) => problems.push({ level: 'error', key, message });
+  const issuer = String(values['oidc.issuer'] ?? '');
+  if (!issuer) return;
+  try {
+    const u = new URL(issuer);
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
+    if (u.protocol === 'http:' && !LOOPBACK_HOSTS.test(u.hostname)) {
+      problems.push({ level: 'warn', key: 'oidc.issuer', message: `${issuer} is plain http: the provider's answers (tokens, keys) can be read and changed on the way; use https` });
+    }
+  } catch {
+    err('oidc.issuer', `expected an http:// or https:// URL, found ${JSON.stringify(issuer)}`);
+  }
+  if (!values['oidc.client_id']) err('oidc.client_id', 'is required when oidc.issuer is set');
+  if (values['oidc.client_secret'] && values['oidc.client_secret_path']) {
+    err('oidc.client_secret', 'oidc.client_secret and oidc.client_secret_path are mutually exclusive; keep one');
+  } else if (!values['oidc.client_secret'] && !values['oidc.client_secret_path']) {
+    err('oidc.client_secret', 'oidc.client_secret or oidc.client_secret_path is required when oidc.issuer is set');
+  }
+  const secretPath = String(values['oidc.client_secret_path'] ?? '');
+  if (secretPath && !existsSync(secretPath)) err('oidc.client_secret_path', `${secretPath} does not exist`);
+  if (!(values['oidc.scope'] as string[]).includes('openid')) err('oidc.scope', 'must include openid');
+  for (const k of Object.keys(values['oidc.extra_params'] as Record<string, string>)) {
+    if (OIDC_RESERVED_PARAMS.includes(k)) err('oidc.extra_params', `${k} is set by the login flow itself and cannot be overridden`);
+  }
+}
+
 const LOOPBACK_HOSTS = /^(localhost|127(\.\d{1,3}){3}|\[?::1\]?|0\.0\.0\.0|\[?::\]?)$/i;
 
 /**
@@ -458,7 +499,7 @@ function checkServerUrl(values: Record<string, unknown>, problems: ConfigProblem
 }
 
 const DATA_DIR_KEYS = ['noise.private_key_path', 'derp.server.private_key_path', 'database.sqlite.path', 'unix_socket'];
-const FILE_KEYS = ['policy.path', 'tls_cert_path', 'tls_key_path', 'dns.extra_records_path'];
+const FILE_KEYS = ['policy.path', 'tls_cert_path', 'tls_key_path', 'dns.extra_records_path', 'oidc.client_secret_path'];
 
 function resolvePaths(values: Record<string, unknown>, baseDir: string, home: string, env: NodeJS.ProcessEnv): void {
   const expand = (p: string) => (p.startsWith('~/') ? join(home, p.slice(2)) : p);
@@ -469,6 +510,8 @@ function resolvePaths(values: Record<string, unknown>, baseDir: string, home: st
     const p = expand(String(values[k]));
     if (p && p !== ':memory:' && !isAbsolute(p)) values[k] = join(dataDir, p);
   }
+  // The secret's path may name a variable, as headscale's does (systemd's ${CREDENTIALS_DIRECTORY}).
+  values['oidc.client_secret_path'] = String(values['oidc.client_secret_path']).replace(/\$\{(\w+)\}|\$(\w+)/g, (_, a?: string, b?: string) => env[(a ?? b)!] ?? '');
   for (const k of FILE_KEYS) {
     const p = expand(String(values[k]));
     if (p && !isAbsolute(p)) values[k] = resolve(baseDir, p);

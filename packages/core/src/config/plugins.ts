@@ -16,6 +16,7 @@ export const BUILTIN: Record<PortName, readonly string[]> = {
   policy: ['file', 'database'],
   dns: [],
   drive: [],
+  identity: ['oidc'],
 };
 
 const PREFIX: Record<PortName, string> = {
@@ -23,6 +24,7 @@ const PREFIX: Record<PortName, string> = {
   policy: '@headway/policy-',
   dns: '@headway/dns-',
   drive: '@headway/drive-',
+  identity: '@headway/identity-',
 };
 
 /** AdapterLoadError stops the server at boot with a message a user can act on. */

@@ -82,6 +82,28 @@ export interface RegistrationConfig {
   gc_interval: number;
 }
 
+/**
+ * OidcConfig is headscale's `oidc:` block: sign-in through an OpenID Connect provider,
+ * on when `issuer` is set. `client_secret` is a secret: never log it.
+ */
+export interface OidcConfig {
+  only_start_if_oidc_is_available: boolean;
+  issuer: string;
+  client_id: string;
+  client_secret: string;
+  client_secret_path: string;
+  scope: string[];
+  extra_params: Record<string, string>;
+  allowed_domains: string[];
+  allowed_groups: string[];
+  allowed_users: string[];
+  email_verified_required: boolean;
+  pkce: { enabled: boolean; method: 'S256' | 'plain' };
+  use_expiry_from_token: boolean;
+  /** policy_groups lets a policy's group:NAME also hold users whose provider groups include NAME. */
+  policy_groups: boolean;
+}
+
 export interface HeadwayConfig {
   /** data_dir is Headway's own key: where relative default paths (database, keys, socket) live. */
   data_dir: string;
@@ -109,4 +131,5 @@ export interface HeadwayConfig {
   taildrop: { enabled: boolean };
   cli: { address: string; api_key: string; timeout: number; insecure: boolean };
   metrics: { public_endpoint: boolean; require_api_key: boolean };
+  oidc: OidcConfig;
 }

@@ -205,7 +205,9 @@ export class Registrar {
    * already knows can be approved, and it keeps its owner (user or tags), because a new
    * device must not join without someone deciding who owns it.
    */
-  async approve(key: string, userId?: number, field = 'key'): Promise<number> {
+  async approve(key: string, userId?: number, how: { field?: string; method?: 'cli' | 'oidc'; expiry?: Date } = {}): Promise<number> {
+    const field = how.field ?? 'key';
+    const method = how.method ?? 'cli';
     const pending = await this.state.getPending(key);
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected; run tailscale up again on the device for a new one`, field);
     const hostinfo = pending.hostinfo as Hostinfo | null;
@@ -222,17 +224,17 @@ export class Registrar {
     let node: Node;
     if (existing) {
       node = await this.state.reRegisterNode(existing.id, {
-        nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: this.defaultExpiry(existing.tags.length > 0),
-        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
+        nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: how.expiry ?? this.defaultExpiry(existing.tags.length > 0),
+        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
       }, writes);
     } else {
       node = await this.state.createNode({
         machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId: userId!,
-        hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: 'cli',
-        expiry: this.defaultExpiry(false),
+        hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
+        expiry: how.expiry ?? this.defaultExpiry(false),
       }, writes);
     }
-    this.logger.info('node registered', { node: node.id, name: node.givenName, method: 'cli' });
+    this.logger.info('node registered', { node: node.id, name: node.givenName, method });
     for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
     return node.id;
   }

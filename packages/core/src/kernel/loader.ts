@@ -4,6 +4,7 @@ import type { AdapterContext, AdapterDescriptor, OptionProblem, PluginEntry, Por
 import { PORT_SELECTION } from '../ports/adapter.js';
 import { assertDnsPort, DNS, type DnsPort } from '../ports/dns.js';
 import { assertDrivePort, DRIVE, type DrivePort } from '../ports/drive.js';
+import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
 import { adapterPackage, AdapterLoadError, BUILTIN, importDescriptor, pluginLabel, pluginOptions } from '../config/plugins.js';
 
 
@@ -35,10 +36,11 @@ export async function loadAdapter(port: PortName, id: string, ctx: Omit<AdapterC
 const PLUGIN_ASSERTIONS: Partial<Record<PortName, (value: unknown, adapter: string) => void>> = {
   dns: assertDnsPort,
   drive: assertDrivePort,
+  identity: assertIdentityPort,
 };
 
 /** LoadedPlugins are the plugin adapters by port, in the order `plugins:` lists them. */
-export interface LoadedPlugins { dns: DnsPort[]; drive: DrivePort[] }
+export interface LoadedPlugins { dns: DnsPort[]; drive: DrivePort[]; identity?: IdentityPort }
 
 /** PreparedPlugins are `plugins:` entries imported and with their options checked, not yet registered. */
 export interface PreparedPlugins {
@@ -102,7 +104,7 @@ export async function registerPlugins(prepared: PreparedPlugins, ctx: Omit<Adapt
     PLUGIN_ASSERTIONS[port]!(adapter, entry.package);
     list.push(adapter);
   }
-  const result: LoadedPlugins = { dns: (loaded[DNS] ?? []) as DnsPort[], drive: (loaded[DRIVE] ?? []) as DrivePort[] };
+  const result: LoadedPlugins = { dns: (loaded[DNS] ?? []) as DnsPort[], drive: (loaded[DRIVE] ?? []) as DrivePort[], identity: loaded[IDENTITY]?.[0] as IdentityPort | undefined };
   ctx.container.register(`${DNS}Adapters`, asValue(result.dns));
   ctx.container.register(`${DRIVE}Adapters`, asValue(result.drive));
   return result;

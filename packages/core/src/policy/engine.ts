@@ -6,7 +6,11 @@ import type { PolicyEngine } from './service.js';
 /** snapshotOf presents live users and nodes to the policy compiler. */
 export function snapshotOf(state: State): Snapshot {
   return {
-    users: state.listUsers().map((u) => ({ id: String(u.id), name: u.name, email: u.email || undefined })),
+    // Provider groups join policy groups only when the operator says so (oidc.policy_groups).
+    users: state.listUsers().map((u) => ({
+      id: String(u.id), name: u.name, email: u.email || undefined,
+      ...(state.config.oidc?.policy_groups && u.groups.length ? { groups: u.groups } : {}),
+    })),
     nodes: state.listNodes().map((n) => ({
       id: String(n.id),
       name: n.givenName,

@@ -3,7 +3,7 @@ import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 
 /** The ports an adapter package may provide; `database.type` and `policy.mode` choose them. */
-export type PortName = 'storage' | 'policy' | 'dns' | 'drive';
+export type PortName = 'storage' | 'policy' | 'dns' | 'drive' | 'identity';
 
 /**
  * PORT_SELECTION says where each port's adapters come from: a config key naming
@@ -17,6 +17,8 @@ export const PORT_SELECTION: Record<PortName,
   policy: { by: 'config', key: 'policy.mode' },
   dns: { by: 'plugins', several: true },
   drive: { by: 'plugins', several: true },
+  // One login method; without a plugin, oidc.issuer loads @headway/identity-oidc.
+  identity: { by: 'plugins', several: false },
 };
 
 /** PluginEntry is one `plugins:` item: the npm package, the port it serves, and its own options. */

@@ -13,6 +13,7 @@ export * from './storage.js';
 export * from './policy.js';
 export * from './dns.js';
 export * from './drive.js';
+export * from './identity.js';
 export * from '../domain.js';
 export * from '../errors.js';
 export * from '../log.js';

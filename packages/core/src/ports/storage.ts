@@ -1,6 +1,6 @@
 import type {
   ApiKey, NewApiKey, NewNode, NewPreAuthKey, Node, NodePatch, PendingRegistration,
-  PolicyRecord, PreAuthKey, User,
+  PolicyRecord, PreAuthKey, User, UserInput,
 } from '../domain.js';
 import { assertPort } from './assert.js';
 import type { DriveGrant, DriveGrantRecord } from './drive.js';
@@ -14,8 +14,9 @@ export interface UserRepository {
   list(filter?: { id?: number; name?: string; email?: string }): Promise<User[]>;
   get(id: number): Promise<User | undefined>;
   getByName(name: string): Promise<User | undefined>;
-  create(user: { name: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User>;
-  update(id: number, patch: { name?: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User | undefined>;
+  /** create and update store providerId unique: a second user with the same one is a StorageConflictError (`provider_id`). */
+  create(user: UserInput): Promise<User>;
+  update(id: number, patch: Partial<UserInput>): Promise<User | undefined>;
   delete(id: number): Promise<boolean>;
 }
 

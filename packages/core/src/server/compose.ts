@@ -21,6 +21,8 @@ import { RouteService } from '../state/routes.js';
 import { State } from '../state/state.js';
 import { Metrics } from './metrics.js';
 import { Relay } from './relay.js';
+import { LoginFlow } from '../control/login.js';
+import type { IdentityPort } from '../ports/identity.js';
 
 /**
  * KernelCradle names every service the composition root registers. The first
@@ -36,6 +38,8 @@ export interface KernelCradle {
   dnsAdapters: DnsPort[];
   driveAdapters: DrivePort[];
   controlKey: { privateKey: Buffer; publicKey: Buffer };
+  /** loginMethod is the identity adapter for interactive logins (oidc.issuer or an identity plugin), or null. */
+  loginMethod: IdentityPort | null;
   policyEngine: PolicyEngine;
 
   state: State;
@@ -53,6 +57,8 @@ export interface KernelCradle {
   nodeGc: NodeGc;
   relay: Relay;
   controlServer: ControlServer;
+  /** loginFlow serves the identity provider's pages (null without a login method). */
+  loginFlow: LoginFlow | null;
   health: () => Promise<boolean>;
   apiDeps: ApiDeps;
 }
@@ -67,12 +73,13 @@ const HEALTH_TIMEOUT_MS = 2000;
  * container builds each on first resolve, and bootKernel decides the order
  * they start in.
  */
-export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey'] }): void {
+export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey']; identity?: IdentityPort }): void {
   const c = (fn: (k: KernelCradle) => unknown) => asFunction(fn as (k: unknown) => unknown).singleton();
   if (!container.hasRegistration('dnsAdapters')) container.register('dnsAdapters', asValue([]));
   if (!container.hasRegistration('driveAdapters')) container.register('driveAdapters', asValue([]));
   container.register({
     controlKey: asValue(opts.controlKey),
+    loginMethod: asValue(opts.identity ?? null),
     policyEngine: asValue(opts.engine),
     state: c(({ storage, config, logger }) => new State(storage, config, logger)),
     policyService: c(({ policy, state, logger, policyEngine }) => new PolicyService(policy, state, logger, policyEngine)),
@@ -93,6 +100,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
       state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
     })),
+    loginFlow: c(({ loginMethod, state, registrar, config, logger }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger }) : null)),
     health: c(({ storage }) => async () => {
       try {
         await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), HEALTH_TIMEOUT_MS).unref())]);
@@ -101,8 +109,9 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService }): ApiDeps => ({
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService,
+      providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       registerPending: (key, userId) => registrar.approve(key, userId),
       logins: registrar,
       approveRoutes: (id, routes) => routeService.approve(id, routes),

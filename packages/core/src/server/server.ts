@@ -24,6 +24,7 @@ import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
+import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -47,6 +48,8 @@ export interface RunningServer {
   derpMap: DerpMapSource;
   /** container is the composition root's container (server/compose.ts). */
   container: AwilixContainer;
+  /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
+  identity?: IdentityPort;
   controlPublicKey: Buffer;
   urls: { http: string; metrics?: string; socket?: string };
   close(): Promise<void>;
@@ -115,7 +118,19 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const plugins = await registerPlugins(prepared, ctx);
     for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
-    composeKernel(container, { engine: opts.engine ?? hujsonEngine, controlKey: noiseKey });
+    let identity = plugins.identity;
+    if (!identity && config.oidc.issuer) {
+      await loadAdapter('identity', 'oidc', ctx, 'oidc.issuer');
+      identity = container.resolve<IdentityPort>(IDENTITY);
+      assertIdentityPort(identity, '@headway/identity-oidc');
+    }
+    if (identity) {
+      await identity.init?.();
+      const id = identity;
+      if (id.close) cleanups.push(() => id.close!());
+      logger.info('interactive logins go through the identity provider', { provider: identity.provider, callback: config.server_url + identity.callbackPath });
+    }
+    composeKernel(container, { engine: opts.engine ?? hujsonEngine, controlKey: noiseKey, identity });
     const kernel = await bootKernel(container, (state) => {
       const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
       if (!storage.describe().includes(':memory:')) {
@@ -126,7 +141,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       }
     });
     cleanups.push(() => kernel.close());
-    const { state, policyService: policy, metrics, controlServer: control, relay, apiDeps: deps } = kernel.cradle;
+    const { state, policyService: policy, metrics, controlServer: control, relay, apiDeps: deps, loginFlow: login } = kernel.cradle;
     warnOpenFiles(logger, secureDataDir([
       ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
       ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
@@ -134,7 +149,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     ]));
 
     const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { control.routes(router); relay.routes(router); } });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
     const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
@@ -183,7 +198,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container,
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity,
       registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
       async close() {
         if (closed) return;

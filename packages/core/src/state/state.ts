@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey, RegisterMethod, User } from '../domain.js';
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
@@ -170,6 +170,79 @@ export class State {
     this.users.set(user.id, user);
     this.bus.publish({ type: 'user-changed', user });
     return user;
+  }
+
+  /** userByProviderId finds the user a provider identity (`<iss>/<sub>`) belongs to. */
+  userByProviderId(providerId: string): User | undefined {
+    for (const u of this.users.values()) if (u.providerId === providerId) return u;
+    return undefined;
+  }
+
+  /**
+   * loginUser finds the user of a verified provider identity by its stable id and
+   * refreshes the profile the provider keeps (e-mail, display name, picture, groups),
+   * or creates the user: named after the provider's user name, else the e-mail
+   * address, else `user-<hash>`, the first that is valid and free (names are how
+   * policies and the CLI address users; the identity itself never changes).
+   */
+  async loginUser(identity: { provider: string; providerId: string; email: string; username: string; displayName: string; profilePicUrl: string; groups: string[] }): Promise<User> {
+    const profile = {
+      email: /^[^\s@]+@[^\s@]+$/.test(identity.email) ? identity.email : '',
+      displayName: identity.displayName.slice(0, 255),
+      profilePicUrl: /^https?:\/\//i.test(identity.profilePicUrl) ? identity.profilePicUrl.slice(0, 2048) : '',
+      groups: [...new Set(identity.groups.filter((g) => typeof g === 'string' && g))].sort(),
+    };
+    for (let attempt = 1; ; attempt++) {
+      const known = this.userByProviderId(identity.providerId);
+      if (known) {
+        const same = known.email === profile.email && known.displayName === profile.displayName
+          && known.profilePicUrl === profile.profilePicUrl && JSON.stringify(known.groups) === JSON.stringify(profile.groups)
+          && known.provider === identity.provider;
+        if (same) return known;
+        const updated = await this.conflicts(() => this.storage.users.update(known.id, { ...profile, provider: identity.provider }));
+        if (!updated) throw notFound('user', known.id);
+        this.users.set(updated.id, updated);
+        this.bus.publish({ type: 'user-changed', user: updated });
+        return updated;
+      }
+      const name = this.nameForIdentity(identity);
+      try {
+        const user = await this.storage.users.create({ name, ...profile, provider: identity.provider, providerId: identity.providerId });
+        this.users.set(user.id, user);
+        this.bus.publish({ type: 'user-changed', user });
+        return user;
+      } catch (err) {
+        // Another server created this identity's user (or took the name) meanwhile: read and try again.
+        if (!(err instanceof StorageConflictError) || attempt >= 3) throw conflictError(err);
+        for (const u of await this.storage.users.list()) this.users.set(u.id, u);
+      }
+    }
+  }
+
+  private nameForIdentity(identity: { providerId: string; email: string; username: string }): string {
+    const free = (n: string) => n && !checkUserName(n) && !this.userByName(n);
+    for (const candidate of [identity.username, identity.email]) if (free(candidate)) return candidate;
+    const hash = createHash('sha256').update(identity.providerId).digest('hex');
+    for (let i = 8; i <= 64; i += 4) if (free(`user-${hash.slice(0, i)}`)) return `user-${hash.slice(0, i)}`;
+    throw new HeadwayError('name_taken', 'no free user name for this identity');
+  }
+
+  /**
+   * linkUser ties an existing user to a provider identity, so the person's next login
+   * through the provider lands on this user (and its nodes) instead of a new one.
+   */
+  async linkUser(id: number, provider: string, providerId: string): Promise<User> {
+    const user = this.users.get(id);
+    if (!user) throw notFound('user', id);
+    if (!provider || !/^[a-z0-9_-]{1,64}$/.test(provider)) throw badField('provider', `expected a provider name such as oidc, found ${JSON.stringify(provider)}`);
+    if (!providerId || providerId.length > 512 || /[\s]/.test(providerId)) throw badField('subject', `expected the provider's subject identifier (1-512 characters, no spaces), found ${JSON.stringify(providerId)}`);
+    const other = this.userByProviderId(providerId);
+    if (other && other.id !== id) throw new HeadwayError('name_taken', `identity ${providerId} is already linked to user ${other.name} (id ${other.id})`, 'subject');
+    const updated = await this.conflicts(() => this.storage.users.update(id, { provider, providerId }));
+    if (!updated) throw notFound('user', id);
+    this.users.set(id, updated);
+    this.bus.publish({ type: 'user-changed', user: updated });
+    return updated;
   }
 
   async renameUser(id: number, newName: string): Promise<User> {

@@ -8,6 +8,9 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import puppeteer, { type Browser } from 'puppeteer-core';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { repoRoot, startTestServer } from '../src/index.js';
 
@@ -126,5 +129,64 @@ t.test('the register page in headless Chromium at phone and desktop widths', asy
         t.same(requests.filter((u) => u !== url), [], 'the page loads nothing besides itself');
       });
     }
+  }
+});
+
+// The identity-provider login pages share the template: rendered in Chromium at phone width,
+// the confirmation's form button is on screen, nothing overflows, and the CSP (form-action
+// 'self' on the confirmation only) lets the inline CSS apply without a violation.
+t.test('the login pages in headless Chromium at phone width', async (t) => {
+  const executablePath = chromiumPath();
+  if (!executablePath) {
+    if (inCI) t.fail('chromium is not installed, and CI must check the login pages in it');
+    else t.skip('chromium not installed (apt-get install chromium, or set CHROMIUM_PATH)', () => undefined);
+    return;
+  }
+  const pages: Record<string, { html: string; headers: Readonly<Record<string, string>> }> = {
+    '/confirm': {
+      html: confirmLoginPage({ hostname: 'a-rather-long-device-hostname-from-a-phone', user: 'alice', email: 'alice@example.com', token: 't0k', action: '/login/confirm', expiresAt: new Date(Date.now() + 300_000) }),
+      headers: FORM_PAGE_HEADERS,
+    },
+    '/done': { html: loginDonePage({ hostname: 'pixel', user: 'alice', node: 'pixel' }), headers: PAGE_HEADERS },
+    '/refused': { html: loginRefusedPage('alice@elsewhere.example is not in oidc.allowed_domains'), headers: PAGE_HEADERS },
+  };
+  const srv = createServer((req, res) => {
+    const p = pages[req.url ?? ''];
+    if (!p) { res.writeHead(404).end(); return; }
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', ...p.headers }).end(p.html);
+  });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  t.teardown(() => srv.close());
+  const base = `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+  t.match(FORM_PAGE_HEADERS['Content-Security-Policy'], /form-action 'self'/, 'the confirmation may post back to this server');
+  t.match(PAGE_HEADERS['Content-Security-Policy'], /form-action 'none'/, 'other pages may post nowhere');
+  const shots = join(repoRoot(), '.ci-work', 'screenshots');
+  mkdirSync(shots, { recursive: true });
+  const browser: Browser = await puppeteer.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'] });
+  t.teardown(() => browser.close());
+  for (const path of Object.keys(pages)) {
+    const page = await browser.newPage();
+    const problems: string[] = [];
+    page.on('console', (m) => { if (m.type() === 'error' || /Content Security Policy/i.test(m.text())) problems.push(m.text()); });
+    await page.setViewport({ width: 360, height: 740, deviceScaleFactor: 1, isMobile: true, hasTouch: true });
+    await page.goto(base + path, { waitUntil: 'load' });
+    const m = await page.evaluate(`(() => {
+      const b = document.querySelector('button.primary');
+      const r = b ? b.getBoundingClientRect() : null;
+      return {
+        docWidth: document.documentElement.scrollWidth,
+        button: r ? { left: r.left, right: r.right, bottom: r.bottom, bg: getComputedStyle(b).getPropertyValue('background-color') } : null,
+        cardBorder: getComputedStyle(document.querySelector('.card')).getPropertyValue('border-top-style'),
+      };
+    })()`) as { docWidth: number; button: { left: number; right: number; bottom: number; bg: string } | null; cardBorder: string };
+    await page.screenshot({ path: join(shots, `login${path.replace('/', '-')}-phone.png`) as `${string}.png`, fullPage: true });
+    t.equal(m.docWidth, 360, `${path}: no horizontal scrolling at 360px`);
+    t.equal(m.cardBorder, 'solid', `${path}: the template's CSS applied under the CSP`);
+    if (path === '/confirm') {
+      t.ok(m.button && m.button.left >= 0 && m.button.right <= 360 && m.button.bottom <= 740, `${path}: the confirm button is on screen`);
+      t.not(m.button?.bg, 'rgba(0, 0, 0, 0)', `${path}: the confirm button is styled`);
+    }
+    t.same(problems, [], `${path}: no console error or CSP violation`);
+    await page.close();
   }
 });

@@ -7,7 +7,7 @@ import type { Logger } from '../log.js';
 import type { BrowserCookie, BrowserRequest, IdentityPort } from '../ports/identity.js';
 import type { State } from '../state/state.js';
 import type { Registrar } from './register.js';
-import { confirmLoginPage, loginDonePage, loginRefusedPage } from './login-pages.js';
+import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from './pages.js';
 
 /** CONFIRM_PATH receives the person's confirmation that the device may join as them. */
 export const CONFIRM_PATH = '/login/confirm';
@@ -71,14 +71,15 @@ export class LoginFlow {
     this.o.logger.warn('login refused', { provider: this.o.identity.provider, reason, ...log });
     ctx.status = status;
     ctx.type = 'text/html; charset=utf-8';
-    ctx.set('Cache-Control', 'no-store');
+    ctx.set(PAGE_HEADERS);
     ctx.body = loginRefusedPage(reason);
   }
 
   private html(ctx: Context, body: string): void {
     ctx.status = 200;
     ctx.type = 'text/html; charset=utf-8';
-    ctx.set('Cache-Control', 'no-store');
+    // The confirmation page's form posts back here; every other page allows no form at all.
+    ctx.set(body.includes('<form') ? FORM_PAGE_HEADERS : PAGE_HEADERS);
     ctx.body = body;
   }
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 
 /*
  * The few HTML pages the control server shows a person (the register page a device's
- * `tailscale up` opens, and its expired variant; later the OIDC pages). One template:
+ * `tailscale up` opens, its expired variant, and the identity-provider login pages). One template:
  * readable from a 360 px phone to a desktop, light or dark as the device prefers, and
  * self-contained: the CSS and the one small script are inline and allowed by their
  * hashes in a Content-Security-Policy that allows nothing else (no external asset, no
@@ -31,6 +31,9 @@ code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",mo
 .command pre{margin:0;background:var(--code-bg);color:var(--code-fg);border:1px solid var(--line);border-radius:8px;padding:.875rem 1rem;white-space:pre-wrap;overflow-wrap:anywhere;user-select:all;-webkit-user-select:all}
 .command button{margin-top:.5rem;font:inherit;font-size:.925rem;padding:.45rem .9rem;border-radius:8px;border:1px solid var(--accent);background:transparent;color:var(--accent);cursor:pointer}
 .command button:focus-visible{outline:2px solid var(--accent);outline-offset:2px}
+form{margin:1.25rem 0 .5rem}
+.primary{font:inherit;font-weight:600;padding:.6rem 1.4rem;border-radius:8px;border:1px solid var(--accent);background:var(--accent);color:#fff;cursor:pointer;max-width:100%;overflow-wrap:anywhere}
+.primary:focus-visible{outline:2px solid var(--accent);outline-offset:2px}
 @media (min-width:40rem){main{padding-top:3rem}.card{padding:2rem}h1{font-size:1.75rem}}
 `.trim();
 
@@ -53,6 +56,9 @@ export const PAGE_CSP = [
   "default-src 'none'", `style-src ${sha256(STYLE)}`, `script-src ${sha256(SCRIPT)}`,
   "img-src 'none'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'",
 ].join('; ');
+
+/** FORM_PAGE_CSP is PAGE_CSP for a page whose form posts back to this server (the login confirmation). */
+export const FORM_PAGE_CSP = PAGE_CSP.replace("form-action 'none'", "form-action 'self'");
 
 /**
  * PAGE_HEADERS go with every page: the CSP, no MIME sniffing, no framing, and no
@@ -125,5 +131,44 @@ export function expiredRegistrationPage(): string {
     title: 'Headway: registration expired',
     body: `<h1>Registration expired</h1>
 <p>This registration link is unknown or has expired. Run <code>tailscale up</code> again on the device to get a new one.</p>`,
+  });
+}
+
+/** FORM_PAGE_HEADERS are PAGE_HEADERS for a page with a form that posts to this server. */
+export const FORM_PAGE_HEADERS: Readonly<Record<string, string>> = { ...PAGE_HEADERS, 'Content-Security-Policy': FORM_PAGE_CSP };
+
+/** confirmLoginPage asks the person to confirm the device joins as them (a link alone never registers a device). */
+export function confirmLoginPage(o: { hostname: string; user: string; email: string; token: string; action: string; expiresAt: Date }): string {
+  const who = o.email && o.email !== o.user ? `${o.user} (${o.email})` : o.user;
+  return renderPage({
+    title: `Headway: log in ${o.hostname}?`,
+    body: `<h1>Log in ${escapeHtml(o.hostname)}?</h1>
+<p>You are signed in as <strong>${escapeHtml(who)}</strong>.</p>
+<p>Confirm only if you started this login on the device <strong>${escapeHtml(o.hostname)}</strong> yourself: it will join the network as you.</p>
+<form method="post" action="${escapeHtml(o.action)}">
+<input type="hidden" name="token" value="${escapeHtml(o.token)}">
+<button class="primary" type="submit">Log in ${escapeHtml(o.hostname)}</button>
+</form>
+<p class="muted">This confirmation expires at <time datetime="${o.expiresAt.toISOString()}">${o.expiresAt.toISOString()}</time>.</p>`,
+  });
+}
+
+/** loginDonePage tells the person the device is registered. */
+export function loginDonePage(o: { hostname: string; user: string; node: string }): string {
+  return renderPage({
+    title: 'Headway: device logged in',
+    body: `<h1>Device logged in</h1>
+<p><strong>${escapeHtml(o.hostname)}</strong> is logged in as <strong>${escapeHtml(o.user)}</strong> and known as <code>${escapeHtml(o.node)}</code>.</p>
+<p>You can close this page.</p>`,
+  });
+}
+
+/** loginRefusedPage says why a login was refused (not allowed, unverified e-mail, expired, provider error). */
+export function loginRefusedPage(reason: string): string {
+  return renderPage({
+    title: 'Headway: login refused',
+    body: `<h1>Login refused</h1>
+<p>${escapeHtml(reason)}</p>
+<p>Nothing was registered. If you think this is wrong, ask the administrator of this network. To try again, run <code>tailscale up</code> on the device for a new link.</p>`,
   });
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { checkPolicy, policyWarnings, userReferenceWarnings } from '@headway/policy';
-import { ApiError } from './client.js';
+import { ApiError } from '@headway/cli';
 
 /** readPolicyFile reads a policy file, naming the path when it cannot. */
 export function readPolicyFile(path: string): string {

@@ -1,7 +1,4 @@
-import { UsageError } from './base.js';
-import type { ApiClient } from './client.js';
-import type { ApiPreAuthKey } from './api-types.js';
-import { matchesKeyPrefix } from './topics.js';
+import { UsageError, type ApiClient, type ApiPreAuthKey, matchesKeyPrefix } from '@headway/cli';
 
 /**
  * preAuthKeyId resolves `--id ID`, or a positional key / key prefix (headscale's older

@@ -1,5 +1,4 @@
-import { HeadwayCommand, durationFlag } from '../../base.js';
-import { commandAliases, expiresAt } from '../../topics.js';
+import { HeadwayCommand, durationFlag, commandAliases, expiresAt } from '@headway/cli';
 
 export default class ApiKeysCreate extends HeadwayCommand {
   static override summary = 'Create an API key (printed once; use it as cli.api_key on remote machines)';

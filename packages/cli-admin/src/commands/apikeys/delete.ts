@@ -1,7 +1,5 @@
 import { Args, Flags } from '@oclif/core';
-import { HeadwayCommand, UsageError, idFlag } from '../../base.js';
-import type { ApiKeyInfo } from '../../api-types.js';
-import { commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, UsageError, idFlag, type ApiKeyInfo, commandAliases, seg } from '@headway/cli';
 
 export default class ApiKeysDelete extends HeadwayCommand {
   static override summary = 'Delete an API key';

@@ -1,6 +1,5 @@
 import { Args, Flags } from '@oclif/core';
-import { HeadwayCommand, UsageError, idFlag } from '../../base.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, UsageError, idFlag, commandAliases } from '@headway/cli';
 
 export default class ApiKeysExpire extends HeadwayCommand {
   static override summary = 'Expire (revoke) an API key';

@@ -1,7 +1,4 @@
-import { HeadwayCommand } from '../../base.js';
-import type { ApiKeyInfo } from '../../api-types.js';
-import { apiKeyJson, apiKeysTable } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, type ApiKeyInfo, apiKeyJson, apiKeysTable, commandAliases } from '@headway/cli';
 
 export default class ApiKeysList extends HeadwayCommand {
   static override summary = 'List API keys (prefixes only; secrets are never shown again)';

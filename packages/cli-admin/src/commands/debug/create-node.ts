@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, listFlag, splitList } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { checkRoutes, commandAliases } from '../../topics.js';
+import { HeadwayCommand, listFlag, splitList, type ApiNode, nodeJson, checkRoutes, commandAliases } from '@headway/cli';
 
 export default class DebugCreateNode extends HeadwayCommand {
   static override summary = 'Create a node record without a device (tests and demos)';

@@ -1,7 +1,4 @@
-import { HeadwayCommand, UsageError, idFlag, listFlag, splitList } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { checkRoutes, commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, UsageError, idFlag, listFlag, splitList, type ApiNode, nodeJson, checkRoutes, commandAliases, seg } from '@headway/cli';
 
 export default class NodesApproveRoutes extends HeadwayCommand {
   static override summary = 'Replace the approved routes of a node (--routes "" removes them all)';

@@ -1,5 +1,4 @@
-import { HeadwayCommand } from '../../base.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, commandAliases } from '@headway/cli';
 
 export default class NodesBackfillIps extends HeadwayCommand {
   static override summary = 'Give every node an address of each enabled family, and drop addresses of disabled ones';

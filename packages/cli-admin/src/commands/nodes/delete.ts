@@ -1,6 +1,4 @@
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiNode, commandAliases, seg } from '@headway/cli';
 
 export default class NodesDelete extends HeadwayCommand {
   static override summary = 'Delete a node';

@@ -1,7 +1,4 @@
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiNode, nodeJson, commandAliases, seg } from '@headway/cli';
 
 export default class NodesExpire extends HeadwayCommand {
   static override summary = 'Expire (log out) a node now';

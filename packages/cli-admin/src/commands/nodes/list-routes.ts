@@ -1,7 +1,4 @@
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson, routesTable } from '../../format.js';
-import { commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiNode, nodeJson, routesTable, commandAliases, seg } from '@headway/cli';
 
 export default class NodesListRoutes extends HeadwayCommand {
   static override summary = 'List the routes nodes announce, have approved, and serve';

@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson, nodesTable } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, type ApiNode, nodeJson, nodesTable, commandAliases } from '@headway/cli';
 
 export default class NodesList extends HeadwayCommand {
   static override summary = 'List nodes';

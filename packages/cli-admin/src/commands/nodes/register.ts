@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, type ApiNode, nodeJson, commandAliases } from '@headway/cli';
 
 export default class NodesRegister extends HeadwayCommand {
   static override summary = 'Register a waiting device to a user (the key from its login URL)';

@@ -1,8 +1,5 @@
 import { Args } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { seg, commandAliases } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiNode, nodeJson, seg, commandAliases } from '@headway/cli';
 
 export default class NodesRename extends HeadwayCommand {
   static override summary = "Rename a node (its tailnet name; the device's hostname is unchanged)";

@@ -1,7 +1,4 @@
-import { HeadwayCommand, UsageError, idFlag, listFlag, splitList } from '../../base.js';
-import type { ApiNode } from '../../api-types.js';
-import { nodeJson } from '../../format.js';
-import { checkTags, commandAliases, seg } from '../../topics.js';
+import { HeadwayCommand, UsageError, idFlag, listFlag, splitList, type ApiNode, nodeJson, checkTags, commandAliases, seg } from '@headway/cli';
 
 export default class NodesTag extends HeadwayCommand {
   static override summary = 'Replace the tags of a node (--tags "" removes them all)';

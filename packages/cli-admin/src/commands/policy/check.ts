@@ -1,8 +1,6 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, serialize } from '../../base.js';
-import { ConnectionError } from '../../client.js';
+import { HeadwayCommand, serialize, ConnectionError, commandAliases } from '@headway/cli';
 import { PolicyInvalid, asPolicyInvalid, checkPolicyOffline, readPolicyFile, renderPolicyErrors } from '../../policy-check.js';
-import { commandAliases } from '../../topics.js';
 
 export default class PolicyCheck extends HeadwayCommand {
   static override summary = 'Check a policy file (against the server, or offline when none is reachable)';

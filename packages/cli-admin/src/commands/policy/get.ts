@@ -1,5 +1,4 @@
-import { HeadwayCommand } from '../../base.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, commandAliases } from '@headway/cli';
 
 export default class PolicyGet extends HeadwayCommand {
   static override summary = 'Print the policy in effect';

@@ -2,9 +2,8 @@ import { readFileSync } from 'node:fs';
 import { Flags } from '@oclif/core';
 import YAML from 'yaml';
 import { previewPolicy, type FilterRule, type PreviewResult, type Topology } from '@headway/policy';
-import { HeadwayCommand } from '../../base.js';
+import { HeadwayCommand, commandAliases } from '@headway/cli';
 import { readPolicyFile } from '../../policy-check.js';
-import { commandAliases } from '../../topics.js';
 
 export default class PolicyPreview extends HeadwayCommand {
   static override summary = 'Show what each node of a topology would get under a policy (offline)';

@@ -1,7 +1,6 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, serialize } from '../../base.js';
+import { HeadwayCommand, serialize, commandAliases } from '@headway/cli';
 import { PolicyInvalid, asPolicyInvalid, readPolicyFile, renderPolicyErrors } from '../../policy-check.js';
-import { commandAliases } from '../../topics.js';
 
 export default class PolicySet extends HeadwayCommand {
   static override summary = 'Replace the policy (database policy mode)';

@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, boolFlag, durationFlag, listFlag, splitList } from '../../base.js';
-import type { ApiPreAuthKey } from '../../api-types.js';
-import { preAuthKeyJson } from '../../format.js';
-import { checkTags, commandAliases, expiresAt } from '../../topics.js';
+import { HeadwayCommand, boolFlag, durationFlag, listFlag, splitList, type ApiPreAuthKey, preAuthKeyJson, checkTags, commandAliases, expiresAt } from '@headway/cli';
 
 export default class PreAuthKeysCreate extends HeadwayCommand {
   static override summary = 'Create a pre-auth key (printed once)';

@@ -1,7 +1,6 @@
 import { Args, Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
+import { HeadwayCommand, idFlag, commandAliases } from '@headway/cli';
 import { preAuthKeyId } from '../../preauthkey-target.js';
-import { commandAliases } from '../../topics.js';
 
 export default class PreAuthKeysDelete extends HeadwayCommand {
   static override summary = 'Delete a pre-auth key';

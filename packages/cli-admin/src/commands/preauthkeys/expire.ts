@@ -1,9 +1,6 @@
 import { Args, Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiPreAuthKey } from '../../api-types.js';
-import { preAuthKeyJson } from '../../format.js';
+import { HeadwayCommand, idFlag, type ApiPreAuthKey, preAuthKeyJson, commandAliases } from '@headway/cli';
 import { preAuthKeyId } from '../../preauthkey-target.js';
-import { commandAliases } from '../../topics.js';
 
 export default class PreAuthKeysExpire extends HeadwayCommand {
   static override summary = 'Expire a pre-auth key';

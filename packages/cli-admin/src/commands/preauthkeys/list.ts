@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand } from '../../base.js';
-import type { ApiPreAuthKey } from '../../api-types.js';
-import { preAuthKeyJson, preAuthKeysTable } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, type ApiPreAuthKey, preAuthKeyJson, preAuthKeysTable, commandAliases } from '@headway/cli';
 
 export default class PreAuthKeysList extends HeadwayCommand {
   static override summary = 'List pre-auth keys';

@@ -1,8 +1,5 @@
 import { Args, Flags } from '@oclif/core';
-import { HeadwayCommand } from '../../base.js';
-import type { ApiUser } from '../../api-types.js';
-import { userJson } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, type ApiUser, userJson, commandAliases } from '@headway/cli';
 
 export default class UsersCreate extends HeadwayCommand {
   static override summary = 'Create a user';

@@ -1,6 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
-import { commandAliases, requireOneOf, resolveUser, seg } from '../../topics.js';
+import { HeadwayCommand, idFlag, commandAliases, requireOneOf, resolveUser, seg } from '@headway/cli';
 
 export default class UsersDestroy extends HeadwayCommand {
   static override summary = 'Destroy a user and its pre-auth keys (refused while it owns nodes)';

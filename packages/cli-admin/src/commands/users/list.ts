@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiUser } from '../../api-types.js';
-import { userJson, usersTable } from '../../format.js';
-import { commandAliases } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiUser, userJson, usersTable, commandAliases } from '@headway/cli';
 
 export default class UsersList extends HeadwayCommand {
   static override summary = 'List users';

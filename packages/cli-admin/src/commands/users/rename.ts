@@ -1,8 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag } from '../../base.js';
-import type { ApiUser } from '../../api-types.js';
-import { userJson } from '../../format.js';
-import { commandAliases, requireOneOf, resolveUser, seg } from '../../topics.js';
+import { HeadwayCommand, idFlag, type ApiUser, userJson, commandAliases, requireOneOf, resolveUser, seg } from '@headway/cli';
 
 export default class UsersRename extends HeadwayCommand {
   static override summary = 'Rename a user';

@@ -1,9 +1,12 @@
 #!/usr/bin/env node
 import { fileURLToPath } from 'node:url';
 import { execute } from '@oclif/core';
-import { ensureManifest } from '../dist/src/manifest.js';
+import { ensureManifests, loadCliConfig, shareHostLibrary } from '../dist/src/launch.js';
 
-// With a current oclif.manifest.json oclif imports only the command being run, not every
-// command file; a development tree gets one written on its first run after a build.
-await ensureManifest(fileURLToPath(new URL('..', import.meta.url)));
-await execute({ dir: import.meta.url });
+const root = fileURLToPath(new URL('..', import.meta.url));
+// Installed plugins import @headway/cli and @oclif/core from this CLI (see launch.ts).
+shareHostLibrary();
+// With current manifests oclif imports only the command being run, not every command
+// file; a development tree gets them rewritten on its first run after a build.
+await ensureManifests(root);
+await execute({ loadOptions: await loadCliConfig(root) });

@@ -1,9 +1,11 @@
 import { checkPlugins, formatProblem, loadConfig } from '@headway/core/ports';
-import { HeadwayCommand } from '../../base.js';
+import { GLOBAL_FLAGS, HeadwayCommand } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {
   static override summary = 'Check the config file and environment (no server needed)';
   static override hiddenAliases = ['configtest'];
+  static override examples = ['<%= config.bin %> config check', '<%= config.bin %> config check -c /etc/headway/config.yaml', '<%= config.bin %> config check -o json'];
+  static override baseFlags = { config: GLOBAL_FLAGS.config, output: GLOBAL_FLAGS.output };
 
   async run(): Promise<void> {
     await this.parse(ConfigCheck);

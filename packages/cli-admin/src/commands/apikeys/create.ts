@@ -7,6 +7,8 @@ export default class ApiKeysCreate extends HeadwayCommand {
     expiration: durationFlag({ char: 'e', description: 'how long the key stays valid (e.g. 30m, 24h, 90d, 87600h)', default: '90d' }),
   };
 
+  static override examples = ['<%= config.bin %> apikeys create', '<%= config.bin %> apikeys create --expiration 30d'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(ApiKeysCreate);
     const { apiKey } = await this.client().post<{ apiKey: string }>('/api/v1/apikey', { expiration: expiresAt(flags.expiration) });

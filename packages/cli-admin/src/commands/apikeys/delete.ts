@@ -10,6 +10,8 @@ export default class ApiKeysDelete extends HeadwayCommand {
     id: idFlag({ char: 'i', description: 'id of the key' }),
   };
 
+  static override examples = ['<%= config.bin %> apikeys delete --prefix abcd1234efgh', '<%= config.bin %> apikeys delete --id 3'];
+
   async run(): Promise<void> {
     const { args, flags } = await this.parse(ApiKeysDelete);
     const given = [flags.prefix, args.prefix, flags.id].filter((v) => v !== undefined && v !== '');

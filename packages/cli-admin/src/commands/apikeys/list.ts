@@ -3,6 +3,7 @@ import { HeadwayCommand, type ApiKeyInfo, apiKeyJson, apiKeysTable, commandAlias
 export default class ApiKeysList extends HeadwayCommand {
   static override summary = 'List API keys (prefixes only; secrets are never shown again)';
   static override hiddenAliases = commandAliases('apikeys', 'list', ['ls', 'show']);
+  static override examples = ['<%= config.bin %> apikeys list', '<%= config.bin %> apikeys list -o json'];
 
   async run(): Promise<void> {
     await this.parse(ApiKeysList);

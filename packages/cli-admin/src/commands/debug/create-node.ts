@@ -11,6 +11,11 @@ export default class DebugCreateNode extends HeadwayCommand {
     route: listFlag({ char: 'r', description: 'announced route (CIDR); repeatable or comma-separated' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> debug create-node --user alice --name test-box',
+    '<%= config.bin %> debug create-node --user alice --name router --route 10.0.0.0/24,192.168.1.0/24',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(DebugCreateNode);
     const routes = checkRoutes(splitList(flags.route), '--route');

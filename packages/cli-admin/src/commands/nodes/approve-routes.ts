@@ -8,6 +8,11 @@ export default class NodesApproveRoutes extends HeadwayCommand {
     routes: listFlag({ char: 'r', description: 'routes to approve, comma-separated (10.0.0.0/8,192.168.0.0/24)' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> nodes approve-routes -i 7 --routes 10.0.0.0/24,0.0.0.0/0,::/0',
+    '<%= config.bin %> nodes approve-routes -i 7 --routes ""',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesApproveRoutes);
     if (flags.routes === undefined) throw new UsageError('pass --routes CIDR,... (or --routes "" to remove all approved routes)');

@@ -3,6 +3,7 @@ import { HeadwayCommand, commandAliases } from '@headway/cli';
 export default class NodesBackfillIps extends HeadwayCommand {
   static override summary = 'Give every node an address of each enabled family, and drop addresses of disabled ones';
   static override hiddenAliases = commandAliases('nodes', 'backfillips');
+  static override examples = ['<%= config.bin %> nodes backfillips', '<%= config.bin %> nodes backfillips --force'];
 
   async run(): Promise<void> {
     await this.parse(NodesBackfillIps);

@@ -7,6 +7,8 @@ export default class NodesDelete extends HeadwayCommand {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
   };
 
+  static override examples = ['<%= config.bin %> nodes delete -i 7', '<%= config.bin %> nodes delete -i 7 --force'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesDelete);
     const { node } = await this.client().get<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}`);

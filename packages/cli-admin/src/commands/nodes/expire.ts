@@ -7,6 +7,8 @@ export default class NodesExpire extends HeadwayCommand {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
   };
 
+  static override examples = ['<%= config.bin %> nodes expire -i 7'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesExpire);
     const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/expire`);

@@ -7,6 +7,8 @@ export default class NodesListRoutes extends HeadwayCommand {
     identifier: idFlag({ char: 'i', description: 'only this node' }),
   };
 
+  static override examples = ['<%= config.bin %> nodes list-routes', '<%= config.bin %> nodes list-routes -i 7 -o json'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesListRoutes);
     let nodes: ApiNode[];

@@ -8,6 +8,8 @@ export default class NodesList extends HeadwayCommand {
     user: Flags.string({ char: 'u', description: 'only nodes of this user (name or id)' }),
   };
 
+  static override examples = ['<%= config.bin %> nodes list', '<%= config.bin %> nodes list --user alice -o json'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesList);
     const { nodes = [] } = await this.client().get<{ nodes: ApiNode[] }>('/api/v1/node', { user: flags.user });

@@ -9,6 +9,8 @@ export default class NodesRegister extends HeadwayCommand {
     key: Flags.string({ char: 'k', description: 'registration key shown in the login URL', required: true }),
   };
 
+  static override examples = ['<%= config.bin %> nodes register --user alice --key 5nKv1mxXeSEa2sGl8xwvWzQm'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesRegister);
     const { node } = await this.client().post<{ node: ApiNode }>('/api/v1/node/register', undefined, { user: flags.user, key: flags.key });

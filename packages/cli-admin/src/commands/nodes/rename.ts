@@ -9,6 +9,8 @@ export default class NodesRename extends HeadwayCommand {
     identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
   };
 
+  static override examples = ['<%= config.bin %> nodes rename -i 7 build-server'];
+
   async run(): Promise<void> {
     const { args, flags } = await this.parse(NodesRename);
     const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/rename/${seg(args.newName)}`);

@@ -8,6 +8,11 @@ export default class NodesTag extends HeadwayCommand {
     tags: listFlag({ char: 't', description: 'tags to set, comma-separated (tag:a,tag:b)' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> nodes tag -i 7 --tags tag:server,tag:prod',
+    '<%= config.bin %> nodes tag -i 7 --tags ""',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(NodesTag);
     if (flags.tags === undefined) throw new UsageError('pass --tags tag:a,tag:b (or --tags "" to remove all tags)');

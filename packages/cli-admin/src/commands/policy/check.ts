@@ -9,6 +9,8 @@ export default class PolicyCheck extends HeadwayCommand {
     file: Flags.string({ char: 'f', description: "policy file (HuJSON); default: the server's current policy" }),
   };
 
+  static override examples = ['<%= config.bin %> policy check -f policy.hujson', '<%= config.bin %> policy check'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(PolicyCheck);
     let warnings: string[];

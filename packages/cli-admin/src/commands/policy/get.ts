@@ -3,6 +3,7 @@ import { HeadwayCommand, commandAliases } from '@headway/cli';
 export default class PolicyGet extends HeadwayCommand {
   static override summary = 'Print the policy in effect';
   static override hiddenAliases = commandAliases('policy', 'get', ['show', 'view', 'fetch']);
+  static override examples = ['<%= config.bin %> policy get', '<%= config.bin %> policy get > policy.hujson'];
 
   async run(): Promise<void> {
     await this.parse(PolicyGet);

@@ -13,6 +13,11 @@ export default class PolicyPreview extends HeadwayCommand {
     topology: Flags.string({ description: 'topology file (JSON or YAML: users[], nodes{name: {tags, user, ipv4, ipv6, routable_ips, approved_routes}})', required: true }),
   };
 
+  static override examples = [
+    '<%= config.bin %> policy preview -f policy.hujson --topology topology.yaml',
+    '<%= config.bin %> policy preview -f policy.hujson --topology topology.json -o json',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(PolicyPreview);
     const text = readPolicyFile(flags.file);

@@ -9,6 +9,8 @@ export default class PolicySet extends HeadwayCommand {
     file: Flags.string({ char: 'f', description: 'policy file (HuJSON)', required: true }),
   };
 
+  static override examples = ['<%= config.bin %> policy set -f policy.hujson'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(PolicySet);
     const text = readPolicyFile(flags.file);

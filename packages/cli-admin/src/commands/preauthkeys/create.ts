@@ -12,6 +12,12 @@ export default class PreAuthKeysCreate extends HeadwayCommand {
     tags: listFlag({ description: 'tags given to the nodes, comma-separated (tag:a,tag:b)' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> preauthkeys create --user alice',
+    '<%= config.bin %> preauthkeys create --user alice --reusable --expiration 24h',
+    '<%= config.bin %> preauthkeys create --tags tag:server --ephemeral',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(PreAuthKeysCreate);
     const aclTags = checkTags(splitList(flags.tags));

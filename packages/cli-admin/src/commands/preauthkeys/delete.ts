@@ -11,6 +11,11 @@ export default class PreAuthKeysDelete extends HeadwayCommand {
     user: Flags.string({ char: 'u', description: 'with KEY: the user that owns it' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> preauthkeys delete --id 4',
+    '<%= config.bin %> preauthkeys delete abcd1234efgh --user alice',
+  ];
+
   async run(): Promise<void> {
     const { args, flags } = await this.parse(PreAuthKeysDelete);
     const id = await preAuthKeyId(() => this.client(), flags.id, args.key, flags.user);

@@ -8,6 +8,8 @@ export default class PreAuthKeysList extends HeadwayCommand {
     user: Flags.string({ char: 'u', description: 'only keys of this user (id or name)' }),
   };
 
+  static override examples = ['<%= config.bin %> preauthkeys list', '<%= config.bin %> preauthkeys list --user alice -o json'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(PreAuthKeysList);
     const { preAuthKeys = [] } = await this.client().get<{ preAuthKeys: ApiPreAuthKey[] }>('/api/v1/preauthkey', { user: flags.user });

@@ -10,6 +10,11 @@ export default class UsersCreate extends HeadwayCommand {
     email: Flags.string({ char: 'e', description: 'e-mail address' }),
   };
 
+  static override examples = [
+    '<%= config.bin %> users create alice',
+    '<%= config.bin %> users create alice --display-name \'Alice Liddell\' --email alice@example.com',
+  ];
+
   async run(): Promise<void> {
     const { args, flags } = await this.parse(UsersCreate);
     const body: Record<string, string> = { name: args.name };

@@ -9,6 +9,8 @@ export default class UsersDestroy extends HeadwayCommand {
     name: Flags.string({ char: 'n', description: 'name of the user (instead of --identifier)' }),
   };
 
+  static override examples = ['<%= config.bin %> users destroy --name alice', '<%= config.bin %> users destroy -i 3 --force'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(UsersDestroy);
     requireOneOf(flags, ['identifier', 'name']);

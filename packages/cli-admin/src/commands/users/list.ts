@@ -10,6 +10,8 @@ export default class UsersList extends HeadwayCommand {
     email: Flags.string({ char: 'e', description: 'only users with this e-mail' }),
   };
 
+  static override examples = ['<%= config.bin %> users list', '<%= config.bin %> users list --name alice -o json'];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(UsersList);
     const { users = [] } = await this.client().get<{ users: ApiUser[] }>('/api/v1/user', {

@@ -10,6 +10,11 @@ export default class UsersRename extends HeadwayCommand {
     'new-name': Flags.string({ char: 'r', description: 'new user name', required: true }),
   };
 
+  static override examples = [
+    '<%= config.bin %> users rename --name alice --new-name alice2',
+    '<%= config.bin %> users rename -i 3 -r alice2',
+  ];
+
   async run(): Promise<void> {
     const { flags } = await this.parse(UsersRename);
     requireOneOf(flags, ['identifier', 'name']);

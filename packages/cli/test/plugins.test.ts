@@ -45,13 +45,15 @@ t.test('plugins install from a packed tarball makes its command runnable; uninst
     cleanup();
   });
   // HOME and XDG_DATA_HOME keep npm's cache and oclif's plugin directory in the scratch
-  // directory. HEADWAY_DATA_DIR is the server's data_dir: it must not receive the plugins.
+  // directory; offline npm proves the plugin needs nothing from a registry (its peers come
+  // from the CLI). HEADWAY_DATA_DIR is the server's data_dir: it must not receive plugins.
   const env = {
     HOME: dir,
     XDG_DATA_HOME: `${dir}/data`,
     XDG_CACHE_HOME: `${dir}/cache`,
     HEADWAY_DATA_DIR: `${dir}/server-data`,
     HEADWAY_UNIX_SOCKET: api.socketPath,
+    npm_config_offline: 'true',
     npm_config_update_notifier: 'false',
     npm_config_audit: 'false',
     npm_config_fund: 'false',

@@ -23,7 +23,7 @@ let shared = false;
  * (`module.registerHooks`, Node 22.15+) cost no loader thread at start-up.
  */
 export function shareHostLibrary(): void {
-  if (shared || typeof registerHooks !== 'function') return;
+  if (shared) return;
   shared = true;
   const host = import.meta.url;
   registerHooks({

@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { Config, Parser, type Command } from '@oclif/core';
 import t from 'tap';
 import { normalizeBooleanArgv } from '../src/base.js';
+import { ensureManifests } from '../src/launch.js';
 
 t.setTimeout(120_000);
 
@@ -20,6 +21,7 @@ function words(line: string): string[] {
 }
 
 t.test('every command has examples, and each one parses', async (t) => {
+  await ensureManifests(CLI_ROOT); // as bin/run.js does: another test may leave a stale one
   const config = await Config.load({ root: CLI_ROOT });
   const commands = config.commands.filter((c) => OURS.has(c.pluginName ?? '') && !c.hidden);
   t.ok(commands.some((c) => c.id === 'nodes:list') && commands.some((c) => c.id === 'serve'), 'core and admin commands are both loaded');

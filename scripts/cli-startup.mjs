@@ -39,12 +39,23 @@ try {
   for (let i = 0; i < 300 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
   if (!existsSync(socket)) throw new Error('the server did not open its socket');
 
+  // CPU time (user + system, read from GNU time when installed) is the work a start does;
+  // it varies far less than wall time on a shared, loaded machine.
+  const gnuTime = existsSync('/usr/bin/time');
   const headway = (args, extraEnv = {}) => {
+    const argv = [process.execPath, RUN, ...args];
     const t0 = process.hrtime.bigint();
-    const r = spawnSync(process.execPath, [RUN, ...args], { cwd: dir, env: { ...env, ...extraEnv }, encoding: 'utf8' });
+    const r = gnuTime
+      ? spawnSync('/usr/bin/time', ['-f', 'cpu-time %U %S', ...argv], { cwd: dir, env: { ...env, ...extraEnv }, encoding: 'utf8' })
+      : spawnSync(argv[0], argv.slice(1), { cwd: dir, env: { ...env, ...extraEnv }, encoding: 'utf8' });
     const ms = Number(process.hrtime.bigint() - t0) / 1e6;
     if (r.status !== 0) throw new Error(`headway ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-    return ms;
+    const m = /cpu-time ([\d.]+) ([\d.]+)/.exec(r.stderr);
+    return { ms, cpu: m ? (Number(m[1]) + Number(m[2])) * 1000 : NaN };
+  };
+  const median = (xs) => {
+    const s = [...xs].sort((a, b) => a - b);
+    return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
   };
   headway(['users', 'create', 'alice', '-c', cfg]);
 
@@ -54,16 +65,16 @@ try {
   ];
   for (const [name, args] of cases) {
     headway(args); // warm the file cache
-    const times = [];
-    for (let i = 0; i < runs; i++) times.push(headway(args));
-    times.sort((a, b) => a - b);
-    const median = runs % 2 ? times[(runs - 1) / 2] : (times[runs / 2 - 1] + times[runs / 2]) / 2;
+    const results = [];
+    for (let i = 0; i < runs; i++) results.push(headway(args));
+    const times = results.map((r) => r.ms).sort((a, b) => a - b);
+    const cpu = median(results.map((r) => r.cpu));
     const record = join(dir, 'record.txt');
     rmSync(record, { force: true });
     headway(args, { HEADWAY_LOAD_RECORD: record, NODE_OPTIONS: `--import=${RECORDER}` });
     const loaded = readFileSync(record, 'utf8').split('\n').filter((l) => l && !l.includes('load-recorder'));
     const of = (re) => loaded.filter((l) => re.test(l)).length;
-    console.log(`headway ${name}: median ${median.toFixed(0)} ms over ${runs} runs (min ${times[0].toFixed(0)}, max ${times[runs - 1].toFixed(0)}); ` +
+    console.log(`headway ${name}: median ${median(times).toFixed(0)} ms over ${runs} runs (min ${times[0].toFixed(0)}, max ${times[runs - 1].toFixed(0)}; median CPU ${Number.isNaN(cpu) ? 'n/a' : `${cpu.toFixed(0)} ms`}); ` +
       `${loaded.length} modules loaded (${of(/packages\/core\//)} from @headway/core, ${of(/node_modules\/@oclif\//)} from @oclif, ${of(/\/koa\/|@koa/)} koa)`);
   }
 } finally {

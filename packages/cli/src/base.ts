@@ -140,17 +140,21 @@ export function splitList(values: string[] | undefined): string[] {
 /** ParsedValues is the shape of parsed flags or args: values keyed by name. */
 export type ParsedValues = Record<string, unknown>;
 
+/** GLOBAL_FLAGS are the flags every `headway` command takes unless it narrows its baseFlags. */
+export const GLOBAL_FLAGS = {
+  config: Flags.string({ char: 'c', description: 'config file (default: $HEADWAY_CONFIG, /etc/headway/config.yaml, ~/.headway/config.yaml, ./config.yaml)', helpGroup: 'GLOBAL' }),
+  output: Flags.option({ char: 'o', description: 'output format; empty for human-readable', options: OUTPUT_FORMATS, helpGroup: 'GLOBAL' })(),
+  force: Flags.boolean({ description: 'answer yes to confirmation prompts (it never makes a command do more)', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
+};
+
 /**
  * HeadwayCommand is the base of every `headway` command: it owns the global flags
  * (-c, -o, --force), turns parse failures into exit 2 with one line, runtime failures
  * into exit 1 with one line (or `{"error": ...}` under -o json/yaml), and renders output.
  */
 export abstract class HeadwayCommand extends Command {
-  static override baseFlags = {
-    config: Flags.string({ char: 'c', description: 'config file (default: $HEADWAY_CONFIG, /etc/headway/config.yaml, ~/.headway/config.yaml, ./config.yaml)', helpGroup: 'GLOBAL' }),
-    output: Flags.option({ char: 'o', description: 'output format; empty for human-readable', options: OUTPUT_FORMATS, helpGroup: 'GLOBAL' })(),
-    force: Flags.boolean({ description: 'answer yes to confirmation prompts (it never makes a command do more)', allowNo: true, default: false, helpGroup: 'GLOBAL' }),
-  };
+  /** baseFlags are the global flags; a command that has no use for some lists only the others (e.g. `serve` takes only -c). */
+  static override baseFlags: Partial<typeof GLOBAL_FLAGS> = GLOBAL_FLAGS;
 
   protected outputFormat: OutputFormat | undefined;
   protected force = false;

@@ -1,9 +1,11 @@
 /**
- * @headway/cli's library surface, for CLI plugins: the base command (global flags, output
- * formats, exit codes) and the API client that reaches the server the same way `headway` does.
+ * @headway/cli's library surface, for CLI plugins (the bundled @headway/cli-admin and any
+ * installed one): the base command (global flags, output formats, exit codes), the API
+ * client that reaches the server the same way `headway` does, the table and JSON
+ * renderers, and the checks and lookups shared by the admin topics.
  */
-export { HeadwayCommand, UsageError, ConfirmationRefused, OUTPUT_FORMATS, serialize, boolFlag, durationFlag, idFlag, listFlag, splitList, normalizeBooleanArgv, usageLine, type OutputFormat, type ParsedValues } from './base.js';
-export { ApiClient, ApiError, ConnectionError, clientFromConfigFile, targetFromConfig, type ApiTarget, type HttpMethod } from './client.js';
-export { renderTable, formatTime, userJson, nodeJson, preAuthKeyJson, apiKeyJson } from './format.js';
-export { checkTags, checkRoutes, commandAliases, matchesKeyPrefix } from './topics.js';
-export type { ApiUser, ApiNode, ApiPreAuthKey, ApiKeyInfo, ApiProblem } from './api-types.js';
+export * from './base.js';
+export * from './client.js';
+export * from './format.js';
+export * from './topics.js';
+export type * from './api-types.js';

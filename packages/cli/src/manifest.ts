@@ -1,9 +1,18 @@
-import { existsSync, readdirSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, renameSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Plugin } from '@oclif/core';
 
-/** MANIFEST_FILE is where oclif looks for the command manifest: the CLI package's root. */
+/** MANIFEST_FILE is where oclif looks for a plugin's command manifest: the package's root. */
 export const MANIFEST_FILE = 'oclif.manifest.json';
+
+/**
+ * commandsDir is where a plugin's compiled commands live: package.json's `oclif.commands`
+ * (a directory, or `{ target }` for the pattern strategy), `dist/src/commands` by default.
+ */
+function commandsDir(root: string, pkg: { oclif?: { commands?: string | { target?: string } } }): string {
+  const c = pkg.oclif?.commands;
+  return join(root, (typeof c === 'string' ? c : c?.target) ?? './dist/src/commands');
+}
 
 /**
  * newestSourceMtime is the latest modification time among the compiled command files,
@@ -12,7 +21,8 @@ export const MANIFEST_FILE = 'oclif.manifest.json';
  * millisecond, against the hundreds oclif spends importing every command without a manifest.
  */
 function newestSourceMtime(root: string): number {
-  let newest = statSync(join(root, 'package.json')).mtimeMs;
+  const pkgPath = join(root, 'package.json');
+  let newest = statSync(pkgPath).mtimeMs;
   const walk = (dir: string): void => {
     newest = Math.max(newest, statSync(dir).mtimeMs);
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
@@ -20,7 +30,7 @@ function newestSourceMtime(root: string): number {
       else if (entry.name.endsWith('.js')) newest = Math.max(newest, statSync(join(dir, entry.name)).mtimeMs);
     }
   };
-  const commands = join(root, 'dist', 'src', 'commands');
+  const commands = commandsDir(root, JSON.parse(readFileSync(pkgPath, 'utf8')));
   if (existsSync(commands)) walk(commands);
   return newest;
 }

@@ -25,12 +25,12 @@ export function tempDir(): { dir: string; cleanup: () => void } {
  * headway runs the CLI as a child process (asynchronously, so a fake server in this
  * process can answer it) with a clean environment: no HEADWAY_* leaks in from the caller.
  */
-export function headway(args: string[], opts: { env?: Record<string, string>; cwd?: string } = {}): Promise<RunResult> {
+export function headway(args: string[], opts: { env?: Record<string, string>; cwd?: string; timeout?: number } = {}): Promise<RunResult> {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('HEADWAY_') && !k.startsWith('TAP')) env[k] = v;
   Object.assign(env, opts.env ?? {});
   return new Promise((resolve) => {
-    execFile(process.execPath, [RUN, ...args], { env, cwd: opts.cwd, timeout: 20_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [RUN, ...args], { env, cwd: opts.cwd, timeout: opts.timeout ?? 20_000 }, (err, stdout, stderr) => {
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
       resolve({ code, stdout: String(stdout), stderr: String(stderr) });
     });

@@ -18,11 +18,11 @@ const RECORDER = join(ROOT, 'packages/core/test/fixtures/load-recorder/index.mjs
 const BARREL_STATIC = /(?:\bfrom\s*|\bimport\s*|\brequire\(\s*)(['"])@headway\/core\1/;
 const BARREL_DYNAMIC = /\bimport\(\s*(['"])@headway\/core\1\s*\)/;
 
-/** packagesToCheck lists the CLI, every storage and policy adapter and every example, by directory. */
+/** packagesToCheck lists the CLI and its plugins, every storage and policy adapter and every example, by directory. */
 function packagesToCheck(): string[] {
   const dirs: string[] = [];
   for (const name of readdirSync(join(ROOT, 'packages'))) {
-    if (name === 'cli' || name.startsWith('storage-') || name.startsWith('policy-') || name.startsWith('drive-')) dirs.push(join('packages', name));
+    if (name === 'cli' || name.startsWith('cli-') || name.startsWith('storage-') || name.startsWith('policy-') || name.startsWith('drive-')) dirs.push(join('packages', name));
   }
   for (const name of readdirSync(join(ROOT, 'examples'))) {
     if (statSync(join(ROOT, 'examples', name)).isDirectory()) dirs.push(join('examples', name));
@@ -51,7 +51,7 @@ t.test('the barrel pattern matches static imports only', async (t) => {
 
 t.test('no compiled CLI or adapter source imports the @headway/core barrel statically', async (t) => {
   const packages = packagesToCheck();
-  t.ok(packages.includes('packages/cli') && packages.includes('packages/storage-sql') && packages.includes('packages/policy-db'), packages.join(', '));
+  t.ok(packages.includes('packages/cli') && packages.includes('packages/cli-admin') && packages.includes('packages/storage-sql') && packages.includes('packages/policy-db'), packages.join(', '));
   const offenders: string[] = [];
   const dynamic: string[] = [];
   for (const pkg of packages) {

@@ -1,12 +1,15 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
+import { gitDescribe } from '../src/build-info.js';
 import { FIXTURES, FakeApi, headway, tempDir } from './helpers.js';
 
 // Each step spawns the CLI; on a busy 2-core machine that takes a while.
 t.setTimeout(240_000);
 
 const fx = (name: string) => `${FIXTURES}${name}`;
+const CLI_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const CLI_VERSION = (JSON.parse(readFileSync(`${CLI_ROOT}package.json`, 'utf8')) as { version: string }).version;
 
 t.test('config check', async (t) => {
   const { dir, cleanup } = tempDir();
@@ -125,12 +128,15 @@ t.test('policy preview', async (t) => {
   t.match(r.stderr, /a topology needs "users"/);
 });
 
-t.test('version', async (t) => {
+t.test('version names the release, the commit and the runtime', async (t) => {
+  const commit = gitDescribe(CLI_ROOT);
+  t.ok(commit, 'the test runs in a git checkout');
   const r = await headway(['version']);
-  t.equal(r.code, 0);
-  t.match(r.stdout, /^\d+\.\d+\.\d+\n$/);
+  t.equal(r.code, 0, r.stderr);
+  t.equal(r.stdout, `headway ${CLI_VERSION}\ncommit: ${commit}\nruntime: node ${process.version} (${process.platform}/${process.arch})\n`);
   const j = await headway(['version', '-o', 'json']);
-  t.match(JSON.parse(j.stdout), { version: /^\d+\.\d+\.\d+$/ });
+  t.equal(j.code, 0, j.stderr);
+  t.same(JSON.parse(j.stdout), { version: CLI_VERSION, commit, node: process.version, platform: process.platform, arch: process.arch });
 });
 
 t.test('serve stops on config problems with log lines, exit 1', async (t) => {
@@ -150,12 +156,12 @@ const helloBuilt = existsSync(`${HELLO_ROOT}dist/src/commands/hello.js`);
 
 /**
  * linkHello registers the example plugin the way a user adds one: an oclif user-plugin
- * manifest in headway's data directory ($XDG_DATA_HOME/headway/package.json). The shipped
+ * manifest in headway's plugin directory ($XDG_DATA_HOME/headway/plugins/package.json). The shipped
  * CLI does not bundle it, so without this `headway hello` does not exist.
  */
 function linkHello(dataHome: string): void {
-  mkdirSync(`${dataHome}/headway`, { recursive: true });
-  writeFileSync(`${dataHome}/headway/package.json`, JSON.stringify({
+  mkdirSync(`${dataHome}/headway/plugins`, { recursive: true });
+  writeFileSync(`${dataHome}/headway/plugins/package.json`, JSON.stringify({
     private: true,
     oclif: { schema: 1, plugins: [{ type: 'link', name: '@headway-examples/plugin-cli-hello', root: HELLO_ROOT }] },
   }));

@@ -1,7 +1,9 @@
-import { HeadwayCommand } from '../base.js';
+import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 
 export default class Health extends HeadwayCommand {
   static override summary = "Check the server's health (database connectivity)";
+  static override examples = ['<%= config.bin %> health', '<%= config.bin %> health -o json'];
+  static override baseFlags = { config: GLOBAL_FLAGS.config, output: GLOBAL_FLAGS.output };
 
   async run(): Promise<void> {
     await this.parse(Health);

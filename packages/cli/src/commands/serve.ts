@@ -1,5 +1,5 @@
 import { configSearchPath, createLogger, formatProblem, loadConfig, type HeadwayConfig, type Logger } from '@headway/core/ports';
-import { HeadwayCommand } from '../base.js';
+import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 
 /** RunningServer is what startServer resolves to: close() stops listening and flushes state. */
 interface RunningServer {
@@ -11,6 +11,12 @@ type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource:
 
 export default class Serve extends HeadwayCommand {
   static override summary = 'Run the coordination server';
+  static override examples = [
+    { description: 'Serve with the first config file found ($HEADWAY_CONFIG, /etc/headway/config.yaml, ...)', command: '<%= config.bin %> serve' },
+    { description: 'Serve with a given config file', command: '<%= config.bin %> serve -c /etc/headway/config.yaml' },
+  ];
+  // Only -c concerns the server: it prints no -o output and asks no questions.
+  static override baseFlags = { config: GLOBAL_FLAGS.config };
 
   async run(): Promise<void> {
     await this.parse(Serve);

@@ -1,18 +1,23 @@
-import { readFileSync } from 'node:fs';
-import { HeadwayCommand } from '../base.js';
+import { fileURLToPath } from 'node:url';
+import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
+import { buildInfo } from '../build-info.js';
 
-/** packageVersion reads the version from @headway/cli's package.json, two levels above dist/src. */
-export function packageVersion(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version?: string };
-  return pkg.version ?? 'unknown';
-}
+/** CLI_ROOT is @headway/cli's package directory, two levels above dist/src/commands. */
+const CLI_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 
 export default class Version extends HeadwayCommand {
-  static override summary = 'Print the headway version';
+  static override summary = 'Print the headway version, the commit it was built from and the runtime';
+  static override examples = ['<%= config.bin %> version', '<%= config.bin %> version -o json'];
+  static override baseFlags = { output: GLOBAL_FLAGS.output };
 
   async run(): Promise<void> {
     await this.parse(Version);
-    const version = packageVersion();
-    this.print({ version }, version);
+    const { version, commit } = buildInfo(CLI_ROOT);
+    const runtime = { node: process.version, platform: process.platform, arch: process.arch };
+    this.print({ version, commit, ...runtime }, [
+      `headway ${version}`,
+      `commit: ${commit}`,
+      `runtime: node ${runtime.node} (${runtime.platform}/${runtime.arch})`,
+    ].join('\n'));
   }
 }

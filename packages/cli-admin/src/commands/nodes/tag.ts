@@ -1,0 +1,23 @@
+import { HeadwayCommand, UsageError, idFlag, listFlag, splitList, type ApiNode, nodeJson, checkTags, commandAliases, seg } from '@headway/cli';
+
+export default class NodesTag extends HeadwayCommand {
+  static override summary = 'Replace the tags of a node (--tags "" removes them all)';
+  static override hiddenAliases = commandAliases('nodes', 'tag', ['tags', 't']);
+  static override flags = {
+    identifier: idFlag({ char: 'i', description: 'id of the node', required: true }),
+    tags: listFlag({ char: 't', description: 'tags to set, comma-separated (tag:a,tag:b)' }),
+  };
+
+  static override examples = [
+    '<%= config.bin %> nodes tag -i 7 --tags tag:server,tag:prod',
+    '<%= config.bin %> nodes tag -i 7 --tags ""',
+  ];
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(NodesTag);
+    if (flags.tags === undefined) throw new UsageError('pass --tags tag:a,tag:b (or --tags "" to remove all tags)');
+    const tags = checkTags(splitList(flags.tags));
+    const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/tags`, { tags });
+    this.print(nodeJson(node), 'Node updated');
+  }
+}

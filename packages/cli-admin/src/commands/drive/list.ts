@@ -1,9 +1,9 @@
-import { HeadwayCommand, type ApiDriveGrant, driveGrantJson, driveGrantsTable } from '@headway/cli';
+import { HeadwayCommand, type ApiDriveGrant, commandAliases, driveGrantJson, driveGrantsTable } from '@headway/cli';
 
 export default class DriveList extends HeadwayCommand {
   static override summary = 'List the Taildrive grants kept in the database (policy-written ones are in the policy)';
   static override examples = ['<%= config.bin %> drive list', '<%= config.bin %> drive list -o json'];
-  static override aliases = ['drive:ls'];
+  static override hiddenAliases = commandAliases('drive', 'list', ['ls']);
 
   async run(): Promise<void> {
     await this.parse(DriveList);

@@ -18,7 +18,7 @@ export default class DbBackup extends HeadwayCommand {
     'Key secrets are in the backup only as the hashes the database holds. The control key (noise.private_key_path) is not in the database: keep a copy of it too.',
   ].join('\n');
   static override examples = [
-    '<%= config.bin %> db backup /var/backups/headway-$(date +%F).sqlite',
+    '<%= config.bin %> db backup /var/backups/headway.sqlite',
     '<%= config.bin %> db backup --format json headway.json',
   ];
   static override args = { file: Args.string({ description: 'the backup file to write', required: true }) };

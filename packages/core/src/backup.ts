@@ -35,10 +35,12 @@ export class BackupFormatError extends Error {
 }
 
 /** TABLES lists the record arrays in the order a restore writes them (referenced rows first). */
-const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations'] as const;
+const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations', 'driveGrants'] as const;
+/** OPTIONAL_TABLES may be missing from a file (a storage without drive grants, or a backup from before they existed). */
+const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants']);
 type TableName = (typeof TABLES)[number];
 
-type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod';
+type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod' | 'driveEnd' | 'access';
 
 /** FIELDS is the exact field list of each record kind; a record with more or fewer is refused. */
 const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
@@ -57,6 +59,7 @@ const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
   pendingRegistrations: {
     key: 'string', machineKey: 'string', nodeKey: 'string', hostinfo: 'object?', expiresAt: 'date', createdAt: 'date',
   },
+  driveGrants: { id: 'int', src: 'driveEnd', dst: 'driveEnd', shares: 'strings', access: 'access', createdAt: 'date' },
   policy: { text: 'string', updatedAt: 'date' },
 };
 
@@ -91,7 +94,7 @@ export function encodeBackup(dump: StorageDump, now: Date = new Date()): string 
   lines.push(`  "policy": ${dump.policy ? recordJson(dump.policy, FIELDS.policy) : 'null'},`);
   lines.push('  "tables": {');
   TABLES.forEach((table, i) => {
-    const rows = dump[table] as object[];
+    const rows = (dump[table] ?? []) as object[];
     const last = i === TABLES.length - 1;
     if (rows.length === 0) {
       lines.push(`    ${JSON.stringify(table)}: []${last ? '' : ','}`);
@@ -137,6 +140,19 @@ function readField(value: unknown, type: FieldType, where: string): unknown {
     case 'registerMethod':
       if (typeof value !== 'string' || !REGISTER_METHODS.has(value)) throw bad(`one of ${[...REGISTER_METHODS].join(', ')}`);
       return value;
+    case 'access':
+      if (value !== 'ro' && value !== 'rw') throw bad('"ro" or "rw"');
+      return value;
+    case 'driveEnd': {
+      // A grant end: a user or node by id, a group or tag by name (the drive port's DriveSource).
+      if (!isObject(value)) throw bad('a grant end ({kind, id} or {kind, name})');
+      const byId = value.kind === 'user' || value.kind === 'node';
+      const byName = value.kind === 'group' || value.kind === 'tag';
+      const keys = Object.keys(value).sort().join();
+      if (byId && keys === 'id,kind' && typeof value.id === 'number' && Number.isSafeInteger(value.id) && value.id > 0) return value;
+      if (byName && keys === 'kind,name' && typeof value.name === 'string' && value.name) return value;
+      throw bad('a grant end ({kind: user|node, id} or {kind: group|tag, name})');
+    }
   }
 }
 
@@ -192,7 +208,7 @@ export function decodeBackup(text: string, label = 'backup'): { header: BackupHe
   if (unknownTables.length) throw new BackupFormatError(`${label}: unknown table ${unknownTables.map((k) => JSON.stringify(k)).join(', ')}`);
   const records = {} as Record<TableName, unknown[]>;
   for (const table of TABLES) {
-    const rows = tables[table];
+    const rows = tables[table] === undefined && OPTIONAL_TABLES.has(table) ? [] : tables[table];
     if (!Array.isArray(rows)) throw new BackupFormatError(`${label}: tables.${table} must be an array`);
     records[table] = rows.map((r, i) => readRecord(r, FIELDS[table], `${label}: ${table}[${i}]`));
   }

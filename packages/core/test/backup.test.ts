@@ -20,6 +20,10 @@ const dump: StorageDump = {
   }],
   apiKeys: [{ id: 1, prefix: 'hskey-api-xyz', hash: 'h', expiration: null, lastSeen: new Date('2026-03-01T00:00:00.000Z'), createdAt: new Date('2026-01-01T00:00:00.000Z') }],
   pendingRegistrations: [],
+  driveGrants: [
+    { id: 4, src: { kind: 'user', id: 3 }, dst: { kind: 'node', id: 12 }, shares: ['docs'], access: 'ro', createdAt: new Date('2026-01-06T00:00:00.000Z') },
+    { id: 5, src: { kind: 'group', name: 'group:eng' }, dst: { kind: 'tag', name: 'tag:nas' }, shares: ['*'], access: 'rw', createdAt: new Date('2026-01-07T00:00:00.000Z') },
+  ],
   policy: { text: '// p\n{"acls": []}', updatedAt: new Date('2026-01-05T00:00:00.000Z') },
 };
 
@@ -33,7 +37,7 @@ t.test('encode then decode gives back the same records', async (t) => {
   t.same(header, {
     format: 'headway-backup', formatVersion: BACKUP_FORMAT_VERSION, createdAt: '2026-06-01T00:00:00.000Z',
     source: { kind: 'postgres', schemaVersion: 1 },
-    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1 },
+    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2 },
   });
   t.ok(text.split('\n').some((l) => l.trim().startsWith('{"id":12,')), 'one record per line');
   const damaged = { ...dump, nodes: [{ ...dump.nodes[0]!, damaged: ['hostinfo'] }] };
@@ -65,4 +69,19 @@ t.test('a newer layout, a mistyped field or edited tables are refused', async (t
   refuses(t, edit((b) => { b.tables.widgets = []; }), /unknown table "widgets"/, 'unknown table');
   refuses(t, edit((b) => { delete b.policy; }), /missing "policy"/, 'no policy key');
   t.type(new BackupFormatError('x'), Error);
+});
+
+// Regression: backups dropped the database drive adapter's Taildrive grants.
+t.test('drive grants travel in the backup; a file without them reads as none; a bad grant end is refused', async (t) => {
+  const { driveGrants: _grants, ...withoutGrants } = dump;
+  const text = encodeBackup(withoutGrants as StorageDump);
+  const parsed = JSON.parse(text) as { tables: Record<string, unknown> };
+  delete parsed.tables.driveGrants;
+  t.same(decodeBackup(JSON.stringify(parsed), 'old.json').dump.driveGrants, [], 'a backup from before drive grants restores with none');
+  const bad = JSON.parse(encodeBackup(dump)) as { tables: { driveGrants: Array<Record<string, unknown>> } };
+  bad.tables.driveGrants[0]!.src = { kind: 'user', name: 'alice' };
+  refuses(t, JSON.stringify(bad), /driveGrants\[0\]\.src: expected a grant end/, 'a user end must carry an id');
+  bad.tables.driveGrants[0]!.src = { kind: 'user', id: 3 };
+  bad.tables.driveGrants[0]!.access = 'write';
+  refuses(t, JSON.stringify(bad), /driveGrants\[0\]\.access: expected "ro" or "rw"/, 'access is ro or rw');
 });

@@ -107,7 +107,7 @@ class ContractChecker {
 }
 
 t.test('every route answers what the document declares (schema and handler agree)', async (t) => {
-  const s = await startTestServer({ policy: { mode: 'database' }, unix_socket_permission: '0700' });
+  const s = await startTestServer({ policy: { mode: 'database' }, unix_socket_permission: '0700', plugins: [{ package: '@headway/drive-db', port: 'drive' }] });
   t.teardown(() => s.stop());
   const key = (await s.state.createApiKey(null)).secret;
   const doc = (await request(s, null, 'GET', DOC_PATHS.document)).json as Doc;
@@ -127,10 +127,18 @@ t.test('every route answers what the document declares (schema and handler agree
     t.equal(res.status, 200, `${operationId}: 200`, { body: res.json });
     return res.json;
   };
+  const problem0 = async (operationId: string, method: string, path: string, body: unknown, status: number, field?: string) => {
+    const res = await call(operationId, method, path, body);
+    t.equal(res.status, status, `${operationId} ${path}: ${status}`, { body: res.json });
+    if (field) t.equal(res.json.field, field, `${operationId}: names ${field}`);
+    return res.json;
+  };
 
   // Users.
   const alice = (await ok('createUser', 'POST', '/api/v1/user', { name: 'alice', displayName: 'Alice', email: 'alice@example.com' })).user;
-  t.same(Object.keys(alice).sort(), ['createdAt', 'displayName', 'email', 'id', 'name'], 'the user shape is unchanged');
+  t.same(Object.keys(alice).sort(), ['createdAt', 'displayName', 'email', 'groups', 'id', 'name', 'profilePicUrl', 'provider', 'providerId'], 'the user shape: headscale\'s fields plus the provider\'s groups');
+  await ok('createUser', 'POST', '/api/v1/user', { name: 'carol', pictureUrl: 'https://example.com/c.png' });
+  await ok('linkUser', 'POST', `/api/v1/user/${alice.id}/link`, { subject: '248289761001', issuer: 'https://idp.example.com' });
   await ok('createUser', 'POST', '/api/v1/user', { name: 'bob', display_name: null, email: null });
   await ok('listUsers', 'GET', '/api/v1/user');
   t.equal((await ok('listUsers', 'GET', `/api/v1/user?id=${alice.id}&name=alice&email=`)).users.length, 1);
@@ -158,6 +166,36 @@ t.test('every route answers what the document declares (schema and handler agree
   const regKey = first.AuthURL.split('/').pop()!;
   const registered = (await ok('registerNode', 'POST', `/api/v1/node/register?user=alicia&key=${regKey}`)).node;
   t.equal(registered.registerMethod, 'REGISTER_METHOD_CLI');
+
+  // headscale 0.29's auth endpoints: register a new device, approve a known one logging in again, reject one.
+  const pending = async (d: TestDevice, again = false) => {
+    const first = (again ? await d.rotateNodeKey({}) : await d.register({})) as { AuthURL: string };
+    const followup = d.register({ followup: first.AuthURL });
+    return { authId: first.AuthURL.split('/').pop()!, followup };
+  };
+  const tablet = new TestDevice({ serverUrl: s.urls.http, hostname: 'tablet' });
+  t.teardown(() => tablet.close());
+  await tablet.connect();
+  const p1 = await pending(tablet);
+  await ok('authRegister', 'POST', '/api/v1/auth/register', { authId: p1.authId, user: 'alicia' });
+  await p1.followup;
+  const p2 = await pending(tablet, true);
+  await ok('authApprove', 'POST', '/api/v1/auth/approve', { authId: p2.authId });
+  await p2.followup;
+  const stranger = new TestDevice({ serverUrl: s.urls.http, hostname: 'stranger' });
+  t.teardown(() => stranger.close());
+  await stranger.connect();
+  const p3 = await pending(stranger);
+  await ok('authReject', 'POST', '/api/v1/auth/reject', { authId: p3.authId });
+  await p3.followup;
+  await problem0('authReject', 'POST', '/api/v1/auth/reject', { authId: p3.authId }, 404);
+
+  // Taildrive grants (the database drive adapter is listed under plugins:).
+  const grant = (await ok('grantDrive', 'POST', '/api/v1/drive', { src: 'alicia', dst: `node:${registered.id}`, shares: ['docs'] })).grant;
+  t.equal(grant.access, 'ro', 'read-only by default');
+  t.equal((await ok('listDriveGrants', 'GET', '/api/v1/drive')).grants.length, 1);
+  await ok('revokeDrive', 'DELETE', `/api/v1/drive/${grant.id}`);
+  await problem0('grantDrive', 'POST', '/api/v1/drive', { src: 'alicia', dst: 'nas', acess: 'rw' }, 400, 'acess');
 
   // Pre-auth keys.
   const pak = (await ok('createPreAuthKey', 'POST', '/api/v1/preauthkey', { user: 'alicia', reusable: true, ephemeral: false, expiration: '24h', aclTags: ['tag:web'] })).preAuthKey;
@@ -232,6 +270,8 @@ t.test('every route answers what the document declares (schema and handler agree
   for (const n of s.state.listNodes()) await ok('deleteNode', 'DELETE', `/api/v1/node/${n.id}`);
   await problem('deleteNode', 'DELETE', `/api/v1/node/${node.id}`, undefined, 404);
   await ok('deleteUser', 'DELETE', `/api/v1/user/${alice.id}`);
+  const carol = s.state.listUsers({ name: 'carol' })[0]!;
+  await ok('deleteUser', 'DELETE', `/api/v1/user/${carol.id}?deleteNodes=true`);
 
   // A database that stops answering: health's declared 503 (over the trusted socket, no key lookup).
   await s.storage.close();
@@ -280,7 +320,7 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {
   const doc = openApiDocument({ serverUrl: 'https://hw.example.net/' }) as any;
   t.same(doc.servers, [{ url: 'https://hw.example.net', description: 'This server (server_url)' }]);
-  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'Node', 'PreAuthKey', 'Problem', 'User']);
+  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
   const ids = new Set<string>();
   for (const r of ROUTES) {
     const op = doc.paths[openApiPath(r.path)][r.method.toLowerCase()];

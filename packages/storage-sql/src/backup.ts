@@ -9,9 +9,9 @@ import {
 import { toStorageError } from './errors.js';
 import { readSchemaVersion, runMigrations } from './migrate.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './migrations/index.js';
-import type { Executor, SqlDialect } from './repositories.js';
+import { driveEndRow, type Executor, type SqlDialect } from './repositories.js';
 import {
-  NODE_COLUMNS, apiKeyFromRow, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
+  NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
   preAuthKeyFromRow, stringArrayText, userFromRow, type Row,
 } from './rows.js';
 
@@ -22,9 +22,9 @@ import {
  */
 
 /** DATA_TABLES in restore order (referenced rows first); deletion runs in reverse. */
-const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'policies'] as const;
+const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'drive_grants', 'policies'] as const;
 /** SERIAL_TABLES have an auto-increment `id` whose counter must pass the restored ids. */
-const SERIAL_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys'] as const;
+const SERIAL_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'drive_grants'] as const;
 /** CHUNK rows per INSERT keeps every statement under each driver's bound-parameter limit. */
 const CHUNK = 200;
 
@@ -56,9 +56,10 @@ export async function dumpTables(knex: Knex, dialect: SqlDialect): Promise<Stora
     const nodes = (await all('nodes', 'id')).map(nodeFromRow).map(withoutDamage);
     const apiKeys = (await all('api_keys', 'id')).map(apiKeyFromRow);
     const pendingRegistrations = (await all('pending_registrations', 'key')).map(pendingRegistrationFromRow);
+    const driveGrants = (await all('drive_grants', 'id')).map(driveGrantFromRow);
     const policyRow = await trx('policies').where({ id: 1 }).first();
     return {
-      kind: dialect, schemaVersion, users, preAuthKeys, nodes, apiKeys, pendingRegistrations,
+      kind: dialect, schemaVersion, users, preAuthKeys, nodes, apiKeys, pendingRegistrations, driveGrants,
       policy: policyRow ? policyFromRow(policyRow) : null,
     };
   }, snapshotConfig(dialect));
@@ -70,6 +71,7 @@ async function countTables(db: Executor): Promise<StorageCounts> {
   return {
     users: await count('users'), nodes: await count('nodes'), preAuthKeys: await count('pre_auth_keys'),
     apiKeys: await count('api_keys'), pendingRegistrations: await count('pending_registrations'), policy: await count('policies'),
+    driveGrants: await count('drive_grants'),
   };
 }
 
@@ -107,6 +109,10 @@ function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> 
     pending_registrations: dump.pendingRegistrations.map((r) => ({
       key: r.key, machine_key: r.machineKey, node_key: r.nodeKey, hostinfo: objectText(r.hostinfo, 'pending_registrations.hostinfo'),
       expires_at: date(r.expiresAt, `pendingRegistrations[${r.key}].expiresAt`), created_at: date(r.createdAt, `pendingRegistrations[${r.key}].createdAt`),
+    })),
+    drive_grants: (dump.driveGrants ?? []).map((g) => ({
+      id: g.id, ...driveEndRow('src', g.src), ...driveEndRow('dst', g.dst),
+      shares: stringArrayText(g.shares, 'drive_grants.shares'), access: g.access, created_at: date(g.createdAt, `driveGrants[${g.id}].createdAt`),
     })),
     policies: dump.policy ? [{ id: 1, text: dump.policy.text, updated_at: date(dump.policy.updatedAt, 'policy.updatedAt') }] : [],
   };

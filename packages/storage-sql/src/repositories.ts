@@ -294,7 +294,8 @@ function policyRepository(db: Executor): PolicyRepository {
   };
 }
 
-function driveEndRow(prefix: 'src' | 'dst', end: DriveSource): Row {
+/** driveEndRow writes one end of a grant as its kind, id and name columns (also used by restore). */
+export function driveEndRow(prefix: 'src' | 'dst', end: DriveSource): Row {
   const id = end.kind === 'user' || end.kind === 'node' ? end.id : null;
   const name = end.kind === 'group' || end.kind === 'tag' ? end.name : null;
   if (id !== null && !Number.isSafeInteger(id)) throw new TypeError(`storage: drive grant ${prefix} id must be an integer`);
@@ -302,7 +303,7 @@ function driveEndRow(prefix: 'src' | 'dst', end: DriveSource): Row {
   return { [`${prefix}_kind`]: end.kind, [`${prefix}_id`]: id, [`${prefix}_name`]: name };
 }
 
-/** driveGrantRepository keeps Taildrive grants (schema 0002); reads come back in id order. */
+/** driveGrantRepository keeps Taildrive grants (schema 0004); reads come back in id order. */
 export function driveGrantRepository(db: Executor, dialect: SqlDialect): DriveGrantRepository {
   const byId = async (id: number) => {
     const row = await db('drive_grants').where({ id }).first();

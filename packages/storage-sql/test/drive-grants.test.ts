@@ -1,4 +1,4 @@
-// drive_grants (migration 0002) on SQLite, PostgreSQL and MySQL/MariaDB: the
+// drive_grants (migration 0004) on SQLite, PostgreSQL and MySQL/MariaDB: the
 // migration applies to a database holding 0001 data, and the repository the
 // database drive adapter uses keeps every kind of grant end exactly.
 process.env.TZ = 'Pacific/Chatham';
@@ -14,10 +14,10 @@ import { missingServer, withScratchDatabase } from './databases.js';
 type Open = (o: { migrations?: typeof MIGRATIONS }) => Promise<StoragePort>;
 
 async function driveGrantSuite(t: Test, name: string, open: Open): Promise<void> {
-  const before = MIGRATIONS.findIndex((m) => m.name === '0003_drive_grants');
+  const before = MIGRATIONS.findIndex((m) => m.name === '0004_drive_grants');
   t.ok(before > 0, 'the drive_grants migration is in the list');
 
-  // Migrate to just before 0002 and seed, then migrate the rest.
+  // Migrate to just before 0004 and seed, then migrate the rest.
   const old = await open({ migrations: MIGRATIONS.slice(0, before) });
   const user = await old.users.create({ name: 'alice' });
   await old.close();
@@ -69,6 +69,16 @@ async function checkRepository(t: Test, name: string, storage: StoragePort, user
   t.notOk((await repo.list()).some((g) => g.id === mine.id), 'including the one from it');
   t.same((await repo.list()).map((g) => g.src.kind), ['group', 'node'], 'the group grant and node 3\'s own grant remain');
   t.equal(await repo.deleteFor({ kind: 'user', id: 9 }), 0, 'a user with the same id as a node is another end');
+
+  // Regression: backups dropped the grants. A dump carries them; a restore brings them back with their ids,
+  // and a grant made after the restore gets a new id (the counter moved past the restored ones).
+  const kept = await repo.list();
+  const dump = await storage.dump!();
+  t.same(dump.driveGrants, kept, `${name}: the dump holds every grant`);
+  await storage.restore!(dump, { replace: true });
+  t.same(await repo.list(), kept, `${name}: restore brings them back, ids and all`);
+  const next = await repo.create({ src: { kind: 'tag', name: 'tag:ci' }, dst: { kind: 'node', id: 3 }, shares: ['y'], access: 'ro' });
+  t.ok(kept.every((g) => g.id < next.id), `${name}: a new grant gets an id past the restored ones`);
 }
 
 await t.test('sqlite', async (t) => {

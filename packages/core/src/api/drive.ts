@@ -50,7 +50,7 @@ const selector = (hint: string, example: string) => z.string({
  * share names (default ["*"]), `access` ro or rw (default ro, the least); an unknown
  * field is refused rather than ignored (a misspelt `acess` would otherwise grant ro).
  */
-const GrantBody = z.object({
+const GrantBody = z.strictObject({
   src: selector('user:NAME, group:NAME, tag:NAME or node:NAME', 'user:alice'),
   dst: selector('node:NAME or tag:NAME', 'node:nas'),
   shares: z.array(z.string(), { error: 'expected a list of share names' })
@@ -58,7 +58,7 @@ const GrantBody = z.object({
     .meta({ description: 'Share names, or "*" for all (default ["*"])', examples: [['docs']] }),
   access: z.enum(['ro', 'rw'], { error: (iss) => `expected "ro" or "rw", found ${JSON.stringify(iss.input)}` }).nullish()
     .meta({ description: 'ro (default) or rw', examples: ['ro'] }),
-}).catchall(z.never({ error: 'unknown field (expected src, dst, shares, access)' }));
+});
 
 const End = z.object({
   kind: z.enum(['user', 'group', 'tag', 'node']),

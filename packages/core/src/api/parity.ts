@@ -43,8 +43,9 @@ function logins(deps: ApiDeps): PendingLogins {
 
 const view = (deps: ApiDeps, id: number) => nodeView(deps.state.requireNode(id), deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
 const NodeAnswer = z.object({ node: NodeSchema });
-const trueFalse = (description: string) =>
-  z.union([z.boolean(), z.enum(['true', 'false', '']).transform((v) => v === 'true')]).optional().meta({ description, examples: ['true'] });
+/** queryFlag is a true/false query parameter (headscale's gateway spelling); empty reads as false. */
+const queryFlag = (description: string) =>
+  z.enum(['true', 'false', '']).optional().transform((v) => v === 'true').meta({ description, examples: ['true'] });
 
 /** AUTH_ROUTES are headscale 0.29's /api/v1/auth endpoints. */
 export const AUTH_ROUTES: Route[] = [
@@ -81,10 +82,7 @@ export const AUTH_ROUTES: Route[] = [
 ];
 
 const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i;
-const expiryFields = {
-  expiry: optional(z.string()).meta({ description: 'Set the key expiry to this RFC 3339 time (past or future)', examples: ['2030-01-31T10:00:00Z'] }),
-  disableExpiry: trueFalse('true: the node never expires'),
-};
+const expiryText = () => optional(z.string()).meta({ description: 'Set the key expiry to this RFC 3339 time (past or future)', examples: ['2030-01-31T10:00:00Z'] });
 
 /**
  * EXPIRE_NODE sets a node's key expiry as headscale's ExpireNode does: no parameter
@@ -96,13 +94,16 @@ export const EXPIRE_NODE = route({
   method: 'POST', path: '/api/v1/node/:id/expire', operationId: 'expireNode', tag: 'Nodes', summary: 'Expire a node key, set its expiry or disable it',
   description: 'No parameter expires the key now (the device must log in again); `expiry` sets when it expires; `disableExpiry=true` makes it never expire.',
   params: z.object({ id: numericId('Node id') }),
-  query: z.object(expiryFields),
-  body: optional(z.object(expiryFields)),
+  query: z.object({ expiry: expiryText(), disableExpiry: queryFlag('true: the node never expires') }),
+  body: z.object({
+    expiry: expiryText(),
+    disableExpiry: optional(z.boolean()).meta({ description: 'true: the node never expires', examples: [true] }),
+  }),
   response: NodeAnswer, responseDescription: 'The node with its new expiry',
   errors: [404],
   handle: async ({ params, query, body }, deps) => {
-    const disable = query.disableExpiry ?? body?.disableExpiry ?? false;
-    const raw = (query.expiry ?? body?.expiry)?.trim();
+    const disable = query.disableExpiry || (body.disableExpiry ?? false);
+    const raw = (query.expiry ?? body.expiry)?.trim();
     if (disable && raw) throw badField('expiry', 'cannot be combined with disableExpiry');
     let at: Date | null = new Date();
     if (disable) at = null;
@@ -143,13 +144,13 @@ export const DELETE_USER = route({
   method: 'DELETE', path: '/api/v1/user/:id', operationId: 'deleteUser', tag: 'Users', summary: 'Delete a user',
   description: "Deletes the user and its pre-auth keys. Refused (409 user_has_nodes) while the user owns nodes, as in headscale; `deleteNodes=true` deletes the user's nodes too, in one transaction.",
   params: z.object({ id: numericId('User id') }),
-  query: z.object({ deleteNodes: trueFalse("true: delete the user's nodes too (they are logged out)") }),
+  query: z.object({ deleteNodes: queryFlag("true: delete the user's nodes too (they are logged out)") }),
   response: z.object({
     deletedNodes: z.array(z.object({ id: z.string(), givenName: z.string() })).optional().meta({ description: 'With deleteNodes: the nodes that were deleted' }),
   }), responseDescription: 'Deleted',
   errors: [404, 409],
   handle: async ({ params, query }, { state }) => {
-    const deleteNodes = query.deleteNodes ?? false;
+    const deleteNodes = query.deleteNodes;
     const { nodes } = await state.deleteUser(params.id, { deleteNodes });
     return deleteNodes ? { deletedNodes: nodes.map((n) => ({ id: String(n.id), givenName: n.givenName })) } : {};
   },

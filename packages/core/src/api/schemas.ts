@@ -182,9 +182,12 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown): z.ou
   const r = schema.safeParse(value, { error: apiErrorMap });
   if (r.success) return r.data;
   const issue = r.error.issues[0]!;
-  const field = fieldPath(issue.path);
+  // A strict object's extra key is reported on the object; name the key itself, so a misspelt
+  // field (`acess`) is the field the client is told about.
+  const unknownKey = issue.code === 'unrecognized_keys' ? issue.keys[0] : undefined;
+  const field = fieldPath(unknownKey === undefined ? issue.path : [...issue.path, unknownKey]);
   const more = r.error.issues.length > 1 ? ` (and ${r.error.issues.length - 1} more)` : '';
-  const reason = issue.message.replace(/^Invalid input: /, '');
+  const reason = unknownKey === undefined ? issue.message.replace(/^Invalid input: /, '') : 'unknown field';
   if (!field) throw new HeadwayError('invalid_json', `${reason}${more}`);
   throw new HeadwayError('invalid_field', `${field}: ${reason}${more}`, field);
 }

@@ -152,6 +152,8 @@ export interface StorageDump {
   nodes: Node[];
   apiKeys: ApiKey[];
   pendingRegistrations: PendingRegistration[];
+  /** driveGrants are the Taildrive grants the storage keeps (@headway/drive-db); absent: it keeps none. */
+  driveGrants?: DriveGrantRecord[];
   policy: PolicyRecord | null;
 }
 
@@ -167,6 +169,8 @@ export interface StorageCounts {
   preAuthKeys: number;
   apiKeys: number;
   pendingRegistrations: number;
+  /** driveGrants: stored Taildrive grants (0 or absent for a storage without them). */
+  driveGrants?: number;
   policy: number;
 }
 
@@ -175,6 +179,7 @@ export function countDump(d: Omit<StorageDump, 'kind' | 'schemaVersion'>): Stora
   return {
     users: d.users.length, nodes: d.nodes.length, preAuthKeys: d.preAuthKeys.length, apiKeys: d.apiKeys.length,
     pendingRegistrations: d.pendingRegistrations.length, policy: d.policy ? 1 : 0,
+    ...(d.driveGrants?.length ? { driveGrants: d.driveGrants.length } : {}),
   };
 }
 
@@ -183,7 +188,7 @@ export function describeCounts(c: StorageCounts): string {
   const parts: Array<[number, string, string]> = [
     [c.users, 'user', 'users'], [c.nodes, 'node', 'nodes'], [c.preAuthKeys, 'pre-auth key', 'pre-auth keys'],
     [c.apiKeys, 'API key', 'API keys'], [c.pendingRegistrations, 'pending registration', 'pending registrations'],
-    [c.policy, 'policy', 'policies'],
+    [c.policy, 'policy', 'policies'], [c.driveGrants ?? 0, 'drive grant', 'drive grants'],
   ];
   const text = parts.filter(([n]) => n > 0).map(([n, one, many]) => `${n} ${n === 1 ? one : many}`).join(', ');
   return text || 'no records';

@@ -1,13 +1,13 @@
 import { initialMigration } from './0001_initial.js';
 import { userPictureMigration } from './0002_user_picture.js';
-import { driveGrantsMigration } from './0003_drive_grants.js';
-import { userIdentityMigration } from './0004_user_identity.js';
+import { userIdentityMigration } from './0003_user_identity.js';
+import { driveGrantsMigration } from './0004_drive_grants.js';
 import type { SqlMigration } from './types.js';
 
 export type { SqlMigration } from './types.js';
 
 /** MIGRATIONS is the ordered, append-only schema history; index i holds version i + 1. */
-export const MIGRATIONS: readonly SqlMigration[] = [initialMigration, userPictureMigration, driveGrantsMigration, userIdentityMigration];
+export const MIGRATIONS: readonly SqlMigration[] = [initialMigration, userPictureMigration, userIdentityMigration, driveGrantsMigration];
 
 /** LATEST_SCHEMA_VERSION is the newest schema this code can read and write. */
 export const LATEST_SCHEMA_VERSION: number = MIGRATIONS[MIGRATIONS.length - 1]!.version;

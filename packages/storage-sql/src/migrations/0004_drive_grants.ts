@@ -8,8 +8,8 @@ import type { SqlMigration } from './types.js';
  * tags); no foreign key, since the id column points at users or nodes by kind.
  */
 export const driveGrantsMigration: SqlMigration = {
-  version: 3,
-  name: '0003_drive_grants',
+  version: 4,
+  name: '0004_drive_grants',
   async up(knex) {
     await knex.schema.createTable('drive_grants', (t: Knex.CreateTableBuilder) => {
       if (knex.client.config.client === 'mysql2' || knex.client.config.client === 'mysql') {

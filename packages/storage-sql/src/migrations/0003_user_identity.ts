@@ -9,8 +9,8 @@ import type { SqlMigration } from './types.js';
  * MySQL cannot give a TEXT column a default).
  */
 export const userIdentityMigration: SqlMigration = {
-  version: 4,
-  name: '0004_user_identity',
+  version: 3,
+  name: '0003_user_identity',
   async up(knex) {
     await knex.schema.alterTable('users', (t) => {
       t.string('provider', 64).notNullable().defaultTo('');

@@ -2,9 +2,9 @@ import t from 'tap';
 import knexFactory from 'knex';
 import { createRepositories, MIGRATIONS, runMigrations } from '../src/index.js';
 
-// 0004_user_identity on a database holding users written before it: they become
+// 0003_user_identity on a database holding users written before it: they become
 // local users (no provider, NULL provider_id, no groups) and keep everything else.
-t.test('0004_user_identity: users from before read as local users and can be linked', async (t) => {
+t.test('0003_user_identity: users from before read as local users and can be linked', async (t) => {
   const knex = knexFactory({ client: 'better-sqlite3', connection: { filename: ':memory:' }, useNullAsDefault: true });
   t.teardown(() => knex.destroy());
   await runMigrations(knex, MIGRATIONS.slice(0, 1));

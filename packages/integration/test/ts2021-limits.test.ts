@@ -195,7 +195,9 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
 });
 
 t.test('figures: memory held by idle handshaken connections, /health during a handshake flood, database growth from a register flood', async (t) => {
-  const s = await startTestServer({ noise: { first_request_timeout: '10s' } });
+  // 20 s: opening 500 handshakes took 13.8 s on a loaded 2-core machine, and with 10 s the
+  // first ones closed before the count (the count, not a timing, is what is asserted).
+  const s = await startTestServer({ noise: { first_request_timeout: '20s' } });
   t.teardown(() => s.stop());
   const N = 500;
   global.gc?.();
@@ -213,7 +215,7 @@ t.test('figures: memory held by idle handshaken connections, /health during a ha
   t.comment(`${N} handshaken connections opened in ${(performance.now() - opened).toFixed(0)} ms`);
   const held = process.memoryUsage();
   t.equal(s.control.limits.sessions.unauthenticated(), N, `${N} idle handshaken sessions open`);
-  await Promise.all(conns.map((c) => closed(c, 20_000)));
+  await Promise.all(conns.map((c) => closed(c, 40_000)));
   await sleep(200);
   global.gc?.();
   const after = process.memoryUsage();

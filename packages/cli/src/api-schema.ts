@@ -1074,7 +1074,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description true: delete the user's nodes too (they are logged out) */
-                deleteNodes?: boolean | ("true" | "false" | "");
+                deleteNodes?: "true" | "false" | "";
             };
             header?: never;
             path: {
@@ -1230,7 +1230,7 @@ export interface operations {
                 /** @description Set the key expiry to this RFC 3339 time (past or future) */
                 expiry?: string | null;
                 /** @description true: the node never expires */
-                disableExpiry?: boolean | ("true" | "false" | "");
+                disableExpiry?: "true" | "false" | "";
             };
             header?: never;
             path: {
@@ -1252,8 +1252,8 @@ export interface operations {
                      * @description true: the node never expires
                      * @example true
                      */
-                    disableExpiry?: boolean | ("true" | "false" | "");
-                } | null;
+                    disableExpiry?: boolean | null;
+                };
             };
         };
         responses: {

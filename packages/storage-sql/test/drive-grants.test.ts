@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import type { DriveGrant, StoragePort } from '@headway/core/ports';
-import { MIGRATIONS, openMysqlStorage, openPostgresStorage, openSqliteStorage, parseConnectionUrl } from '../src/index.js';
-import { missingServer, withScratchDatabase } from './databases.js';
+import { MIGRATIONS, openSqliteStorage } from '../src/index.js';
+import { onServers } from './databases.js';
 
 type Open = (o: { migrations?: typeof MIGRATIONS }) => Promise<StoragePort>;
 
@@ -88,23 +88,4 @@ await t.test('sqlite', async (t) => {
   await driveGrantSuite(t, 'sqlite', (o) => openSqliteStorage({ path, ...o }));
 });
 
-const postgresUrl = process.env.HEADWAY_TEST_POSTGRES_URL;
-if (postgresUrl) {
-  await t.test('postgres', async (t) => {
-    await withScratchDatabase('pg', parseConnectionUrl(postgresUrl, ['postgres', 'postgresql'], 5432), (connection) =>
-      driveGrantSuite(t, 'postgres', (o) => openPostgresStorage({ connection, pool: { max: 4 }, ...o })));
-  });
-} else {
-  missingServer(t, 'postgres', 'HEADWAY_TEST_POSTGRES_URL');
-}
-
-const mysqlUrl = process.env.HEADWAY_TEST_MYSQL_URL;
-if (mysqlUrl) {
-  await t.test('mysql', async (t) => {
-    await withScratchDatabase('mysql2', parseConnectionUrl(mysqlUrl, ['mysql', 'mariadb'], 3306), (connection) =>
-      driveGrantSuite(t, 'mysql', (o) => openMysqlStorage({ connection, pool: { max: 4 }, ...o })));
-  });
-} else {
-  missingServer(t, 'mysql', 'HEADWAY_TEST_MYSQL_URL');
-}
-
+await onServers(t, 4, (t, name, open) => driveGrantSuite(t, name, open));

@@ -1,60 +1,16 @@
 // Registration is one transaction on every database: the State and the Registrar
 // run here over the real storage adapters (SQLite always, PostgreSQL and MariaDB
 // when their URLs are set, mandatory in CI), some wrapped to fail on purpose.
-import { mkdtempSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
   createLogger, parseRegisterRequest, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
   type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
 } from '@headway/core';
-import { openMysqlStorage, openPostgresStorage, openSqliteStorage } from '../src/index.js';
-import { missingServer } from './databases.js';
-import { testDatabaseServers } from '../src/testing.js';
+import { freshDatabases, type Opener } from './databases.js';
 
-/** Opener opens one more storage on the same database (a second server shares it). */
-type Opener = () => Promise<StoragePort>;
-
-interface TestDatabase {
-  name: string;
-  /** fresh runs `body` against a new empty database, closing what it opened. */
-  fresh(body: (open: Opener) => Promise<void>): Promise<void>;
-}
-
-/** tracked closes every storage `open` handed out once `body` is done. */
-async function tracked(openOne: Opener, body: (open: Opener) => Promise<void>): Promise<void> {
-  const opened: StoragePort[] = [];
-  try {
-    await body(async () => { const s = await openOne(); opened.push(s); return s; });
-  } finally {
-    for (const s of opened) await s.close();
-  }
-}
-
-const databases: TestDatabase[] = [{
-  name: 'sqlite',
-  async fresh(body) {
-    const dir = mkdtempSync(join(tmpdir(), 'headway-register-'));
-    try {
-      await tracked(() => openSqliteStorage({ path: join(dir, 'db.sqlite') }), body);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  },
-}];
-for (const server of testDatabaseServers()) {
-  if (!server.admin) {
-    missingServer(t, server.type, server.variable);
-    continue;
-  }
-  const openOne = server.type === 'postgres' ? openPostgresStorage : openMysqlStorage;
-  databases.push({
-    name: server.type,
-    fresh: (body) => server.scratch((connection) => tracked(() => openOne({ connection, pool: { max: 10 } }), body)),
-  });
-}
+const databases = freshDatabases(t, 'register');
 
 /**
  * FaultyStorage is the real adapter whose transactions fail once at a chosen

@@ -2,49 +2,15 @@
 // State, NetworkView, SessionHub, RouteService and HostinfoService run here over the
 // real storage adapters (SQLite always, PostgreSQL and MariaDB when their URLs are
 // set, mandatory in CI), wrapped to fail on purpose between two writes.
-import { mkdtempSync, rmSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
   createLogger, DerpMapSource, DnsConfigSource, HostinfoService, hujsonEngine, Mapper, Metrics, NetworkView, resolveConfig,
   RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort, type StorageRepositories,
 } from '@headway/core';
-import { openMysqlStorage, openPostgresStorage, openSqliteStorage } from '../src/index.js';
-import { missingServer } from './databases.js';
-import { testDatabaseServers } from '../src/testing.js';
+import { freshDatabases } from './databases.js';
 
-interface TestDatabase {
-  name: string;
-  /** fresh runs `body` with a new empty database, closing it afterwards. */
-  fresh(body: (storage: StoragePort) => Promise<void>): Promise<void>;
-}
-
-async function closing(open: () => Promise<StoragePort>, body: (storage: StoragePort) => Promise<void>): Promise<void> {
-  const storage = await open();
-  try { await body(storage); } finally { await storage.close(); }
-}
-
-const databases: TestDatabase[] = [{
-  name: 'sqlite',
-  async fresh(body) {
-    const dir = mkdtempSync(join(tmpdir(), 'headway-routes-'));
-    try {
-      await closing(() => openSqliteStorage({ path: join(dir, 'db.sqlite') }), body);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  },
-}];
-for (const server of testDatabaseServers()) {
-  if (!server.admin) {
-    missingServer(t, server.type, server.variable);
-    continue;
-  }
-  const openOne = server.type === 'postgres' ? openPostgresStorage : openMysqlStorage;
-  databases.push({ name: server.type, fresh: (body) => server.scratch((connection) => closing(() => openOne({ connection }), body)) });
-}
+const databases = freshDatabases(t, 'routes', 4);
 
 /**
  * faultyTx wraps the real adapter so that the `nth` call of `call` (e.g. the second
@@ -145,7 +111,8 @@ const settle = () => new Promise((res) => setTimeout(res, 50));
 
 for (const db of databases) {
   await t.test(db.name, async (t: Test) => {
-    await t.test('auto-approval of several routers is one transaction: a failure on the second router\'s write leaves neither approved', (t) => db.fresh(async (real) => {
+    await t.test('auto-approval of several routers is one transaction: a failure on the second router\'s write leaves neither approved', (t) => db.fresh(async (open) => {
+      const real = await open();
       const f = faultyTx(real);
       const k = await kernel(t, f.storage);
       const alice = await k.state.createUser({ name: 'alice' });
@@ -174,7 +141,8 @@ for (const db of databases) {
       t.same([k.routes.primaryRoutes(r1.id), k.routes.primaryRoutes(r2.id)], [['10.1.0.0/24'], []], 'one primary per route');
     }));
 
-    await t.test('approve-routes whose write fails stores nothing, elects nothing and publishes nothing', (t) => db.fresh(async (real) => {
+    await t.test('approve-routes whose write fails stores nothing, elects nothing and publishes nothing', (t) => db.fresh(async (open) => {
+      const real = await open();
       const f = faultyTx(real);
       const k = await kernel(t, f.storage);
       const alice = await k.state.createUser({ name: 'alice' });
@@ -197,7 +165,8 @@ for (const db of databases) {
       t.same((await real.nodes.get(r1.id))?.approvedRoutes, ['10.9.0.0/24'], 'and changes nothing');
     }));
 
-    await t.test('a Hostinfo update and the auto-approval of the routes it advertises are one write', (t) => db.fresh(async (real) => {
+    await t.test('a Hostinfo update and the auto-approval of the routes it advertises are one write', (t) => db.fresh(async (open) => {
+      const real = await open();
       const f = faultyTx(real);
       const k = await kernel(t, f.storage, POLICY);
       const alice = await k.state.createUser({ name: 'alice' });
@@ -224,7 +193,8 @@ for (const db of databases) {
       t.same(k.primariesWhenPublished[0]?.[n.id], ['10.1.2.0/24'], 'the primary was elected before it was published');
     }));
 
-    await t.test('a registration stores the routes its policy auto-approves in the registration\'s transaction', (t) => db.fresh(async (storage) => {
+    await t.test('a registration stores the routes its policy auto-approves in the registration\'s transaction', (t) => db.fresh(async (open) => {
+      const storage = await open();
       const k = await kernel(t, storage, POLICY);
       const alice = await k.state.createUser({ name: 'alice' });
       const n = await router(k.state, alice.id, 'r1', ['10.1.5.0/24', '10.3.0.0/24']);

@@ -177,8 +177,9 @@ t.test('every route answers what the document declares (schema and handler agree
   t.teardown(() => tablet.close());
   await tablet.connect();
   const p1 = await pending(tablet);
-  await ok('authRegister', 'POST', '/api/v1/auth/register', { authId: p1.authId, user: 'alicia' });
+  const tabletNode = (await ok('authRegister', 'POST', '/api/v1/auth/register', { authId: p1.authId, user: 'alicia' })).node;
   await p1.followup;
+  await s.state.expireNode(Number(tabletNode.id), new Date());
   const p2 = await pending(tablet, true);
   await ok('authApprove', 'POST', '/api/v1/auth/approve', { authId: p2.authId });
   await p2.followup;

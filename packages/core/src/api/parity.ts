@@ -22,15 +22,14 @@ export interface PendingLogins {
 
 const AUTH_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
-/** AuthIdBody is headscale's auth-id body; the gateway accepts its proto name (auth_id) too. */
+/** authIdFields is headscale's auth-id body (its proto name auth_id arrives as authId: readJson camel-cases bodies). */
 const authIdFields = {
   authId: optional(idText()).meta({ description: 'The ID at the end of the login URL the device printed', examples: ['hwreg-0123456789abcdef'] }),
-  auth_id: optional(idText()).meta({ description: 'Same as authId (headscale proto field name)', examples: ['hwreg-0123456789abcdef'] }),
 };
 
 /** authId reads the required auth ID (the last part of the device's AuthURL). */
-function authId(b: { authId?: string; auth_id?: string }): string {
-  const id = (b.authId ?? b.auth_id)?.trim();
+function authId(b: { authId?: string }): string {
+  const id = b.authId?.trim();
   if (!id) throw badField('authId', 'is required (the ID at the end of the login URL the device printed)');
   if (!AUTH_ID.test(id)) throw badField('authId', `expected the ID from the login URL (letters, digits, - and _), found ${JSON.stringify(id.slice(0, 80))}`);
   return id;

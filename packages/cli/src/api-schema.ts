@@ -1502,11 +1502,6 @@ export interface operations {
                      */
                     authId?: (string | number) | null;
                     /**
-                     * @description Same as authId (headscale proto field name)
-                     * @example hwreg-0123456789abcdef
-                     */
-                    auth_id?: (string | number) | null;
-                    /**
                      * @description User name or id
                      * @example alice
                      */
@@ -1552,11 +1547,6 @@ export interface operations {
                      * @example hwreg-0123456789abcdef
                      */
                     authId?: (string | number) | null;
-                    /**
-                     * @description Same as authId (headscale proto field name)
-                     * @example hwreg-0123456789abcdef
-                     */
-                    auth_id?: (string | number) | null;
                 };
             };
         };
@@ -1598,11 +1588,6 @@ export interface operations {
                      * @example hwreg-0123456789abcdef
                      */
                     authId?: (string | number) | null;
-                    /**
-                     * @description Same as authId (headscale proto field name)
-                     * @example hwreg-0123456789abcdef
-                     */
-                    auth_id?: (string | number) | null;
                 };
             };
         };

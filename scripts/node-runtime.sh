@@ -4,7 +4,8 @@
 # package node-linux-<arch>@24 (its tarball holds bin/node and include/node, the
 # headers node-gyp needs), so a machine with only Debian's Node 20 and npm gets it
 # without apt or a download site. Cached in ${HEADWAY_NODE_HOME:-~/.cache/headway/node-24}.
-# Usage: eval "$(bash scripts/node-runtime.sh)"  (exports PATH and npm_config_nodedir)
+# Usage: eval "$(bash scripts/node-runtime.sh)"  (puts that Node first on PATH; build-sqlite.sh
+# finds its headers next to it, so no npm_config_nodedir is exported: npm warns about it)
 set -euo pipefail
 MAJOR=24
 current=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
@@ -26,4 +27,3 @@ else
   fi
 fi
 echo "export PATH=\"$home/bin:\$PATH\""
-echo "export npm_config_nodedir=\"$home\""

@@ -178,6 +178,12 @@ export class Registrar {
     const key = m?.[1];
     const pending = key ? await this.state.getPending(key) : undefined;
     if (!key || !pending || pending.machineKey !== machineKey) {
+      // A stale follow-up (tailscaled retries the one of a login that was rejected or replaced) must
+      // not replace the login the device is showing now: answer with that login's URL.
+      const current = this.state.pendingQuota.keyOf(machineKey);
+      if (current && current !== key && (await this.state.getPending(current))?.machineKey === machineKey) {
+        return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(current), Error: '' };
+      }
       // Unknown or expired: hand out a fresh URL (the same URL again would make the client back off).
       return this.interactive(req, machineKey);
     }

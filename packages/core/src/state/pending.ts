@@ -46,6 +46,12 @@ export class PendingQuota {
     set.add(e);
   }
 
+  /** keyOf is the key of the machine's waiting login, if it has one that has not expired. */
+  keyOf(machineKey: string): string | undefined {
+    const e = this.byMachine.get(machineKey);
+    return e && e.expiresAt > this.now() ? e.key : undefined;
+  }
+
   remove(key: string): void {
     const e = this.byKey.get(key);
     if (!e) return;

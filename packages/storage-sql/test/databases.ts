@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
-import type { StoragePort } from '@headway/core/ports';
+import type { StoragePort, StorageRepositories } from '@headway/core/ports';
 import { openMysqlStorage, openPostgresStorage, openSqliteStorage, parseConnectionUrl, type OpenOptions } from '../src/index.js';
 import { testDatabaseServers, withScratchDatabase } from '../src/testing.js';
 
@@ -94,4 +94,51 @@ export async function onServers(t: Test, pool: number, suite: (t: Test, name: 'p
   } else {
     missingServer(t, 'mysql', 'HEADWAY_TEST_MYSQL_URL');
   }
+}
+
+/**
+ * FaultyStorage is the real adapter whose transactions fail once at a chosen
+ * repository call (`nodes.create`, ...), after the calls before it ran for real.
+ */
+export interface FaultyStorage {
+  storage: StoragePort;
+  /** failAt makes the `nth` (default first) `repo.method` call inside a transaction throw `error` (default: a plain Error). */
+  failAt(call: string, nth?: number, error?: Error): void;
+  /** failNext is failAt(call, 1, error). */
+  failNext(call: string, error?: Error): void;
+  /** calls lists every repository call made inside transactions, in order. */
+  calls: string[];
+}
+
+export function faultyStorage(real: StoragePort): FaultyStorage {
+  const faults = new Map<string, { left: number; error: Error }>();
+  const calls: string[] = [];
+  const wrap = (tx: StorageRepositories): StorageRepositories => {
+    const out: Record<string, unknown> = {};
+    for (const [repoName, repo] of Object.entries(tx)) {
+      const methods: Record<string, unknown> = {};
+      for (const [m, f] of Object.entries(repo as Record<string, unknown>)) {
+        if (typeof f !== 'function') continue;
+        methods[m] = async (...args: unknown[]) => {
+          const call = `${repoName}.${m}`;
+          calls.push(call);
+          const fault = faults.get(call);
+          if (fault && --fault.left === 0) {
+            faults.delete(call);
+            throw fault.error;
+          }
+          return (f as (...a: unknown[]) => Promise<unknown>)(...args);
+        };
+      }
+      out[repoName] = methods;
+    }
+    return out as unknown as StorageRepositories;
+  };
+  const failAt = (call: string, nth = 1, error?: Error) => { faults.set(call, { left: nth, error: error ?? new Error(`injected failure in ${call}`) }); };
+  return {
+    storage: { ...real, transaction: (fn) => real.transaction((tx) => fn(wrap(tx))) },
+    failAt,
+    failNext: (call, error) => failAt(call, 1, error),
+    calls,
+  };
 }

@@ -6,55 +6,11 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
   createLogger, parseRegisterRequest, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
-  type Change, type RegisterRequest, type RegisterResponse, type StoragePort, type StorageRepositories,
+  type Change, type RegisterRequest, type RegisterResponse, type StoragePort,
 } from '@headway/core';
-import { freshDatabases, type Opener } from './databases.js';
+import { faultyStorage, freshDatabases, type Opener } from './databases.js';
 
 const databases = freshDatabases(t, 'register');
-
-/**
- * FaultyStorage is the real adapter whose transactions fail once at a chosen
- * repository call (`nodes.create`, ...), after the calls before it ran for real.
- */
-interface FaultyStorage {
-  storage: StoragePort;
-  /** failNext makes the next `repo.method` call inside a transaction throw `error` (default: a plain Error). */
-  failNext(call: string, error?: Error): void;
-  /** calls lists every repository call made inside transactions, in order. */
-  calls: string[];
-}
-
-function faulty(real: StoragePort): FaultyStorage {
-  const faults = new Map<string, Error>();
-  const calls: string[] = [];
-  const wrap = (tx: StorageRepositories): StorageRepositories => {
-    const out: Record<string, unknown> = {};
-    for (const [repoName, repo] of Object.entries(tx)) {
-      const methods: Record<string, unknown> = {};
-      for (const [m, f] of Object.entries(repo as Record<string, unknown>)) {
-        if (typeof f !== 'function') continue;
-        methods[m] = async (...args: unknown[]) => {
-          const call = `${repoName}.${m}`;
-          calls.push(call);
-          const fault = faults.get(call);
-          if (fault) {
-            faults.delete(call);
-            throw fault;
-          }
-          return (f as (...a: unknown[]) => Promise<unknown>)(...args);
-        };
-      }
-      out[repoName] = methods;
-    }
-    return out as unknown as StorageRepositories;
-  };
-  const storage: StoragePort = { ...real, transaction: (fn) => real.transaction((tx) => fn(wrap(tx))) };
-  return {
-    storage,
-    failNext: (call, error) => { faults.set(call, error ?? new Error(`injected failure in ${call}`)); },
-    calls,
-  };
-}
 
 interface Server {
   state: State;
@@ -145,7 +101,7 @@ for (const db of databases) {
     }));
 
     await t.test('single-use key burnt when the node write fails after the spend: the key stays unspent and the retry joins', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const [key] = await singleUseKeys(s, 'alice', 1);
       const d = device('web');
@@ -168,7 +124,7 @@ for (const db of databases) {
     }));
 
     await t.test('a registration the database aborted for a concurrent one (deadlock) runs again and joins', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const [key] = await singleUseKeys(s, 'alice', 1);
       const d = device('web');
@@ -229,7 +185,7 @@ for (const db of databases) {
     }));
 
     await t.test('re-registration with a new single-use key: a failed write leaves the key unspent and the node as it was', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const [first, second] = await singleUseKeys(s, 'alice', 2);
       const d = device('laptop');
@@ -250,7 +206,7 @@ for (const db of databases) {
     }));
 
     await t.test('interactive approval: a failed write leaves the registration pending; of two approvals one wins', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const user = await s.state.createUser({ name: 'bob' });
       const d = device('desk');
@@ -269,7 +225,7 @@ for (const db of databases) {
     }));
 
     await t.test('user delete is one transaction and refuses a user with nodes (headscale: force only skips the prompt)', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const user = await s.state.createUser({ name: 'carol' });
       const other = await s.state.createUser({ name: 'dave' });
@@ -296,7 +252,7 @@ for (const db of databases) {
     }));
 
     await t.test('user delete with deleteNodes (users destroy --delete-nodes) takes nodes, keys and user in one transaction', (t) => db.fresh(async (open) => {
-      const f = faulty(await open());
+      const f = faultyStorage(await open());
       const s = await startServer(f.storage);
       const user = await s.state.createUser({ name: 'frank' });
       const other = await s.state.createUser({ name: 'gina' });
@@ -336,7 +292,7 @@ for (const db of databases) {
       for (const name of ['p', 'q']) {
         await v4only.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: name, userId: user.id, registerMethod: 'debug' });
       }
-      const f = faulty(storage);
+      const f = faultyStorage(storage);
       const s = await startServer(f.storage);
       f.failNext('nodes.update');
       await t.rejects(s.state.backfillIPs(), /injected failure/);

@@ -6,45 +6,11 @@ import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import {
   createLogger, DerpMapSource, DnsConfigSource, HostinfoService, hujsonEngine, Mapper, Metrics, NetworkView, resolveConfig,
-  RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort, type StorageRepositories,
+  RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort,
 } from '@headway/core';
-import { freshDatabases } from './databases.js';
+import { faultyStorage, freshDatabases } from './databases.js';
 
 const databases = freshDatabases(t, 'routes', 4);
-
-/**
- * faultyTx wraps the real adapter so that the `nth` call of `call` (e.g. the second
- * `nodes.update`) inside a transaction throws, after the calls before it ran for real.
- */
-function faultyTx(real: StoragePort): { storage: StoragePort; failAt(call: string, nth: number): void; calls: string[] } {
-  let fault: { call: string; left: number } | undefined;
-  const calls: string[] = [];
-  const wrap = (tx: StorageRepositories): StorageRepositories => {
-    const out: Record<string, unknown> = {};
-    for (const [repoName, repo] of Object.entries(tx)) {
-      const methods: Record<string, unknown> = {};
-      for (const [m, f] of Object.entries(repo as Record<string, unknown>)) {
-        if (typeof f !== 'function') continue;
-        methods[m] = async (...args: unknown[]) => {
-          const call = `${repoName}.${m}`;
-          calls.push(call);
-          if (fault?.call === call && --fault.left === 0) {
-            fault = undefined;
-            throw new Error(`injected failure in ${call}`);
-          }
-          return (f as (...a: unknown[]) => Promise<unknown>)(...args);
-        };
-      }
-      out[repoName] = methods;
-    }
-    return out as unknown as StorageRepositories;
-  };
-  return {
-    storage: { ...real, transaction: (fn) => real.transaction((tx) => fn(wrap(tx))) },
-    failAt: (call, nth) => { fault = { call, left: nth }; },
-    calls,
-  };
-}
 
 /** Kernel is the part of the server that approves routes, built as server/compose.ts builds it. */
 interface Kernel {
@@ -113,7 +79,7 @@ for (const db of databases) {
   await t.test(db.name, async (t: Test) => {
     await t.test('auto-approval of several routers is one transaction: a failure on the second router\'s write leaves neither approved', (t) => db.fresh(async (open) => {
       const real = await open();
-      const f = faultyTx(real);
+      const f = faultyStorage(real);
       const k = await kernel(t, f.storage);
       const alice = await k.state.createUser({ name: 'alice' });
       const r1 = await router(k.state, alice.id, 'r1', ['10.1.0.0/24']);
@@ -143,7 +109,7 @@ for (const db of databases) {
 
     await t.test('approve-routes whose write fails stores nothing, elects nothing and publishes nothing', (t) => db.fresh(async (open) => {
       const real = await open();
-      const f = faultyTx(real);
+      const f = faultyStorage(real);
       const k = await kernel(t, f.storage);
       const alice = await k.state.createUser({ name: 'alice' });
       const r1 = await router(k.state, alice.id, 'r1', ['10.9.0.0/24']);
@@ -167,7 +133,7 @@ for (const db of databases) {
 
     await t.test('a Hostinfo update and the auto-approval of the routes it advertises are one write', (t) => db.fresh(async (open) => {
       const real = await open();
-      const f = faultyTx(real);
+      const f = faultyStorage(real);
       const k = await kernel(t, f.storage, POLICY);
       const alice = await k.state.createUser({ name: 'alice' });
       const n = await router(k.state, alice.id, 'r1', []);

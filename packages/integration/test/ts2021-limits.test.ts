@@ -173,8 +173,9 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
     urls.push(r.AuthURL ?? "");
   }
   t.equal(s.state.pendingQuota.size(), 1, '20 logins from one machine leave one waiting');
-  t.equal(await s.storage.pendingRegistrations.get(keyOf(urls[0]!)), undefined, 'the first row was replaced');
-  t.ok(await s.storage.pendingRegistrations.get(keyOf(urls[19]!)), 'the latest one is stored');
+  // Regression (a retried register killed the auth ID the person was approving): the same machine and
+  // node key get the login they already wait on; a new node key replaces it.
+  t.equal(new Set(urls).size, 1, 'asking again with the same node key returns the same login');
 
   const big = await (await device('big')).register({ hostinfo: { Hostname: 'big', FutureField: 'x'.repeat(8000) } as never });
   t.match(big.Error, /Hostinfo is \d+ bytes; .* at most 4096/, 'an oversized Hostinfo is refused with the limit named');
@@ -192,6 +193,25 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
   t.equal(await s.storage.pendingRegistrations.get(keyOf(again.AuthURL ?? "")), undefined, 'expired rows are deleted by the periodic sweep');
   t.equal(s.state.pendingQuota.size(), 0, 'and forgotten by the quota');
   t.equal((await (await device('e')).register()).Error, '', 'room again after expiry');
+});
+
+// Regression (tailscaled's retry of an earlier attempt, even with its previous node key, replaced the
+// login the person was about to approve): one login per node key, at most PER_MACHINE (3) per machine.
+t.test('pending registrations: one per node key and three per machine; asking again returns the same login', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'retry' });
+  t.teardown(() => d.close());
+  await d.connect();
+  const keyOf = (url: string) => url.split('/').pop()!;
+  const first = (await d.register()).AuthURL ?? '';
+  t.equal((await d.register()).AuthURL, first, 'the same node key asking again gets the same login');
+  const rotated: string[] = [];
+  for (let i = 0; i < 3; i++) rotated.push((await d.rotateNodeKey()).AuthURL ?? '');
+  t.equal(new Set([first, ...rotated]).size, 4, 'each new node key gets its own login');
+  t.equal(s.state.pendingQuota.size(), 3, 'the machine holds three');
+  t.equal(await s.storage.pendingRegistrations.get(keyOf(first)), undefined, 'the oldest was replaced');
+  for (const u of rotated) t.ok(await s.storage.pendingRegistrations.get(keyOf(u)), 'the newer ones are stored');
 });
 
 t.test('figures: memory held by idle handshaken connections, /health during a handshake flood, database growth from a register flood', async (t) => {

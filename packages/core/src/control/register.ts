@@ -24,6 +24,17 @@ type Verdict = number | 'rejected' | undefined;
  */
 export class Registrar {
   private readonly waiters = new Map<string, Set<(verdict: Verdict) => void>>();
+  /** rejected remembers rejected logins' keys until they would have expired (bounded; see remember). */
+  private readonly rejected = new Map<string, number>();
+
+  private remember(key: string, until: number): void {
+    if (this.rejected.size >= 1024) {
+      const now = Date.now();
+      for (const [k, t] of this.rejected) if (t <= now || this.rejected.size >= 1024) this.rejected.delete(k);
+    }
+    this.rejected.set(key, until);
+  }
+
   /** sourceOf names the source address of a machine's session, for the per-address pending-login quota. */
   sourceOf: (machineKey: string) => string | undefined = () => undefined;
 
@@ -161,6 +172,14 @@ export class Registrar {
   }
 
   private async interactive(req: RegisterRequest, machineKey: string): Promise<RegisterResponse> {
+    // The same machine asking again with the same node key gets the login it is already waiting on:
+    // tailscaled re-sends register from an earlier attempt (a retry after a rejection, a second
+    // `tailscale up`), and replacing the login would kill the auth ID the person is about to approve.
+    const current = this.state.pendingQuota.keyOf(machineKey, req.NodeKey ?? '');
+    const waiting = current ? await this.state.getPending(current) : undefined;
+    if (current && waiting?.machineKey === machineKey && waiting.nodeKey === req.NodeKey) {
+      return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(current), Error: '' };
+    }
     let reg;
     try {
       reg = await this.state.createPending({
@@ -176,15 +195,13 @@ export class Registrar {
   private async followup(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
     const m = /\/register\/([A-Za-z0-9_-]+)$/.exec(req.Followup ?? '');
     const key = m?.[1];
+    // tailscaled retries the follow-up of a rejected login; it gets the rejection again rather than a
+    // new login (which it would print in the middle of the person's next `tailscale up`).
+    if (key && (this.rejected.get(key) ?? 0) > Date.now()) return this.fail(REJECTED);
     const pending = key ? await this.state.getPending(key) : undefined;
     if (!key || !pending || pending.machineKey !== machineKey) {
-      // A stale follow-up (tailscaled retries the one of a login that was rejected or replaced) must
-      // not replace the login the device is showing now: answer with that login's URL.
-      const current = this.state.pendingQuota.keyOf(machineKey);
-      if (current && current !== key && (await this.state.getPending(current))?.machineKey === machineKey) {
-        return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(current), Error: '' };
-      }
-      // Unknown or expired: hand out a fresh URL (the same URL again would make the client back off).
+      // Unknown or expired: the login the machine waits on now (a stale follow-up of a rejected or
+      // replaced login must not replace it), else a fresh URL (the dead URL again would make the client back off).
       return this.interactive(req, machineKey);
     }
     const verdict = await new Promise<Verdict>((resolve) => {
@@ -254,6 +271,7 @@ export class Registrar {
     const pending = await this.state.getPending(key);
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected`, field);
     await this.state.deletePending(key);
+    this.remember(key, pending.expiresAt.getTime());
     this.logger.info('interactive login rejected', { machine: pending.machineKey.slice(0, 13) });
     for (const w of [...(this.waiters.get(key) ?? [])]) w('rejected');
   }

@@ -6,25 +6,34 @@ export interface PendingLimits {
   max_pending_per_address: number;
 }
 
-interface Entry { key: string; source: string; machineKey: string; expiresAt: number }
+interface Entry { key: string; source: string; machineKey: string; nodeKey: string; expiresAt: number }
+
+/**
+ * PER_MACHINE caps the logins one machine may have waiting, one per node key. More than one:
+ * tailscaled retries the register of an earlier attempt (after a rejection it even uses the
+ * previous node key), and with one per machine that retry replaced the login the person was
+ * about to approve.
+ */
+export const PER_MACHINE = 3;
 
 /**
  * PendingQuota counts interactive logins waiting for approval, overall and per source address, so a
- * client without credentials cannot fill the database with them. Each machine key holds at most one
- * (a new login replaces the old), which is why the machine's own entry is not counted against it.
+ * client without credentials cannot fill the database with them. A machine holds at most one per node
+ * key and PER_MACHINE in all (a new one replaces the oldest), so the entry a new login replaces is
+ * not counted against it.
  * It lives in memory: after a restart, rows written before it are not counted but expire on their own.
  */
 export class PendingQuota {
   private readonly byKey = new Map<string, Entry>();
-  private readonly byMachine = new Map<string, Entry>();
+  private readonly byMachine = new Map<string, Entry[]>();
   private readonly bySource = new Map<string, Set<Entry>>();
 
   constructor(private readonly limits: () => PendingLimits, private readonly now: () => number = Date.now) {}
 
   /** check throws a 429 naming the limit when one more login for machineKey from source is too many. */
-  check(source: string, machineKey: string): void {
+  check(source: string, machineKey: string, nodeKey = ''): void {
     const { max_pending, max_pending_per_address } = this.limits();
-    const own = this.byMachine.get(machineKey);
+    const own = this.replaced(machineKey, nodeKey);
     const count = (n: number, mine: boolean) => n - (own && (!mine || own.source === source) ? 1 : 0);
     if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address || count(this.byKey.size, false) >= max_pending) this.prune();
     if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address) {
@@ -35,20 +44,27 @@ export class PendingQuota {
     }
   }
 
-  /** add records a stored login, dropping the machine's previous one. */
-  add(key: string, source: string, machineKey: string, expiresAt: number): void {
-    const old = this.byMachine.get(machineKey);
+  /** replaced is the login a new one for (machineKey, nodeKey) replaces: the same node key's, or the machine's oldest when it has PER_MACHINE. */
+  replaced(machineKey: string, nodeKey: string): Entry | undefined {
+    const list = this.byMachine.get(machineKey) ?? [];
+    return list.find((e) => e.nodeKey === nodeKey) ?? (list.length >= PER_MACHINE ? list[0] : undefined);
+  }
+
+  /** add records a stored login, dropping the one it replaces (see replaced). */
+  add(key: string, source: string, machineKey: string, expiresAt: number, nodeKey = ''): void {
+    const old = this.replaced(machineKey, nodeKey);
     if (old) this.remove(old.key);
-    const e: Entry = { key, source, machineKey, expiresAt };
+    const e: Entry = { key, source, machineKey, nodeKey, expiresAt };
     this.byKey.set(key, e);
-    this.byMachine.set(machineKey, e);
+    const list = this.byMachine.get(machineKey) ?? this.byMachine.set(machineKey, []).get(machineKey)!;
+    list.push(e);
     const set = this.bySource.get(source) ?? this.bySource.set(source, new Set()).get(source)!;
     set.add(e);
   }
 
-  /** keyOf is the key of the machine's waiting login, if it has one that has not expired. */
-  keyOf(machineKey: string): string | undefined {
-    const e = this.byMachine.get(machineKey);
+  /** keyOf is the key of the login (machineKey, nodeKey) waits on, if it has one that has not expired. */
+  keyOf(machineKey: string, nodeKey: string): string | undefined {
+    const e = this.byMachine.get(machineKey)?.find((x) => x.nodeKey === nodeKey);
     return e && e.expiresAt > this.now() ? e.key : undefined;
   }
 
@@ -56,7 +72,12 @@ export class PendingQuota {
     const e = this.byKey.get(key);
     if (!e) return;
     this.byKey.delete(key);
-    if (this.byMachine.get(e.machineKey) === e) this.byMachine.delete(e.machineKey);
+    const list = this.byMachine.get(e.machineKey);
+    if (list) {
+      const i = list.indexOf(e);
+      if (i >= 0) list.splice(i, 1);
+      if (!list.length) this.byMachine.delete(e.machineKey);
+    }
     const set = this.bySource.get(e.source);
     if (set?.delete(e) && !set.size) this.bySource.delete(e.source);
   }

@@ -784,17 +784,18 @@ export class State {
       throw new HeadwayError('payload_too_large', `Hostinfo is ${size} bytes; a login waiting for approval stores at most ${limits.max_hostinfo_bytes} (registration.max_hostinfo_bytes)`, 'Hostinfo');
     }
     const source = input.source ?? 'unknown';
-    this.pendingQuota.check(source, input.machineKey);
+    this.pendingQuota.check(source, input.machineKey, input.nodeKey);
+    const replaced = this.pendingQuota.replaced(input.machineKey, input.nodeKey)?.key;
     const reg: PendingRegistration = {
       key: randomBytes(18).toString('base64url'),
       machineKey: input.machineKey, nodeKey: input.nodeKey, hostinfo: input.hostinfo,
       createdAt: new Date(), expiresAt: new Date(Date.now() + limits.pending_expiry),
     };
     await this.storage.transaction(async (tx) => {
-      await tx.pendingRegistrations.deleteByMachineKey(input.machineKey);
+      if (replaced) await tx.pendingRegistrations.delete(replaced);
       await tx.pendingRegistrations.put(reg);
     });
-    this.pendingQuota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime());
+    this.pendingQuota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime(), reg.nodeKey);
     return reg;
   }
 

@@ -127,7 +127,8 @@ t.test('every route answers what the document declares (schema and handler agree
     t.equal(res.status, 200, `${operationId}: 200`, { body: res.json });
     return res.json;
   };
-  const problem0 = async (operationId: string, method: string, path: string, body: unknown, status: number, field?: string) => {
+  // Problems: each is a declared status with a Problem body.
+  const problem = async (operationId: string, method: string, path: string, body: unknown, status: number, field?: string) => {
     const res = await call(operationId, method, path, body);
     t.equal(res.status, status, `${operationId} ${path}: ${status}`, { body: res.json });
     if (field) t.equal(res.json.field, field, `${operationId}: names ${field}`);
@@ -189,14 +190,14 @@ t.test('every route answers what the document declares (schema and handler agree
   const p3 = await pending(stranger);
   await ok('authReject', 'POST', '/api/v1/auth/reject', { authId: p3.authId });
   await p3.followup;
-  await problem0('authReject', 'POST', '/api/v1/auth/reject', { authId: p3.authId }, 404);
+  await problem('authReject', 'POST', '/api/v1/auth/reject', { authId: p3.authId }, 404);
 
   // Taildrive grants (the database drive adapter is listed under plugins:).
   const grant = (await ok('grantDrive', 'POST', '/api/v1/drive', { src: 'alicia', dst: `node:${registered.id}`, shares: ['docs'] })).grant;
   t.equal(grant.access, 'ro', 'read-only by default');
   t.equal((await ok('listDriveGrants', 'GET', '/api/v1/drive')).grants.length, 1);
   await ok('revokeDrive', 'DELETE', `/api/v1/drive/${grant.id}`);
-  await problem0('grantDrive', 'POST', '/api/v1/drive', { src: 'alicia', dst: 'nas', acess: 'rw' }, 400, 'acess');
+  await problem('grantDrive', 'POST', '/api/v1/drive', { src: 'alicia', dst: 'nas', acess: 'rw' }, 400, 'acess');
 
   // Pre-auth keys.
   const pak = (await ok('createPreAuthKey', 'POST', '/api/v1/preauthkey', { user: 'alicia', reusable: true, ephemeral: false, expiration: '24h', aclTags: ['tag:web'] })).preAuthKey;
@@ -225,13 +226,6 @@ t.test('every route answers what the document declares (schema and handler agree
   t.match((await ok('getPolicy', 'GET', '/api/v1/policy')).updatedAt, /Z$/);
   await ok('health', 'GET', '/api/v1/health');
 
-  // Problems: each is a declared status with a Problem body.
-  const problem = async (operationId: string, method: string, path: string, body: unknown, status: number, field?: string) => {
-    const res = await call(operationId, method, path, body);
-    t.equal(res.status, status, `${operationId} ${path}: ${status}`, { body: res.json });
-    if (field) t.equal(res.json.field, field, `${operationId}: names ${field}`);
-    return res.json;
-  };
   await problem('listUsers', 'GET', '/api/v1/user?id=x', undefined, 400, 'id');
   await problem('listUsers', 'GET', '/api/v1/user?name=a&name=b', undefined, 400, 'name');
   await problem('createUser', 'POST', '/api/v1/user', { name: 'alicia' }, 409);

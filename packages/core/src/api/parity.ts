@@ -6,9 +6,9 @@
  */
 import { z } from 'zod';
 import { badField, HeadwayError } from '../errors.js';
-import { route, type ApiDeps, type Route } from './route.js';
-import { Empty, idText, NodeSchema, numericId, optional, UserSchema } from './schemas.js';
-import { nodeView, userView } from './views.js';
+import { apiNode, route, type ApiDeps, type Route } from './route.js';
+import { Empty, idText, NodeAnswer, numericId, optional, UserSchema } from './schemas.js';
+import { userView } from './views.js';
 
 /**
  * PendingLogins is what the API needs of the registrar: approve a waiting interactive
@@ -40,8 +40,6 @@ function logins(deps: ApiDeps): PendingLogins {
   return deps.logins;
 }
 
-const view = (deps: ApiDeps, id: number) => nodeView(deps.state.requireNode(id), deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
-const NodeAnswer = z.object({ node: NodeSchema });
 /** queryFlag is a true/false query parameter (headscale's gateway spelling); empty reads as false. */
 const queryFlag = (description: string) =>
   z.enum(['true', 'false', '']).optional().transform((v) => v === 'true').meta({ description, examples: ['true'] });
@@ -59,7 +57,7 @@ export const AUTH_ROUTES: Route[] = [
       const ref = body.user.trim();
       if (!ref) throw badField('user', 'is required (a user name or id)');
       const user = deps.state.resolveUser(ref);
-      return { node: view(deps, await logins(deps).approve(id, user.id, { field: 'authId' })) };
+      return { node: apiNode(deps, deps.state.requireNode(await logins(deps).approve(id, user.id, { field: 'authId' }))) };
     },
   }),
   route({
@@ -68,7 +66,7 @@ export const AUTH_ROUTES: Route[] = [
     body: z.object(authIdFields),
     response: NodeAnswer, responseDescription: 'The node, logged in again',
     errors: [404, 409, 503],
-    handle: async ({ body }, deps) => ({ node: view(deps, await logins(deps).approve(authId(body), undefined, { field: 'authId' })) }),
+    handle: async ({ body }, deps) => ({ node: apiNode(deps, deps.state.requireNode(await logins(deps).approve(authId(body), undefined, { field: 'authId' }))) }),
   }),
   route({
     method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login',
@@ -112,7 +110,7 @@ export const EXPIRE_NODE = route({
       }
       at = new Date(raw);
     }
-    return { node: view(deps, (await deps.state.expireNode(params.id, at)).id) };
+    return { node: apiNode(deps, await deps.state.expireNode(params.id, at)) };
   },
 });
 

@@ -5,6 +5,8 @@ import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
 import { BODY_LIMIT, readJson } from './http.js';
 import { parseInput } from './schemas.js';
+import { nodeView } from './views.js';
+import type { Node } from '../domain.js';
 import type { PendingLogins } from './parity.js';
 import type { DriveService } from '../drive/service.js';
 
@@ -18,8 +20,6 @@ export interface ApiDeps {
   state: State;
   policy: PolicyService;
   config: HeadwayConfig;
-  /** registerPending approves an interactive registration (wired by the control protocol). */
-  registerPending?: (key: string, userId: number) => Promise<number>;
   /** logins approves or rejects pending interactive logins (the registrar; /api/v1/auth/...). */
   logins?: PendingLogins;
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
@@ -138,3 +138,8 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
 }
 
 /** expiration reads expirationText: an RFC 3339 time or a duration from now; absent means none. */
+
+/** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
+export function apiNode(deps: ApiDeps, n: Node) {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+}

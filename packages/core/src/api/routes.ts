@@ -9,13 +9,13 @@ import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
 import { BODY_LIMIT, readJson } from './http.js';
 import {
-  ApiKeySchema, Empty, expirationText, idText, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
+  ApiKeySchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
-import { apiKeyView, nodeView, preAuthKeyView, userView } from './views.js';
+import { apiKeyView, preAuthKeyView, userView } from './views.js';
 import * as parity from './parity.js';
 
 export * from './route.js';
-import { route, type ApiDeps, type Route } from './route.js';
+import { apiNode as view, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
 
 function expiration(v: string | undefined, field = 'expiration'): Date | null {
@@ -30,9 +30,6 @@ function expiration(v: string | undefined, field = 'expiration'): Date | null {
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.resolveUser(ref ?? '', field);
 
-function view(deps: ApiDeps, n: import('../domain.js').Node) {
-  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
-}
 
 /** requiredList is a list of strings that must be sent; `hint` says what an empty list means. */
 const requiredList = (hint: string, description: string, example: string[]) =>
@@ -43,7 +40,6 @@ const stringList = (description: string, example: string[]) => optional(z.array(
 
 const NodeIdParams = z.object({ id: numericId('Node id') });
 const userQuery = (what: string) => z.object({ user: queryText(`Only ${what} of this user (name or id)`, 'alice') });
-const NodeAnswer = z.object({ node: NodeSchema });
 const PreAuthKeyAnswer = z.object({ preAuthKey: PreAuthKeySchema });
 const PolicyText = z.object({ policy: z.string().meta({ description: 'Policy text (HuJSON: JSON with comments and trailing commas)', examples: ['{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}'] }) });
 const POLICY_LIMIT = 4 * 1024 * 1024;
@@ -170,8 +166,8 @@ export const ROUTES: Route[] = [
       const user = userRef(deps, query.user);
       const key = query.key.trim();
       if (!key) throw badField('key', 'is required');
-      if (!deps.registerPending) throw new HeadwayError('unavailable', 'interactive registration is not available');
-      const nodeId = await deps.registerPending(key, user.id);
+      if (!deps.logins) throw new HeadwayError('unavailable', 'interactive registration is not available');
+      const nodeId = await deps.logins.approve(key, user.id);
       return { node: view(deps, deps.state.requireNode(nodeId)) };
     },
   }),

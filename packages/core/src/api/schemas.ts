@@ -103,6 +103,9 @@ export type PreAuthKeyView = z.input<typeof PreAuthKeySchema>;
 export type ApiKeyView = z.input<typeof ApiKeySchema>;
 export type ProblemView = z.input<typeof ProblemSchema>;
 
+/** NodeAnswer is the answer of calls that return one node. */
+export const NodeAnswer = z.object({ node: NodeSchema });
+
 /** Empty is the answer of calls that only report success. */
 export const Empty = z.object({}).meta({ description: 'Empty object: the call succeeded' });
 

@@ -75,11 +75,11 @@ export class LoginFlow {
     ctx.body = loginRefusedPage(reason);
   }
 
-  private html(ctx: Context, body: string): void {
+  /** html answers a page; only the confirmation, whose form posts back here, passes FORM_PAGE_HEADERS. */
+  private html(ctx: Context, body: string, headers: Readonly<Record<string, string>> = PAGE_HEADERS): void {
     ctx.status = 200;
     ctx.type = 'text/html; charset=utf-8';
-    // The confirmation page's form posts back here; every other page allows no form at all.
-    ctx.set(body.includes('<form') ? FORM_PAGE_HEADERS : PAGE_HEADERS);
+    ctx.set(headers);
     ctx.body = body;
   }
 
@@ -127,7 +127,7 @@ export class LoginFlow {
     this.o.logger.info('login verified, waiting for confirmation', { provider: this.o.identity.provider, user: user.name, user_id: user.id });
     this.html(ctx, confirmLoginPage({
       hostname: hostnameOf(pending.hostinfo), user: user.name, email: user.email, token, action: CONFIRM_PATH, expiresAt: new Date(expiresAt),
-    }));
+    }), FORM_PAGE_HEADERS);
   }
 
   /** confirm registers the node once the person confirmed in the same browser that signed in. */

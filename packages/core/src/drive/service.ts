@@ -178,13 +178,9 @@ export class DriveService {
     return node.id;
   }
 
-  private parsed(): Policy | undefined {
-    return this.policy() ?? undefined;
-  }
-
-  private policyGroups(): Record<string, string[]> { return this.parsed()?.groups ?? {}; }
+  private policyGroups(): Record<string, string[]> { return this.policy()?.groups ?? {}; }
   private policyTagOwners(): string[] | undefined {
-    const p = this.parsed();
+    const p = this.policy();
     return p ? Object.keys(p.tagOwners) : undefined;
   }
 

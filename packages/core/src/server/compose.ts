@@ -112,7 +112,6 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
-      registerPending: (key, userId) => registrar.approve(key, userId),
       logins: registrar,
       approveRoutes: (id, routes) => routeService.approve(id, routes),
       primaryRoutes: (id) => routeService.primaryRoutes(id),

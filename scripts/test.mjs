@@ -49,9 +49,27 @@ if (!selected.length) {
 const args = ['--disable-coverage', '--allow-empty-coverage', '-R', 'tap', '--timeout=900', '--jobs=2', ...selected];
 const child = spawn(join(root, 'node_modules', '.bin', 'tap'), args, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
 let tail = '';
+// Every `not ok` with the subtests it sits in, listed again just above the summary line:
+// a CI log often shows only its last page, and tap's failures are buried in the middle.
+const failures = [];
+const path = [];
+let partial = '';
+function scan(line) {
+  const indent = line.match(/^ */)[0].length / 4;
+  const sub = line.match(/^ *# Subtest: (.*)$/);
+  if (sub) { path.length = indent; path[indent] = sub[1]; return; }
+  const bad = line.match(/^ *not ok \d+ - (.*?)(?: # time=.*)?$/);
+  if (bad && !line.includes('# TODO') && !line.includes('# SKIP')) {
+    failures.push([...path.slice(0, indent), bad[1]].filter(Boolean).join(' > '));
+  }
+}
 child.stdout.on('data', (chunk) => {
   process.stdout.write(chunk);
-  tail = (tail + chunk.toString()).slice(-4000);
+  const text = chunk.toString();
+  tail = (tail + text).slice(-4000);
+  const lines = (partial + text).split('\n');
+  partial = lines.pop() ?? '';
+  for (const line of lines) scan(line);
 });
 child.on('close', (code) => {
   // The last summary line is tap's own; earlier ones may be quoted from a test's output.
@@ -59,6 +77,9 @@ child.on('close', (code) => {
   const m = all[all.length - 1];
   const pass = Number(m?.[2] ?? 0), fail = Number(m?.[3] ?? 0), skip = Number(m?.[4] ?? 0);
   const failed = fail || (code !== 0 ? Math.max(1, fail) : 0);
+  // Only the innermost failures: a failing assertion also fails every subtest around it.
+  const leaves = failures.filter((f) => !failures.some((g) => g !== f && g.startsWith(f + ' > ')));
+  for (const f of leaves.slice(0, 40)) console.log(`# FAILED: ${f}`);
   console.log(`${pass} passed, ${failed} failed${skip ? `, ${skip} skipped` : ''}`);
   process.exit(code ?? 1);
 });

@@ -396,6 +396,8 @@ export class TailscaleDevice {
   readonly env: Record<string, string>;
   readonly #daemon: ChildProcess;
   readonly #cliChildren = new Set<ChildProcess>();
+  /** #authUrls are the login URLs up() already returned, so a stale one in `tailscale status` is not taken for a new one. */
+  readonly #authUrls = new Set<string>();
   readonly #live: { daemon: ChildProcess; dir: string };
   #stopped = false;
 
@@ -623,15 +625,24 @@ export class TailscaleDevice {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const printed = AUTH_URL_LINE.exec(output.stderr) ?? AUTH_URL_LINE.exec(output.stdout);
-      if (printed !== null) return { authUrl: printed[1]!, stdout: output.stdout, stderr: output.stderr, exited: running.result };
+      if (printed !== null) {
+        this.#authUrls.add(printed[1]!);
+        return { authUrl: printed[1]!, stdout: output.stdout, stderr: output.stderr, exited: running.result };
+      }
       if (spawnFailure !== undefined) throw spawnFailure;
       if (finished !== undefined) {
         if (finished.code !== 0) throw new Error(describeFailure(`tailscale up (${this.name})`, finished));
         // Exited 0 without a URL: the node was already authorised.
         return { stdout: finished.stdout, stderr: finished.stderr };
       }
+      // `tailscale status` shows the daemon's AuthURL, which until this run's Start() resets it is
+      // still the URL of an earlier attempt (a rejected login's dead URL): only a URL this device
+      // has not handed out before counts.
       const st = await this.status().catch(() => undefined);
-      if (st?.AuthURL) return { authUrl: st.AuthURL, stdout: output.stdout, stderr: output.stderr, exited: running.result };
+      if (st?.AuthURL && !this.#authUrls.has(st.AuthURL)) {
+        this.#authUrls.add(st.AuthURL);
+        return { authUrl: st.AuthURL, stdout: output.stdout, stderr: output.stderr, exited: running.result };
+      }
       await sleep(200);
     }
     running.child.kill('SIGKILL');

@@ -104,7 +104,7 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   // 1. Pack every published workspace, prepack included (it builds dist and the CLI manifest).
   let started = Date.now();
   const published = workspaces().filter((w) => !w.pkg.private);
-  const pack = await run('npm', ['pack', '--pack-destination', tarballs, ...published.flatMap((w) => ['-w', w.dir])]);
+  const pack = await run('npm', ['pack', '--pack-destination', tarballs, ...published.flatMap((w) => ['-w', w.dir])], { timeoutMs: 900_000 });
   t.equal(pack.code, 0, 'npm pack');
   if (pack.code !== 0) { t.comment(pack.stderr.slice(-4000)); return; }
   const files = readdirSync(tarballs).filter((f) => f.endsWith('.tgz'));

@@ -153,7 +153,7 @@ t.test('handshakes per address are rate-limited and a replayed initiation is ref
 });
 
 t.test('pending registrations: one per machine key, capped per address, bounded in size, swept when expired', async (t) => {
-  const s = await startTestServer({ registration: { max_pending_per_address: 3, max_hostinfo_bytes: 4096, pending_expiry: '1s', gc_interval: '200ms' } });
+  const s = await startTestServer({ registration: { max_pending_per_address: 3, max_hostinfo_bytes: 4096, pending_expiry: '5s', gc_interval: '200ms' } });
   t.teardown(() => s.stop());
   const devices: TestDevice[] = [];
   t.teardown(() => { for (const d of devices) void d.close(); });
@@ -189,7 +189,8 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
   const again = await a.register();
   t.equal(again.Error, '', 'a machine that already waits may renew its login');
 
-  await sleep(1600);
+  // pending_expiry is 5 s, not less: on a loaded machine the 20 registers above must not outlive it.
+  await sleep(5600);
   t.equal(await s.storage.pendingRegistrations.get(keyOf(again.AuthURL ?? "")), undefined, 'expired rows are deleted by the periodic sweep');
   t.equal(s.state.pendingQuota.size(), 0, 'and forgotten by the quota');
   t.equal((await (await device('e')).register()).Error, '', 'room again after expiry');
@@ -223,18 +224,22 @@ t.test('figures: memory held by idle handshaken connections, /health during a ha
   global.gc?.();
   const before = process.memoryUsage();
   const conns: NoiseConn[] = [];
+  let gone = 0;
   const opened = performance.now();
   for (let i = 0; i < N; i += 50) {
     conns.push(...await Promise.all(Array.from({ length: 50 }, async () => {
       const c = await dial(s);
       c.on('error', () => undefined);
+      c.on('close', () => { gone++; });
       c.resume();
       return c;
     })));
   }
   t.comment(`${N} handshaken connections opened in ${(performance.now() - opened).toFixed(0)} ms`);
   const held = process.memoryUsage();
-  t.equal(s.control.limits.sessions.unauthenticated(), N, `${N} idle handshaken sessions open`);
+  // On a loaded machine opening them can outlast first_request_timeout: the first ones are then
+  // already closed by it, and the server counts exactly the others (the count is what is asserted).
+  t.equal(s.control.limits.sessions.unauthenticated() + gone, N, `${N} idle handshaken sessions open (${gone} already closed by the deadline)`);
   await Promise.all(conns.map((c) => closed(c, 40_000)));
   await sleep(200);
   global.gc?.();

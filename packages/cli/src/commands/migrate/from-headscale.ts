@@ -28,7 +28,7 @@ function readControlKey(path: string): string {
 }
 
 function line(l: ReportLine): string {
-  return `  ${l.kind}${l.id !== null ? ` ${l.id}` : ''} ${l.what}${l.reason ? `: ${l.reason}` : ''}`;
+  return `  ${l.kind}${l.id !== null ? ` ${l.id}` : ''}${l.what ? ` ${l.what}` : ''}${l.reason ? `: ${l.reason}` : ''}`;
 }
 
 function isEmpty(c: StorageCounts): boolean {
@@ -127,15 +127,15 @@ export default class MigrateFromHeadscale extends HeadwayCommand {
   /** policyNotes warns when the imported policy would not be used or does not parse. */
   private policyNotes(text: string | undefined, config: HeadwayConfig, report: ImportReport): void {
     if (text === undefined) {
-      report.warnings.push({ kind: 'policy', id: null, what: 'policy', reason: 'headscale kept no policy in its database; if it used policy.mode file, point Headway\'s policy.path at the same file' });
+      report.warnings.push({ kind: 'policy', id: null, what: '', reason: 'headscale kept no policy in its database; if it used policy.mode file, point Headway\'s policy.path at the same file' });
       return;
     }
     const { errors } = checkPolicy(text);
     if (errors.length) {
-      report.warnings.push({ kind: 'policy', id: null, what: 'policy', reason: `Headway does not accept it as it is (${errors.slice(0, 3).map((e) => e.message).join('; ')}); fix it with headway policy set after the import` });
+      report.warnings.push({ kind: 'policy', id: null, what: '', reason: `Headway does not accept it as it is (${errors.slice(0, 3).map((e) => e.message).join('; ')}); fix it with headway policy set after the import` });
     }
     if (config.policy.mode !== 'database') {
-      report.warnings.push({ kind: 'policy', id: null, what: 'policy', reason: `it is imported into the database, which Headway reads only with policy.mode: database (the config says ${config.policy.mode})` });
+      report.warnings.push({ kind: 'policy', id: null, what: '', reason: `it is imported into the database, which Headway reads only with policy.mode: database (the config says ${config.policy.mode})` });
     }
   }
 

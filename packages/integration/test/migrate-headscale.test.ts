@@ -10,7 +10,9 @@ import { join } from 'node:path';
 import t from 'tap';
 import bcrypt from 'bcryptjs';
 import type { StorageDump } from '@headway/core/ports';
+import knexFactory from 'knex';
 import { openSqliteStorage } from '@headway/storage-sql';
+import { testDatabaseServers } from '@headway/storage-sql/testing';
 import { makeHeadscaleDb } from '../src/headscale-fixture.js';
 import { adminFetch, runHeadway, startTestServer } from '../src/index.js';
 
@@ -42,7 +44,7 @@ const v26 = {
   nodes: [
     {
       id: 1, machine_key: `mkey:${hex(32)}`, node_key: `nodekey:${hex(32)}`, disco_key: `discokey:${hex(32)}`,
-      endpoints: '["192.0.2.1:41641","[2001:db8::1]:41641"]', host_info: JSON.stringify({ Hostname: 'laptop', OS: 'linux', RoutableIPs: ['10.1.0.0/24'] }),
+      endpoints: '["192.0.2.1:41641","[2001:db8::1]:41641"]', host_info: JSON.stringify({ Hostname: 'laptop', OS: 'linux', RoutableIPs: ['10.1.0.0/24'], RequestTags: ['tag:laptop'] }),
       ipv4: '100.64.0.1', ipv6: 'fd7a:115c:a1e0::1', hostname: 'laptop', given_name: 'laptop', user_id: 1, register_method: 'authkey',
       forced_tags: 'null', auth_key_id: 1, expiry: '0001-01-01 00:00:00+00:00', last_seen: '2025-06-05 09:00:00.5+00:00',
       approved_routes: '["10.1.0.0/24"]', created_at: '2025-06-01 11:30:00+00:00', updated_at: '2025-06-05 09:00:00+00:00',
@@ -131,6 +133,8 @@ t.test('headscale 0.26: dry run reports everything and writes nothing', async (t
   t.match(r.stdout, /Cannot import \(2\):/);
   t.match(r.stdout, /user 3 gone: deleted in headscale/);
   t.match(r.stdout, /node 3 ghost \(100\.64\.0\.3\): its user 9 does not exist/, 'a node whose user is missing is reported with the reason');
+  t.match(r.stdout, /node 1 laptop \(100\.64\.0\.1\): advertises tag:laptop, which headscale 0\.26 kept only in Hostinfo; they are not applied/,
+    'tags a 0.26 node only advertised are reported, not applied');
   t.match(r.stdout, /Control key: would copy .*noise-26\.key to .*noise_private\.key/);
   t.match(r.stdout, /Dry run: nothing written/);
   t.notOk(existsSync(tg.db), 'no database was created');
@@ -245,4 +249,58 @@ t.test('bad input is named, exits non-zero and writes nothing', async (t) => {
   }
   t.notOk(existsSync(tg.db), 'no database was created');
   t.notOk(existsSync(tg.noiseKey), 'no control key was written');
+});
+
+t.test('a headscale database on PostgreSQL (postgres:// URL) imports alike', async (t) => {
+  const pg = testDatabaseServers().find((s) => s.type === 'postgres')!;
+  if (!pg.admin) {
+    if (process.env.CI === 'true') t.fail('HEADWAY_TEST_POSTGRES_URL is not set, and CI must import from PostgreSQL');
+    else t.skip('HEADWAY_TEST_POSTGRES_URL not set', () => undefined);
+    return;
+  }
+  await pg.scratch(async (conn) => {
+    const url = `postgres://${encodeURIComponent(conn.user)}:${encodeURIComponent(conn.password ?? '')}@${conn.host}:${conn.port}/${conn.database}`;
+    // The column types gorm gives headscale 0.29's models on PostgreSQL.
+    const knex = knexFactory({ client: 'pg', connection: url });
+    try {
+      await knex.raw(`
+        CREATE TABLE migrations (id varchar(255) PRIMARY KEY);
+        CREATE TABLE users (id bigserial PRIMARY KEY, name text, display_name text, email text, provider_identifier text, provider text, profile_pic_url text,
+          created_at timestamptz, updated_at timestamptz, deleted_at timestamptz);
+        CREATE TABLE pre_auth_keys (id bigserial PRIMARY KEY, key text, prefix text, hash bytea, user_id bigint REFERENCES users(id) ON DELETE SET NULL,
+          reusable boolean, ephemeral boolean DEFAULT false, used boolean DEFAULT false, tags text, created_at timestamptz, expiration timestamptz);
+        CREATE TABLE api_keys (id bigserial PRIMARY KEY, prefix text UNIQUE, hash bytea, created_at timestamptz, expiration timestamptz, last_seen timestamptz);
+        CREATE TABLE nodes (id bigserial PRIMARY KEY, machine_key text, node_key text, disco_key text, endpoints text, host_info text, ipv4 text, ipv6 text,
+          hostname text, given_name varchar(63), user_id bigint REFERENCES users(id) ON DELETE CASCADE, register_method text, tags text,
+          auth_key_id bigint REFERENCES pre_auth_keys(id), expiry timestamptz, last_seen timestamptz, approved_routes text,
+          created_at timestamptz, updated_at timestamptz, deleted_at timestamptz);
+        CREATE TABLE policies (id bigserial PRIMARY KEY, data text, created_at timestamptz, updated_at timestamptz, deleted_at timestamptz);
+        CREATE TABLE database_versions (id bigint PRIMARY KEY, version text NOT NULL, updated_at timestamptz);`);
+      await knex('migrations').insert(['202511011637-preauthkey-bcrypt', '202602201200-clear-tagged-node-user-id'].map((id) => ({ id })));
+      await knex('database_versions').insert({ id: 1, version: 'v0.29.1', updated_at: new Date() });
+      await knex('users').insert({ id: 5, name: 'carol', created_at: new Date('2026-01-01T10:00:00.250Z') });
+      await knex('pre_auth_keys').insert({ id: 4, prefix: authPrefix, hash: goBcrypt(authSecret), user_id: 5, reusable: true, tags: '[]', created_at: new Date() });
+      await knex('api_keys').insert({ id: 3, prefix: apiPrefix, hash: goBcrypt(apiSecret), created_at: new Date(), expiration: new Date('2099-01-01T00:00:00Z') });
+      await knex('nodes').insert({
+        id: 7, machine_key: v29.nodes[0]!.machine_key, node_key: v29.nodes[0]!.node_key, disco_key: '', endpoints: '[]', host_info: 'null',
+        ipv4: '100.64.0.7', ipv6: 'fd7a:115c:a1e0::7', hostname: 'desk', given_name: 'desk', user_id: 5, register_method: 'authkey', tags: '[]',
+        auth_key_id: 4, expiry: new Date('2027-01-01T00:00:00Z'), approved_routes: '["0.0.0.0/0","::/0"]', created_at: new Date(), updated_at: new Date(),
+      });
+      await knex('policies').insert({ data: '{"acls":[]}', created_at: new Date(), updated_at: new Date() });
+    } finally {
+      await knex.destroy();
+    }
+    const tg = target('from-pg');
+    const r = await tg.run(['--db', url, '--noise-key', key29, '--apply']);
+    t.equal(r.code, 0, r.stderr);
+    t.match(r.stdout, new RegExp(`headscale 0\\.29\\.1 database postgres ${conn.host}:${conn.port}/${conn.database} ->`), 'the source is named without its password');
+    t.notOk(r.stdout.includes(url) || r.stdout.includes(`:${encodeURIComponent(conn.password ?? '')}@`), 'the URL with its password is not printed');
+    t.match(r.stdout, /Imported 1 user, 1 node, 1 pre-auth key, 1 API key, 1 policy:/);
+    const d = await tg.dump();
+    t.equal(d.users[0]!.createdAt.toISOString(), '2026-01-01T10:00:00.250Z');
+    t.same(d.nodes.map((n) => [n.id, n.userId, n.authKeyId, n.ipv6, n.approvedRoutes, n.expiry?.toISOString(), n.hostinfo]),
+      [[7, 5, 4, 'fd7a:115c:a1e0::7', ['0.0.0.0/0', '::/0'], '2027-01-01T00:00:00.000Z', null]]);
+    t.same(d.preAuthKeys.map((k) => [k.id, k.reusable, k.used, k.ephemeral]), [[4, true, false, false]], 'booleans and bigint ids read right');
+    t.ok(d.apiKeys[0]!.hash.startsWith('$2a$10$'), 'the bytea hash is read as text');
+  });
 });

@@ -238,6 +238,11 @@ export function convertHeadscale(snap: HeadscaleSnapshot, opts: ConvertOptions =
       const hostinfoValue = jsonValue(r.host_info, 'host_info');
       const hostinfo = hostinfoValue && typeof hostinfoValue === 'object' && !Array.isArray(hostinfoValue) ? hostinfoValue as Record<string, unknown> : null;
       const routable = hostinfo && Array.isArray(hostinfo.RoutableIPs) ? (hostinfo.RoutableIPs as unknown[]).filter((s): s is string => typeof s === 'string') : [];
+      // Before 0.28 headscale kept --advertise-tags only in Hostinfo; 0.28 checks them against tagOwners
+      // when it upgrades the database. The import does not guess: it says which tags are not applied.
+      const requested = snap.minor < 28 && hostinfo && Array.isArray(hostinfo.RequestTags)
+        ? (hostinfo.RequestTags as unknown[]).filter((s): s is string => typeof s === 'string' && !tags.includes(s)) : [];
+      if (requested.length) warn('node', id, what, `advertises ${requested.join(', ')}, which headscale ${snap.version} kept only in Hostinfo; they are not applied (set them with headway nodes tag)`);
       let givenName = given || sanitizeHostname(hostname);
       if (seen.given.has(givenName.toLowerCase())) {
         const taken = givenName;

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import bcrypt from 'bcryptjs';
-import { hashSecret, isBcryptHash, issueSecret, parseSecret, verifySecret } from '../src/index.js';
+import { hashSecret, isBcryptHash, issueSecret, parseSecret, preAuthKeyView, verifySecret } from '../src/index.js';
 import { startState } from './harness.js';
 
 const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
@@ -67,6 +67,7 @@ t.test('imported headscale API and pre-auth keys authenticate; wrong ones do not
   const checked = await s.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`);
   t.equal(checked.key.id, reusable.id, 'a headscale 0.28+ pre-auth key');
   await t.rejects(s.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${b64url(64)}`), { message: 'invalid authkey' });
+  t.equal(preAuthKeyView(reusable, s.state).key, `hskey-auth-${authPrefix}-***`, 'listed as headscale showed it');
 
   const plain = randomBytes(24).toString('hex');
   const single = await s.storage.preAuthKeys.create({ userId: alice.id, reusable: false, ephemeral: false, expiration: null, tags: [], prefix: plain.slice(0, 12), hash: hashSecret(plain.slice(12)) });

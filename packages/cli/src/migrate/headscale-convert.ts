@@ -1,9 +1,8 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import {
-  parseIP, parsePrefix, prefixContains,
+  hashSecret, isBcryptHash, parseIP, parsePrefix, prefixContains,
   type ApiKey, type Node, type PolicyRecord, type PreAuthKey, type RegisterMethod, type StorageDump, type User,
 } from '@headway/core/ports';
-import { hashSecret, isBcryptHash, sanitizeHostname } from '@headway/core';
 import type { HeadscaleSnapshot, Row } from './headscale-db.js';
 
 /*
@@ -47,6 +46,12 @@ const NODE_KEY = /^nodekey:[0-9a-f]{64}$/;
 const DISCO_KEY = /^discokey:[0-9a-f]{64}$/;
 const PLAIN_AUTH_KEY = /^[0-9a-f]{48}$/;
 const REGISTER_METHODS: ReadonlySet<string> = new Set(['authkey', 'cli', 'api', 'debug', 'oidc']);
+
+/** dnsLabel makes a node name from a hostname when headscale kept none (it always does since 0.23). */
+function dnsLabel(hostname: string): string {
+  const label = hostname.trim().split('.')[0]!.toLowerCase().replace(/[^a-z0-9-]+/g, '-').replace(/^-+/, '').slice(0, 63).replace(/-+$/, '');
+  return label || 'node';
+}
 
 /** ImportProblem: a record cannot be imported; the message is the reason the report shows. */
 class ImportProblem extends Error {}
@@ -243,7 +248,7 @@ export function convertHeadscale(snap: HeadscaleSnapshot, opts: ConvertOptions =
       const requested = snap.minor < 28 && hostinfo && Array.isArray(hostinfo.RequestTags)
         ? (hostinfo.RequestTags as unknown[]).filter((s): s is string => typeof s === 'string' && !tags.includes(s)) : [];
       if (requested.length) warn('node', id, what, `advertises ${requested.join(', ')}, which headscale ${snap.version} kept only in Hostinfo; they are not applied (set them with headway nodes tag)`);
-      let givenName = given || sanitizeHostname(hostname);
+      let givenName = given || dnsLabel(hostname);
       if (seen.given.has(givenName.toLowerCase())) {
         const taken = givenName;
         const suffix = `-${id}`;

@@ -1,6 +1,6 @@
 import { closeSync, existsSync, openSync, readSync, statSync } from 'node:fs';
 import { resolve } from 'node:path';
-import knexFactory, { type Knex } from 'knex';
+import type { Knex } from 'knex';
 import { SQLITE_MAGIC } from '@headway/core/ports';
 
 /*
@@ -82,7 +82,12 @@ function describeDsn(dsn: string): string {
   }
 }
 
-function openSqlite(path: string): Knex {
+/** loadKnex loads knex when an import runs, so no other command pays for it. */
+async function loadKnex(): Promise<typeof import('knex').default> {
+  return (await import('knex')).default;
+}
+
+async function openSqlite(path: string): Promise<Knex> {
   const file = resolve(path);
   if (!existsSync(file)) throw new HeadscaleSourceError(`${file}: no such file (give headscale's database.sqlite.path, or a postgres:// URL)`);
   if (!statSync(file).isFile()) throw new HeadscaleSourceError(`${file} is not a file`);
@@ -94,7 +99,7 @@ function openSqlite(path: string): Knex {
     closeSync(fd);
   }
   if (head.toString('latin1') !== SQLITE_MAGIC) throw new HeadscaleSourceError(`${file} is not a SQLite database, so not a headscale database`);
-  return knexFactory({
+  return (await loadKnex())({
     client: 'better-sqlite3',
     connection: { filename: file, options: { readonly: true } },
     useNullAsDefault: true,
@@ -164,8 +169,8 @@ export async function readHeadscaleDatabase(source: string): Promise<HeadscaleSn
   const dialect = isPostgresDsn(source) ? 'postgres' : 'sqlite';
   const label = dialect === 'postgres' ? describeDsn(source) : resolve(source);
   const db = dialect === 'postgres'
-    ? knexFactory({ client: 'pg', connection: source, pool: { min: 0, max: 1 } })
-    : openSqlite(source);
+    ? (await loadKnex())({ client: 'pg', connection: source, pool: { min: 0, max: 1 } })
+    : await openSqlite(source);
   try {
     const config: Knex.TransactionConfig = dialect === 'postgres' ? { isolationLevel: 'repeatable read', readOnly: true } : {};
     return await db.transaction(async (trx) => {

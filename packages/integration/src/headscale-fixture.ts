@@ -65,10 +65,11 @@ export type FixtureRows = Partial<Record<'users' | 'nodes' | 'pre_auth_keys' | '
 
 /**
  * makeHeadscaleDb writes a headscale database of `version` at `path` with `rows`;
- * `databaseVersion` overrides what 0.29's database_versions holds, `migrations` the recorded ids.
+ * `databaseVersion` overrides what 0.29's database_versions holds (null: no row, as before 0.29
+ * or under a development build), `migrations` the recorded ids.
  */
 export function makeHeadscaleDb(path: string, version: FixtureVersion, rows: FixtureRows,
-  opts: { databaseVersion?: string; migrations?: string[]; extraSql?: string } = {}): void {
+  opts: { databaseVersion?: string | null; migrations?: string[]; extraSql?: string } = {}): void {
   const db = new Database(path);
   try {
     // Off so a test can write what headscale's foreign keys did not always prevent (they were
@@ -77,7 +78,7 @@ export function makeHeadscaleDb(path: string, version: FixtureVersion, rows: Fix
     db.exec(version === '0.26' ? SCHEMA_0_26 : SCHEMA_0_29);
     const migrate = db.prepare('INSERT INTO migrations (id) VALUES (?)');
     for (const id of opts.migrations ?? (version === '0.26' ? MIGRATIONS_0_26 : MIGRATIONS_0_29)) migrate.run(id);
-    if (version === '0.29') db.prepare('INSERT INTO database_versions (id, version, updated_at) VALUES (1, ?, ?)').run(opts.databaseVersion ?? 'v0.29.2', '2026-11-01 10:00:00+00:00');
+    if (version === '0.29' && opts.databaseVersion !== null) db.prepare('INSERT INTO database_versions (id, version, updated_at) VALUES (1, ?, ?)').run(opts.databaseVersion ?? 'v0.29.2', '2026-11-01 10:00:00+00:00');
     for (const [table, list] of Object.entries(rows)) {
       for (const row of list ?? []) {
         const cols = Object.keys(row);

@@ -223,6 +223,19 @@ t.test('headscale 0.29 --apply; a non-empty target is refused unless --force, wh
   t.equal((await server.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`)).key.id, 4, 'and its pre-auth key');
 });
 
+t.test('without database_versions the version comes from the migrations headscale recorded', async (t) => {
+  const tg = target('v28');
+  const v28 = join(dir, 'hs-0.28.sqlite');
+  const migrations28 = ['202501221827', '202501311657', '202502070949', '202502131714', '202502171819', '202505091439', '202505141324',
+    '202507021200', '202510311551', '202511101554-drop-old-idx', '202511011637-preauthkey-bcrypt', '202511122344-remove-newline-index',
+    '202511131445-node-forced-tags-to-tags', '202601121700-migrate-hostinfo-request-tags'];
+  makeHeadscaleDb(v28, '0.29', { users: v29.users.slice(0, 1) }, { databaseVersion: null, migrations: migrations28 });
+  const r = await tg.run(['--db', v28, '--noise-key', key29]);
+  t.equal(r.code, 0, r.stderr);
+  t.match(r.stdout, /headscale 0\.28 database/);
+  t.match(r.stdout, /Would import 1 user:/);
+});
+
 t.test('bad input is named, exits non-zero and writes nothing', async (t) => {
   const tg = target('bad');
   const cases: Array<[string, string[], RegExp]> = [];

@@ -38,14 +38,11 @@ function isEmpty(c: StorageCounts): boolean {
 export default class MigrateFromHeadscale extends HeadwayCommand {
   static override summary = 'Import a headscale database (0.26 to 0.29) and its control key into Headway';
   static override description = [
-    'Reads headscale\'s database (its SQLite file, or a postgres:// URL) and noise private key, and imports users, nodes',
-    '(keys, addresses, names, tags, approved routes, expiry), pre-auth keys, API keys and the database-mode policy into the',
-    'database the config names, keeping ids, addresses and key hashes: devices stay joined without logging in again, and',
-    'headscale\'s API and pre-auth keys keep working. The control key is copied to noise.private_key_path.',
+    'Reads headscale\'s database (its SQLite file, or a postgres:// URL) and its noise private key, and imports users, nodes (keys, addresses, names, tags, approved routes, expiry), pre-auth keys, API keys and the database-mode policy into the database the config names.',
+    'Ids, addresses and key hashes are kept: devices stay joined without logging in again, and headscale\'s API and pre-auth keys keep working. The control key is copied to noise.private_key_path.',
     'Without --apply it only prints what it would import and every record it cannot import, with the reason.',
-    '--apply writes everything in one transaction, into an empty database; a database holding records (or a different',
-    'control key) is replaced only when confirmed (--force). Stop headscale and the Headway server first; then start',
-    'Headway on headscale\'s server_url, so devices find it where they knew headscale.',
+    '--apply writes everything in one transaction into an empty database; a database holding records, or a different control key, is replaced only when confirmed (--force).',
+    'Stop headscale and the Headway server first, then start Headway on headscale\'s server_url so devices find it where they knew headscale.',
   ].join('\n');
   static override examples = [
     '<%= config.bin %> migrate from-headscale --db /var/lib/headscale/db.sqlite --noise-key /var/lib/headscale/noise_private.key',

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import type { StorageDump } from '@headway/core/ports';
 import { openSqliteStorage } from '@headway/storage-sql';
-import { HeadscaleServer, requireHeadscale } from '../src/headscale.js';
+import { HeadscaleServer, requireHeadscale } from '../src/headscale-server.js';
 import { adminFetch, runHeadway, startTestServer } from '../src/index.js';
 import { cleanupStack, requireTailscale, TailscaleDevice, type TailscaleStatus } from '../src/tailscale.js';
 import { inCI, networkDb, testDatabaseServers } from './backup-roundtrip.js';

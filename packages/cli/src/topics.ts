@@ -76,13 +76,14 @@ export function seg(value: string): string {
 
 /**
  * matchesKeyPrefix says whether a key given on the command line (full secret, redacted
- * `hwkey-auth-<prefix>-***` form, or bare prefix) names the listed key.
+ * `hwkey-auth-<prefix>-***` form (`hskey-auth-` for keys imported from headscale), or bare prefix) names the listed key.
  */
 export function matchesKeyPrefix(listed: string, given: string): boolean {
   if (listed === given) return true;
-  const m = /^hwkey-[a-z]+-([^-]+)-/.exec(listed);
+  // The prefix of a key imported from headscale (hskey-) is 12 characters that may hold '-'.
+  const m = /^hwkey-[a-z]+-([^-]+)-|^hskey-[a-z]+-([A-Za-z0-9_-]{12})-/.exec(listed);
   if (!m) return false;
-  return given === m[1] || given === m[0].slice(0, -1) || given.startsWith(m[0]);
+  return given === (m[1] ?? m[2]) || given === m[0].slice(0, -1) || given.startsWith(m[0]);
 }
 
 /**

@@ -32,6 +32,14 @@ t.test('matchesKeyPrefix', async (t) => {
   t.notOk(matchesKeyPrefix(listed, 'hwkey-auth-abc1234-secret'));
 });
 
+t.test('matchesKeyPrefix: keys imported from headscale, whose prefix may hold -', async (t) => {
+  const listed = 'hskey-auth-Ab-_cd0123Ef-***';
+  t.ok(matchesKeyPrefix(listed, 'Ab-_cd0123Ef'));
+  t.ok(matchesKeyPrefix(listed, 'hskey-auth-Ab-_cd0123Ef'));
+  t.ok(matchesKeyPrefix(listed, `hskey-auth-Ab-_cd0123Ef-${'x'.repeat(64)}`));
+  t.notOk(matchesKeyPrefix(listed, 'Ab'));
+});
+
 t.test('checks and helpers', async (t) => {
   t.same(checkTags(['tag:a', 'tag:b-2', 'tag:a']), ['tag:a', 'tag:b-2']);
   t.throws(() => checkTags(['tag:1x']), /"tag:1x" is not a tag/);

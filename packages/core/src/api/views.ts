@@ -1,5 +1,6 @@
 import type { ApiKey, Node, PreAuthKey, User } from '../domain.js';
 import type { State } from '../state/state.js';
+import { isBcryptHash } from '../secrets.js';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
@@ -50,11 +51,19 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
   };
 }
 
+/**
+ * redactedAuthKey shows a stored pre-auth key the way its owner knows it: `hwkey-auth-<prefix>-***`,
+ * or `hskey-auth-<prefix>-***` for a key imported from headscale 0.28+ (the one with a bcrypt hash).
+ */
+function redactedAuthKey(k: PreAuthKey): string {
+  return isBcryptHash(k.hash) ? `hskey-auth-${k.prefix}-***` : `hwkey-auth-${k.prefix}-***`;
+}
+
 export function preAuthKeyView(k: PreAuthKey, state: State, fullKey?: string): PreAuthKeyView {
   const user = k.userId !== null ? state.getUser(k.userId) : undefined;
   return {
     id: String(k.id),
-    key: fullKey ?? `hwkey-auth-${k.prefix}-***`,
+    key: fullKey ?? redactedAuthKey(k),
     user: user ? userView(user) : null,
     reusable: k.reusable,
     ephemeral: k.ephemeral,

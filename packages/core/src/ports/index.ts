@@ -2,7 +2,7 @@
  * @headway/core/ports is the ports-only entry point: what storage and policy adapters,
  * plugins and the CLI need (port interfaces, tokens and assertions, domain types, the
  * error catalogue, the config types, loader, key table and duration helpers, the logger,
- * prefix parsing) without loading the server. Nothing re-exported here may import koa,
+ * prefix parsing, key hashing) without loading the server. Nothing re-exported here may import koa,
  * @koa/router, @headway/derp, @headway/noise, prom-client or the control, server, state,
  * policy and api modules; test/ports-entry.test.ts proves it in a fresh process.
  * Keep this a plain list of re-exports: a new port file gets one line here.
@@ -24,3 +24,4 @@ export * from '../config/duration.js';
 export * from '../config/plugins.js';
 export * from '../net/ip.js';
 export * from '../backup.js';
+export * from '../secrets.js';

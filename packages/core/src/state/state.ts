@@ -4,7 +4,7 @@ import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
-import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
+import { issueSecret, parseSecret, verifySecret } from '../secrets.js';
 import { isEndpointList, isHostinfo } from '../control/validate.js';
 import { ChangeBus, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
@@ -703,7 +703,7 @@ export class State {
   async checkPreAuthKey(presented: string, spentBy?: number | null): Promise<{ key: PreAuthKey; spend: boolean }> {
     const parsed = parseSecret('auth', presented);
     const key = parsed ? await this.storage.preAuthKeys.getByPrefix(parsed.prefix) : undefined;
-    if (!parsed || !key || !secretMatches(parsed.secret, key.hash)) throw new HeadwayError('unauthorized', 'invalid authkey');
+    if (!parsed || !key || !(await verifySecret(parsed, key.hash))) throw new HeadwayError('unauthorized', 'invalid authkey');
     if (key.expiration && key.expiration.getTime() <= Date.now()) throw new HeadwayError('unauthorized', 'authkey expired');
     // A machine re-registering with the single-use key it joined with may present it again.
     if (!key.reusable && key.used && key.id === spentBy) return { key, spend: false };
@@ -737,7 +737,7 @@ export class State {
 
   async findApiKey(ref: { prefix?: string; id?: number }): Promise<ApiKey> {
     const key = ref.id !== undefined ? await this.storage.apiKeys.get(ref.id)
-      : ref.prefix ? await this.storage.apiKeys.getByPrefix(ref.prefix.replace(/^hwkey-api-/, '')) : undefined;
+      : ref.prefix ? await this.storage.apiKeys.getByPrefix(ref.prefix.replace(/^h[ws]key-api-/, '')) : undefined;
     if (!key) throw notFound('API key', ref.prefix ?? String(ref.id));
     return key;
   }
@@ -758,7 +758,7 @@ export class State {
     const parsed = parseSecret('api', presented);
     if (!parsed) return undefined;
     const key = await this.storage.apiKeys.getByPrefix(parsed.prefix);
-    if (!key || !secretMatches(parsed.secret, key.hash)) return undefined;
+    if (!key || !(await verifySecret(parsed, key.hash))) return undefined;
     if (key.expiration && key.expiration.getTime() <= Date.now()) return undefined;
     const now = new Date();
     if (!key.lastSeen || now.getTime() - key.lastSeen.getTime() >= LAST_SEEN_INTERVAL_MS) {

@@ -157,6 +157,8 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
     'server_url: https://headway.example.com',
     'listen_addr: 127.0.0.1:0',
     'metrics_listen_addr: 127.0.0.1:0',
+    // The gRPC API loads its .proto files from the installed package.
+    'grpc_listen_addr: 127.0.0.1:0',
     `data_dir: ${join(work, 'data')}`,
     'log:',
     '  format: json',

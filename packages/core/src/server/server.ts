@@ -20,6 +20,7 @@ import type { ControlServer } from '../control/control.js';
 import type { DerpMapSource } from '../control/derpmap.js';
 import type { Registrar } from '../control/register.js';
 import { createApp } from './app.js';
+import { startGrpcServer } from './grpc.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import type { Metrics } from './metrics.js';
@@ -51,7 +52,8 @@ export interface RunningServer {
   /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
   identity?: IdentityPort;
   controlPublicKey: Buffer;
-  urls: { http: string; metrics?: string; socket?: string };
+  /** urls: where each listener is; grpc is grpcs://host:port (TLS) or grpc://host:port. */
+  urls: { http: string; metrics?: string; socket?: string; grpc?: string };
   close(): Promise<void>;
 }
 
@@ -195,7 +197,13 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       urls.socket = path;
     }
 
-    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
+    if (config.grpc_listen_addr) {
+      const g = await startGrpcServer({ config, deps, logger, tls });
+      cleanups.push(() => g.close());
+      urls.grpc = g.url;
+    }
+
+    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;
     return {
       config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity,

@@ -46,5 +46,3 @@ export { parseRegisterRequest, parseMapRequest } from './control/validate.js';
 export * from './ports/drive.js';
 export * from './drive/service.js';
 export * from './api/drive.js';
-export * from './api/grpc.js';
-export * from './server/grpc.js';

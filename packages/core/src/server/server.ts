@@ -20,7 +20,6 @@ import type { ControlServer } from '../control/control.js';
 import type { DerpMapSource } from '../control/derpmap.js';
 import type { Registrar } from '../control/register.js';
 import { createApp } from './app.js';
-import { startGrpcServer } from './grpc.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import type { Metrics } from './metrics.js';
@@ -198,6 +197,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     }
 
     if (config.grpc_listen_addr) {
+      // Loaded on demand: grpc-js and the proto loader add about half a second to every import of the core.
+      const { startGrpcServer } = await import('./grpc.js');
       const g = await startGrpcServer({ config, deps, logger, tls });
       cleanups.push(() => g.close());
       urls.grpc = g.url;

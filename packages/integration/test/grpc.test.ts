@@ -143,29 +143,30 @@ const POLICY = `// the gRPC test policy
 }
 `;
 
-t.test('headscale v0.29.2 CLI in remote mode: every command answers what the REST API says', async (t) => {
+/**
+ * cliSetup starts a server with TLS on both listeners (headscale's CLI speaks TLS only in
+ * remote mode) and a database policy, and returns headscale's CLI pointed at it; undefined
+ * when the binary or openssl is missing (skipped, or failed under CI=true).
+ */
+async function cliSetup(t: Test) {
   const bin = requireHeadscale(t);
-  if (!bin) return;
+  if (!bin) return undefined;
   const dir = mkdtempSync(join(tmpdir(), 'hw-grpc-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const pem = makeCert(dir);
   if (!pem) {
     if (process.env.CI === 'true') t.fail('openssl is not installed');
     else t.skip('openssl is not installed', () => undefined);
-    return;
+    return undefined;
   }
-  // headscale's CLI speaks TLS only in remote mode; testkit devices reach the same
-  // listen_addr, which then serves HTTPS with this certificate: trust it here.
+  // testkit devices reach the same listen_addr, which then serves HTTPS with this certificate: trust it here.
   tls.setDefaultCACertificates([...tls.getCACertificates('default'), readFileSync(pem.cert, 'utf8')]);
   const s = await startTestServer({ tls_cert_path: pem.cert, tls_key_path: pem.key, grpc_listen_addr: '127.0.0.1:0', policy: { mode: 'database' } });
   t.teardown(() => s.stop());
   t.match(s.urls.grpc, /^grpcs:\/\/127\.0\.0\.1:\d+$/, 'TLS on the gRPC listener');
   const address = new URL(s.urls.grpc!.replace(/^grpcs:/, 'https:')).host;
   const { secret: apiKey } = await s.state.createApiKey(null);
-  const hs = async (...args: string[]) => {
-    const r = await runHeadscale(bin, { address, apiKey, args });
-    return r;
-  };
+  const hs = (...args: string[]) => runHeadscale(bin, { address, apiKey, args });
   const json = async (...args: string[]) => {
     const r = await hs(...args, '-o', 'json');
     t.equal(r.code, 0, `headscale ${args.join(' ')}: ${r.stderr.trim()}`);
@@ -173,6 +174,30 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   };
   const devices: TestDevice[] = [];
   t.teardown(async () => { for (const d of devices) await d.close(); });
+  /** device registers a testkit device (over HTTPS); an empty `opts` leaves it waiting for an interactive login. */
+  const device = async (hostname: string, opts: Parameters<TestDevice['register']>[0]) => {
+    const d = new TestDevice({ serverUrl: s.urls.http, hostname });
+    devices.push(d);
+    await d.connect();
+    const res = await d.register(opts);
+    return { d, res };
+  };
+  return { s, dir, bin, address, apiKey, hs, json, device };
+}
+
+/** pendingLogin has a device ask to log in (a new one, or a known one with a fresh node key) and holds its follow-up. */
+async function pendingLogin(d: TestDevice, res: { AuthURL?: string }) {
+  const authUrl = String(res.AuthURL);
+  const followup = d.register({ followup: authUrl });
+  // As tailscaled does, the follow-up is sent before anyone decides; give it a moment to arrive.
+  await new Promise((r) => setTimeout(r, 200));
+  return { authId: authUrl.split('/').pop()!, followup };
+}
+
+t.test('headscale v0.29.2 CLI in remote mode: every command answers what the REST API says', async (t) => {
+  const cli = await cliSetup(t);
+  if (!cli) return;
+  const { s, dir, bin, address, apiKey, hs, json, device } = cli;
 
   // ---- users ----
   const alice = await json('users', 'create', 'alice', '-d', 'Alice Liddell', '-e', 'alice@example.com', '-p', 'https://example.com/alice.png');
@@ -231,13 +256,6 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   t.strictSame(await json('preauthkeys', 'list'), (await restKeys()).map(goPreAuthKey), 'preauthkeys list');
 
   // ---- nodes from testkit devices ----
-  const device = async (hostname: string, opts: Parameters<TestDevice['register']>[0]) => {
-    const d = new TestDevice({ serverUrl: s.urls.http, hostname });
-    devices.push(d);
-    await d.connect();
-    const res = await d.register(opts);
-    return { d, res };
-  };
   const router = await device('router', { authKey: reusable.key, routes: ['10.0.0.0/24', '192.168.1.0/24'] });
   t.equal(router.res.MachineAuthorized, true, 'a key from headscale preauthkeys create registers a device');
   await router.d.startMap();
@@ -269,13 +287,9 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   t.strictSame(renamed, await restNode(s, laptopId), 'nodes rename');
 
   // nodes register (headscale's deprecated form of auth register) approves a waiting login.
-  const desk = new TestDevice({ serverUrl: s.urls.http, hostname: 'desk' });
-  devices.push(desk);
-  await desk.connect();
-  const first = await desk.register({});
-  const authUrl = String(first.AuthURL);
-  const followup = desk.register({ followup: authUrl });
-  const registered = await json('nodes', 'register', '--user', 'alice', '--key', authUrl.split('/').pop()!);
+  const desk = await device('desk', {});
+  const { authId, followup } = await pendingLogin(desk.d, desk.res);
+  const registered = await json('nodes', 'register', '--user', 'alice', '--key', authId);
   t.equal((await followup).MachineAuthorized, true, 'the waiting device is in');
   t.equal(registered.given_name, 'desk');
   t.equal(registered.register_method, 2, 'REGISTER_METHOD_CLI');
@@ -307,6 +321,69 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   t.match(wrong.stderr, /code = Unauthenticated desc = invalid, expired or revoked API key/);
   t.equal(wrong.stdout, '', 'and sees nothing');
   t.notOk(s.logs.some((l) => l.includes(apiKey) || l.includes(created)), 'API keys are never logged');
+});
+
+t.test('headscale v0.29.2 CLI: health, nodes expire and backfillips, debug create-node, auth register/approve/reject, key and user deletion', async (t) => {
+  const cli = await cliSetup(t);
+  if (!cli) return;
+  const { s, hs, json, device } = cli;
+  t.strictSame(await json('health'), { database_connectivity: true }, 'health');
+  const alice = await json('users', 'create', 'alice');
+
+  // debug create-node takes headscale's auth ID form; Headway stores the node at once.
+  const dbg = await json('debug', 'create-node', '--name', 'dbg', '--user', 'alice', '--key', `hskey-authreq-${'a'.repeat(24)}`, '-r', '10.9.0.0/24');
+  t.equal(dbg.name, 'dbg');
+  t.strictSame(dbg.available_routes, ['10.9.0.0/24']);
+  t.strictSame(dbg, await restNode(s, dbg.id), 'debug create-node');
+
+  const never = await json('nodes', 'expire', '-i', String(dbg.id), '--disable');
+  t.equal(never.expiry, undefined, 'nodes expire --disable: no expiry');
+  t.equal((await localApi(s, 'GET', `/api/v1/node/${dbg.id}`)).json.node.expiry, null);
+  const later = await json('nodes', 'expire', '-i', String(dbg.id), '-e', '2030-01-31T10:00:00Z');
+  t.strictSame(later.expiry, { seconds: Date.parse('2030-01-31T10:00:00Z') / 1000 }, 'nodes expire --expiry');
+  t.strictSame(later, await restNode(s, dbg.id));
+  const now = await json('nodes', 'expire', '-i', String(dbg.id));
+  t.ok(now.expiry.seconds * 1000 <= Date.now(), 'nodes expire: now');
+  t.strictSame(now, await restNode(s, dbg.id));
+  t.strictSame(await json('nodes', 'backfillips', '--force'), {}, 'nodes backfillips: every node has its addresses already');
+
+  // auth register, then the same device logs in again and auth approve lets it back in.
+  const phone = await device('phone', {});
+  const reg = await pendingLogin(phone.d, phone.res);
+  const node = await json('auth', 'register', '--auth-id', reg.authId, '--user', 'alice');
+  t.equal((await reg.followup).MachineAuthorized, true, 'auth register: the device is in');
+  t.strictSame(node, await restNode(s, node.id), 'auth register');
+  await json('nodes', 'expire', '-i', String(node.id));
+  const again = await pendingLogin(phone.d, await phone.d.rotateNodeKey({}));
+  t.strictSame(await json('auth', 'approve', '--auth-id', again.authId), {}, 'auth approve');
+  t.equal((await again.followup).MachineAuthorized, true, 'the known device is back');
+  t.equal(s.state.requireNode(node.id).userId, alice.id, 'with its owner');
+  const stranger = await device('stranger', {});
+  const rej = await pendingLogin(stranger.d, stranger.res);
+  t.strictSame(await json('auth', 'reject', '--auth-id', rej.authId), {}, 'auth reject');
+  t.equal((await rej.followup).MachineAuthorized, false, 'the device is told no');
+  t.equal(s.state.listNodes().length, 2, 'no node for it');
+
+  // pre-auth keys and API keys go away.
+  const key = await json('preauthkeys', 'create', '-u', String(alice.id), '-e', '1h');
+  t.strictSame(await json('preauthkeys', 'expire', '-i', String(key.id)), {}, 'preauthkeys expire');
+  const keys = () => localApi(s, 'GET', '/api/v1/preauthkey').then((r) => r.json.preAuthKeys as any[]);
+  t.ok(Date.parse((await keys()).find((k) => Number(k.id) === key.id).expiration) <= Date.now(), 'the REST API shows it expired');
+  t.strictSame(await json('preauthkeys', 'delete', '-i', String(key.id)), {}, 'preauthkeys delete');
+  t.notOk((await keys()).some((k) => Number(k.id) === key.id), 'the REST API no longer lists it');
+  const apiKey = await json('apikeys', 'create');
+  const apiKeys = () => localApi(s, 'GET', '/api/v1/apikey').then((r) => r.json.apiKeys as any[]);
+  const prefix = (await apiKeys()).find((k) => apiKey.includes(k.prefix)).prefix as string;
+  t.strictSame(await json('apikeys', 'delete', '-p', prefix), {}, 'apikeys delete');
+  t.notOk((await apiKeys()).some((k) => k.prefix === prefix), 'the REST API no longer lists it');
+
+  // users destroy: refused while the user owns nodes, as the REST API refuses it.
+  const owner = await hs('users', 'destroy', '-i', String(alice.id), '--force');
+  t.equal(owner.code, 1);
+  t.match(owner.stderr, /code = FailedPrecondition desc = user alice still owns 2 node\(s\)/);
+  const carol = await json('users', 'create', 'carol');
+  t.strictSame(await json('users', 'destroy', '-i', String(carol.id), '--force'), {}, 'users destroy');
+  t.strictSame((await localApi(s, 'GET', '/api/v1/user')).json.users.map((u: Json) => u.name), ['alice'], 'the REST API no longer has carol');
 });
 
 t.test('every HeadscaleService rpc needs an API key: UNAUTHENTICATED and no data without one', async (t) => {

@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer, type AddressInfo } from 'node:net';
 import tls from 'node:tls';
 import * as grpc from '@grpc/grpc-js';
 import t, { type Test } from 'tap';
@@ -501,6 +502,11 @@ t.test('grpc_listen_addr: plaintext on a non-loopback address refuses to start, 
   // The listener checks again for configs built without resolveConfig (embedders).
   const config = { grpc_listen_addr: '0.0.0.0:0', grpc_allow_insecure: false, tls_cert_path: '' } as HeadwayConfig;
   await t.rejects(startGrpcServer({ config, deps: {} as ApiDeps, logger: undefined as never }), /^grpc_listen_addr 0\.0\.0\.0:0 is not a loopback address/);
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  t.teardown(() => taken.close());
+  const port = (taken.address() as AddressInfo).port;
+  await t.rejects(startTestServer({ grpc_listen_addr: `127.0.0.1:${port}` }), { message: new RegExp(`^grpc_listen_addr 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`) }, 'a port in use is named in the error');
   const off = await startTestServer({ grpc_listen_addr: '' });
   t.teardown(() => off.stop());
   t.equal(off.urls.grpc, undefined, 'no gRPC listener');

@@ -16,14 +16,14 @@ import * as protoLoader from '@grpc/proto-loader';
 import { badField, HeadwayError, safeErrorText, type ErrorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Node } from '../domain.js';
-import { BODY_LIMIT } from './http.js';
+import { BODY_LIMIT, POLICY_LIMIT } from './http.js';
 import * as ops from './operations.js';
 import { apiNode, type ApiDeps } from './route.js';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 
-/** POLICY_LIMIT is the largest policy SetPolicy and CheckPolicy take, as PUT /api/v1/policy. */
-export const GRPC_POLICY_LIMIT = 4 * 1024 * 1024;
+/** GRPC_POLICY_LIMIT is the largest SetPolicy or CheckPolicy message: the REST API's policy body limit. */
+export const GRPC_POLICY_LIMIT = POLICY_LIMIT;
 
 /** PROTO_DIR holds headscale/v1/*.proto; this file runs from dist/src/api (or src/api under a TypeScript loader). */
 const PROTO_DIR = [new URL('../../../proto/', import.meta.url), new URL('../../proto/', import.meta.url)]

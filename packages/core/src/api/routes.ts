@@ -5,7 +5,7 @@ import type { HeadwayConfig } from '../config/schema.js';
 import { parseDuration } from '../config/duration.js';
 import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
-import { BODY_LIMIT, readJson } from './http.js';
+import { BODY_LIMIT, POLICY_LIMIT, readJson } from './http.js';
 import {
   ApiKeySchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
@@ -41,7 +41,6 @@ const NodeIdParams = z.object({ id: numericId('Node id') });
 const userQuery = (what: string) => z.object({ user: queryText(`Only ${what} of this user (name or id)`, 'alice') });
 const PreAuthKeyAnswer = z.object({ preAuthKey: PreAuthKeySchema });
 const PolicyText = z.object({ policy: z.string().meta({ description: 'Policy text (HuJSON: JSON with comments and trailing commas)', examples: ['{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}'] }) });
-const POLICY_LIMIT = 4 * 1024 * 1024;
 
 export const ROUTES: Route[] = [
   // ---- users ----

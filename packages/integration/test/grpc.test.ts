@@ -269,6 +269,9 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   t.equal(listNodes.length, 2);
   t.strictSame(seenNow(t, listNodes, 'nodes list'), seenNow(t, await restNodes(s), 'REST'), 'nodes list');
   t.equal(listNodes.find((n: Json) => n.id === routerId).pre_auth_key.id, reusable.id, 'each node names the key it joined with');
+  const table = await hs('nodes', 'list');
+  t.equal(table.code, 0, `the human-readable table renders: ${table.stderr}`);
+  t.match(table.stdout, /router[\s\S]*laptop/);
   t.strictSame(seenNow(t, await json('nodes', 'list', '-u', 'alice'), 'nodes list -u'), seenNow(t, await restNodes(s, '?user=alice'), 'REST'), 'nodes list --user');
 
   const approved = await json('nodes', 'approve-routes', '-i', String(routerId), '-r', '10.0.0.0/24');

@@ -20,6 +20,7 @@ writeFileSync(cfg, [
   'server_url: http://127.0.0.1:18080',
   'listen_addr: 127.0.0.1:0',
   'metrics_listen_addr: ""',
+  'grpc_listen_addr: ""',
   'derp:',
   '  server:',
   '    stun_listen_addr: 127.0.0.1:0',

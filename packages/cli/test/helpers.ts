@@ -166,6 +166,7 @@ export function writeServeConfig(dir: string, lines: string[]): string {
   writeFileSync(path, [
     'listen_addr: 127.0.0.1:0',
     'metrics_listen_addr: ""',
+    'grpc_listen_addr: ""',
     'derp:',
     '  server:',
     '    stun_listen_addr: 127.0.0.1:0',

@@ -114,17 +114,16 @@ t.test('conflicting keys', async (t) => {
 t.test('unknown keys warn; headscale keys accepted but not implemented warn naming each key, grouped by feature', async (t) => {
   const { problems } = resolveConfig({
     colour: 'blue', database: { gorm: { prepare_stmt: true } },
-    tls_letsencrypt_hostname: 'hw.example.com', acme_url: 'https://acme', grpc_listen_addr: '', disable_check_updates: true,
+    tls_letsencrypt_hostname: 'hw.example.com', acme_url: 'https://acme', disable_check_updates: true,
   });
   t.same(problems.filter((p) => !p.code), [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
   const unimplemented = problems.filter((p) => p.code === 'not_implemented');
   t.same(unimplemented.map((p) => [p.level, p.key]), [
     ['warn', 'database.gorm.prepare_stmt'],
     ['warn', 'tls_letsencrypt_hostname, acme_url'],
-  ], 'grpc_listen_addr "" and disable_check_updates true are what Headway does anyway');
+  ], 'disable_check_updates true is what Headway does anyway');
   t.match(unimplemented[1]!.message, /not implemented: Let's Encrypt certificates \(these keys are ignored\); set tls_cert_path and tls_key_path/);
-  const grpc = resolveConfig({ grpc_listen_addr: '0.0.0.0:50443', logtail: { enabled: true } }).problems;
-  t.same(grpc.map((p) => p.key), ['grpc_listen_addr', 'logtail.enabled']);
+  t.same(resolveConfig({ logtail: { enabled: true } }).problems.map((p) => p.key), ['logtail.enabled']);
   t.same(resolveConfig({ oidc: { expiry: '1d' } }).problems.map((p) => p.level), ['fatal'], 'a removed oidc key still stops the server');
 });
 
@@ -182,4 +181,24 @@ t.test('the oidc block: checked when oidc.issuer is set, headscale\'s removed ke
     { level: 'fatal', key: 'oidc.strip_email_domain', message: /removed/ },
     { level: 'fatal', key: 'oidc.map_legacy_users', message: /users link/ },
   ]);
+});
+
+// Regression (grpc_listen_addr and grpc_allow_insecure were accepted and ignored: Headway served no gRPC API).
+t.test('grpc_listen_addr serves the gRPC API: on 127.0.0.1:50443 by default, plaintext only on loopback or with grpc_allow_insecure', async (t) => {
+  const grpcProblems = (raw: Record<string, unknown>) => resolveConfig(raw).problems.filter((p) => p.key.startsWith('grpc'));
+  const defaults = resolveConfig({});
+  t.equal(defaults.config.grpc_listen_addr, '127.0.0.1:50443', "headscale's port, on loopback");
+  t.equal(defaults.config.grpc_allow_insecure, false);
+  for (const addr of ['127.0.0.1:50443', '127.0.0.2:1', '[::1]:50443', 'localhost:50443', '']) {
+    t.same(grpcProblems({ grpc_listen_addr: addr }), [], `${addr || 'empty (off)'}: plaintext on loopback is fine`);
+  }
+  const open = grpcProblems({ grpc_listen_addr: '0.0.0.0:50443' });
+  t.same(open.map((p) => [p.level, p.key]), [['error', 'grpc_listen_addr']], 'plaintext on every interface stops the server');
+  t.match(open[0]!.message, /0\.0\.0\.0:50443 is not a loopback address and no TLS is configured/);
+  t.match(open[0]!.message, /tls_cert_path and tls_key_path/);
+  t.match(open[0]!.message, /grpc_allow_insecure: true/);
+  t.same(grpcProblems({ grpc_listen_addr: '[2001:db8::1]:50443' }).map((p) => p.key), ['grpc_listen_addr']);
+  t.same(grpcProblems({ grpc_listen_addr: '0.0.0.0:50443', grpc_allow_insecure: true }), [], 'grpc_allow_insecure allows it (and is no longer a warning)');
+  t.same(grpcProblems({ grpc_listen_addr: '0.0.0.0:50443', tls_cert_path: '/c.pem', tls_key_path: '/k.pem' }), [], 'with TLS the listener is encrypted');
+  t.notOk(KEYS.grpc_listen_addr!.doc.includes('not implemented'), 'the key documentation no longer calls it inert');
 });

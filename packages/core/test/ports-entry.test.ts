@@ -76,3 +76,12 @@ t.test('the recorder catches the server when the barrel is imported (control)', 
   }
   console.log(`# @headway/core (the barrel) loads ${modules.length} modules`);
 });
+
+// grpc-js and the proto loader take about half a second to load: only the gRPC listener needs them.
+t.test('the barrel does not load grpc-js (startServer imports it when grpc_listen_addr is set); @headway/core/grpc does', async (t) => {
+  const grpcModules = (modules: string[]) => modules.filter((m) => /\/node_modules\/@grpc\//.test(m));
+  t.same(grpcModules((await loadedBy('@headway/core')).modules), [], 'importing @headway/core loads no @grpc module');
+  const entry = await loadedBy('@headway/core/grpc');
+  t.ok(grpcModules(entry.modules).some((m) => m.includes('/@grpc/grpc-js/')), 'the control: @headway/core/grpc loads grpc-js');
+  for (const name of ['startGrpcServer', 'headscaleServiceDefinition', 'HANDLERS']) t.ok(entry.exports.includes(name), `exports ${name}`);
+});

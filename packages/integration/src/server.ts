@@ -19,6 +19,8 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
   const merged = {
     listen_addr: '127.0.0.1:0',
     metrics_listen_addr: '127.0.0.1:0',
+    // The gRPC API is on by default (127.0.0.1:50443); tests that want it pass an ephemeral address.
+    grpc_listen_addr: '',
     data_dir: dataDir,
     ...raw,
   } as Record<string, unknown>;

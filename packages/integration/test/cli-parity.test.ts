@@ -300,7 +300,7 @@ t.test('config check names keys accepted for headscale compatibility but not imp
   writeFileSync(path, [
     'server_url: https://hs.example.com',
     'listen_addr: 127.0.0.1:8080',
-    'grpc_listen_addr: 0.0.0.0:50443',
+    'grpc_listen_addr: 127.0.0.1:50443',
     'tls_letsencrypt_hostname: hs.example.com',
     'tls_letsencrypt_challenge_type: HTTP-01',
     'acme_email: admin@example.com',
@@ -317,26 +317,31 @@ t.test('config check names keys accepted for headscale compatibility but not imp
   t.equal(r.code, 0, 'warnings only');
   t.match(r.stdout, /^warning: tls_letsencrypt_hostname, tls_letsencrypt_challenge_type, acme_email: accepted for headscale compatibility but not implemented: Let's Encrypt certificates/m);
   t.notMatch(r.stdout, /oidc\.[a-z_]+: accepted for headscale compatibility but not implemented/, 'oidc is implemented: its keys are checked, not reported');
-  t.match(r.stdout, /^warning: grpc_listen_addr: accepted for headscale compatibility but not implemented: the gRPC API/m);
+  t.notMatch(r.stdout, /grpc_listen_addr/, 'the gRPC API is implemented: grpc_listen_addr is not reported');
   t.notMatch(r.stdout, /logtail|disable_check_updates/, 'keys set to what Headway does anyway are not reported');
   t.notMatch(r.stdout, /hunter2/, 'values are never printed');
   t.match(r.stdout, /Config is valid/);
 
   const strict = await runHeadway({}, ['config', 'check', '-c', path, '--strict']);
   t.equal(strict.code, 1, '--strict fails');
-  t.match(strict.stdout, /^error: grpc_listen_addr: accepted for headscale compatibility but not implemented/m);
+  t.match(strict.stdout, /^error: tls_letsencrypt_hostname, tls_letsencrypt_challenge_type, acme_email: accepted for headscale compatibility but not implemented/m);
   t.notMatch(strict.stdout, /Config is valid/);
 
   const json = await runHeadway({}, ['config', 'check', '-c', path, '-o', 'json']);
   const out = JSON.parse(json.stdout);
   t.equal(out.valid, true);
-  t.equal(out.problems.filter((p: { code?: string }) => p.code === 'not_implemented').length, 2);
+  t.equal(out.problems.filter((p: { code?: string }) => p.code === 'not_implemented').length, 1);
 
   writeFileSync(path, 'server_url: https://hs.example.com\nlogtail:\n  enabled: true\n');
   const env = await runHeadway({ HEADWAY_GRPC_ALLOW_INSECURE: 'true' }, ['config', 'check', '-c', path, '--strict']);
   t.equal(env.code, 1);
   t.match(env.stdout, /logtail\.enabled: accepted for headscale compatibility but not implemented: client log uploads/);
-  t.match(env.stdout, /HEADWAY_GRPC_ALLOW_INSECURE \(grpc_allow_insecure\): accepted for headscale compatibility but not implemented/);
+  t.notMatch(env.stdout, /grpc_allow_insecure/, 'grpc_allow_insecure is implemented: not reported');
+
+  writeFileSync(path, 'server_url: https://hs.example.com\ngrpc_listen_addr: 0.0.0.0:50443\n');
+  const plain = await runHeadway({}, ['config', 'check', '-c', path]);
+  t.equal(plain.code, 1, 'plaintext gRPC on every interface is an error');
+  t.match(plain.stdout, /^error: grpc_listen_addr: 0\.0\.0\.0:50443 is not a loopback address and no TLS is configured.*tls_cert_path and tls_key_path.*grpc_allow_insecure: true/m);
 
   writeFileSync(path, 'server_url: https://hs.example.com\n');
   const clean = await runHeadway({}, ['config', 'check', '-c', path, '--strict']);

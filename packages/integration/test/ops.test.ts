@@ -144,7 +144,7 @@ t.test('TRACE and PROPFIND: status and body agree (405 with Allow on known paths
 t.test('log.level trace logs SQL statements (values never) and protocol steps', async (t) => {
   const dir = scratch(t);
   const { config, problems } = resolveConfig({
-    data_dir: dir, listen_addr: '127.0.0.1:0', metrics_listen_addr: '', log: { level: 'trace' },
+    data_dir: dir, listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', log: { level: 'trace' },
     derp: { server: { stun_listen_addr: '127.0.0.1:0' } },
   }, { env: {}, baseDir: dir });
   t.same(problems.filter((p) => p.level !== 'warn'), []);

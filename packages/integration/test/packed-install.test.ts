@@ -157,6 +157,8 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
     'server_url: https://headway.example.com',
     'listen_addr: 127.0.0.1:0',
     'metrics_listen_addr: 127.0.0.1:0',
+    // The gRPC API loads its .proto files from the installed package.
+    'grpc_listen_addr: 127.0.0.1:0',
     `data_dir: ${join(work, 'data')}`,
     'log:',
     '  format: json',
@@ -172,6 +174,7 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   started = Date.now();
   const server = spawn(bin, ['serve', '--config', config], { cwd: home, env: cliEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
+  let grpcUrl: string | undefined;
   const exited = new Promise<number | null>((resolve) => server.once('exit', (code) => resolve(code)));
   t.teardown(() => { if (server.exitCode === null) server.kill('SIGKILL'); });
   const http = await new Promise<string | undefined>((resolve) => {
@@ -181,8 +184,8 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
       for (const line of output.split('\n')) {
         if (!line.startsWith('{')) continue;
         try {
-          const entry = JSON.parse(line) as { msg?: string; http?: string };
-          if (entry.msg === 'listening' && entry.http) { clearTimeout(timer); resolve(entry.http); }
+          const entry = JSON.parse(line) as { msg?: string; http?: string; grpc?: string };
+          if (entry.msg === 'listening' && entry.http) { grpcUrl = entry.grpc; clearTimeout(timer); resolve(entry.http); }
         } catch { /* a partial line */ }
       }
     };
@@ -193,6 +196,7 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   t.ok(http, 'the installed server logs where it listens');
   if (!http) { t.comment(output.slice(-4000)); return; }
   t.comment(`headway serve from the install: listening after ${Date.now() - started} ms`);
+  t.match(grpcUrl, /^grpc:\/\/127\.0\.0\.1:\d+$/, 'the gRPC API found its .proto files in the installed package');
 
   const health = await fetch(`${http}/health`);
   t.equal(health.status, 200, 'GET /health');

@@ -80,6 +80,7 @@ async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
   const base = {
     listen_addr: '127.0.0.1:0',
     metrics_listen_addr: '',
+    grpc_listen_addr: '',
     data_dir: dataDir,
     log: { level: 'warn' },
     derp: { server: { stun_listen_addr: '127.0.0.1:0' } },

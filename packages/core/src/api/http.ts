@@ -3,6 +3,8 @@ import { ERRORS, HeadwayError, safeErrorText } from '../errors.js';
 import type { Logger } from '../log.js';
 
 export const BODY_LIMIT = 1024 * 1024;
+/** POLICY_LIMIT caps policy text (PUT /api/v1/policy, policy check, gRPC SetPolicy and CheckPolicy). */
+export const POLICY_LIMIT = 4 * 1024 * 1024;
 
 /**
  * readBody reads at most `limit` bytes before anything else looks at the request,

@@ -5,10 +5,11 @@
  * typed route() entry; routes.ts places them in the route table.
  */
 import { z } from 'zod';
-import { badField, HeadwayError } from '../errors.js';
+import { badField } from '../errors.js';
 import { apiNode, route, type ApiDeps, type Route } from './route.js';
 import { Empty, idText, NodeAnswer, numericId, optional, UserSchema } from './schemas.js';
 import { userView } from './views.js';
+import { approvePendingNode, checkAuthId, registerPendingNode, rejectPendingNode, setNodeExpiry } from './operations.js';
 
 /**
  * PendingLogins is what the API needs of the registrar: approve a waiting interactive
@@ -20,25 +21,10 @@ export interface PendingLogins {
   reject(key: string, field?: string): Promise<void>;
 }
 
-const AUTH_ID = /^[A-Za-z0-9_-]{1,64}$/;
-
 /** authIdFields is headscale's auth-id body (its proto name auth_id arrives as authId: readJson camel-cases bodies). */
 const authIdFields = {
   authId: optional(idText()).meta({ description: 'The ID at the end of the login URL the device printed', examples: ['hwreg-0123456789abcdef'] }),
 };
-
-/** authId reads the required auth ID (the last part of the device's AuthURL). */
-function authId(b: { authId?: string }): string {
-  const id = b.authId?.trim();
-  if (!id) throw badField('authId', 'is required (the ID at the end of the login URL the device printed)');
-  if (!AUTH_ID.test(id)) throw badField('authId', `expected the ID from the login URL (letters, digits, - and _), found ${JSON.stringify(id.slice(0, 80))}`);
-  return id;
-}
-
-function logins(deps: ApiDeps): PendingLogins {
-  if (!deps.logins) throw new HeadwayError('unavailable', 'interactive registration is not available');
-  return deps.logins;
-}
 
 /** queryFlag is a true/false query parameter (headscale's gateway spelling); empty reads as false. */
 const queryFlag = (description: string) =>
@@ -53,11 +39,8 @@ export const AUTH_ROUTES: Route[] = [
     response: NodeAnswer, responseDescription: 'The registered node',
     errors: [404, 409, 503],
     handle: async ({ body }, deps) => {
-      const id = authId(body);
-      const ref = body.user.trim();
-      if (!ref) throw badField('user', 'is required (a user name or id)');
-      const user = deps.state.resolveUser(ref);
-      return { node: apiNode(deps, deps.state.requireNode(await logins(deps).approve(id, user.id, { field: 'authId' }))) };
+      checkAuthId(body.authId, 'authId');
+      return { node: apiNode(deps, await registerPendingNode(deps, { user: body.user, authId: body.authId!, authIdField: 'authId' })) };
     },
   }),
   route({
@@ -66,7 +49,7 @@ export const AUTH_ROUTES: Route[] = [
     body: z.object(authIdFields),
     response: NodeAnswer, responseDescription: 'The node, logged in again',
     errors: [404, 409, 503],
-    handle: async ({ body }, deps) => ({ node: apiNode(deps, deps.state.requireNode(await logins(deps).approve(authId(body), undefined, { field: 'authId' }))) }),
+    handle: async ({ body }, deps) => ({ node: apiNode(deps, await approvePendingNode(deps, body.authId ?? '', 'authId')) }),
   }),
   route({
     method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login',
@@ -74,7 +57,7 @@ export const AUTH_ROUTES: Route[] = [
     body: z.object(authIdFields),
     response: Empty, responseDescription: 'Rejected',
     errors: [404, 503],
-    handle: async ({ body }, deps) => { await logins(deps).reject(authId(body), 'authId'); return {}; },
+    handle: async ({ body }, deps) => { await rejectPendingNode(deps, body.authId ?? '', 'authId'); return {}; },
   }),
 ];
 
@@ -101,16 +84,10 @@ export const EXPIRE_NODE = route({
   handle: async ({ params, query, body }, deps) => {
     const disable = query.disableExpiry || (body.disableExpiry ?? false);
     const raw = (query.expiry ?? body.expiry)?.trim();
-    if (disable && raw) throw badField('expiry', 'cannot be combined with disableExpiry');
-    let at: Date | null = new Date();
-    if (disable) at = null;
-    else if (raw) {
-      if (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw))) {
-        throw badField('expiry', `expected an RFC 3339 time such as 2030-01-31T10:00:00Z, found ${JSON.stringify(raw.slice(0, 80))}`);
-      }
-      at = new Date(raw);
+    if (raw && (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw)))) {
+      throw badField('expiry', `expected an RFC 3339 time such as 2030-01-31T10:00:00Z, found ${JSON.stringify(raw.slice(0, 80))}`);
     }
-    return { node: apiNode(deps, await deps.state.expireNode(params.id, at)) };
+    return { node: apiNode(deps, await setNodeExpiry(deps, params.id, { at: raw ? new Date(raw) : undefined, disable })) };
   },
 });
 

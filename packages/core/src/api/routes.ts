@@ -1,18 +1,17 @@
 import type { Context } from 'koa';
-import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { badField, HeadwayError } from '../errors.js';
+import { badField } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import { parseDuration } from '../config/duration.js';
 import type { State } from '../state/state.js';
-import { canonicalRoutes } from '../state/names.js';
 import type { PolicyService } from '../policy/service.js';
-import { BODY_LIMIT, readJson } from './http.js';
+import { BODY_LIMIT, POLICY_LIMIT, readJson } from './http.js';
 import {
   ApiKeySchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 import * as parity from './parity.js';
+import * as ops from './operations.js';
 
 export * from './route.js';
 import { apiNode as view, route, type ApiDeps, type Route } from './route.js';
@@ -42,7 +41,6 @@ const NodeIdParams = z.object({ id: numericId('Node id') });
 const userQuery = (what: string) => z.object({ user: queryText(`Only ${what} of this user (name or id)`, 'alice') });
 const PreAuthKeyAnswer = z.object({ preAuthKey: PreAuthKeySchema });
 const PolicyText = z.object({ policy: z.string().meta({ description: 'Policy text (HuJSON: JSON with comments and trailing commas)', examples: ['{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}'] }) });
-const POLICY_LIMIT = 4 * 1024 * 1024;
 
 export const ROUTES: Route[] = [
   // ---- users ----
@@ -102,10 +100,7 @@ export const ROUTES: Route[] = [
     query: userQuery('the nodes'),
     response: z.object({ nodes: z.array(NodeSchema) }), responseDescription: 'The nodes',
     errors: [404],
-    handle: async ({ query }, deps) => {
-      const u = query.user ? userRef(deps, query.user) : undefined;
-      return { nodes: deps.state.listNodes({ userId: u?.id }).map((n) => view(deps, n)) };
-    },
+    handle: async ({ query }, deps) => ({ nodes: ops.listNodes(deps, query.user).map((n) => view(deps, n)) }),
   }),
   route({
     method: 'GET', path: '/api/v1/node/:id', operationId: 'getNode', tag: 'Nodes', summary: 'Get a node',
@@ -139,10 +134,7 @@ export const ROUTES: Route[] = [
     body: z.object({ tags: requiredList('an empty list removes all tags', 'The new tags (tag:<name>)', ['tag:web']) }),
     response: NodeAnswer, responseDescription: 'The node with its new tags',
     errors: [404],
-    handle: async ({ params, body }, deps) => {
-      await deps.policy.checkTagsAllowed(body.tags);
-      return { node: view(deps, await deps.state.setTags(params.id, body.tags)) };
-    },
+    handle: async ({ params, body }, deps) => ({ node: view(deps, await ops.setNodeTags(deps, params.id, body.tags)) }),
   }),
   route({
     method: 'POST', path: '/api/v1/node/:id/approve_routes', operationId: 'approveNodeRoutes', tag: 'Nodes', summary: 'Replace the approved routes of a node',
@@ -151,7 +143,7 @@ export const ROUTES: Route[] = [
     body: z.object({ routes: requiredList('an empty list removes all approvals', 'The approved routes (CIDR prefixes)', ['10.0.0.0/24']) }),
     response: NodeAnswer, responseDescription: 'The node with its approved routes',
     errors: [404],
-    handle: async ({ params, body }, deps) => ({ node: view(deps, await (deps.approveRoutes ?? deps.state.approveRoutes.bind(deps.state))(params.id, body.routes)) }),
+    handle: async ({ params, body }, deps) => ({ node: view(deps, await ops.approveNodeRoutes(deps, params.id, body.routes)) }),
   }),
   route({
     method: 'POST', path: '/api/v1/node/register', operationId: 'registerNode', tag: 'Nodes', summary: 'Approve an interactive registration',
@@ -162,14 +154,7 @@ export const ROUTES: Route[] = [
     }),
     response: NodeAnswer, responseDescription: 'The registered node',
     errors: [404, 409, 503],
-    handle: async ({ query }, deps) => {
-      const user = userRef(deps, query.user);
-      const key = query.key.trim();
-      if (!key) throw badField('key', 'is required');
-      if (!deps.logins) throw new HeadwayError('unavailable', 'interactive registration is not available');
-      const nodeId = await deps.logins.approve(key, user.id);
-      return { node: view(deps, deps.state.requireNode(nodeId)) };
-    },
+    handle: async ({ query }, deps) => ({ node: view(deps, await ops.registerPendingNode(deps, { user: query.user, authId: query.key, authIdField: 'key' })) }),
   }),
   route({
     method: 'POST', path: '/api/v1/node/backfillips', operationId: 'backfillNodeIps', tag: 'Nodes', summary: 'Give every node an address of each enabled family',
@@ -177,9 +162,7 @@ export const ROUTES: Route[] = [
     response: z.object({ changes: z.array(z.string()).meta({ description: 'One line per node that got an address', examples: [['node laptop: 100.64.0.1, fd7a:115c:a1e0::1']] }) }),
     responseDescription: 'What changed',
     errors: [409],
-    handle: async (_input, { state }) => ({
-      changes: (await state.backfillIPs()).map((n) => `node ${n.givenName}: ${[n.ipv4, n.ipv6].filter(Boolean).join(', ')}`),
-    }),
+    handle: async (_input, deps) => ({ changes: await ops.backfillNodeIps(deps) }),
   }),
   route({
     method: 'POST', path: '/api/v1/debug/node', operationId: 'createDebugNode', tag: 'Debug', summary: 'Create a node record without a device',
@@ -193,17 +176,9 @@ export const ROUTES: Route[] = [
     }),
     response: NodeAnswer, responseDescription: 'The new node',
     errors: [404, 409],
-    handle: async ({ body }, deps) => {
-      const user = userRef(deps, body.user);
-      const node = await deps.state.createNode({
-        machineKey: body.key ?? `mkey:${randomBytes(32).toString('hex')}`,
-        nodeKey: `nodekey:${randomBytes(32).toString('hex')}`,
-        discoKey: `discokey:${randomBytes(32).toString('hex')}`,
-        hostname: body.name, userId: user.id, registerMethod: 'debug',
-        availableRoutes: canonicalRoutes(body.routes ?? []),
-      });
-      return { node: view(deps, node) };
-    },
+    handle: async ({ body }, deps) => ({
+      node: view(deps, await ops.createDebugNode(deps, { user: body.user, name: body.name, machineKey: body.key, routes: body.routes ?? [] })),
+    }),
   }),
   ...parity.AUTH_ROUTES,
   // ---- pre-auth keys ----
@@ -231,12 +206,9 @@ export const ROUTES: Route[] = [
     response: PreAuthKeyAnswer, responseDescription: 'The new key, in full',
     errors: [404],
     handle: async ({ body }, deps) => {
-      const tags = body.aclTags ?? [];
       const user = body.user ? userRef(deps, body.user) : null;
-      if (tags.length) await deps.policy.checkTagsAllowed(tags);
-      const { key, secret } = await deps.state.createPreAuthKey({
-        userId: user ? user.id : null, reusable: body.reusable, ephemeral: body.ephemeral,
-        expiration: expiration(body.expiration), tags,
+      const { key, secret } = await ops.createPreAuthKey(deps, {
+        user, reusable: body.reusable, ephemeral: body.ephemeral, expiration: expiration(body.expiration), tags: body.aclTags ?? [],
       });
       return { preAuthKey: preAuthKeyView(key, deps.state, secret) };
     },
@@ -284,11 +256,7 @@ export const ROUTES: Route[] = [
     }),
     response: Empty, responseDescription: 'Expired',
     errors: [404],
-    handle: async ({ body }, { state }) => {
-      if (body.id === undefined && !body.prefix) throw badField('prefix', 'is required (or id)');
-      await state.expireApiKey(body.id !== undefined ? { id: body.id } : { prefix: body.prefix });
-      return {};
-    },
+    handle: async ({ body }, { state }) => { await state.expireApiKey(ops.apiKeyRef(body)); return {}; },
   }),
   route({
     method: 'DELETE', path: '/api/v1/apikey/:prefix', operationId: 'deleteApiKey', tag: 'API keys', summary: 'Delete an API key',

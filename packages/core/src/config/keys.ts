@@ -36,8 +36,8 @@ export const KEYS: Record<string, KeySpec> = {
   server_url: { kind: 'url', default: 'http://127.0.0.1:8080', doc: 'the URL devices use to reach this server (tailscale up --login-server)' },
   listen_addr: { kind: 'addr', default: '127.0.0.1:8080', doc: 'HTTP listener: the control protocol, the API, the register page' },
   metrics_listen_addr: { kind: 'addr', default: '127.0.0.1:9090', empty: true, doc: 'Prometheus /metrics listener; empty disables it' },
-  grpc_listen_addr: { kind: 'addr', default: '', empty: true, doc: 'accepted for headscale compatibility, not implemented: Headway has no gRPC API (the CLI and automation use the REST API on listen_addr and unix_socket); any value but empty is a config check warning' },
-  grpc_allow_insecure: { kind: 'bool', default: false, doc: 'accepted for headscale compatibility, not implemented (no gRPC API); true is a config check warning' },
+  grpc_listen_addr: { kind: 'addr', default: '127.0.0.1:50443', empty: true, doc: "headscale's gRPC API (headscale.v1.HeadscaleService, for headscale's CLI in remote mode and gRPC clients; calls need an API key); TLS with tls_cert_path/tls_key_path, plaintext only on a loopback address or with grpc_allow_insecure; empty disables it" },
+  grpc_allow_insecure: { kind: 'bool', default: false, doc: 'serve the gRPC API without TLS on a non-loopback grpc_listen_addr (TLS terminated in front of Headway); API keys then cross the network in the clear' },
   'noise.private_key_path': { kind: 'path', default: 'noise_private.key', doc: 'the control key (generated on first start); relative to data_dir' },
   'noise.handshake_timeout': { kind: 'duration', default: 10_000, doc: 'longest time from TCP accept to a complete first request or ts2021 upgrade on listen_addr; 0 disables' },
   'noise.first_request_timeout': { kind: 'duration', default: 30_000, doc: 'longest time from a finished Noise handshake to its first HTTP/2 request, and for any request body to arrive in full; 0 disables' },
@@ -189,8 +189,6 @@ export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
  * any value other than `inert` (what Headway does anyway) is reported.
  */
 export const NOT_IMPLEMENTED_KEYS: Record<string, NotImplemented & { inert: unknown }> = {
-  grpc_listen_addr: { inert: '', feature: 'the gRPC API', instead: 'the CLI and automation use the REST API on listen_addr (with an API key) and unix_socket' },
-  grpc_allow_insecure: { inert: false, feature: 'the gRPC API', instead: 'the CLI and automation use the REST API on listen_addr (with an API key) and unix_socket' },
   disable_check_updates: { inert: true, feature: 'update checks', instead: 'Headway never checks for updates' },
   'logtail.enabled': { inert: false, feature: 'client log uploads (logtail)', instead: 'clients are never told to upload logs' },
 };

@@ -404,6 +404,30 @@ export function parseHostPort(v: string): { host: string; port: number } | undef
   return { host: host || '0.0.0.0', port };
 }
 
+/** isLoopbackHost: 127.0.0.0/8, ::1 and localhost never leave the machine. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h === '::1') return true;
+  const ip = parseIP(h);
+  return ip?.family === 4 && h.startsWith('127.');
+}
+
+/**
+ * grpcPlaintextProblem says why grpc_listen_addr may not serve plaintext: API keys
+ * would cross the network in the clear. Plaintext is fine on a loopback address or
+ * when grpc_allow_insecure says so (TLS terminated in front, a trusted network);
+ * with tls_cert_path set the listener uses TLS and there is no problem.
+ */
+export function grpcPlaintextProblem(values: { grpc_listen_addr: string; grpc_allow_insecure: boolean; tls_cert_path: string }): string | undefined {
+  const addr = values.grpc_listen_addr;
+  if (!addr || values.tls_cert_path || values.grpc_allow_insecure) return undefined;
+  const hp = parseHostPort(addr);
+  if (!hp || isLoopbackHost(hp.host)) return undefined;
+  return `${addr} is not a loopback address and no TLS is configured: gRPC would carry API keys in the clear. `
+    + 'Set tls_cert_path and tls_key_path, set grpc_allow_insecure: true (TLS terminated in front of Headway), '
+    + 'or listen on 127.0.0.1; an empty grpc_listen_addr turns the gRPC API off';
+}
+
 function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]): void {
   const err = (key: string, message: string) => problems.push({ level: 'error', key, message });
   if (values['dns.magic_dns'] && !values['dns.base_domain']) {
@@ -425,6 +449,10 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
   if (Boolean(values.tls_cert_path) !== Boolean(values.tls_key_path)) {
     err(values.tls_cert_path ? 'tls_key_path' : 'tls_cert_path', 'tls_cert_path and tls_key_path must be set together');
   }
+  const grpc = grpcPlaintextProblem({
+    grpc_listen_addr: String(values.grpc_listen_addr ?? ''), grpc_allow_insecure: Boolean(values.grpc_allow_insecure), tls_cert_path: String(values.tls_cert_path ?? ''),
+  });
+  if (grpc) err('grpc_listen_addr', grpc);
   const v4 = values['prefixes.v4'] as string, v6 = values['prefixes.v6'] as string;
   if (!v4 && !v6) err('prefixes', 'at least one of prefixes.v4 and prefixes.v6 must be set');
   if (v4 && parsePrefix(v4)?.family !== 4) err('prefixes.v4', `expected an IPv4 prefix, found ${JSON.stringify(v4)}`);

@@ -51,7 +51,8 @@ export interface RunningServer {
   /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
   identity?: IdentityPort;
   controlPublicKey: Buffer;
-  urls: { http: string; metrics?: string; socket?: string };
+  /** urls: where each listener is; grpc is grpcs://host:port (TLS) or grpc://host:port. */
+  urls: { http: string; metrics?: string; socket?: string; grpc?: string };
   close(): Promise<void>;
 }
 
@@ -195,7 +196,15 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       urls.socket = path;
     }
 
-    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off' });
+    if (config.grpc_listen_addr) {
+      // Loaded on demand: grpc-js and the proto loader add about half a second to every import of the core.
+      const { startGrpcServer } = await import('./grpc.js');
+      const g = await startGrpcServer({ config, deps, logger, tls });
+      cleanups.push(() => g.close());
+      urls.grpc = g.url;
+    }
+
+    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;
     return {
       config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity,

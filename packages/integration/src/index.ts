@@ -1,3 +1,4 @@
 export * from './server.js';
 export * from './tailscale.js';
 export * from './cli.js';
+export * from './cluster.js';

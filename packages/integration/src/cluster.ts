@@ -68,7 +68,19 @@ export class TcpBalancer {
     return `http://127.0.0.1:${port}`;
   }
 
+  /** refusing: every connection is cut at once (a network partition between a client and the backends). */
+  private refusing = false;
+
+  /** cut ends every open connection and refuses new ones until restore. */
+  cut(): void {
+    this.refusing = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
+  restore(): void { this.refusing = false; }
+
   private route(client: net.Socket): void {
+    if (this.refusing) { client.destroy(); return; }
     this.sockets.add(client);
     client.on('close', () => this.sockets.delete(client));
     client.on('error', () => client.destroy());

@@ -10,6 +10,7 @@ import { TestDevice } from '@headway/testkit';
 import { testDatabaseServers } from '@headway/storage-sql/testing';
 import type { ClusterMember } from '@headway/core';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
+import { TcpBalancer } from '../src/cluster.js';
 
 interface Database {
   name: string;
@@ -171,6 +172,62 @@ for (const db of databases) {
     t.equal(new Set(stored.map((n) => n.givenName)).size, 20, 'every name unique');
     await until('both instances hold the 20 nodes', () => a.state.listNodes().length === 20 && b.state.listNodes().length === 20);
     t.pass('both instances know all 20');
+  }));
+
+  t.test(`${db.name}: an instance that loses the database closes its map streams, answers /health 500, and recovers by itself`, (t) => db.run(async (database) => {
+    const type = database.type as string;
+    const direct = database[type] as { host: string; port: number };
+    const proxy = new TcpBalancer([`http://${direct.host}:${direct.port}`]);
+    const proxied = new URL(await proxy.listen());
+    t.teardown(() => proxy.close());
+    const shared = mkdtempSync(join(tmpdir(), 'headway-cluster-'));
+    t.teardown(() => rmSync(shared, { recursive: true, force: true }));
+    const common = { cluster: FAST, policy: { mode: 'database' }, noise: { private_key_path: join(shared, 'noise.key') } };
+    const a = await startTestServer({ ...common, database });
+    t.teardown(() => a.stop());
+    const b = await startTestServer({ ...common, database: { ...database, [type]: { ...direct, host: '127.0.0.1', port: Number(proxied.port) } } });
+    t.teardown(() => b.stop());
+    const health = async (s: TestServer) => (await fetch(`${s.urls.http}/health`)).status;
+
+    const alice = await a.state.createUser({ name: 'alice' });
+    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const onB = await device(b, 'onb', secret);
+    const onA = await device(a, 'ona', secret);
+    t.teardown(() => Promise.all([onA, onB].map((d) => d.close())));
+    const idA = a.state.nodeByNodeKey(onA.nodeKeyText)!.id;
+    await onB.waitFor((nm) => nm.peers.has(idA), 5000);
+    t.equal(await health(b), 200, 'B is healthy');
+
+    const ended = new Promise<void>((resolve) => onB.once('mapEnd', () => resolve()));
+    proxy.cut();
+    const cutAt = performance.now();
+    await ended;
+    t.comment(`${db.name}: B closed its map stream ${(performance.now() - cutAt).toFixed(0)} ms after losing the database`);
+    t.equal(await health(b), 500, 'B answers /health 500 without its database');
+    const refused = await onB.startMap({ stream: true }).then(() => 'accepted', (err: Error) => err.message);
+    t.match(refused, /503/, 'B refuses a new map stream with 503');
+    await a.state.renameNode(idA, 'renamed-while-b-was-lost');
+
+    // The device moves to A (as a load balancer would send it) and sees the change.
+    const moved = new TestDevice({ serverUrl: a.urls.http, hostname: 'onb', machineKey: onB.machineKey, nodeKey: onB.nodeKey });
+    t.teardown(() => moved.close());
+    await moved.connect();
+    await moved.startMap({ stream: true });
+    await moved.waitFor((nm) => nm.peers.get(idA)?.Name === 'renamed-while-b-was-lost.headway.net.', 5000);
+    t.pass('the device moved to A and sees the change made meanwhile');
+
+    proxy.restore();
+    const end = Date.now() + 10_000;
+    while (await health(b) !== 200) {
+      if (Date.now() > end) throw new Error('B did not recover within 10 s');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    t.comment(`${db.name}: B healthy again ${(performance.now() - cutAt).toFixed(0)} ms after the cut`);
+    await until('B caught up with the rename', () => b.state.getNode(idA)?.givenName === 'renamed-while-b-was-lost');
+    const again = await device(b, 'late', secret);
+    t.teardown(() => again.close());
+    await again.waitFor((nm) => nm.peers.get(idA)?.Name === 'renamed-while-b-was-lost.headway.net.', 5000);
+    t.pass('B serves map streams again, with what changed while it was cut off');
   }));
 
   t.test(`${db.name}: an instance with another noise key is refused at start`, (t) => db.run(async (database) => {

@@ -11,6 +11,7 @@ import { testDatabaseServers } from '@headway/storage-sql/testing';
 import type { ClusterMember } from '@headway/core';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 import { TcpBalancer } from '../src/cluster.js';
+import { runHeadwayOn } from '../src/cli.js';
 
 interface Database {
   name: string;
@@ -136,6 +137,13 @@ for (const db of databases) {
     t.equal(status.instances.find((i) => i.self)?.sessions, 1, 'C serves one map session');
     t.equal(status.instances.reduce((n, i) => n + i.sessions, 0), 3, 'three sessions in all');
 
+    const cli = await runHeadwayOn(c, ['cluster', 'status', '-o', 'json']);
+    t.equal(cli.code, 0, cli.stderr);
+    const shown = JSON.parse(cli.stdout) as { enabled: boolean; instances: Array<{ address: string; live: boolean; self: boolean }> };
+    t.same(shown.instances.map((i) => i.address).sort(), [a, b, c].map((s) => s.urls.http).sort(), 'headway cluster status lists the three instances');
+    const table = await runHeadwayOn(a, ['cluster', 'status']);
+    t.match(table.stdout, /Address\s+Sessions\s+Last heartbeat/, 'the table has its columns');
+    t.match(table.stdout, /live, this one/, 'the answering instance is marked');
     const key = (await b.state.createApiKey(null)).secret;
     const nodesOnB = await adminFetch(b, key, 'GET', '/api/v1/node');
     t.equal(nodesOnB.status, 200);

@@ -29,7 +29,7 @@ for (const server of testDatabaseServers()) {
   });
 }
 
-const CLUSTER = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '1s', poll_interval: '50ms' };
+const CLUSTER = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '2s', poll_interval: '50ms' };
 const ROUTE = '10.20.0.0/24';
 
 async function join_(url: string, hostname: string, key: string, routes?: string[]): Promise<TestDevice> {

@@ -34,7 +34,7 @@ for (const server of testDatabaseServers()) {
   });
 }
 
-const FAST = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '1s', poll_interval: '50ms' };
+const FAST = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '3s', poll_interval: '50ms' };
 
 /** startCluster starts `count` instances on one database sharing one noise key (a file in a shared directory). */
 async function startCluster(t: Test, database: Record<string, unknown>, count: number, extra: Record<string, unknown> = {}): Promise<TestServer[]> {
@@ -236,6 +236,25 @@ for (const db of databases) {
     t.teardown(() => again.close());
     await again.waitFor((nm) => nm.peers.get(idA)?.Name === 'renamed-while-b-was-lost.headway.net.', 5000);
     t.pass('B serves map streams again, with what changed while it was cut off');
+  }));
+
+  t.test(`${db.name}: an instance pruned as dead after a late heartbeat records its map sessions again (its devices stayed offline on the others)`, (t) => db.run(async (database) => {
+    const [a, b] = await startCluster(t, database, 2) as [TestServer, TestServer];
+    const alice = await a.state.createUser({ name: 'alice' });
+    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const d = await device(b, 'late', secret);
+    t.teardown(() => d.close());
+    const id = b.state.nodeByNodeKey(d.nodeKeyText)!.id;
+    await until('A counts the device on B online', () => a.state.isOnline(id));
+    // Every instance looks dead: as if their heartbeats had all come late.
+    await a.storage.cluster!.prune(new Date(Date.now() + 60_000));
+    const end = Date.now() + 5000;
+    while (!(await a.storage.cluster!.sessions()).some((r) => r.nodeId === id)) {
+      if (Date.now() > end) throw new Error('B did not record its map session again');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await until('A counts the device online again', () => a.state.isOnline(id));
+    t.pass('B wrote its session row again and A counts the device online');
   }));
 
   t.test(`${db.name}: an instance with another noise key is refused at start`, (t) => db.run(async (database) => {

@@ -69,11 +69,13 @@ export function createClusterPort(knex: Knex, dialect: Exclude<SqlDialect, 'sqli
   const writeInstance = async (i: { id: string; address: string; noisePublicKey: string; startedAt: Date; sessions: number }, now: Date) => {
     const updated = await knex('instances').where({ id: i.id })
       .update({ address: i.address, noise_public_key: i.noisePublicKey, heartbeat: now, sessions: i.sessions });
-    if (!updated) {
+    if (updated) return false;
+    {
       await knex('instances').insert({
         id: i.id, address: i.address, noise_public_key: i.noisePublicKey, started_at: i.startedAt, heartbeat: now, sessions: i.sessions,
       }).onConflict('id').merge(['heartbeat', 'sessions', 'address']);
     }
+    return true;
   };
 
   return {
@@ -83,8 +85,8 @@ export function createClusterPort(knex: Knex, dialect: Exclude<SqlDialect, 'sqli
       const rows: InstanceRow[] = await knex('instances').where('heartbeat', '>=', liveSince).whereNot({ id: instance.id });
       return rows.map(instanceFromRow);
     },
-    async heartbeat(instance) {
-      await writeInstance(instance, new Date());
+    heartbeat(instance) {
+      return writeInstance(instance, new Date());
     },
     async leave(id) {
       await knex.transaction(async (trx) => {

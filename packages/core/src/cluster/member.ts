@@ -143,7 +143,13 @@ export class ClusterMember {
     if (this.beating || this.stopped) return;
     this.beating = true;
     try {
-      await this.port.heartbeat({ id: this.id, address: this.address, noisePublicKey: this.noisePublicKey, startedAt: this.startedAt, sessions: this.state.localSessionCount() });
+      const rewritten = await this.port.heartbeat({ id: this.id, address: this.address, noisePublicKey: this.noisePublicKey, startedAt: this.startedAt, sessions: this.state.localSessionCount() });
+      if (rewritten) {
+        // Another instance took this one for dead (a late heartbeat) and removed its session rows: record them again.
+        const held = this.state.localSessionNodes();
+        if (held.length) this.logger.warn('cluster: this instance was pruned as dead; recording its map sessions again', { sessions: held.length });
+        for (const id of held) this.localSession(id, true);
+      }
       await this.port.prune(this.liveSince());
       const all = await this.port.instances();
       this.live = all.filter((i) => i.id !== this.id);

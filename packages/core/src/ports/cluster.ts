@@ -66,8 +66,11 @@ export interface ClusterPort {
    * beside an instance serving another control key.
    */
   join(instance: { id: string; address: string; noisePublicKey: string }, liveSince: Date): Promise<InstanceRecord[]>;
-  /** heartbeat refreshes this instance's row (written again if another instance pruned it as dead). */
-  heartbeat(instance: { id: string; address: string; noisePublicKey: string; startedAt: Date; sessions: number }): Promise<void>;
+  /**
+   * heartbeat refreshes this instance's row; true when the row was gone (another instance
+   * pruned it as dead, with its session rows) and had to be written again.
+   */
+  heartbeat(instance: { id: string; address: string; noisePublicKey: string; startedAt: Date; sessions: number }): Promise<boolean>;
   /** leave removes this instance's row and its session rows (a clean shutdown). */
   leave(id: string): Promise<void>;
   instances(): Promise<InstanceRecord[]>;

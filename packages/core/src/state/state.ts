@@ -379,6 +379,11 @@ export class State {
     for (const [id, c] of this.sessions) if (c > 0) ids.add(id);
     return ids.size;
   }
+  /** localSessionNodes are the nodes this instance holds a map session of. */
+  localSessionNodes(): number[] {
+    return [...this.sessions].filter(([, c]) => c > 0).map(([id]) => id);
+  }
+
   /** localSessionCount is how many map sessions this instance holds (cluster heartbeats report it). */
   localSessionCount(): number {
     let n = 0;

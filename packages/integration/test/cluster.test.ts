@@ -257,6 +257,21 @@ for (const db of databases) {
     t.pass('B wrote its session row again and A counts the device online');
   }));
 
+  t.test(`${db.name}: an interactive login waiting on B is approved on A (the held follow-up on B never heard of it)`, (t) => db.run(async (database) => {
+    const [a, b] = await startCluster(t, database, 2) as [TestServer, TestServer];
+    const bob = await a.state.createUser({ name: 'bob' });
+    const d = new TestDevice({ serverUrl: b.urls.http, hostname: 'desk' });
+    t.teardown(() => d.close());
+    await d.connect();
+    const first = await d.register({}) as { AuthURL: string };
+    const followup = d.register({ followup: first.AuthURL });
+    await new Promise((r) => setTimeout(r, 200));
+    const nodeId = await a.registrar.approve(first.AuthURL.split('/').pop()!, bob.id);
+    const res = await followup;
+    t.equal(res.MachineAuthorized, true, 'the follow-up held by B answers authorized');
+    t.equal(b.state.getNode(nodeId)?.userId, bob.id, 'B knows the node, owned by bob');
+  }));
+
   t.test(`${db.name}: an instance with another noise key is refused at start`, (t) => db.run(async (database) => {
     await startCluster(t, database, 1);
     const err = await startTestServer({ database, cluster: FAST }).then((s) => s.stop().then(() => undefined), (e: Error) => e);

@@ -206,8 +206,13 @@ export class Registrar {
     }
     const verdict = await new Promise<Verdict>((resolve) => {
       const set = this.waiters.get(key) ?? this.waiters.set(key, new Set()).get(key)!;
-      const done = (v: Verdict) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); resolve(v); };
+      const done = (v: Verdict) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); unsubscribe(); resolve(v); };
       set.add(done);
+      // An approval on another cluster instance (`auth approve` there, or the login callback landing there)
+      // reaches this one as the node's arrival with the waiting node key.
+      const unsubscribe = this.state.bus.subscribe((c) => {
+        if ((c.type === 'node-added' || c.type === 'node-changed') && c.node.nodeKey === pending.nodeKey && c.node.machineKey === machineKey) done(c.node.id);
+      });
       const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
       timer.unref();
       // A client gone while the pending row was read never fires 'abort' again: answer it now.

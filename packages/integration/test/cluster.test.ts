@@ -158,6 +158,10 @@ for (const db of databases) {
     await a.state.renameUser(alice.id, 'alice2');
     await until('the rename of alice reaches B', () => b.state.getUser(alice.id)?.name === 'alice2');
     t.pass('a user rename on A reached B');
+
+    await a.state.deleteUser(alice.id, { deleteNodes: true });
+    await until('B and C forget the user and its nodes', () => [b, c].every((s) => !s.state.getUser(alice.id) && s.state.listNodes().length === 0));
+    t.pass('a user deleted with its nodes on A is gone from B and C');
   }));
 
   t.test(`${db.name}: 40 concurrent registrations with 20 single-use keys over two instances: exactly 20 join, every address unique`, (t) => db.run(async (database) => {

@@ -59,6 +59,8 @@ export class ClusterMember {
   private writing: Promise<void> = Promise.resolve();
   private pendingNodes = new Set<number>();
   private pendingUsers = new Set<number>();
+  /** pendingRemovedUsers are announced after the nodes (a user deleted with its nodes: the nodes go first). */
+  private pendingRemovedUsers = new Set<number>();
   private pendingPolicy = false;
   private pendingPatches: ClusterAnnouncement[] = [];
   private flushQueued = false;
@@ -216,7 +218,7 @@ export class ClusterMember {
       case 'node-added': case 'node-changed': this.pendingNodes.add(c.node.id); break;
       case 'node-removed': this.pendingNodes.add(c.nodeId); break;
       case 'user-changed': this.pendingUsers.add(c.user.id); break;
-      case 'user-removed': this.pendingUsers.add(c.userId); break;
+      case 'user-removed': this.pendingRemovedUsers.add(c.userId); break;
       case 'policy-changed': this.pendingPolicy = true; break;
       case 'node-patch': {
         // Online state travels with the session records (localSession).
@@ -242,8 +244,10 @@ export class ClusterMember {
     if (this.pendingNodes.size) out.push({ kind: 'nodes', ids: [...this.pendingNodes] });
     // A node announced whole needs no patch as well.
     for (const p of this.pendingPatches) if (p.kind === 'node-patch' && !this.pendingNodes.has(p.id)) out.push(p);
+    if (this.pendingRemovedUsers.size) out.push({ kind: 'users', ids: [...this.pendingRemovedUsers] });
     if (this.pendingPolicy) out.push({ kind: 'policy' });
     this.pendingUsers.clear();
+    this.pendingRemovedUsers.clear();
     this.pendingNodes.clear();
     this.pendingPatches = [];
     this.pendingPolicy = false;

@@ -261,7 +261,7 @@ for (const db of databases) {
     t.pass('B wrote its session row again and A counts the device online');
   }));
 
-  t.test(`${db.name}: an interactive login waiting on B is approved on A (the held follow-up on B never heard of it)`, (t) => db.run(async (database) => {
+  t.test(`${db.name}: an interactive login waiting on B is approved or rejected on A (the held follow-up on B never heard of it)`, (t) => db.run(async (database) => {
     const [a, b] = await startCluster(t, database, 2) as [TestServer, TestServer];
     const bob = await a.state.createUser({ name: 'bob' });
     const d = new TestDevice({ serverUrl: b.urls.http, hostname: 'desk' });
@@ -274,6 +274,18 @@ for (const db of databases) {
     const res = await followup;
     t.equal(res.MachineAuthorized, true, 'the follow-up held by B answers authorized');
     t.equal(b.state.getNode(nodeId)?.userId, bob.id, 'B knows the node, owned by bob');
+
+    // A rejection on A reaches the follow-up held by B too (until the login expired, it waited 15 minutes).
+    const e = new TestDevice({ serverUrl: b.urls.http, hostname: 'intruder' });
+    t.teardown(() => e.close());
+    await e.connect();
+    const login = await e.register({}) as { AuthURL: string };
+    const held = e.register({ followup: login.AuthURL });
+    await new Promise((r) => setTimeout(r, 200));
+    await a.registrar.reject(login.AuthURL.split('/').pop()!);
+    const answer = await held;
+    t.match(answer.Error, /reject/i, `the follow-up held by B answers the rejection (${answer.Error})`);
+    t.notOk(answer.MachineAuthorized, 'not authorized');
   }));
 
   t.test(`${db.name}: an instance with another noise key is refused at start`, (t) => db.run(async (database) => {

@@ -240,6 +240,10 @@ for (const db of databases) {
     t.teardown(() => again.close());
     await again.waitFor((nm) => nm.peers.get(idA)?.Name === 'renamed-while-b-was-lost.headway.net.', 5000);
     t.pass('B serves map streams again, with what changed while it was cut off');
+    const idB = b.state.nodeByNodeKey(onB.nodeKeyText)!.id;
+    await moved.close();
+    await until('the device that left B while it was cut off is offline everywhere (B cleared its stale session row)', () => !a.state.isOnline(idB) && !b.state.isOnline(idB));
+    t.notOk((await a.storage.cluster!.sessions()).some((r) => r.nodeId === idB), 'no session row left for it');
   }));
 
   t.test(`${db.name}: an instance pruned as dead after a late heartbeat records its map sessions again (its devices stayed offline on the others)`, (t) => db.run(async (database) => {

@@ -183,6 +183,13 @@ export class ClusterMember {
   /** recover reloads everything after the database came back, then serves again. */
   private async recover(): Promise<void> {
     await this.resync();
+    // Sessions closed while the database was away could not clear their rows: clear them now,
+    // or the other instances would count those devices online for good.
+    const held = new Set(this.state.localSessionNodes());
+    for (const s of await this.port.sessions()) {
+      if (s.instanceId === this.id && !held.has(s.nodeId)) this.localSession(s.nodeId, false);
+    }
+    for (const id of held) this.localSession(id, true);
     this.lost = false;
     this.healthy = true;
     this.state.serving = true;

@@ -375,7 +375,7 @@ export class State {
 
   isOnline(id: number): boolean { return (this.sessions.get(id) ?? 0) > 0 || this.remoteOnline.has(id); }
   onlineCount(): number {
-    const ids = new Set(this.remoteOnline.keys());
+    const ids = new Set([...this.remoteOnline.keys()].filter((id) => this.nodes.has(id)));
     for (const [id, c] of this.sessions) if (c > 0) ids.add(id);
     return ids.size;
   }
@@ -686,7 +686,12 @@ export class State {
   async sessionClosed(id: number): Promise<void> {
     const count = Math.max(0, (this.sessions.get(id) ?? 0) - 1);
     this.sessions.set(id, count);
-    if (count > 0 || !this.nodes.has(id)) return;
+    if (count > 0) return;
+    if (!this.nodes.has(id)) {
+      // A deleted node's last session: its cluster record goes too.
+      this.onLocalSession?.(id, false);
+      return;
+    }
     const lastSeen = new Date();
     await this.updateNode(id, { lastSeen }, 'silent').catch(() => undefined);
     this.onLocalSession?.(id, false, lastSeen);

@@ -72,6 +72,8 @@ export class Registrar {
    */
   async handle(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
     const nodeKey = req.NodeKey;
+    // In a cluster the machine may have registered through another instance a moment ago.
+    if (this.state.clustered && !this.state.nodeByMachineKey(machineKey)) await this.state.findStoredMachine(machineKey);
     const byKey = this.state.nodeByNodeKey(nodeKey);
     if (byKey && byKey.machineKey !== machineKey) {
       this.logger.warn('register refused: node key belongs to another machine', { node: byKey.id });

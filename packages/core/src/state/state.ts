@@ -743,6 +743,15 @@ export class State {
     return out;
   }
 
+  /** findStoredMachine is findStoredNode by machine key (a register request from a machine memory does not know). */
+  async findStoredMachine(machineKey: string): Promise<Node | undefined> {
+    const known = this.byMachineKey.get(machineKey);
+    if (known || !this.clustered) return known;
+    const row = await this.storage.nodes.getByMachineKey(machineKey);
+    if (row) this.applyNodeRow(row.id, row);
+    return this.byMachineKey.get(machineKey);
+  }
+
   /**
    * findStoredNode looks a node key up in the database when memory does not know it
    * and other instances write the same database (a device that registered on one

@@ -508,6 +508,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/cluster": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Instances sharing the database
+         * @description Every instance recorded in the database with its address, map sessions and last heartbeat. A single instance (cluster.enabled: false) answers `enabled: false` and no instances.
+         */
+        get: operations["clusterStatus"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/drive": {
         parameters: {
             query?: never;
@@ -787,6 +807,35 @@ export interface components {
             createdAt: string;
             /** @description When it last authenticated a request; null if never */
             lastSeen: string | null;
+        };
+        ClusterInstance: {
+            /** @description Instance id (random, new at every start) */
+            id: string;
+            /**
+             * @description cluster.advertise_addr, else the address it listens on
+             * @example http://10.0.0.5:8080
+             */
+            address: string;
+            /**
+             * Format: date-time
+             * @description RFC 3339 time (UTC)
+             * @example 2026-01-02T15:04:05.000Z
+             */
+            startedAt: string;
+            /**
+             * Format: date-time
+             * @description When it last wrote its heartbeat
+             * @example 2026-01-02T15:04:05.000Z
+             */
+            heartbeat: string;
+            /** @description Map streams it holds (at its last heartbeat; live for the answering instance) */
+            sessions: number;
+            /** @description Its heartbeat is newer than cluster.instance_timeout */
+            live: boolean;
+            /** @description This is the instance that answered */
+            self: boolean;
+            /** @description It holds the jobs lease (ephemeral-node GC, expired logins); known for the answering instance only */
+            jobs: boolean;
         };
         /** @description A Taildrive grant kept by the database drive adapter */
         DriveGrant: {
@@ -2047,6 +2096,32 @@ export interface operations {
                     };
                 };
             };
+        };
+    };
+    clusterStatus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The instances */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description cluster.enabled on the answering instance */
+                        enabled: boolean;
+                        instances: components["schemas"]["ClusterInstance"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
         };
     };
     listDriveGrants: {

@@ -21,6 +21,8 @@ export * from './state/state.js';
 export * from './state/routes.js';
 export * from './state/hostinfo.js';
 export * from './state/gc.js';
+export * from './cluster/member.js';
+export * from './ports/cluster.js';
 export * from './policy/service.js';
 export * from './policy/engine.js';
 export * from './api/routes.js';

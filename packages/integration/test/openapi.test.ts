@@ -268,6 +268,9 @@ t.test('every route answers what the document declares (schema and handler agree
   const carol = s.state.listUsers({ name: 'carol' })[0]!;
   await ok('deleteUser', 'DELETE', `/api/v1/user/${carol.id}?deleteNodes=true`);
 
+  // A single server's cluster view: not in a cluster, no instances.
+  t.same(await ok('clusterStatus', 'GET', '/api/v1/cluster'), { enabled: false, instances: [] });
+
   // A database that stops answering: health's declared 503 (over the trusted socket, no key lookup).
   await s.storage.close();
   const down = await call('health', 'GET', '/api/v1/health', undefined, { key: null, socket: true });
@@ -315,7 +318,7 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {
   const doc = openApiDocument({ serverUrl: 'https://hw.example.net/' }) as any;
   t.same(doc.servers, [{ url: 'https://hw.example.net', description: 'This server (server_url)' }]);
-  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
+  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'ClusterInstance', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
   const ids = new Set<string>();
   for (const r of ROUTES) {
     const op = doc.paths[openApiPath(r.path)][r.method.toLowerCase()];

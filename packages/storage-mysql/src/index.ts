@@ -21,6 +21,8 @@ const mysqlStorageAdapter: AdapterDescriptor = {
     const options = networkOptionsFromConfig(ctx.config.database.mysql, 'database.mysql',
       ctx.logger.child({ adapter: 'storage-mysql' }));
     options.debugSql = ctx.config.database.debug;
+    const cluster = ctx.config.cluster as typeof ctx.config.cluster | undefined;
+    if (cluster) options.cluster = { pollIntervalMs: cluster.poll_interval, retentionMs: cluster.change_retention };
     const storage = await createMysqlStorage(options);
     ctx.container.register(STORAGE, asValue(storage));
   },

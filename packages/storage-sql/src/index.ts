@@ -9,3 +9,4 @@ export {
   type OpenOptions, type SqliteStorageOptions, type NetworkStorageOptions, type NetworkConnection, type TlsOptions,
 } from './open.js';
 export { dumpTables, restoreTables, readSqliteBackup, sqliteNativeBackup, isSqliteFile } from './backup.js';
+export { createClusterPort, type ClusterOptions } from './cluster.js';

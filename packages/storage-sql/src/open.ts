@@ -4,6 +4,7 @@ import knexFactory, { type Knex } from 'knex';
 import type { Logger, NetworkDatabaseConfig, StoragePort } from '@headway/core/ports';
 import { verifyConnection, type ConnectionTarget } from './connect.js';
 import { createSqlStorage } from './storage.js';
+import type { ClusterOptions } from './cluster.js';
 import type { SqlMigration } from './migrations/types.js';
 
 /*
@@ -21,6 +22,8 @@ export interface OpenOptions {
   migrations?: readonly SqlMigration[];
   /** debugSql logs every statement at debug level (`database.debug`); otherwise at trace. */
   debugSql?: boolean;
+  /** cluster tunes the change feed several instances share (PostgreSQL and MySQL/MariaDB only). */
+  cluster?: ClusterOptions;
 }
 
 export interface SqliteStorageOptions extends OpenOptions {
@@ -141,6 +144,7 @@ async function finish(knex: Knex, target: ConnectionTarget, dialect: 'sqlite' | 
     describe,
     ...(opts.logger ? { logger: opts.logger } : {}),
     ...(opts.migrations ? { migrations: opts.migrations } : {}),
+    ...(opts.cluster ? { cluster: opts.cluster } : {}),
   });
   if (opts.migrate !== false) {
     try {

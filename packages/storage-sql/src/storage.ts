@@ -4,6 +4,7 @@ import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from 
 import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
+import { createClusterPort, type ClusterOptions } from './cluster.js';
 import { createRepositories, driveGrantRepository, type SqlDialect } from './repositories.js';
 
 export interface SqlStorageOptions {
@@ -13,6 +14,8 @@ export interface SqlStorageOptions {
   logger?: Logger;
   /** migrations defaults to the full MIGRATIONS list; tests pass a prefix of it. */
   migrations?: readonly SqlMigration[];
+  /** cluster tunes the change feed (PostgreSQL and MySQL/MariaDB; SQLite has no `cluster`). */
+  cluster?: ClusterOptions;
 }
 
 /**
@@ -28,6 +31,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
   return {
     ...repositories,
     driveGrants: driveGrantRepository(knex, dialect),
+    ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),
     async migrate() {
       const version = await runMigrations(knex, migrations);
       logger.info('database schema up to date', { database: describe, schema_version: version });

@@ -77,6 +77,8 @@ function takeLoopDelay(): { loopDelayP99Ms: number; loopDelayMaxMs: number } {
 
 async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
   const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
+  // BENCH_DATABASE (a `database` block) and BENCH_NOISE_KEY make this one instance of a cluster (bench --instances).
+  const database = process.env.BENCH_DATABASE ? JSON.parse(process.env.BENCH_DATABASE) as Record<string, unknown> : undefined;
   const base = {
     listen_addr: '127.0.0.1:0',
     metrics_listen_addr: '',
@@ -84,6 +86,11 @@ async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
     data_dir: dataDir,
     log: { level: 'warn' },
     derp: { server: { stun_listen_addr: '127.0.0.1:0' } },
+    ...(database ? {
+      database,
+      cluster: { enabled: true },
+      noise: { private_key_path: process.env.BENCH_NOISE_KEY },
+    } : {}),
   };
   const resolve = (raw: Record<string, unknown>): CoreConfig => {
     const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
@@ -107,8 +114,12 @@ async function main(): Promise<void> {
   const core = (await import(CORE_MODULE)) as CoreModule;
   const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
   const server = await boot(core, dataDir);
-  const user = await server.state.createUser({ name: 'bench' });
-  const { secret } = await server.state.createPreAuthKey({ userId: user.id, reusable: true });
+  // In a cluster only the first instance makes the user and key (the driver uses its key for every instance).
+  let secret = '';
+  if (!process.env.BENCH_DATABASE || process.env.BENCH_BOOTSTRAP) {
+    const user = await server.state.createUser({ name: 'bench' });
+    secret = (await server.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
+  }
 
   let stopping = false;
   const stop = async (): Promise<void> => {
@@ -123,6 +134,9 @@ async function main(): Promise<void> {
       case 'memory':
         return sampleMemory();
       case 'nodeId': {
+        // A device that joined through another cluster instance is known here once its announcement arrives.
+        const until = Date.now() + 10_000;
+        while (!server.state.nodeByNodeKey(req.nodeKey) && process.env.BENCH_DATABASE && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
         const node = server.state.nodeByNodeKey(req.nodeKey);
         if (!node) throw new Error(`no node with node key ${req.nodeKey}`);
         return node.id;

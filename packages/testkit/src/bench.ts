@@ -4,7 +4,10 @@
  * rename reaches every peer, then runs the DERP relay benchmark. Human-readable tables go to stdout, followed
  * by one `BENCH_JSON {...}` line holding every figure.
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000]
+ * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000] [--instances K]
+ * --instances K (K >= 2) runs K server processes as one cluster (cluster.enabled) on a scratch PostgreSQL
+ *      database made through HEADWAY_TEST_POSTGRES_URL (or BENCH_POSTGRES_URL); devices are spread over the
+ *      instances round robin, renames are made on the first, so rename figures include the cross-instance hop.
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 20:
  *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
  *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),
@@ -12,6 +15,9 @@
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
  */
 import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { cpus, totalmem } from 'node:os';
 import { TestDevice } from './device.js';
 import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
@@ -34,6 +40,8 @@ export interface BenchOptions {
   derpPackets: number;
   /** joinBudgetSeconds: a size whose joins take longer is abandoned and reported as failed with its progress. */
   joinBudgetSeconds: number;
+  /** instances: server processes in one cluster on PostgreSQL (1: a single server on SQLite). */
+  instances: number;
 }
 
 /** SizeResult holds every figure measured for one fleet size. */
@@ -110,9 +118,19 @@ function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: num
 export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): BenchOptions {
   let sizes = DEFAULT_SIZES;
   let explicitSizes = false;
+  let instances = 1;
+  const readInstances = (value: string | undefined): number => {
+    const k = Number(value);
+    if (!Number.isInteger(k) || k < 1 || k > 16) throw new Error(`--instances: expected a whole number from 1 to 16, found ${JSON.stringify(value)}`);
+    return k;
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    if (arg === '--sizes') {
+    if (arg === '--instances') {
+      instances = readInstances(argv[++i]);
+    } else if (arg.startsWith('--instances=')) {
+      instances = readInstances(arg.slice('--instances='.length));
+    } else if (arg === '--sizes') {
       const value = argv[++i];
       if (value === undefined) throw new Error('--sizes needs a value, e.g. --sizes 100,1000');
       sizes = parseSizes(value);
@@ -121,7 +139,7 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = p
       sizes = parseSizes(arg.slice('--sizes='.length));
       explicitSizes = true;
     } else {
-      throw new Error(`unknown argument "${arg}"; usage: bench.js [--sizes 100,1000,5000]`);
+      throw new Error(`unknown argument "${arg}"; usage: bench.js [--sizes 100,1000,5000] [--instances K]`);
     }
   }
   return {
@@ -132,6 +150,7 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = p
     renames: envInt(env, 'BENCH_RENAMES', 5, 1),
     derpPackets: envInt(env, 'BENCH_DERP_PACKETS', 20000, 0),
     joinBudgetSeconds: envInt(env, 'BENCH_JOIN_BUDGET_S', 600, 1),
+    instances,
   };
 }
 
@@ -175,12 +194,12 @@ class ServerProcess {
     });
   }
 
-  static start(): Promise<ServerProcess> {
+  static start(env: NodeJS.ProcessEnv = process.env): Promise<ServerProcess> {
     const entry = new URL('./bench-server.js', import.meta.url);
     // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of the server process there, to see where join time goes.
     const profileDir = process.env.BENCH_CPU_PROF;
     const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])];
-    const child = fork(entry, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(entry, [], { execArgv, env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     return new Promise<ServerProcess>((resolve, reject) => {
       const onMessage = (raw: unknown): void => {
         if (!isServerMessage(raw)) return;
@@ -258,19 +277,102 @@ function log(line: string): void {
   process.stdout.write(line + '\n');
 }
 
-/** runSize measures one fleet of `n` devices against a fresh server process. */
+/** ScratchServer is the slice of @headway/storage-sql/testing the cluster benchmark uses (loaded at run time). */
+interface ScratchServers {
+  testDatabaseServers(env?: NodeJS.ProcessEnv): Array<{
+    type: string;
+    admin: unknown;
+    scratch(run: (c: { host: string; port: number; database: string; user: string; password?: string }) => Promise<void>): Promise<void>;
+  }>;
+}
+// A variable specifier keeps tsc from resolving (and so depending on) the storage package at compile time.
+const STORAGE_TESTING_MODULE = '@headway/storage-sql/testing';
+
+/**
+ * ServerGroup is the server processes of one run: one (SQLite), or `instances` cluster
+ * members on a scratch PostgreSQL database sharing one noise key; the first bootstraps
+ * the user and key, and answers the driver's node lookups and renames.
+ */
+class ServerGroup {
+  private constructor(readonly servers: ServerProcess[]) {}
+
+  get first(): ServerProcess { return this.servers[0]!; }
+
+  static async start(opts: BenchOptions, database?: Record<string, unknown>): Promise<ServerGroup> {
+    if (opts.instances === 1) return new ServerGroup([await ServerProcess.start()]);
+    const servers: ServerProcess[] = [];
+    const keyDir = mkdtempSync(join(tmpdir(), 'headway-bench-key-'));
+    try {
+      for (let i = 0; i < opts.instances; i++) {
+        servers.push(await ServerProcess.start({
+          ...process.env,
+          BENCH_DATABASE: JSON.stringify(database),
+          BENCH_NOISE_KEY: join(keyDir, 'noise.key'),
+          BENCH_BOOTSTRAP: i === 0 ? '1' : '',
+        }));
+      }
+    } catch (err) {
+      for (const s of servers) await s.stop();
+      throw err;
+    } finally {
+      // Each server read the key at start; the file is not needed afterwards.
+      setTimeout(() => rmSync(keyDir, { recursive: true, force: true }), 0);
+    }
+    return new ServerGroup(servers);
+  }
+
+  /** memory sums the servers' samples (loop delays: the worst). */
+  async memory(): Promise<MemorySample> {
+    const all = await Promise.all(this.servers.map((s) => s.request<MemorySample>({ op: 'memory' })));
+    const sum = (k: keyof MemorySample) => all.reduce((n, m) => n + m[k], 0);
+    return {
+      rss: sum('rss'), heapUsed: sum('heapUsed'), heapTotal: sum('heapTotal'), external: sum('external'), arrayBuffers: sum('arrayBuffers'),
+      cpuUserMs: sum('cpuUserMs'), cpuSystemMs: sum('cpuSystemMs'),
+      loopDelayP99Ms: Math.max(...all.map((m) => m.loopDelayP99Ms)), loopDelayMaxMs: Math.max(...all.map((m) => m.loopDelayMaxMs)),
+    };
+  }
+
+  async stop(): Promise<void> {
+    for (const s of [...this.servers].reverse()) await s.stop();
+  }
+}
+
+/**
+ * withDatabase runs `body` once per size: on nothing for a single server, on a fresh
+ * scratch PostgreSQL database for a cluster.
+ */
+async function withDatabase<T>(opts: BenchOptions, body: (database?: Record<string, unknown>) => Promise<T>): Promise<T> {
+  if (opts.instances === 1) return body();
+  const mod = (await import(STORAGE_TESTING_MODULE)) as ScratchServers;
+  const env = { ...process.env, HEADWAY_TEST_POSTGRES_URL: process.env.BENCH_POSTGRES_URL || process.env.HEADWAY_TEST_POSTGRES_URL };
+  const pg = mod.testDatabaseServers(env).find((s) => s.type === 'postgres');
+  if (!pg?.admin) throw new Error('--instances needs a PostgreSQL server: set HEADWAY_TEST_POSTGRES_URL or BENCH_POSTGRES_URL (postgres://user:pass@host:port/db)');
+  let out: T | undefined;
+  await pg.scratch(async (c) => {
+    out = await body({ type: 'postgres', postgres: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' } });
+  });
+  return out as T;
+}
+
+/** runSize measures one fleet of `n` devices against fresh server processes. */
 async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
-  const server = await ServerProcess.start();
+  return withDatabase(opts, (database) => runSizeOn(n, opts, database));
+}
+
+async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string, unknown>): Promise<SizeResult> {
+  const group = await ServerGroup.start(opts, database);
+  const server = group.first;
   const devices: TestDevice[] = [];
   try {
-    const { url, authKey, baseDomain } = server.ready;
+    const { authKey, baseDomain } = server.ready;
+    const urlOf = (i: number) => group.servers[i % group.servers.length]!.ready.url;
     const suffix = baseDomain ? `.${baseDomain}.` : '.';
     collectGarbage();
     const clientBefore = process.memoryUsage();
-    const serverBefore = await server.request<MemorySample>({ op: 'memory' });
+    const serverBefore = await group.memory();
 
     // Join: connect, register, start the streamed map poll.
-    for (let i = 0; i < n; i++) devices.push(new TestDevice({ serverUrl: url, hostname: `bench-${i}` }));
+    for (let i = 0; i < n; i++) devices.push(new TestDevice({ serverUrl: urlOf(i), hostname: `bench-${i}` }));
     const joinLatencies: number[] = [];
     let joinRetries = 0;
     let done = 0;
@@ -302,7 +404,7 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
           }
           joinRetries++;
           await d.close().catch(() => undefined);
-          devices[i] = new TestDevice({ serverUrl: url, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
+          devices[i] = new TestDevice({ serverUrl: urlOf(i), hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
           await new Promise((r) => setTimeout(r, 250 * attempt));
         }
       }
@@ -324,7 +426,7 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
     const convergedAt = performance.now();
     log(`  [${n}] converged (every netmap has ${n - 1} peers) ${((convergedAt - joinEnd) / 1000).toFixed(2)} s after the last join`);
 
-    const serverAfter = await server.request<MemorySample>({ op: 'memory' });
+    const serverAfter = await group.memory();
     collectGarbage();
     const clientAfter = process.memoryUsage();
 
@@ -363,7 +465,7 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
     const teardownStart = performance.now();
     await runPool(devices.length, 200, (i) => devices[i]!.close());
     devices.length = 0;
-    await server.stop();
+    await group.stop();
     const teardownMs = performance.now() - teardownStart;
 
     return {
@@ -395,7 +497,7 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
     };
   } finally {
     await Promise.all(devices.map((d) => d.close().catch(() => undefined)));
-    await server.stop();
+    await group.stop();
   }
 }
 
@@ -433,7 +535,7 @@ async function main(): Promise<void> {
       skipped.push({ devices: n, reason });
       continue;
     }
-    log(`\n== N=${n} devices ==`);
+    log(`\n== N=${n} devices${opts.instances > 1 ? ` on ${opts.instances} instances (cluster on PostgreSQL)` : ''} ==`);
     try {
       results.push(await runSize(n, opts));
     } catch (err) {

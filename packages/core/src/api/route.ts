@@ -31,6 +31,8 @@ export interface ApiDeps {
   providerIdFor?: (subject: string) => { provider: string; providerId: string };
   /** drive manages Taildrive grants (/api/v1/drive); absent in tests that build the API alone. */
   drive?: DriveService;
+  /** cluster lists the instances sharing the database (cluster.enabled); absent on a single instance. */
+  cluster?: () => Promise<import('../cluster/member.js').ClusterInstanceView[]>;
 }
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -44,6 +46,7 @@ export const TAGS = {
   Policy: 'The access policy (HuJSON, Tailscale ACL syntax)',
   Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
   Health: 'Server health',
+  Cluster: 'Instances sharing one database (cluster.enabled)',
   Debug: 'Helpers for tests and demos',
 } as const;
 export type Tag = keyof typeof TAGS;

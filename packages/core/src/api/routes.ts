@@ -7,7 +7,7 @@ import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
 import { BODY_LIMIT, POLICY_LIMIT, readJson } from './http.js';
 import {
-  ApiKeySchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
+  ApiKeySchema, ClusterInstanceSchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 import * as parity from './parity.js';
@@ -306,6 +306,17 @@ export const ROUTES: Route[] = [
       if (!ok) ctx.status = 503;
       return { databaseConnectivity: ok };
     },
+  }),
+  // ---- cluster ----
+  route({
+    method: 'GET', path: '/api/v1/cluster', operationId: 'clusterStatus', tag: 'Cluster', summary: 'Instances sharing the database',
+    description: 'Every instance recorded in the database with its address, map sessions and last heartbeat. A single instance (cluster.enabled: false) answers `enabled: false` and no instances.',
+    response: z.object({
+      enabled: z.boolean().meta({ description: 'cluster.enabled on the answering instance' }),
+      instances: z.array(ClusterInstanceSchema),
+    }),
+    responseDescription: 'The instances',
+    handle: async (_input, { cluster }) => ({ enabled: Boolean(cluster), instances: cluster ? await cluster() : [] }),
   }),
   ...DRIVE_ROUTES,
 ];

@@ -194,3 +194,15 @@ export function parseInput<S extends z.ZodType>(schema: S, value: unknown): z.ou
   if (!field) throw new HeadwayError('invalid_json', `${reason}${more}`);
   throw new HeadwayError('invalid_field', `${field}: ${reason}${more}`, field);
 }
+
+/** ClusterInstanceSchema is one instance sharing the database, as `headway cluster status` lists it. */
+export const ClusterInstanceSchema = z.object({
+  id: z.string().meta({ description: 'Instance id (random, new at every start)' }),
+  address: z.string().meta({ description: 'cluster.advertise_addr, else the address it listens on', examples: ['http://10.0.0.5:8080'] }),
+  startedAt: Time,
+  heartbeat: Time.meta({ description: 'When it last wrote its heartbeat' }),
+  sessions: z.number().int().meta({ description: 'Map streams it holds (at its last heartbeat; live for the answering instance)' }),
+  live: z.boolean().meta({ description: 'Its heartbeat is newer than cluster.instance_timeout' }),
+  self: z.boolean().meta({ description: 'This is the instance that answered' }),
+  jobs: z.boolean().meta({ description: 'It holds the jobs lease (ephemeral-node GC, expired logins); known for the answering instance only' }),
+}).meta({ id: 'ClusterInstance' });

@@ -462,6 +462,15 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
       if (!parseIP(ns) && !/^https:\/\//.test(ns)) err(key, `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
     }
   }
+  if (values['cluster.enabled'] && String(values['database.type']) === 'sqlite') {
+    err('cluster.enabled', 'needs database.type postgres or mysql: several instances cannot share one SQLite file');
+  }
+  if (values['cluster.enabled']) {
+    const beat = Number(values['cluster.heartbeat_interval']), timeout = Number(values['cluster.instance_timeout']);
+    if (beat <= 0) err('cluster.heartbeat_interval', 'must be longer than 0');
+    if (timeout < 2 * beat) err('cluster.instance_timeout', `must be at least twice cluster.heartbeat_interval (${beat} ms), found ${timeout} ms`);
+    if (Number(values['cluster.poll_interval']) <= 0) err('cluster.poll_interval', 'must be longer than 0');
+  }
   for (const key of ['database.type', 'policy.mode'] as const) {
     const id = String(values[key]);
     if (!PACKAGE_NAME.test(id)) {

@@ -104,6 +104,19 @@ export interface OidcConfig {
   policy_groups: boolean;
 }
 
+/**
+ * ClusterConfig runs several instances on one PostgreSQL or MySQL/MariaDB database
+ * (durations in ms); off by default, refused on SQLite.
+ */
+export interface ClusterConfig {
+  enabled: boolean;
+  advertise_addr: string;
+  heartbeat_interval: number;
+  instance_timeout: number;
+  poll_interval: number;
+  change_retention: number;
+}
+
 export interface HeadwayConfig {
   /** data_dir is Headway's own key: where relative default paths (database, keys, socket) live. */
   data_dir: string;
@@ -119,6 +132,7 @@ export interface HeadwayConfig {
   disable_check_updates: boolean;
   node: { expiry: number; ephemeral: { inactivity_timeout: number } };
   database: DatabaseConfig;
+  cluster: ClusterConfig;
   tls_cert_path: string;
   tls_key_path: string;
   log: { level: 'trace' | 'debug' | 'info' | 'warn' | 'error'; format: 'text' | 'json' };

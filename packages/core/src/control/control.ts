@@ -316,7 +316,9 @@ export class ControlServer {
 
   private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
-    const found = mr.NodeKey ? state.nodeByNodeKey(mr.NodeKey) : undefined;
+    // A cluster instance that lost its database sends devices on to another instance.
+    if (mr.Stream && !state.serving) return this.reply(res, 503, 'this instance has lost its database; try another');
+    const found = mr.NodeKey ? await state.findStoredNode(mr.NodeKey) : undefined;
     if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
@@ -383,6 +385,11 @@ export class ControlServer {
 
   private endStreams(nodeId: number): void {
     for (const res of [...(this.streams.get(nodeId) ?? [])]) res.end();
+  }
+
+  /** endAllStreams ends every map stream (a cluster instance that lost its database), leaving Noise connections open. */
+  endAllStreams(): void {
+    for (const set of [...this.streams.values()]) for (const res of [...set]) res.end();
   }
 
   /** close ends every map stream and Noise connection. */

@@ -165,6 +165,9 @@ export class NetworkView {
    * routes changed.
    */
   updatePrimaries(): Set<number> {
+    // In a cluster every instance elects on its own: with stickiness off, the same
+    // nodes and online state give the same primaries everywhere (lowest node id online).
+    const sticky = !this.state.clustered;
     const candidates = new Map<string, Node[]>();
     for (const n of this.state.listNodes()) {
       for (const r of this.effectiveApproved(n)) {
@@ -177,9 +180,9 @@ export class NetworkView {
       const cur = this.primaries.get(route);
       const online = nodes.filter((n) => this.state.isOnline(n.id));
       let pick: number;
-      if (cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
+      if (sticky && cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
       else if (online.length) pick = online[0]!.id;
-      else if (cur !== undefined && nodes.some((n) => n.id === cur)) pick = cur;
+      else if (sticky && cur !== undefined && nodes.some((n) => n.id === cur)) pick = cur;
       else pick = nodes[0]!.id;
       next.set(route, pick);
     }

@@ -22,6 +22,9 @@ type Verdict = number | 'rejected' | undefined;
  * in the response's Error field (HTTP 200), and interactive logins get an AuthURL
  * whose follow-up request is held open until an administrator approves it.
  */
+/** CLUSTER_PENDING_POLL_MS is how often a held follow-up checks whether another cluster instance settled its login. */
+const CLUSTER_PENDING_POLL_MS = 2000;
+
 export class Registrar {
   private readonly waiters = new Map<string, Set<(verdict: Verdict) => void>>();
   /** rejected remembers rejected logins' keys until they would have expired (bounded; see remember). */
@@ -69,6 +72,8 @@ export class Registrar {
    */
   async handle(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
     const nodeKey = req.NodeKey;
+    // In a cluster the machine may have registered through another instance a moment ago.
+    if (this.state.clustered && !this.state.nodeByMachineKey(machineKey)) await this.state.findStoredMachine(machineKey);
     const byKey = this.state.nodeByNodeKey(nodeKey);
     if (byKey && byKey.machineKey !== machineKey) {
       this.logger.warn('register refused: node key belongs to another machine', { node: byKey.id });
@@ -206,8 +211,16 @@ export class Registrar {
     }
     const verdict = await new Promise<Verdict>((resolve) => {
       const set = this.waiters.get(key) ?? this.waiters.set(key, new Set()).get(key)!;
-      const done = (v: Verdict) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); resolve(v); };
+      const done = (v: Verdict) => { set.delete(done); if (!set.size) this.waiters.delete(key); clearTimeout(timer); clearInterval(poll); unsubscribe(); resolve(v); };
       set.add(done);
+      // An approval on another cluster instance (`auth approve` there, or the login callback landing there)
+      // reaches this one as the node's arrival with the waiting node key.
+      const unsubscribe = this.state.bus.subscribe((c) => {
+        if ((c.type === 'node-added' || c.type === 'node-changed') && c.node.nodeKey === pending.nodeKey && c.node.machineKey === machineKey) done(c.node.id);
+      });
+      // A rejection on another instance only deletes the pending row: look for that now and then.
+      const poll = this.state.clustered ? setInterval(() => { void this.settledElsewhere(key, pending.nodeKey, machineKey).then((v) => { if (v !== undefined) done(v); }, () => undefined); }, CLUSTER_PENDING_POLL_MS) : undefined;
+      poll?.unref();
       const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
       timer.unref();
       // A client gone while the pending row was read never fires 'abort' again: answer it now.
@@ -219,6 +232,17 @@ export class Registrar {
     if (verdict === undefined) return this.interactive(req, machineKey);
     const node = this.state.getNode(verdict);
     return node ? this.authorized(node) : this.fail('node not found');
+  }
+
+  /**
+   * settledElsewhere says how another cluster instance settled a pending login: the
+   * node it registered, 'rejected' when the row is gone without one, or undefined
+   * while it still waits.
+   */
+  private async settledElsewhere(key: string, nodeKey: string, machineKey: string): Promise<Verdict> {
+    if (await this.state.storage.pendingRegistrations.get(key)) return undefined;
+    const node = await this.state.findStoredNode(nodeKey);
+    return node && node.machineKey === machineKey ? node.id : 'rejected';
   }
 
   /**

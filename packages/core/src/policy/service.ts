@@ -60,8 +60,11 @@ export class PolicyService {
     this.unwatch = this.source.watch?.(() => void this.reload());
   }
 
-  /** reload re-reads the source (SIGHUP in file mode); an invalid text keeps the old policy. */
-  async reload(): Promise<boolean> {
+  /**
+   * reload re-reads the source (SIGHUP in file mode); an invalid text keeps the old
+   * policy. `remote`: another cluster instance changed it (published as not to be announced again).
+   */
+  async reload(opts: { remote?: boolean } = {}): Promise<boolean> {
     let text: string | undefined;
     let policy: Policy | null = null;
     try {
@@ -73,7 +76,7 @@ export class PolicyService {
       this.logger.error('policy reload failed; keeping the policy in force', { source: this.source.describe(), error: (err as Error).message });
       return false;
     }
-    this.apply(text, policy);
+    this.apply(text, policy, opts.remote);
     this.logger.info('policy reloaded', { source: this.source.describe() });
     return true;
   }
@@ -128,11 +131,16 @@ export class PolicyService {
     }
   }
 
-  private apply(text: string | undefined, policy: Policy | null): void {
+  private apply(text: string | undefined, policy: Policy | null, remote = false): void {
     this.text = text;
     this.policy = policy;
     this.updatedAt = new Date();
-    this.state.bus.publish({ type: 'policy-changed' });
+    this.state.applyingRemote = remote;
+    try {
+      this.state.bus.publish({ type: 'policy-changed' });
+    } finally {
+      this.state.applyingRemote = false;
+    }
   }
 
   close(): void { this.unwatch?.(); }

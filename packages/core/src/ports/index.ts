@@ -14,6 +14,7 @@ export * from './policy.js';
 export * from './dns.js';
 export * from './drive.js';
 export * from './identity.js';
+export * from './cluster.js';
 export * from '../domain.js';
 export * from '../errors.js';
 export * from '../log.js';

@@ -4,6 +4,7 @@ import type {
 } from '../domain.js';
 import { assertPort } from './assert.js';
 import type { DriveGrant, DriveGrantRecord } from './drive.js';
+import type { ClusterPort } from './cluster.js';
 
 /**
  * StoragePort is dumb persistence: no ACL, peer or allocation logic lives behind it.
@@ -93,6 +94,8 @@ export interface StorageRepositories {
 export interface StoragePort extends StorageRepositories {
   /** driveGrants is present when the adapter can keep Taildrive grants (the SQL adapters can). */
   readonly driveGrants?: DriveGrantRepository;
+  /** cluster is present when several instances may share this database (PostgreSQL, MySQL/MariaDB); see ClusterPort. */
+  readonly cluster?: ClusterPort;
   /** migrate brings the schema up to date; refuses a database written by a newer Headway. */
   migrate(): Promise<void>;
   /**

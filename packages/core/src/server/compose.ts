@@ -23,6 +23,7 @@ import { Metrics } from './metrics.js';
 import { Relay } from './relay.js';
 import { LoginFlow } from '../control/login.js';
 import type { IdentityPort } from '../ports/identity.js';
+import { ClusterMember } from '../cluster/member.js';
 
 /**
  * KernelCradle names every service the composition root registers. The first
@@ -59,6 +60,8 @@ export interface KernelCradle {
   controlServer: ControlServer;
   /** loginFlow serves the identity provider's pages (null without a login method). */
   loginFlow: LoginFlow | null;
+  /** cluster is this instance's membership of a cluster (cluster.enabled), or null. */
+  cluster: ClusterMember | null;
   health: () => Promise<boolean>;
   apiDeps: ApiDeps;
 }
@@ -95,13 +98,31 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     registrar: c(({ state, config, logger }) => new Registrar(state, config, logger)),
     routeService: c(({ state, networkView, sessionHub, logger }) => new RouteService(state, networkView, sessionHub, logger)),
     hostinfo: c(({ state, routeService }) => new HostinfoService(state, routeService)),
-    nodeGc: c(({ state, config, logger }) => new NodeGc(state, config, logger)),
+    nodeGc: c(({ state, config, logger, cluster }) => {
+      const gc = new NodeGc(state, config, logger);
+      if (cluster) gc.mayRun = () => cluster.runsJobs();
+      return gc;
+    }),
+    // The policy and control services are reached lazily: the member joins before they start.
+    cluster: c((k) => {
+      const { config, storage, state, logger, controlKey } = k;
+      if (!config.cluster?.enabled) return null;
+      if (!storage.cluster) {
+        throw new Error(`cluster.enabled: database.type ${config.database.type} (${storage.describe()}) cannot be shared by several instances; use postgres or mysql`);
+      }
+      return new ClusterMember(storage.cluster, state, config.cluster, logger.child({ cluster: 'member' }),
+        `mkey:${controlKey.publicKey.toString('hex')}`, config.listen_addr, {
+          reloadPolicy: () => k.policyService.reload({ remote: true }),
+          endStreams: () => k.controlServer.endAllStreams(),
+        });
+    }),
     relay: c(({ state, config, logger, derpMap }) => new Relay(state, config, logger, derpMap)),
     controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
       state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
     })),
     loginFlow: c(({ loginMethod, state, registrar, config, logger }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger }) : null)),
-    health: c(({ storage }) => async () => {
+    health: c(({ storage, cluster }) => async () => {
+      if (cluster && !cluster.healthy) return false;
       try {
         await Promise.race([storage.ping(), new Promise((_, rej) => setTimeout(() => rej(new Error('timeout')), HEALTH_TIMEOUT_MS).unref())]);
         return true;
@@ -109,8 +130,9 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod }): ApiDeps => ({
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService,
+      cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       logins: registrar,
       approveRoutes: (id, routes) => routeService.approve(id, routes),
@@ -142,10 +164,17 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     }
   };
   try {
+    // A cluster member follows the change feed before State loads, so nothing committed meanwhile is missed.
+    const cluster = k.cluster;
+    if (cluster) {
+      await cluster.join();
+      stops.push(() => cluster.stop());
+    }
     await k.state.init();
     afterState?.(k.state);
     await k.policyService.init();
     stops.push(() => k.policyService.close());
+    if (cluster) await cluster.start();
     await k.dnsConfig.init();
     stops.push(() => k.dnsConfig.close());
     await k.driveService.init();

@@ -162,6 +162,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     }
     cleanups.splice(cleanups.length - 1, 0, () => closeServer(main, sockets));
     const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
+    // Without cluster.advertise_addr an instance is listed at the address it really listens on (port 0 resolved).
+    if (kernel.cradle.cluster && !config.cluster.advertise_addr) kernel.cradle.cluster.address = urls.http;
 
     if (config.metrics_listen_addr) {
       const m = http.createServer(async (req, res) => {

@@ -14,6 +14,12 @@ export class NodeGc {
   private pendingTimer?: NodeJS.Timeout;
   private unsubscribe?: () => void;
 
+  /**
+   * mayRun says whether this instance runs the jobs now (a cluster: only the holder
+   * of the jobs lease deletes; every instance keeps the timers, so a takeover finds them).
+   */
+  mayRun: () => boolean = () => true;
+
   constructor(private readonly state: State, private readonly config: HeadwayConfig, private readonly logger: Logger) {}
 
   start(): void {
@@ -34,6 +40,7 @@ export class NodeGc {
     const every = this.config.registration.gc_interval;
     if (!every) return;
     const sweep = () => {
+      if (!this.mayRun()) return;
       this.state.deleteExpiredPending().catch((err: Error) => this.logger.warn('pending registration cleanup failed', { error: err.message }));
     };
     sweep();
@@ -52,6 +59,11 @@ export class NodeGc {
     const t = setTimeout(() => {
       this.ephemeralTimers.delete(id);
       const n = this.state.getNode(id);
+      if (n?.ephemeral && !this.state.isOnline(id) && !this.mayRun()) {
+        // Another instance runs the jobs; look again later in case this one takes over.
+        this.scheduleEphemeral(id);
+        return;
+      }
       if (n?.ephemeral && !this.state.isOnline(id)) {
         this.logger.info('deleting inactive ephemeral node', { node: id, name: n.givenName });
         void this.state.deleteNode(id).catch(() => undefined);

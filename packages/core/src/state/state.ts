@@ -6,7 +6,7 @@ import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import { issueSecret, parseSecret, verifySecret } from '../secrets.js';
 import { isEndpointList, isHostinfo } from '../control/validate.js';
-import { ChangeBus, type PeerPatch } from './bus.js';
+import { ChangeBus, type Change, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { PendingQuota } from './pending.js';
 import { approvedRouteSet, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
@@ -55,6 +55,22 @@ export class State {
   private readonly users = new Map<number, User>();
   private readonly nodes = new Map<number, Node>();
   private readonly sessions = new Map<number, number>();
+  /** remoteOnline: nodes whose map session another cluster instance holds (node id → instance ids). */
+  private readonly remoteOnline = new Map<number, Set<string>>();
+  /**
+   * applyingRemote is true while a change another cluster instance made is being
+   * published here (the bus is synchronous), so the cluster does not announce it again.
+   */
+  applyingRemote = false;
+  /**
+   * onLocalSession is told when this instance's first map session of a node opens or
+   * its last one closes (the cluster records and announces it); unset alone.
+   */
+  onLocalSession?: (id: number, online: boolean, lastSeen?: Date) => void;
+  /** clustered: other instances write the same database, so a key memory does not know is looked up there too. */
+  clustered = false;
+  /** serving is false while a cluster instance has lost its database: it accepts no map streams. */
+  serving = true;
   /** Key indexes: every register and map request looks a node up by key. */
   private readonly byNodeKey = new Map<string, Node>();
   private readonly byMachineKey = new Map<string, Node>();
@@ -357,8 +373,23 @@ export class State {
     if (this.byMachineKey.get(n.machineKey)?.id === n.id) this.byMachineKey.delete(n.machineKey);
   }
 
-  isOnline(id: number): boolean { return (this.sessions.get(id) ?? 0) > 0; }
-  onlineCount(): number { return [...this.sessions.values()].filter((c) => c > 0).length; }
+  isOnline(id: number): boolean { return (this.sessions.get(id) ?? 0) > 0 || this.remoteOnline.has(id); }
+  onlineCount(): number {
+    const ids = new Set([...this.remoteOnline.keys()].filter((id) => this.nodes.has(id)));
+    for (const [id, c] of this.sessions) if (c > 0) ids.add(id);
+    return ids.size;
+  }
+  /** localSessionNodes are the nodes this instance holds a map session of. */
+  localSessionNodes(): number[] {
+    return [...this.sessions].filter(([, c]) => c > 0).map(([id]) => id);
+  }
+
+  /** localSessionCount is how many map sessions this instance holds (cluster heartbeats report it). */
+  localSessionCount(): number {
+    let n = 0;
+    for (const c of this.sessions.values()) n += c;
+    return n;
+  }
 
   private givenNameTaken(name: string, except?: number): boolean {
     if (this.claimedNames.has(name)) return true;
@@ -647,16 +678,177 @@ export class State {
   sessionOpened(id: number): void {
     const count = (this.sessions.get(id) ?? 0) + 1;
     this.sessions.set(id, count);
-    if (count === 1) this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: true } });
+    if (count !== 1) return;
+    this.onLocalSession?.(id, true);
+    if (!this.remoteOnline.has(id)) this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: true } });
   }
 
   async sessionClosed(id: number): Promise<void> {
     const count = Math.max(0, (this.sessions.get(id) ?? 0) - 1);
     this.sessions.set(id, count);
-    if (count > 0 || !this.nodes.has(id)) return;
+    if (count > 0) return;
+    if (!this.nodes.has(id)) {
+      // A deleted node's last session: its cluster record goes too.
+      this.onLocalSession?.(id, false);
+      return;
+    }
     const lastSeen = new Date();
     await this.updateNode(id, { lastSeen }, 'silent').catch(() => undefined);
+    this.onLocalSession?.(id, false, lastSeen);
+    // A session of the node still open on another instance keeps it online.
+    if (this.isOnline(id)) return;
     this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: false, lastSeen } });
+  }
+
+  // ---- cluster: applying what other instances changed ----
+
+  /** publishRemote publishes a change another instance made, marked so it is not announced again. */
+  private publishRemote(change: Change): void {
+    this.applyingRemote = true;
+    try {
+      this.bus.publish(change);
+    } finally {
+      this.applyingRemote = false;
+    }
+  }
+
+  /**
+   * setRemoteOnline records that another instance opened (or closed) a node's map
+   * session, and publishes the node's online state here when that changed it.
+   */
+  setRemoteOnline(id: number, instance: string, online: boolean, lastSeen?: Date): void {
+    const before = this.isOnline(id);
+    const set = this.remoteOnline.get(id) ?? new Set<string>();
+    if (online) set.add(instance); else set.delete(instance);
+    if (set.size) this.remoteOnline.set(id, set); else this.remoteOnline.delete(id);
+    if (!this.nodes.has(id) || before === this.isOnline(id)) return;
+    if (online) this.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: true } });
+    else {
+      const at = lastSeen ?? new Date();
+      const node = this.nodes.get(id)!;
+      this.putNode({ ...node, lastSeen: at });
+      this.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: false, lastSeen: at } });
+    }
+  }
+
+  /** forgetInstance drops every session a dead instance held (its devices go offline unless connected elsewhere). */
+  forgetInstance(instance: string): void {
+    for (const [id, set] of [...this.remoteOnline]) if (set.has(instance)) this.setRemoteOnline(id, instance, false);
+  }
+
+  /** remoteInstances are the other instances this one believes hold map sessions. */
+  remoteInstances(): Set<string> {
+    const out = new Set<string>();
+    for (const set of this.remoteOnline.values()) for (const i of set) out.add(i);
+    return out;
+  }
+
+  /** findStoredMachine is findStoredNode by machine key (a register request from a machine memory does not know). */
+  async findStoredMachine(machineKey: string): Promise<Node | undefined> {
+    const known = this.byMachineKey.get(machineKey);
+    if (known || !this.clustered) return known;
+    const row = await this.storage.nodes.getByMachineKey(machineKey);
+    if (row) this.applyNodeRow(row.id, row);
+    return this.byMachineKey.get(machineKey);
+  }
+
+  /**
+   * findStoredNode looks a node key up in the database when memory does not know it
+   * and other instances write the same database (a device that registered on one
+   * instance may reach another before the announcement does), and applies the row.
+   */
+  async findStoredNode(nodeKey: string): Promise<Node | undefined> {
+    const known = this.byNodeKey.get(nodeKey);
+    if (known || !this.clustered) return known;
+    const row = await this.storage.nodes.getByNodeKey(nodeKey);
+    if (row) this.applyNodeRow(row.id, row);
+    return this.byNodeKey.get(nodeKey);
+  }
+
+  /**
+   * reloadNodes reads the named nodes from storage after another instance changed
+   * them and applies each here: added, changed or (no row any more) removed, each
+   * published once as if it had been changed on this instance.
+   */
+  async reloadNodes(ids: number[]): Promise<void> {
+    const rows = await Promise.all(ids.map((id) => this.storage.nodes.get(id)));
+    ids.forEach((id, i) => this.applyNodeRow(id, rows[i]));
+  }
+
+  private applyNodeRow(id: number, row: Node | undefined): void {
+    const known = this.nodes.get(id);
+    if (!row) {
+      if (known) {
+        this.remoteOnline.delete(id);
+        this.applyingRemote = true;
+        try { this.forgetNode(known); } finally { this.applyingRemote = false; }
+      }
+      return;
+    }
+    const { damaged: _damaged, ...node } = row;
+    if (known && known.updatedAt.getTime() === node.updatedAt.getTime() && JSON.stringify(known) === JSON.stringify(node)) return;
+    if (known) {
+      if (known.ipv4 !== node.ipv4) this.v4?.release(known.ipv4);
+      if (known.ipv6 !== node.ipv6) this.v6?.release(known.ipv6);
+    }
+    this.v4?.markUsed(node.ipv4);
+    this.v6?.markUsed(node.ipv6);
+    this.putNode(node);
+    this.publishRemote(known ? { type: 'node-changed', node } : { type: 'node-added', node });
+  }
+
+  /** reloadNodePatch reads a node another instance patched (endpoints, disco key, expiry, ...) and publishes the patch. */
+  async reloadNodePatch(id: number, patch: PeerPatch): Promise<void> {
+    const row = await this.storage.nodes.get(id);
+    if (!row) return this.applyNodeRow(id, undefined);
+    const { damaged: _damaged, ...node } = row;
+    if (!this.nodes.has(id)) return this.applyNodeRow(id, row);
+    this.putNode(node);
+    this.publishRemote({ type: 'node-patch', nodeId: id, patch });
+  }
+
+  /** reloadUsers reads the named users after another instance changed them, and applies each here. */
+  async reloadUsers(ids: number[]): Promise<void> {
+    const rows = await Promise.all(ids.map((id) => this.storage.users.get(id)));
+    ids.forEach((id, i) => this.applyUserRow(id, rows[i]));
+  }
+
+  private applyUserRow(id: number, user: User | undefined): void {
+    const known = this.users.get(id);
+    if (!user) {
+      if (known) {
+        this.users.delete(id);
+        this.publishRemote({ type: 'user-removed', userId: id });
+      }
+      return;
+    }
+    if (known && JSON.stringify(known) === JSON.stringify(user)) return;
+    this.users.set(id, user);
+    this.publishRemote({ type: 'user-changed', user });
+  }
+
+  /**
+   * resync reloads every user and node after announcements may have been missed
+   * (the change feed lost its connection) and applies what differs, users first
+   * (nodes refer to them); deletions last.
+   */
+  async resync(sessions?: Array<{ instanceId: string; nodeId: number }>, self?: string): Promise<void> {
+    const [users, nodes] = [await this.storage.users.list(), await this.storage.nodes.list()];
+    const userIds = new Set(users.map((u) => u.id));
+    for (const u of users) this.applyUserRow(u.id, u);
+    const nodeIds = new Set(nodes.map((n) => n.id));
+    for (const n of nodes) this.applyNodeRow(n.id, n);
+    for (const id of [...this.nodes.keys()]) if (!nodeIds.has(id)) this.applyNodeRow(id, undefined);
+    for (const id of [...this.users.keys()]) if (!userIds.has(id)) this.applyUserRow(id, undefined);
+    if (sessions) {
+      const want = new Map<number, Set<string>>();
+      for (const s of sessions) {
+        if (s.instanceId === self) continue;
+        (want.get(s.nodeId) ?? want.set(s.nodeId, new Set()).get(s.nodeId)!).add(s.instanceId);
+      }
+      for (const [id, set] of [...this.remoteOnline]) for (const inst of set) if (!want.get(id)?.has(inst)) this.setRemoteOnline(id, inst, false);
+      for (const [id, set] of want) for (const inst of set) if (!this.remoteOnline.get(id)?.has(inst)) this.setRemoteOnline(id, inst, true);
+    }
   }
 
   publishPatch(id: number, patch: PeerPatch): void {

@@ -19,11 +19,11 @@ COPY scripts/build-sqlite.sh scripts/build-sqlite.sh
 COPY packages packages
 COPY examples examples
 # Install scripts stay off (as in CI): the one native module is compiled below, from source.
-RUN npm ci --ignore-scripts --no-audit --no-fund \
+RUN npm ci --ignore-scripts --no-audit --no-fund --no-update-notifier \
  && bash scripts/build-sqlite.sh \
  && rm -rf node_modules/better-sqlite3/build/Release/obj.target node_modules/better-sqlite3/build/Release/.deps
 RUN npx tsc -b \
- && npm prune --omit=dev --ignore-scripts --no-audit --no-fund \
+ && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --no-update-notifier \
  && rm -rf packages/*/dist/test packages/*/test packages/*/*.tsbuildinfo examples/*/test \
  && node packages/cli/bin/run.js --version
 # The last command wrote the oclif manifests (the runtime tree is read-only to the server).

@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# Headway's container image: `docker build -t headway:0.1.0 .` (or `docker compose build`).
+# Headway's container image: `docker build -t headway:0.1.0 .` (or `docker compose build`;
+# with podman, `podman build --format docker ...`: the OCI format has no HEALTHCHECK).
 #
 # The base is Node.js 24 on Debian bookworm slim. Issue 11 asked for Node 20, but Headway
 # needs Node 24 (zstd from node:zlib, better-sqlite3 13; see scripts/node-runtime.sh), so

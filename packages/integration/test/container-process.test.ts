@@ -115,7 +115,8 @@ const emptyDirs = (s: Scratch) => ({ home: readdirSync(s.home), cwd: readdirSync
 
 t.test('environment only, JSON logs on stdout, SIGTERM with a map session open: clean exit, WAL flushed, nothing written outside data_dir', async (t) => {
   const s = scratch(t);
-  const env = loopbackEnv(s);
+  // A variable carried over from a headscale container: warned about, not applied.
+  const env = loopbackEnv(s, { HEADSCALE_LOG_LEVEL: 'debug' });
   const server = serve(env, s.cwd);
   t.teardown(() => { if (server.child.exitCode === null) server.child.kill('SIGKILL'); });
 
@@ -128,6 +129,8 @@ t.test('environment only, JSON logs on stdout, SIGTERM with a map session open: 
   t.match(url, /^http:\/\/127\.0\.0\.1:\d+$/);
   t.ok(up.some((l) => l.level === 'info' && /no config file found/.test(l.msg)), 'it says it runs without a config file');
   t.ok(up.some((l) => l.msg === 'data directory' && l.path === s.data), 'data_dir came from HEADWAY_DATA_DIR');
+  t.ok(up.some((l) => l.level === 'warn' && /^HEADSCALE_LOG_LEVEL: ignored: Headway reads HEADWAY_LOG_LEVEL/.test(l.msg)), 'a HEADSCALE_ variable is named in a warning');
+  t.notOk(up.some((l) => l.level === 'debug'), 'and not applied');
 
   const health = await fetch(`${url}/health`);
   t.equal(health.status, 200, '/health answers 200');

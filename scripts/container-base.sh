@@ -43,7 +43,15 @@ cp -a "$node_home/include/." "$mnt/usr/local/include/"
 tar xzf "$npm_tgz" -C "$mnt/usr/local/lib/node_modules/npm" --strip-components=1
 ln -s ../lib/node_modules/npm/bin/npm-cli.js "$mnt/usr/local/bin/npm"
 ln -s ../lib/node_modules/npm/bin/npx-cli.js "$mnt/usr/local/bin/npx"
+# The host's trust store: where the registries are reached through a TLS-inspecting proxy,
+# its CA is there, and npm inside the build needs it (Node reads NODE_EXTRA_CA_CERTS).
+ca_env=()
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  mkdir -p "$mnt/etc/ssl/certs"
+  cp /etc/ssl/certs/ca-certificates.crt "$mnt/etc/ssl/certs/ca-certificates.crt"
+  ca_env=(--env NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt)
+fi
 buildah umount "$c" >/dev/null
-buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd node "$c"
+buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "${ca_env[@]}" --cmd node "$c"
 buildah commit --quiet "$c" "$IMAGE" >/dev/null
 echo "$IMAGE"

@@ -68,8 +68,11 @@ async function buildImage(t: Test): Promise<string | undefined> {
   if (base.code !== 0) { t.fail(`assembling the base image failed: ${base.stderr.slice(-2000)}`); return undefined; }
   const baseImage = base.stdout.trim().split('\n').at(-1)!;
   const tag = 'localhost/headway:test';
+  // No cache layers and the previous test image removed first: CI runs on the same machine
+  // again and again, and each run's layers (about 1 GB) would otherwise stay on its disk.
+  await podman(['rmi', '-f', tag]);
   const started = Date.now();
-  const built = await podman(['build', '--format', 'docker', ...ULIMITS, '--pull=never', '--build-arg', `NODE_IMAGE=${baseImage}`, '-t', tag, root], 1_200_000);
+  const built = await podman(['build', '--layers=false', '--format', 'docker', ...ULIMITS, '--pull=never', '--build-arg', `NODE_IMAGE=${baseImage}`, '-t', tag, root], 1_200_000);
   t.comment(`image build: ${((Date.now() - started) / 1000).toFixed(0)} s`);
   if (built.code !== 0) { t.fail(`podman build failed: ${(built.stdout + built.stderr).slice(-3000)}`); return undefined; }
   return tag;

@@ -9,6 +9,16 @@ interface RunningServer {
 
 type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource: string | null }) => Promise<RunningServer>;
 
+/**
+ * logWriter sends `log.format: json` to standard output and text to standard error, as
+ * headscale does: a log collector reading a container's stdout gets only JSON objects,
+ * one per line, while a person at a terminal sees text on stderr. `serve` prints nothing
+ * else, so neither stream mixes logs with other output.
+ */
+function logWriter(format: 'text' | 'json'): ((line: string) => void) | undefined {
+  return format === 'json' ? (line) => process.stdout.write(line + '\n') : undefined;
+}
+
 export default class Serve extends HeadwayCommand {
   static override summary = 'Run the coordination server';
   static override examples = [
@@ -22,7 +32,7 @@ export default class Serve extends HeadwayCommand {
     await this.parse(Serve);
     const loadOpts = this.configPath ? { path: this.configPath } : {};
     const { config, source, problems } = loadConfig(loadOpts);
-    const logger = createLogger({ level: config.log.level, format: config.log.format });
+    const logger = createLogger({ level: config.log.level, format: config.log.format, write: logWriter(config.log.format) });
     for (const p of problems) {
       if (p.level === 'fatal') logger.fatal(formatProblem(p));
       else if (p.level === 'error') logger.error(formatProblem(p));

@@ -118,6 +118,8 @@ export function resolveConfig(
     flat.set(key, { value, from: name });
   }
 
+  problems.push(...headscaleEnvProblems(env));
+
   const values: Record<string, unknown> = {};
   for (const [key, spec] of Object.entries(KEYS)) {
     const given = flat.get(key);
@@ -227,6 +229,23 @@ export function suggestKey(key: string): string | undefined {
 
 export function envName(key: string): string {
   return 'HEADWAY_' + key.toUpperCase().replace(/\./g, '_');
+}
+
+/**
+ * headscaleEnvProblems warns about each HEADSCALE_<KEY> variable naming a key Headway has:
+ * headscale reads those, Headway reads HEADWAY_<KEY>, and a container environment carried
+ * over from headscale would otherwise be ignored without a word.
+ */
+function headscaleEnvProblems(env: NodeJS.ProcessEnv): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  for (const key of Object.keys(KEYS)) {
+    const ours = envName(key);
+    const theirs = 'HEADSCALE_' + ours.slice('HEADWAY_'.length);
+    if (env[theirs] !== undefined) {
+      problems.push({ level: 'warn', key: theirs, message: `ignored: Headway reads ${ours} (the \`${key}\` key)${env[ours] === undefined ? `; rename the variable` : ''}` });
+    }
+  }
+  return problems;
 }
 
 function parseEnv(text: string, spec: KeySpec): unknown {

@@ -47,9 +47,10 @@ ENV NODE_ENV=production \
 USER headway
 WORKDIR /var/lib/headway
 VOLUME ["/var/lib/headway"]
-# 8080 control protocol, API and register page; 9090 Prometheus metrics; 50443 the
-# embedded DERP relay's TLS port (derp.server.tls_listen_addr); 3478/udp STUN.
-EXPOSE 8080 9090 50443 3478/udp
+# 8080 control protocol, API and register page; 9090 Prometheus metrics; 50443
+# headscale's gRPC API (grpc_listen_addr); 8443 the embedded DERP relay's TLS port
+# (derp.server.tls_listen_addr); 3478/udp STUN.
+EXPOSE 8080 9090 50443 8443 3478/udp
 # `headway health` asks the server over its socket in the data volume whether the
 # database answers: exit 0 when it does.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 CMD ["headway", "health"]

@@ -150,12 +150,13 @@ t.test('Dockerfile: non-root user, config, volume, ports, health check and entry
   const wanted = [
     `${parseHostPort(config.listen_addr)!.port}`,
     `${parseHostPort(config.metrics_listen_addr)!.port}`,
+    `${parseHostPort(config.grpc_listen_addr)!.port}`,
     `${parseHostPort(config.derp.server.tls_listen_addr)!.port}`,
     `${parseHostPort(config.derp.server.stun_listen_addr)!.port}/udp`,
   ];
   t.same(exposed.sort(), [...wanted].sort(), 'EXPOSE lists exactly the ports the config listens on');
-  t.same(wanted, ['8080', '9090', '50443', '3478/udp']);
-  for (const addr of [config.listen_addr, config.metrics_listen_addr, config.derp.server.stun_listen_addr, config.derp.server.tls_listen_addr]) {
+  t.same(wanted, ['8080', '9090', '50443', '8443', '3478/udp']);
+  for (const addr of [config.listen_addr, config.metrics_listen_addr, config.grpc_listen_addr, config.derp.server.stun_listen_addr, config.derp.server.tls_listen_addr]) {
     t.equal(parseHostPort(addr)!.host, '0.0.0.0', `${addr} binds every interface of the container`);
   }
   t.equal(config.log.format, 'json', 'the image logs JSON lines (stdout)');
@@ -178,15 +179,18 @@ t.test('compose.yaml: restart policy, the same ports, config read-only, a named 
   t.equal(svc.image, `headway:${version}`, 'the image tag is the release version, not latest');
   t.ok(svc.build, 'compose can build the image from this repository');
   const exposed = runtime.body.filter((i) => i.op === 'EXPOSE').flatMap((i) => words(i.args));
+  const { config } = loadConfig({ path: imageConfigPath, env: {}, home: '/nonexistent' });
   const published = (svc.ports ?? []).map((p) => {
-    const m = /^(?:[\d.]+:)?(\d+):(\d+)(\/udp)?$/.exec(p);
+    const m = /^(?:([\d.]+):)?(\d+):(\d+)(\/udp)?$/.exec(p);
     if (!m) throw new Error(`compose.yaml port ${p}`);
-    t.equal(m[1], m[2], `${p}: the same port outside`);
-    return `${m[2]}${m[3] ?? ''}`;
+    t.equal(m[2], m[3], `${p}: the same port outside`);
+    if (m[3] === `${parseHostPort(config.grpc_listen_addr)!.port}` && config.grpc_allow_insecure) {
+      t.equal(m[1], '127.0.0.1', 'plaintext gRPC (grpc_allow_insecure) is published on the host loopback only');
+    }
+    return `${m[3]}${m[4] ?? ''}`;
   });
   t.same(published.sort(), [...exposed].sort(), 'every exposed port is published, and only those');
 
-  const { config } = loadConfig({ path: imageConfigPath, env: {}, home: '/nonexistent' });
   const mounts = (svc.volumes ?? []).map((v) => v.split(':'));
   const cfgMount = mounts.find((m) => m[1] === '/etc/headway/config.yaml');
   t.ok(cfgMount, 'the config is mounted at /etc/headway/config.yaml');

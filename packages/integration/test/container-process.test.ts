@@ -64,6 +64,7 @@ function loopbackEnv(s: Scratch, extra: Record<string, string> = {}): Record<str
     HEADWAY_DATA_DIR: s.data,
     HEADWAY_LISTEN_ADDR: '127.0.0.1:0',
     HEADWAY_METRICS_LISTEN_ADDR: '127.0.0.1:0',
+    HEADWAY_GRPC_LISTEN_ADDR: '127.0.0.1:0',
     HEADWAY_DERP_SERVER_STUN_LISTEN_ADDR: '127.0.0.1:0',
     HEADWAY_LOG_FORMAT: 'json',
     ...extra,

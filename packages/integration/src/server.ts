@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createLogger, resolveConfig, startServer, type HeadwayConfig, type Logger, type PolicyEngine, type RunningServer } from '@headway/core';
+import { testDatabaseServers } from '@headway/storage-sql/testing';
 
 export interface TestServer extends RunningServer {
   dataDir: string;
@@ -62,4 +63,34 @@ export async function adminFetch(server: RunningServer, key: string, method: str
   let json: unknown;
   try { json = text ? JSON.parse(text) : undefined; } catch { json = text; }
   return { status: res.status, json };
+}
+
+/** ServerDatabase is one database server a test runs on; run gives `body` the `database` config block of a fresh, scratch database. */
+export interface ServerDatabase {
+  name: string;
+  run(body: (database: Record<string, unknown>) => Promise<void>): Promise<void>;
+}
+
+/**
+ * serverDatabases lists PostgreSQL and MariaDB as `database` config blocks for startTestServer
+ * (each run on its own scratch database). A server whose URL is not set fails the test under
+ * CI=true, where `what` must run on it, and is skipped with the reason elsewhere.
+ */
+export function serverDatabases(t: { fail(msg: string): unknown; skip(msg: string, fn: () => void): unknown }, what: string): ServerDatabase[] {
+  const out: ServerDatabase[] = [];
+  for (const server of testDatabaseServers()) {
+    if (!server.admin) {
+      if (process.env.CI === 'true') t.fail(`${server.type}: ${server.variable} is not set, and CI must run ${what} on ${server.type}`);
+      else t.skip(`${server.type}: ${server.variable} not set`, () => undefined);
+      continue;
+    }
+    out.push({
+      name: server.type,
+      run: (body) => server.scratch((c) => body({
+        type: server.type,
+        [server.type]: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' },
+      })),
+    });
+  }
+  return out;
 }

@@ -9,25 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { TestDevice } from '@headway/testkit';
-import { testDatabaseServers } from '@headway/storage-sql/testing';
-import { startTestServer } from '../src/server.js';
+import { serverDatabases, startTestServer } from '../src/server.js';
 import { startChildInstance, TcpBalancer, type ChildInstance } from '../src/cluster.js';
 
-const databases: Array<{ name: string; run(body: (database: Record<string, unknown>) => Promise<void>): Promise<void> }> = [];
-for (const server of testDatabaseServers()) {
-  if (!server.admin) {
-    if (process.env.CI === 'true') t.fail(`${server.type}: ${server.variable} is not set, and CI must run the cluster tests on ${server.type}`);
-    else t.skip(`${server.type}: ${server.variable} not set`, () => undefined);
-    continue;
-  }
-  databases.push({
-    name: server.type,
-    run: (body) => server.scratch((c) => body({
-      type: server.type,
-      [server.type]: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' },
-    })),
-  });
-}
+const databases = serverDatabases(t, 'the cluster tests');
 
 const CLUSTER = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '2s', poll_interval: '50ms' };
 const ROUTE = '10.20.0.0/24';

@@ -7,32 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { TestDevice } from '@headway/testkit';
-import { testDatabaseServers } from '@headway/storage-sql/testing';
 import type { ClusterMember } from '@headway/core';
-import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
+import { adminFetch, serverDatabases, startTestServer, type TestServer } from '../src/server.js';
 import { TcpBalancer } from '../src/cluster.js';
 import { runHeadwayOn } from '../src/cli.js';
 
-interface Database {
-  name: string;
-  run(body: (database: Record<string, unknown>) => Promise<void>): Promise<void>;
-}
-
-const databases: Database[] = [];
-for (const server of testDatabaseServers()) {
-  if (!server.admin) {
-    if (process.env.CI === 'true') t.fail(`${server.type}: ${server.variable} is not set, and CI must run the cluster tests on ${server.type}`);
-    else t.skip(`${server.type}: ${server.variable} not set`, () => undefined);
-    continue;
-  }
-  databases.push({
-    name: server.type,
-    run: (body) => server.scratch((c) => body({
-      type: server.type,
-      [server.type]: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' },
-    })),
-  });
-}
+const databases = serverDatabases(t, 'the cluster tests');
 
 const FAST = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '3s', poll_interval: '50ms' };
 

@@ -4,30 +4,10 @@
 // real Noise handshake and register request.
 import t from 'tap';
 import { TestDevice } from '@headway/testkit';
-import { testDatabaseServers } from '@headway/storage-sql/testing';
-import { startTestServer, type TestServer } from '../src/server.js';
+import { serverDatabases, startTestServer, type ServerDatabase, type TestServer } from '../src/server.js';
 
-interface Database {
-  name: string;
-  /** run starts `body` with the `database` config block of a fresh database. */
-  run(body: (database: Record<string, unknown>) => Promise<void>): Promise<void>;
-}
-
-const databases: Database[] = [{ name: 'sqlite', run: (body) => body({ type: 'sqlite' }) }];
-for (const server of testDatabaseServers()) {
-  if (!server.admin) {
-    if (process.env.CI === 'true') t.fail(`${server.type}: ${server.variable} is not set, and CI must run this test on ${server.type}`);
-    else t.skip(`${server.type}: ${server.variable} not set`, () => undefined);
-    continue;
-  }
-  databases.push({
-    name: server.type,
-    run: (body) => server.scratch((c) => body({
-      type: server.type,
-      [server.type]: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' },
-    })),
-  });
-}
+const databases: ServerDatabase[] = [{ name: 'sqlite', run: (body) => body({ type: 'sqlite' }) }];
+databases.push(...serverDatabases(t, 'this test'));
 
 async function singleUseKeys(s: TestServer, count: number): Promise<Array<{ id: number; secret: string }>> {
   const user = await s.state.createUser({ name: 'fleet' });

@@ -54,6 +54,48 @@ async function until(what: string, fn: () => boolean, timeoutMs = 5000): Promise
 }
 
 for (const db of databases) {
+  // Regression (route primaries were the lowest online node id in cluster mode: a router that
+  // came back took the role from the one carrying the traffic): the primary is the router online
+  // the longest, the same on every instance, and it keeps the role while it stays online.
+  t.test(`${db.name}: the HA route primary is the same on every instance and stays with the router carrying it`, (t) => db.run(async (database) => {
+    const [a, b, c] = await startCluster(t, database, 3) as [TestServer, TestServer, TestServer];
+    const alice = await a.state.createUser({ name: 'alice' });
+    await until('alice reaches B', () => Boolean(b.state.userByName('alice')));
+    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const route = '10.30.0.0/24';
+    let r1 = await device(a, 'r1', secret, [route]);
+    const r2 = await device(b, 'r2', secret, [route]);
+    const viewer = await device(c, 'viewer', secret);
+    t.teardown(() => Promise.all([r1, r2, viewer].map((d) => d.close())));
+    const id1 = a.state.nodeByNodeKey(r1.nodeKeyText)!.id;
+    const id2 = b.state.nodeByNodeKey(r2.nodeKeyText)!.id;
+    t.ok(id1 < id2, 'r1 has the lower id');
+    await a.routes.approve(id1, [route]);
+    await a.routes.approve(id2, [route]);
+    const all = [a, b, c];
+    const primaryEverywhere = (id: number) => all.every((s) => s.routes.primaryRoutes(id).includes(route));
+    await until('r1 primary on A, B and C', () => all.every((s) => s.state.isOnline(id1) && s.state.isOnline(id2)) && primaryEverywhere(id1));
+    t.pass('the router online first (r1) is primary on every instance');
+
+    // r1 goes away: r2 takes over everywhere.
+    await r1.close();
+    await until('r2 primary everywhere once r1 is offline', () => all.every((s) => !s.state.isOnline(id1)) && primaryEverywhere(id2));
+    await viewer.waitFor((nm) => (nm.peers.get(id2)?.PrimaryRoutes ?? []).includes(route), 5000);
+    t.pass('r2 took over on every instance and the viewer on C was told');
+
+    // The same r1 (same keys, same node) comes back through C: r2 keeps the role.
+    const gone = r1;
+    r1 = new TestDevice({ serverUrl: c.urls.http, hostname: 'r1', machineKey: gone.machineKey, nodeKey: gone.nodeKey, discoKey: gone.discoKey });
+    await r1.connect();
+    await r1.startMap({ stream: true, hostinfo: { RoutableIPs: [route] } });
+    t.equal(c.state.nodeByNodeKey(r1.nodeKeyText)?.id, id1, 'r1 is back as the same node');
+    await until('r1 advertises the route again everywhere', () => all.every((s) => s.state.getNode(id1)?.availableRoutes.includes(route)));
+    await until('r1 online again everywhere', () => all.every((s) => s.state.isOnline(id1)));
+    await new Promise((r) => setTimeout(r, 300));
+    t.ok(primaryEverywhere(id2), 'r2 is still primary on A, B and C');
+    t.ok(all.every((s) => !s.routes.primaryRoutes(id1).includes(route)), 'the returning router (lower id) does not take the role back');
+  }));
+
   t.test(`${db.name}: three instances; renames, tags, route approvals, policy changes and deletes made on A reach devices on B and C`, (t) => db.run(async (database) => {
     const [a, b, c] = await startCluster(t, database, 3) as [TestServer, TestServer, TestServer];
     const alice = await a.state.createUser({ name: 'alice' });

@@ -139,13 +139,13 @@ export function createClusterPort(knex: Knex, dialect: Exclude<SqlDialect, 'sqli
     async releaseLease(name, holder) {
       await knex('cluster_leases').where({ name, holder }).delete();
     },
-    async setSession(instanceId, nodeId, online) {
-      if (online) await knex('cluster_sessions').insert({ instance_id: instanceId, node_id: nodeId }).onConflict(['instance_id', 'node_id']).ignore();
+    async setSession(instanceId, nodeId, online, since) {
+      if (online) await knex('cluster_sessions').insert({ instance_id: instanceId, node_id: nodeId, since: since ?? new Date() }).onConflict(['instance_id', 'node_id']).ignore();
       else await knex('cluster_sessions').where({ instance_id: instanceId, node_id: nodeId }).delete();
     },
     async sessions() {
-      const rows = await knex('cluster_sessions').select('instance_id', 'node_id') as Array<{ instance_id: string; node_id: number | string }>;
-      return rows.map((r) => ({ instanceId: r.instance_id, nodeId: Number(r.node_id) }));
+      const rows = await knex('cluster_sessions').select('instance_id', 'node_id', 'since') as Array<{ instance_id: string; node_id: number | string; since: Date | string }>;
+      return rows.map((r) => ({ instanceId: r.instance_id, nodeId: Number(r.node_id), since: asDate(r.since) }));
     },
   };
 }

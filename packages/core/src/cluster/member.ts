@@ -109,7 +109,7 @@ export class ClusterMember {
   /** start applies held announcements, loads other instances' sessions and begins heartbeats and announcing. */
   async start(): Promise<void> {
     this.state.clustered = true;
-    this.state.onLocalSession = (id, online, lastSeen) => this.localSession(id, online, lastSeen);
+    this.state.onLocalSession = (id, online, lastSeen, since) => this.localSession(id, online, lastSeen, since);
     this.unsubscribe = this.state.bus.subscribe((c) => this.observe(c));
     this.started = true;
     const held = this.held.splice(0);
@@ -131,7 +131,7 @@ export class ClusterMember {
   private async loadSessions(): Promise<void> {
     const live = new Set(this.live.map((i) => i.id));
     for (const s of await this.port.sessions()) {
-      if (s.instanceId !== this.id && live.has(s.instanceId)) this.state.setRemoteOnline(s.nodeId, s.instanceId, true);
+      if (s.instanceId !== this.id && live.has(s.instanceId)) this.state.setRemoteOnline(s.nodeId, s.instanceId, true, undefined, s.since);
     }
   }
 
@@ -261,10 +261,12 @@ export class ClusterMember {
     for (const a of out) this.write(() => this.port.announce(this.id, a), `announce ${a.kind}`);
   }
 
-  private localSession(id: number, online: boolean, lastSeen?: Date): void {
+  private localSession(id: number, online: boolean, lastSeen?: Date, since?: Date): void {
     this.write(async () => {
-      await this.port.setSession(this.id, id, online);
-      await this.port.announce(this.id, { kind: 'online', id, online, ...(lastSeen ? { lastSeen: lastSeen.toISOString() } : {}) });
+      await this.port.setSession(this.id, id, online, since);
+      await this.port.announce(this.id, {
+        kind: 'online', id, online, ...(lastSeen ? { lastSeen: lastSeen.toISOString() } : {}), ...(since ? { since: since.toISOString() } : {}),
+      });
     }, 'session record');
   }
 
@@ -313,7 +315,7 @@ export class ClusterMember {
       }
       case 'policy': await this.hooks.reloadPolicy(); return;
       case 'online':
-        this.state.setRemoteOnline(m.id, m.origin, m.online, m.lastSeen ? new Date(m.lastSeen) : undefined);
+        this.state.setRemoteOnline(m.id, m.origin, m.online, m.lastSeen ? new Date(m.lastSeen) : undefined, m.since ? new Date(m.since) : undefined);
         return;
       default: return;
     }

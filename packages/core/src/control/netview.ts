@@ -165,9 +165,13 @@ export class NetworkView {
    * routes changed.
    */
   updatePrimaries(): Set<number> {
-    // In a cluster every instance elects on its own: with stickiness off, the same
-    // nodes and online state give the same primaries everywhere (lowest node id online).
-    const sticky = !this.state.clustered;
+    // In a cluster every instance elects on its own, from what all of them know alike: the
+    // router online the longest (its oldest map session, on any instance; then the lowest id).
+    // That is sticky too: the primary keeps the role while it stays online, and a router that
+    // comes back has the newest session, so it does not take the role back.
+    const clustered = this.state.clustered;
+    const sticky = !clustered;
+    const since = (n: Node) => this.state.onlineSince(n.id) ?? Number.POSITIVE_INFINITY;
     const candidates = new Map<string, Node[]>();
     for (const n of this.state.listNodes()) {
       for (const r of this.effectiveApproved(n)) {
@@ -179,6 +183,7 @@ export class NetworkView {
     for (const [route, nodes] of candidates) {
       const cur = this.primaries.get(route);
       const online = nodes.filter((n) => this.state.isOnline(n.id));
+      if (clustered) online.sort((a, b) => since(a) - since(b) || a.id - b.id);
       let pick: number;
       if (sticky && cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
       else if (online.length) pick = online[0]!.id;

@@ -37,7 +37,14 @@ export type ClusterAnnouncement =
   /** policy: the stored policy changed. */
   | { kind: 'policy' }
   /** online: a node's map session on the announcing instance opened or closed. */
-  | { kind: 'online'; id: number; online: boolean; lastSeen?: string };
+  | { kind: 'online'; id: number; online: boolean; lastSeen?: string; since?: string };
+
+/** ClusterSession is one node's map session on one instance, opened at `since`. */
+export interface ClusterSession {
+  instanceId: string;
+  nodeId: number;
+  since: Date;
+}
 
 /** ClusterMessage is an announcement with the instance it came from. */
 export type ClusterMessage = ClusterAnnouncement & { origin: string };
@@ -88,8 +95,8 @@ export interface ClusterPort {
   acquireLease(name: string, holder: string, ttlMs: number): Promise<boolean>;
   /** releaseLease gives a lease up (a clean shutdown) so another instance takes over at once. */
   releaseLease(name: string, holder: string): Promise<void>;
-  /** setSession records (online) or clears a node's map session on an instance. */
-  setSession(instanceId: string, nodeId: number, online: boolean): Promise<void>;
-  /** sessions lists every recorded map session: which node is online on which instance. */
-  sessions(): Promise<Array<{ instanceId: string; nodeId: number }>>;
+  /** setSession records (online, opened at `since`) or clears a node's map session on an instance. */
+  setSession(instanceId: string, nodeId: number, online: boolean, since?: Date): Promise<void>;
+  /** sessions lists every recorded map session: which node is online on which instance, since when. */
+  sessions(): Promise<ClusterSession[]>;
 }

@@ -58,6 +58,12 @@ export class State {
   /** remoteOnline: nodes whose map session another cluster instance holds (node id → instance ids). */
   private readonly remoteOnline = new Map<number, Set<string>>();
   /**
+   * sessionSince: when each instance's map session of a node opened (node id → instance id, or
+   * '' for this one, → epoch ms). Every instance holds the same values (they travel with the
+   * session records), so a cluster-wide choice by it (the HA route primary) agrees everywhere.
+   */
+  private readonly sessionSince = new Map<number, Map<string, number>>();
+  /**
    * applyingRemote is true while a change another cluster instance made is being
    * published here (the bus is synchronous), so the cluster does not announce it again.
    */
@@ -66,7 +72,7 @@ export class State {
    * onLocalSession is told when this instance's first map session of a node opens or
    * its last one closes (the cluster records and announces it); unset alone.
    */
-  onLocalSession?: (id: number, online: boolean, lastSeen?: Date) => void;
+  onLocalSession?: (id: number, online: boolean, lastSeen?: Date, since?: Date) => void;
   /** clustered: other instances write the same database, so a key memory does not know is looked up there too. */
   clustered = false;
   /** serving is false while a cluster instance has lost its database: it accepts no map streams. */
@@ -679,7 +685,9 @@ export class State {
     const count = (this.sessions.get(id) ?? 0) + 1;
     this.sessions.set(id, count);
     if (count !== 1) return;
-    this.onLocalSession?.(id, true);
+    const since = new Date();
+    this.noteSince(id, '', since);
+    this.onLocalSession?.(id, true, undefined, since);
     if (!this.remoteOnline.has(id)) this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: true } });
   }
 
@@ -687,6 +695,7 @@ export class State {
     const count = Math.max(0, (this.sessions.get(id) ?? 0) - 1);
     this.sessions.set(id, count);
     if (count > 0) return;
+    this.noteSince(id, '', undefined);
     if (!this.nodes.has(id)) {
       // A deleted node's last session: its cluster record goes too.
       this.onLocalSession?.(id, false);
@@ -716,7 +725,8 @@ export class State {
    * setRemoteOnline records that another instance opened (or closed) a node's map
    * session, and publishes the node's online state here when that changed it.
    */
-  setRemoteOnline(id: number, instance: string, online: boolean, lastSeen?: Date): void {
+  setRemoteOnline(id: number, instance: string, online: boolean, lastSeen?: Date, since?: Date): void {
+    this.noteSince(id, instance, online ? since ?? new Date() : undefined);
     const before = this.isOnline(id);
     const set = this.remoteOnline.get(id) ?? new Set<string>();
     if (online) set.add(instance); else set.delete(instance);
@@ -729,6 +739,24 @@ export class State {
       this.putNode({ ...node, lastSeen: at });
       this.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: false, lastSeen: at } });
     }
+  }
+
+  private noteSince(id: number, instance: string, since: Date | undefined): void {
+    const m = this.sessionSince.get(id);
+    if (since) {
+      // A session already known keeps its first time (a repeated record does not make it newer).
+      const map = m ?? this.sessionSince.set(id, new Map()).get(id)!;
+      if (!map.has(instance)) map.set(instance, since.getTime());
+    } else if (m) {
+      m.delete(instance);
+      if (!m.size) this.sessionSince.delete(id);
+    }
+  }
+
+  /** onlineSince is when the node's oldest open map session (on any instance) opened; undefined when offline. */
+  onlineSince(id: number): number | undefined {
+    const m = this.sessionSince.get(id);
+    return m?.size ? Math.min(...m.values()) : undefined;
   }
 
   /** forgetInstance drops every session a dead instance held (its devices go offline unless connected elsewhere). */
@@ -780,6 +808,7 @@ export class State {
     if (!row) {
       if (known) {
         this.remoteOnline.delete(id);
+        this.sessionSince.delete(id);
         this.applyingRemote = true;
         try { this.forgetNode(known); } finally { this.applyingRemote = false; }
       }
@@ -832,7 +861,7 @@ export class State {
    * (the change feed lost its connection) and applies what differs, users first
    * (nodes refer to them); deletions last.
    */
-  async resync(sessions?: Array<{ instanceId: string; nodeId: number }>, self?: string): Promise<void> {
+  async resync(sessions?: Array<{ instanceId: string; nodeId: number; since?: Date }>, self?: string): Promise<void> {
     const [users, nodes] = [await this.storage.users.list(), await this.storage.nodes.list()];
     const userIds = new Set(users.map((u) => u.id));
     for (const u of users) this.applyUserRow(u.id, u);
@@ -841,13 +870,13 @@ export class State {
     for (const id of [...this.nodes.keys()]) if (!nodeIds.has(id)) this.applyNodeRow(id, undefined);
     for (const id of [...this.users.keys()]) if (!userIds.has(id)) this.applyUserRow(id, undefined);
     if (sessions) {
-      const want = new Map<number, Set<string>>();
+      const want = new Map<number, Map<string, Date | undefined>>();
       for (const s of sessions) {
         if (s.instanceId === self) continue;
-        (want.get(s.nodeId) ?? want.set(s.nodeId, new Set()).get(s.nodeId)!).add(s.instanceId);
+        (want.get(s.nodeId) ?? want.set(s.nodeId, new Map()).get(s.nodeId)!).set(s.instanceId, s.since);
       }
       for (const [id, set] of [...this.remoteOnline]) for (const inst of set) if (!want.get(id)?.has(inst)) this.setRemoteOnline(id, inst, false);
-      for (const [id, set] of want) for (const inst of set) if (!this.remoteOnline.get(id)?.has(inst)) this.setRemoteOnline(id, inst, true);
+      for (const [id, map] of want) for (const [inst, since] of map) if (!this.remoteOnline.get(id)?.has(inst)) this.setRemoteOnline(id, inst, true, undefined, since);
     }
   }
 

@@ -34,6 +34,8 @@ export const clusterMigration: SqlMigration = {
       binary(t);
       t.string('instance_id', 64).notNullable();
       t.integer('node_id').notNullable();
+      // since: when the session opened; the HA route primary is the router online the longest.
+      t.datetime('since', { precision: 3, useTz: true }).notNullable();
       t.primary(['instance_id', 'node_id']);
     });
     await knex.schema.createTable('cluster_leases', (t) => {

@@ -244,6 +244,11 @@ export function expectedPeers(devices: readonly DevicePlan[], seed: number, vari
   return out;
 }
 
+/** planKey names the pre-auth key a device joins with: its user's, or the tagged key for its tag set. */
+export function planKey(d: DevicePlan): string {
+  return d.tags.length ? d.tags.join(',') : `user:${d.user}`;
+}
+
 /** planTailnet is the full plan for `count` devices. */
 export function planTailnet(count: number, seed = 1): TailnetPlan {
   const { text, rules } = planPolicy(seed);

@@ -7,7 +7,7 @@
  */
 import { TestDevice } from './device.js';
 import type { NetMap } from './netmap.js';
-import { bitsCount, bitsHas, expectedPeers, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
+import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
 
 export type WorkerCommand =
   | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }
@@ -26,11 +26,6 @@ export type Change =
   | { kind: 'policy'; variant: 1 };
 
 export interface WorkerStats { cpuMs: number; rss: number; heapUsed: number; mapBytes: number; devices: number }
-
-/** planKey names the pre-auth key a device joins with: its user's, or the tagged key for its tag set. */
-export function planKey(d: DevicePlan): string {
-  return d.tags.length ? d.tags.join(',') : `user:${d.user}`;
-}
 
 const JOIN_ATTEMPTS = 3;
 

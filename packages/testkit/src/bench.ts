@@ -400,7 +400,10 @@ async function runSize(n: number, opts: BenchOptions): Promise<SizeResult> {
 }
 
 async function main(): Promise<void> {
-  const opts = parseOptions(process.argv.slice(2));
+  // The realistic-policy benchmark (bench-realistic.ts) is the default; `--policy none` keeps this no-policy run.
+  const policyArgs = withoutPolicyNone(process.argv.slice(2));
+  if (!policyArgs) return (await import('./bench-realistic.js')).runRealistic(process.argv.slice(2));
+  const opts = parseOptions(policyArgs);
   const fdLimit = fileDescriptorLimit();
   const machine = {
     nproc: cpus().length,
@@ -490,6 +493,15 @@ async function main(): Promise<void> {
   }
   log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, sizes: results, skipped, failed, derp: derp ?? null, derpError: derpError ?? null }));
   if (failed.length || derpError) process.exitCode = 1;
+}
+
+/** withoutPolicyNone returns argv without `--policy none` when it asks for the no-policy run, else undefined. */
+function withoutPolicyNone(argv: readonly string[]): string[] | undefined {
+  const i = argv.findIndex((a) => a === '--policy' || a.startsWith('--policy='));
+  if (i < 0) return undefined;
+  const value = argv[i] === '--policy' ? argv[i + 1] : argv[i]!.slice('--policy='.length);
+  if (value !== 'none') return undefined;
+  return argv.filter((_, j) => j !== i && !(argv[i] === '--policy' && j === i + 1));
 }
 
 main().catch((err: unknown) => {

@@ -225,8 +225,19 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const workersBefore = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const perWorker = Math.max(1, Math.ceil(opts.concurrency / k));
     const joinStart = epochNow();
+    // Progress every 20 s from the server's node count, so a slow size shows how its join cost grows.
+    let polling = false;
+    const progress = setInterval(() => {
+      if (polling) return;
+      polling = true;
+      server.request<{ nodes: number }>({ op: 'stats' }, 60_000).then(
+        (s) => log(`  [${n}] ${s.nodes}/${n} registered after ${((epochNow() - joinStart) / 1000).toFixed(0)} s`),
+        () => undefined,
+      ).finally(() => { polling = false; });
+    }, 20_000);
     const joins = await Promise.all(workers.map((c) => c.request<{ latencies: number[]; retries: number; doneAt: number[] }>(
-      { op: 'join', concurrency: perWorker, budgetMs: opts.joinBudgetSeconds * 1000 }, opts.joinBudgetSeconds * 1000 + 120_000)));
+      { op: 'join', concurrency: perWorker, budgetMs: opts.joinBudgetSeconds * 1000 }, opts.joinBudgetSeconds * 1000 + 120_000)))
+      .finally(() => clearInterval(progress));
     const joinEnd = Math.max(...joins.flatMap((j) => j.doneAt));
     const joinMs = joinEnd - joinStart;
     const joinRetries = joins.reduce((s, j) => s + j.retries, 0);
@@ -268,11 +279,12 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     // Rename a user's device (device 0 belongs to a user in every plan).
     const renameId = await nodeIdOf(0);
     await measure({ kind: 'rename', index: 0, nodeId: renameId, name: `renamed-${renameId}` }, { op: 'rename', nodeId: renameId, name: `renamed-${renameId}` });
-    // Retag a device tagged only tag:web to tag:db: peers change on both sides, and its Tags for those still seeing it.
-    const web = plan.devices.find((d) => d.tags.length === 1 && d.tags[0] === PLAN_TAGS[0]);
-    if (web) {
-      const id = await nodeIdOf(web.index);
-      await measure({ kind: 'tags', index: web.index, nodeId: id, tags: ['tag:db'] }, { op: 'setTags', nodeId: id, tags: ['tag:db'] });
+    // Retag a device with one tag (no router) to another: peers change on both sides, and its Tags for those still seeing it.
+    const retag = plan.devices.find((d) => d.tags.length === 1 && d.tags[0] !== 'tag:router' && d.tags[0] !== 'tag:ci');
+    if (retag) {
+      const id = await nodeIdOf(retag.index);
+      const tags = [retag.tags[0] === PLAN_TAGS[1] ? PLAN_TAGS[0] : PLAN_TAGS[1]];
+      await measure({ kind: 'tags', index: retag.index, nodeId: id, tags }, { op: 'setTags', nodeId: id, tags });
     }
     if (opts.policy === 'realistic') await measure({ kind: 'policy', variant: 1 }, { op: 'setPolicy', variant: 1 });
 

@@ -118,9 +118,10 @@ class Child<C extends { op: string }> {
   async stop(op?: C): Promise<void> {
     if (this.exited) return;
     const exited = new Promise<void>((r) => this.proc.once('exit', () => r()));
-    if (op) await this.request(op, 60_000).catch(() => undefined);
+    if (op) await this.request(op, process.env.BENCH_CPU_PROF ? 300_000 : 60_000).catch(() => undefined);
     if (this.proc.connected) this.proc.disconnect();
-    const timer = setTimeout(() => this.proc.kill('SIGKILL'), 15_000);
+    // A profiled server writes its profile on exit: give a busy one time to get there rather than kill it.
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), process.env.BENCH_CPU_PROF ? 600_000 : 15_000);
     await exited;
     clearTimeout(timer);
   }

@@ -245,9 +245,11 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
 
 process.on('message', (raw: unknown) => {
   const cmd = raw as WorkerCommand & { id: number };
+  // The driver may have gone (a failed size stops every worker): a reply to nobody is dropped, not thrown.
+  const reply = (msg: object): void => { if (process.connected) process.send?.(msg, undefined, undefined, () => undefined); };
   handle(cmd).then(
-    (result) => process.send?.({ id: cmd.id, ok: true, result }),
-    (err: unknown) => process.send?.({ id: cmd.id, ok: false, error: (err as Error).message ?? String(err) }),
+    (result) => reply({ id: cmd.id, ok: true, result }),
+    (err: unknown) => reply({ id: cmd.id, ok: false, error: (err as Error).message ?? String(err) }),
   );
 });
 process.on('disconnect', () => {

@@ -4,7 +4,10 @@
  * rename reaches every peer, then runs the DERP relay benchmark. Human-readable tables go to stdout, followed
  * by one `BENCH_JSON {...}` line holding every figure.
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000]
+ * This is the no-policy run, chosen with `--policy none`; without it bench.js runs the realistic-policy benchmark
+ * (bench-realistic.ts: seeded policy, device workers, rename/tag/policy change timings).
+ *
+ * Usage: node --expose-gc packages/testkit/dist/src/bench.js --policy none [--sizes 100,1000,5000]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 20:
  *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
  *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),

@@ -434,6 +434,13 @@ export class TailnetContext {
 
   private readonly inboundCache = new Map<string, IPSet>();
 
+  /**
+   * matcherCache holds every node's parsed rule matchers for this snapshot, shared by all compilePolicy calls on
+   * the context: a fresh cache per call re-derived the matchers of every other node for each node compiled
+   * (O(N) rule parses per node, O(N²) per tailnet), the top of the server's profile under a realistic policy.
+   */
+  readonly matcherCache = new Map<string, { srcs: IPSet; dsts: IPSet }[]>();
+
   info(id: string): NodeInfo {
     const i = this.byId.get(id);
     if (!i) throw new Error(`unknown node ${JSON.stringify(id)}`);
@@ -620,7 +627,7 @@ export function compilePolicy(policy: Policy | null, snapshot: Snapshot, nodeId:
     packetFilter: ctx.packetFilter(i),
     sshPolicy: ssh === null ? null : { rules: ssh },
     capMap: ctx.capMap(i),
-    peers: ctx.peers(i, new Map()).map((p) => p.node.id),
+    peers: ctx.peers(i, ctx.matcherCache).map((p) => p.node.id),
     approvedRoutes: i.approved,
     randomizeClientPort: policy?.randomizeClientPort ?? false,
   };

@@ -4,7 +4,10 @@
  * rename reaches every peer, then runs the DERP relay benchmark. Human-readable tables go to stdout, followed
  * by one `BENCH_JSON {...}` line holding every figure.
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--sizes 100,1000,5000] [--instances K]
+ * This is the no-policy run, chosen with `--policy none`; without it bench.js runs the realistic-policy benchmark
+ * (bench-realistic.ts: seeded policy, device workers, rename/tag/policy change timings).
+ *
+ * Usage: node --expose-gc packages/testkit/dist/src/bench.js --policy none [--sizes 100,1000,5000] [--instances K]
  * --instances K (K >= 2) runs K server processes as one cluster (cluster.enabled) on a scratch PostgreSQL
  *      database made through HEADWAY_TEST_POSTGRES_URL (or BENCH_POSTGRES_URL); devices are spread over the
  *      instances round robin, renames are made on the first, so rename figures include the cross-instance hop.
@@ -502,7 +505,10 @@ async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string
 }
 
 async function main(): Promise<void> {
-  const opts = parseOptions(process.argv.slice(2));
+  // The realistic-policy benchmark (bench-realistic.ts) is the default; `--policy none` keeps this no-policy run.
+  const policyArgs = withoutPolicyNone(process.argv.slice(2));
+  if (!policyArgs) return (await import('./bench-realistic.js')).runRealistic(process.argv.slice(2));
+  const opts = parseOptions(policyArgs);
   const fdLimit = fileDescriptorLimit();
   const machine = {
     nproc: cpus().length,
@@ -592,6 +598,15 @@ async function main(): Promise<void> {
   }
   log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, sizes: results, skipped, failed, derp: derp ?? null, derpError: derpError ?? null }));
   if (failed.length || derpError) process.exitCode = 1;
+}
+
+/** withoutPolicyNone returns argv without `--policy none` when it asks for the no-policy run, else undefined. */
+function withoutPolicyNone(argv: readonly string[]): string[] | undefined {
+  const i = argv.findIndex((a) => a === '--policy' || a.startsWith('--policy='));
+  if (i < 0) return undefined;
+  const value = argv[i] === '--policy' ? argv[i + 1] : argv[i]!.slice('--policy='.length);
+  if (value !== 'none') return undefined;
+  return argv.filter((_, j) => j !== i && !(argv[i] === '--policy' && j === i + 1));
 }
 
 main().catch((err: unknown) => {

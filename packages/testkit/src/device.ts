@@ -94,6 +94,8 @@ export class TestDevice extends EventEmitter {
   netmap: NetMap = emptyNetMap();
   /** mapDone settles when the current map stream ends (rejects on a stream or decode error). */
   mapDone: Promise<void> = Promise.resolve();
+  /** mapBytes counts map-stream bytes received (compressed frames as sent), so the benchmark can report bytes per session. */
+  mapBytes = 0;
 
   private session: ClientHttp2Session | undefined;
   private mapStream: ClientHttp2Stream | undefined;
@@ -308,6 +310,7 @@ export class TestDevice extends EventEmitter {
         for (const c of early.splice(0)) onData(c);
       });
       req.on('data', (chunk: Buffer) => {
+        this.mapBytes += chunk.length;
         if (status === 0) early.push(chunk);
         else onData(chunk);
       });

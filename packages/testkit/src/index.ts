@@ -2,3 +2,4 @@ export * from './wire.js';
 export * from './netmap.js';
 export * from './zstd.js';
 export * from './device.js';
+export * from './bench-policy.js';

@@ -154,9 +154,25 @@ export class NetworkView {
 
   /** effectiveApproved: admin-approved plus auto-approved routes, limited to what the node advertises. */
   effectiveApproved(node: Node): string[] {
-    const approved = this.policy ? this.forNode(node.id).approvedRoutes : node.approvedRoutes;
+    const approved = this.policy ? this.approvedByPolicy(node.id) : node.approvedRoutes;
     const available = new Set(node.availableRoutes);
     return approved.filter((r) => available.has(r));
+  }
+
+  /**
+   * approvedByPolicy is the node's approved routes with the policy's autoApprovers applied, read from the tailnet
+   * context without compiling the node's peers and filter: the primary-route election asks for every node on
+   * every flush, and a full compile per node there made each join O(N²) (the top of the profile with a policy).
+   * A node the context cannot place gets nothing approved, as forNode's deny-on-failure does.
+   */
+  private approvedByPolicy(id: number): string[] {
+    const done = this.compiled.get(id);
+    if (done) return done.approvedRoutes;
+    try {
+      return this.context().info(String(id)).approved;
+    } catch {
+      return [];
+    }
   }
 
   /**

@@ -1,0 +1,163 @@
+/**
+ * bench-policy-server is the server child of the realistic benchmark (bench-realistic.ts): the real Headway server
+ * (SQLite in a temp dir, policy.mode database, log level warn) with the seeded plan's users, its policy in force
+ * and one reusable pre-auth key per user and per tag set the plan uses. It answers the driver over IPC, including
+ * the changes the driver times (rename, tag change, policy change). Forked with --expose-gc.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { MemorySample } from './bench-ipc.js';
+import { planKey, planPolicy, planTailnet } from './bench-policy.js';
+
+/** PolicyServerCommand is what the driver asks of this process. */
+export type PolicyServerCommand =
+  | { op: 'memory' }
+  | { op: 'cpu' }
+  | { op: 'nodeId'; nodeKey: string }
+  | { op: 'rename'; nodeId: number; name: string }
+  | { op: 'setTags'; nodeId: number; tags: string[] }
+  | { op: 'setPolicy'; variant: 0 | 1 }
+  | { op: 'stats' }
+  | { op: 'stop' };
+
+/** PolicyServerReady is sent once the server listens with users, policy and keys in place. */
+export interface PolicyServerReady {
+  type: 'ready';
+  url: string;
+  baseDomain: string;
+  /** keys maps planKey(device) to a reusable pre-auth key secret. */
+  keys: Record<string, string>;
+}
+
+interface CoreServer {
+  config: { dns: { base_domain: string } };
+  urls: { http: string };
+  state: {
+    createUser(input: { name: string; email?: string }): Promise<{ id: number; name: string }>;
+    createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }>;
+    nodeByNodeKey(key: string): { id: number } | undefined;
+    renameNode(id: number, name: string): Promise<unknown>;
+    setTags(id: number, tags: string[]): Promise<unknown>;
+    listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
+  };
+  policy: { set(text: string): Promise<unknown> };
+  close(): Promise<void>;
+}
+
+interface CoreModule {
+  resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
+    config: unknown;
+    problems: Array<{ key: string; message: string; level: string }>;
+  };
+  startServer(opts: { config: unknown; logger: unknown; configSource?: string | null }): Promise<CoreServer>;
+  createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
+}
+const CORE_MODULE = '@headway/core';
+
+const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+loopDelay.enable();
+
+function sampleMemory(): MemorySample {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (gc) { gc(); gc(); }
+  const m = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  const out = {
+    rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers,
+    cpuUserMs: cpu.user / 1000, cpuSystemMs: cpu.system / 1000,
+    loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6,
+  };
+  loopDelay.reset();
+  return out;
+}
+
+async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
+  const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
+  const base = {
+    listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,
+    log: { level: 'warn' }, derp: { server: { stun_listen_addr: '127.0.0.1:0' } }, policy: { mode: 'database' },
+  };
+  const resolve = (raw: Record<string, unknown>): unknown => {
+    const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
+    const bad = problems.filter((p) => p.level !== 'warn');
+    if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+    return config;
+  };
+  const probe = await core.startServer({ config: resolve(base), logger, configSource: 'bench' });
+  const url = probe.urls.http;
+  await probe.close();
+  return core.startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
+}
+
+async function main(): Promise<void> {
+  if (!process.send) throw new Error('bench-policy-server must be started with child_process.fork');
+  const size = Number(process.env.BENCH_PLAN_SIZE);
+  const seed = Number(process.env.BENCH_PLAN_SEED ?? 1);
+  const withPolicy = process.env.BENCH_PLAN_POLICY !== 'none';
+  const core = (await import(CORE_MODULE)) as CoreModule;
+  const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
+  const server = await boot(core, dataDir);
+  const plan = planTailnet(size, seed);
+  const users = new Map<string, number>();
+  for (const u of plan.users) users.set(u.name, (await server.state.createUser({ name: u.name, email: u.email })).id);
+  if (withPolicy) await server.policy.set(plan.policy);
+  const keys: Record<string, string> = {};
+  for (const d of plan.devices) {
+    const k = planKey(d);
+    if (keys[k]) continue;
+    const input = d.tags.length ? { userId: null, tags: d.tags, reusable: true } : { userId: users.get(d.user!)!, reusable: true };
+    keys[k] = (await server.state.createPreAuthKey(input)).secret;
+  }
+
+  let stopping = false;
+  const stop = async (): Promise<void> => {
+    if (stopping) return;
+    stopping = true;
+    await server.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  };
+  const timed = async (work: () => Promise<unknown>): Promise<number> => {
+    const t0 = performance.now();
+    await work();
+    return performance.now() - t0;
+  };
+  const handle = async (req: PolicyServerCommand): Promise<unknown> => {
+    switch (req.op) {
+      case 'memory': return sampleMemory();
+      case 'cpu': { const c = process.cpuUsage(); return (c.user + c.system) / 1000; }
+      case 'nodeId': {
+        const node = server.state.nodeByNodeKey(req.nodeKey);
+        if (!node) throw new Error(`no node with node key ${req.nodeKey}`);
+        return node.id;
+      }
+      case 'rename': return timed(() => server.state.renameNode(req.nodeId, req.name));
+      case 'setTags': return timed(() => server.state.setTags(req.nodeId, req.tags));
+      case 'setPolicy': return timed(() => server.policy.set(planPolicy(seed, req.variant).text));
+      case 'stats': {
+        const nodes = server.state.listNodes();
+        return { nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length };
+      }
+      case 'stop': await stop(); return null;
+    }
+  };
+  process.on('message', (raw: unknown) => {
+    const req = raw as PolicyServerCommand & { id: number };
+    handle(req).then(
+      (result) => process.send?.({ type: 'reply', id: req.id, ok: true, result }, undefined, undefined, () => { if (req.op === 'stop') process.disconnect(); }),
+      (err: unknown) => process.send?.({ type: 'reply', id: req.id, ok: false, error: (err as Error).message ?? String(err) }),
+    );
+  });
+  process.on('disconnect', () => { stop().finally(() => process.exit(0)); });
+  const ready: PolicyServerReady = { type: 'ready', url: server.urls.http, baseDomain: server.config.dns.base_domain, keys };
+  process.send(ready);
+}
+
+main().catch((err: unknown) => {
+  const message = (err as Error).stack ?? String(err);
+  if (process.send) process.send({ type: 'fatal', error: message });
+  else process.stderr.write(message + '\n');
+  process.exitCode = 1;
+  setTimeout(() => process.exit(1), 100).unref();
+});

@@ -1,0 +1,375 @@
+/**
+ * bench-realistic is `npm run bench` with the realistic policy (the default; `--policy none` runs the historical
+ * no-policy benchmark in bench.ts). Per fleet size it forks the real server (bench-policy-server.js) and K device
+ * workers (bench-worker.js), joins every device of the seeded plan (bench-policy.ts), waits until every device
+ * holds exactly the peers the policy lets it see (judged by an independent evaluator), then times one rename, one
+ * tag change and one policy change reaching every affected device, with server CPU, memory and bytes per session.
+ * The driver's and workers' own CPU is printed next to the server's, so a reader can tell whether the load
+ * generator was the bottleneck. Tables go to stdout, then one `BENCH_JSON {...}` line.
+ *
+ * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
+ *        [--workers K] [--seed S]
+ * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
+ *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
+ *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
+ */
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { availableParallelism, cpus, totalmem } from 'node:os';
+import type { MemorySample } from './bench-ipc.js';
+import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySummary } from './bench-stats.js';
+import { planTailnet, PLAN_TAGS } from './bench-policy.js';
+import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
+import type { Change, WorkerCommand, WorkerStats } from './bench-worker.js';
+
+const DEFAULT_SIZES = [1000, 5000, 10000];
+const FD_HEADROOM = 256;
+
+/** RealisticOptions are the knobs of the realistic benchmark. */
+export interface RealisticOptions {
+  policy: 'realistic' | 'none';
+  sizes: number[];
+  explicitSizes: boolean;
+  maxSize: number;
+  workers: number;
+  seed: number;
+  concurrency: number;
+  joinBudgetSeconds: number;
+  changeTimeoutSeconds: number;
+}
+
+function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min) throw new Error(`${name}: "${raw}" is not an integer >= ${min}`);
+  return n;
+}
+
+const USAGE = 'usage: bench.js [--policy realistic|none] [--sizes 1000,5000,10000] [--workers K] [--seed S]';
+
+/** parseRealisticOptions reads the flags (as `--flag value` or `--flag=value`) and BENCH_* variables. */
+export function parseRealisticOptions(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): RealisticOptions {
+  const opts: RealisticOptions = {
+    policy: 'realistic', sizes: DEFAULT_SIZES, explicitSizes: false, maxSize: envInt(env, 'BENCH_MAX', 1000, 2),
+    workers: Math.max(1, availableParallelism()), seed: 1, concurrency: envInt(env, 'BENCH_CONCURRENCY', 20, 1),
+    joinBudgetSeconds: envInt(env, 'BENCH_JOIN_BUDGET_S', 600, 1), changeTimeoutSeconds: envInt(env, 'BENCH_CHANGE_TIMEOUT_S', 60, 1),
+  };
+  for (let i = 0; i < argv.length; i++) {
+    let arg = argv[i]!;
+    let value: string | undefined;
+    const eq = arg.indexOf('=');
+    if (arg.startsWith('--') && eq > 0) { value = arg.slice(eq + 1); arg = arg.slice(0, eq); }
+    const take = (): string => {
+      value ??= argv[++i];
+      if (value === undefined) throw new Error(`${arg} needs a value; ${USAGE}`);
+      return value;
+    };
+    const int = (min: number): number => {
+      const v = take(), n = Number(v);
+      if (!Number.isInteger(n) || n < min) throw new Error(`${arg}: "${v}" is not an integer >= ${min}`);
+      return n;
+    };
+    switch (arg) {
+      case '--policy': {
+        const v = take();
+        if (v !== 'realistic' && v !== 'none') throw new Error(`--policy: "${v}" is not realistic or none`);
+        opts.policy = v;
+        break;
+      }
+      case '--sizes': opts.sizes = parseSizes(take()); opts.explicitSizes = true; break;
+      case '--workers': opts.workers = int(1); break;
+      case '--seed': opts.seed = int(0); break;
+      default: throw new Error(`unknown argument "${argv[i]}"; ${USAGE}`);
+    }
+  }
+  return opts;
+}
+
+/** Child is a forked process answering `{id, ...}` requests with `{id, ok, result|error}`. */
+class Child<C extends { op: string }> {
+  private nextId = 1;
+  private readonly pending = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  exited = false;
+  constructor(readonly name: string, readonly proc: ChildProcess) {
+    proc.on('message', (raw: unknown) => {
+      const m = raw as { id?: number; ok?: boolean; result?: unknown; error?: string };
+      if (typeof m?.id !== 'number') return;
+      const w = this.pending.get(m.id);
+      if (!w) return;
+      this.pending.delete(m.id);
+      if (m.ok) w.resolve(m.result);
+      else w.reject(new Error(`${name}: ${m.error}`));
+    });
+    proc.on('exit', (code, signal) => {
+      this.exited = true;
+      for (const w of this.pending.values()) w.reject(new Error(`${name} exited (code ${code}, signal ${signal})`));
+      this.pending.clear();
+    });
+  }
+  request<T>(cmd: C, timeoutMs = 120_000): Promise<T> {
+    if (this.exited) return Promise.reject(new Error(`${this.name} has exited`));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => { this.pending.delete(id); reject(new Error(`${this.name} did not answer ${cmd.op} within ${timeoutMs} ms`)); }, timeoutMs);
+      this.pending.set(id, { resolve: (v) => { clearTimeout(timer); resolve(v as T); }, reject: (e) => { clearTimeout(timer); reject(e); } });
+      this.proc.send({ ...cmd, id });
+    });
+  }
+  async stop(op?: C): Promise<void> {
+    if (this.exited) return;
+    const exited = new Promise<void>((r) => this.proc.once('exit', () => r()));
+    if (op) await this.request(op, process.env.BENCH_CPU_PROF ? 300_000 : 60_000).catch(() => undefined);
+    if (this.proc.connected) this.proc.disconnect();
+    // A profiled server writes its profile on exit: give a busy one time to get there rather than kill it.
+    const timer = setTimeout(() => this.proc.kill('SIGKILL'), process.env.BENCH_CPU_PROF ? 600_000 : 15_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+function startServer(n: number, opts: RealisticOptions): Promise<{ server: Child<PolicyServerCommand>; ready: PolicyServerReady }> {
+  const profileDir = process.env.BENCH_CPU_PROF;
+  const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])];
+  const proc = fork(new URL('./bench-policy-server.js', import.meta.url), [], {
+    execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    env: { ...process.env, BENCH_PLAN_SIZE: String(n), BENCH_PLAN_SEED: String(opts.seed), BENCH_PLAN_POLICY: opts.policy },
+  });
+  return new Promise((resolve, reject) => {
+    const onMessage = (raw: unknown): void => {
+      const m = raw as { type?: string; error?: string };
+      if (m?.type === 'ready') { cleanup(); resolve({ server: new Child<PolicyServerCommand>('server', proc), ready: raw as PolicyServerReady }); }
+      else if (m?.type === 'fatal') { cleanup(); reject(new Error(`server failed to start: ${m.error}`)); }
+    };
+    const onExit = (code: number | null): void => { cleanup(); reject(new Error(`server exited with code ${code} before it was ready`)); };
+    const cleanup = (): void => { proc.off('message', onMessage); proc.off('exit', onExit); };
+    proc.on('message', onMessage);
+    proc.on('exit', onExit);
+  });
+}
+
+function log(line: string): void {
+  process.stdout.write(line + '\n');
+}
+
+function epochNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+function cpuMs(): number {
+  const c = process.cpuUsage();
+  return (c.user + c.system) / 1000;
+}
+
+/** ChangeResult is one measured change. */
+export interface ChangeResult {
+  kind: Change['kind'];
+  affected: number;
+  latency: LatencySummary;
+  timeouts: number;
+  /** wrong: devices not holding exactly their expected peers once every affected one was seen (0 is correct). */
+  wrong: number;
+  serverApplyMs: number;
+  serverCpuMs: number;
+  bytesPerSession: number;
+  bytesPerAffected: number;
+}
+
+/** RealisticResult holds the figures of one fleet size. */
+export interface RealisticResult {
+  devices: number;
+  workers: number;
+  policyRules: number;
+  peers: { min: number; mean: number; max: number };
+  joinMs: number;
+  joinsPerSecond: number;
+  joinLatency: LatencySummary;
+  joinRetries: number;
+  convergenceAfterJoinMs: number;
+  convergenceTotalMs: number;
+  convergenceWrong: string[];
+  server: {
+    cpuMsJoinAndConverge: number;
+    heapPerSessionBytes: number;
+    rssPerSessionBytes: number;
+    before: MemorySample;
+    after: MemorySample;
+    stats: unknown;
+  };
+  bytesPerSessionJoin: number;
+  changes: ChangeResult[];
+  driverCpuMs: number;
+  workersCpuMs: number;
+}
+
+async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResult> {
+  const plan = planTailnet(n, opts.seed);
+  const driverCpu0 = cpuMs();
+  const { server, ready } = await startServer(n, opts);
+  const k = Math.min(opts.workers, n);
+  const workers: Array<Child<WorkerCommand>> = [];
+  try {
+    for (let w = 0; w < k; w++) {
+      workers.push(new Child<WorkerCommand>(`worker ${w}`, fork(new URL('./bench-worker.js', import.meta.url), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })));
+    }
+    const slice = (w: number): [number, number] => [Math.floor((w * n) / k), Math.floor(((w + 1) * n) / k)];
+    const inits = await Promise.all(workers.map((c, w) => c.request<{ nodeKeys: string[]; peerCounts: number[] }>(
+      { op: 'init', url: ready.url, seed: opts.seed, size: n, from: slice(w)[0], to: slice(w)[1], keys: ready.keys, policy: opts.policy === 'realistic' }, 600_000)));
+    const nodeKeys = inits.flatMap((r) => r.nodeKeys);
+    const counts = opts.policy === 'realistic' ? inits.flatMap((r) => r.peerCounts) : [n - 1];
+    const peers = { min: Math.min(...counts), mean: round2(counts.reduce((s, x) => s + x, 0) / counts.length), max: Math.max(...counts) };
+    await Promise.all(workers.map((c) => c.request({ op: 'keys', nodeKeys })));
+    log(`  [${n}] plan: ${plan.rules} rules, ${plan.users.length} users, ${plan.devices.filter((d) => d.tags.length).length} tagged, ` +
+      `${plan.devices.filter((d) => d.routes.length).length} subnet routers; peers per device min ${peers.min} mean ${peers.mean} max ${peers.max} of ${n - 1}; ${k} workers`);
+    if (opts.policy === 'realistic' && peers.max >= n - 1) log(`  [${n}] note: some device sees the whole tailnet`);
+
+    const serverBefore = await server.request<MemorySample>({ op: 'memory' });
+    const workersBefore = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
+    const perWorker = Math.max(1, Math.ceil(opts.concurrency / k));
+    const joinStart = epochNow();
+    // Progress every 20 s from the server's node count, so a slow size shows how its join cost grows.
+    let polling = false;
+    const progress = setInterval(() => {
+      if (polling) return;
+      polling = true;
+      server.request<{ nodes: number }>({ op: 'stats' }, 60_000).then(
+        (s) => log(`  [${n}] ${s.nodes}/${n} registered after ${((epochNow() - joinStart) / 1000).toFixed(0)} s`),
+        () => undefined,
+      ).finally(() => { polling = false; });
+    }, 20_000);
+    const joins = await Promise.all(workers.map((c) => c.request<{ latencies: number[]; retries: number; doneAt: number[] }>(
+      { op: 'join', concurrency: perWorker, budgetMs: opts.joinBudgetSeconds * 1000 }, opts.joinBudgetSeconds * 1000 + 120_000)))
+      .finally(() => clearInterval(progress));
+    const joinEnd = Math.max(...joins.flatMap((j) => j.doneAt));
+    const joinMs = joinEnd - joinStart;
+    const joinRetries = joins.reduce((s, j) => s + j.retries, 0);
+    log(`  [${n}] joined ${n} devices in ${(joinMs / 1000).toFixed(2)} s (${(n / (joinMs / 1000)).toFixed(1)} joins/s, ${opts.concurrency} in flight over ${k} workers, ${joinRetries} retried dials)`);
+
+    const convergeTimeout = Math.max(60_000, n * 60);
+    const conv = await Promise.all(workers.map((c) => c.request<{ lastAt: number; wrong: string[] }>({ op: 'converge', timeoutMs: convergeTimeout }, convergeTimeout + 60_000)));
+    const convergedAt = Math.max(...conv.map((c) => c.lastAt));
+    const convergenceWrong = conv.flatMap((c) => c.wrong);
+    log(`  [${n}] converged ${((convergedAt - joinEnd) / 1000).toFixed(2)} s after the last join` +
+      (convergenceWrong.length ? `; ${convergenceWrong.length} devices NEVER held exactly their expected peers, e.g. ${convergenceWrong.slice(0, 3).join('; ')}` : ': every device holds exactly the peers the policy lets it see'));
+    const serverAfter = await server.request<MemorySample>({ op: 'memory' });
+    const stats = await server.request({ op: 'stats' });
+    const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
+    const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
+
+    const changes: ChangeResult[] = [];
+    const measure = async (change: Change, apply: PolicyServerCommand): Promise<void> => {
+      const timeoutMs = opts.changeTimeoutSeconds * 1000;
+      await Promise.all(workers.map((c) => c.request({ op: 'arm', change, timeoutMs }, 600_000)));
+      const cpu0 = await server.request<number>({ op: 'cpu' });
+      const t0 = epochNow();
+      const serverApplyMs = await server.request<number>(apply, timeoutMs + 60_000);
+      const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; wrong: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
+      const cpu1 = await server.request<number>({ op: 'cpu' });
+      const affected = got.reduce((s, g) => s + g.affected, 0);
+      const bytes = got.reduce((s, g) => s + g.bytes, 0);
+      const r: ChangeResult = {
+        kind: change.kind, affected, latency: summarize(got.flatMap((g) => g.seen.map((x) => x - t0))),
+        timeouts: got.reduce((s, g) => s + g.timeouts, 0), wrong: got.reduce((s, g) => s + g.wrong, 0),
+        serverApplyMs: round2(serverApplyMs), serverCpuMs: round2(cpu1 - cpu0),
+        bytesPerSession: Math.round(bytes / n), bytesPerAffected: affected ? Math.round(bytes / affected) : 0,
+      };
+      changes.push(r);
+      log(`  [${n}] ${r.kind}: ${r.affected} devices affected, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, max ${r.latency.max} ms, ` +
+        `${r.timeouts} timeouts, ${r.wrong} wrong afterwards, server apply ${r.serverApplyMs} ms, server CPU ${r.serverCpuMs} ms, ${r.bytesPerAffected} B per affected device`);
+    };
+    const nodeIdOf = (i: number): Promise<number> => server.request<number>({ op: 'nodeId', nodeKey: nodeKeys[i]! });
+    // Rename a user's device (device 0 belongs to a user in every plan).
+    const renameId = await nodeIdOf(0);
+    await measure({ kind: 'rename', index: 0, nodeId: renameId, name: `renamed-${renameId}` }, { op: 'rename', nodeId: renameId, name: `renamed-${renameId}` });
+    // Retag a device with one tag (no router) to another: peers change on both sides, and its Tags for those still seeing it.
+    const retag = plan.devices.find((d) => d.tags.length === 1 && d.tags[0] !== 'tag:router' && d.tags[0] !== 'tag:ci');
+    if (retag) {
+      const id = await nodeIdOf(retag.index);
+      const tags = [retag.tags[0] === PLAN_TAGS[1] ? PLAN_TAGS[0] : PLAN_TAGS[1]];
+      await measure({ kind: 'tags', index: retag.index, nodeId: id, tags }, { op: 'setTags', nodeId: id, tags });
+    }
+    if (opts.policy === 'realistic') await measure({ kind: 'policy', variant: 1 }, { op: 'setPolicy', variant: 1 });
+
+    const closed = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'close' }, 120_000)));
+    return {
+      devices: n, workers: k, policyRules: opts.policy === 'realistic' ? plan.rules : 0, peers,
+      joinMs: round2(joinMs), joinsPerSecond: round2(n / (joinMs / 1000)), joinLatency: summarize(joins.flatMap((j) => j.latencies)), joinRetries,
+      convergenceAfterJoinMs: round2(convergedAt - joinEnd), convergenceTotalMs: round2(convergedAt - joinStart), convergenceWrong,
+      server: {
+        cpuMsJoinAndConverge: round2(serverAfter.cpuUserMs + serverAfter.cpuSystemMs - serverBefore.cpuUserMs - serverBefore.cpuSystemMs),
+        heapPerSessionBytes: Math.round((serverAfter.heapUsed - serverBefore.heapUsed) / n),
+        rssPerSessionBytes: Math.round((serverAfter.rss - serverBefore.rss) / n),
+        before: serverBefore, after: serverAfter, stats,
+      },
+      bytesPerSessionJoin: Math.round(joinBytes / n), changes,
+      driverCpuMs: round2(cpuMs() - driverCpu0), workersCpuMs: round2(closed.reduce((s, w) => s + w.cpuMs, 0)),
+    };
+  } finally {
+    await Promise.all(workers.map((c) => c.stop()));
+    await server.stop({ op: 'stop' });
+  }
+}
+
+function fileDescriptorLimit(): number {
+  try {
+    const out = execFileSync('/bin/sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
+    return out === 'unlimited' ? Number.POSITIVE_INFINITY : Number(out);
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** runRealistic is the realistic benchmark's main; bench.ts hands it argv unless `--policy none`. */
+export async function runRealistic(argv: readonly string[]): Promise<void> {
+  const opts = parseRealisticOptions(argv);
+  const fdLimit = fileDescriptorLimit();
+  const machine = { nproc: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryMiB: Math.round(totalmem() / 1048576), node: process.version, fdLimit: Number.isFinite(fdLimit) ? fdLimit : String(fdLimit) };
+  log(`Headway benchmark (${opts.policy} policy, seed ${opts.seed}) — ${machine.nproc} CPU (${machine.cpuModel}), ${machine.memoryMiB} MiB, node ${machine.node}, ulimit -n ${fdLimit}`);
+  const results: RealisticResult[] = [];
+  const skipped: Array<{ devices: number; reason: string }> = [];
+  const failed: Array<{ devices: number; error: string }> = [];
+  for (const n of opts.sizes) {
+    if (!opts.explicitSizes && n > opts.maxSize) {
+      const reason = `above BENCH_MAX=${opts.maxSize} (set BENCH_MAX=${n} or pass --sizes to run it)`;
+      log(`skip N=${n}: ${reason}`);
+      skipped.push({ devices: n, reason });
+      continue;
+    }
+    const needed = n + FD_HEADROOM;
+    if (Number.isFinite(fdLimit) && fdLimit < needed) {
+      const reason = `needs about ${needed} file descriptors in the server but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2})`;
+      log(`skip N=${n}: ${reason}`);
+      skipped.push({ devices: n, reason });
+      continue;
+    }
+    log(`\n== N=${n} devices, ${opts.policy} policy ==`);
+    try {
+      results.push(await runSize(n, opts));
+    } catch (err) {
+      const error = (err as Error).message;
+      log(`  [${n}] FAILED: ${error}`);
+      failed.push({ devices: n, error });
+    }
+  }
+  log('\n== Control plane, ' + opts.policy + ' policy ==');
+  if (results.length) {
+    log(formatTable([
+      ['N', 'rules', 'peers mean', 'join s', 'joins/s', 'converge s', 'srv CPU s', 'drv+wrk CPU s', 'srv heap KiB/sess', 'srv rss KiB/sess', 'join KiB/sess'],
+      ...results.map((r) => [String(r.devices), String(r.policyRules), String(r.peers.mean), (r.joinMs / 1000).toFixed(2), r.joinsPerSecond.toFixed(1),
+        (r.convergenceAfterJoinMs / 1000).toFixed(2), (r.server.cpuMsJoinAndConverge / 1000).toFixed(1), ((r.driverCpuMs + r.workersCpuMs) / 1000).toFixed(1),
+        kib(r.server.heapPerSessionBytes), kib(r.server.rssPerSessionBytes), kib(r.bytesPerSessionJoin)]),
+    ]));
+    log('');
+    log(formatTable([
+      ['N', 'change', 'affected', 'p50 ms', 'p99 ms', 'max ms', 'timeouts', 'wrong', 'srv apply ms', 'srv CPU ms', 'B/affected', 'B/session'],
+      ...results.flatMap((r) => r.changes.map((c) => [String(r.devices), c.kind, String(c.affected), c.latency.p50.toFixed(1), c.latency.p99.toFixed(1), c.latency.max.toFixed(1),
+        String(c.timeouts), String(c.wrong), c.serverApplyMs.toFixed(1), c.serverCpuMs.toFixed(0), String(c.bytesPerAffected), String(c.bytesPerSession)])),
+    ]));
+    for (const r of results) {
+      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; ` +
+        `driver CPU ${(r.driverCpuMs / 1000).toFixed(1)} s, workers CPU ${(r.workersCpuMs / 1000).toFixed(1)} s (${r.workers} workers); server event-loop delay p99 ${round2(r.server.after.loopDelayP99Ms)} ms, max ${round2(r.server.after.loopDelayMaxMs)} ms; ` +
+        `${r.joinRetries} join retries; server ${JSON.stringify(r.server.stats)}`);
+    }
+  } else log('(no size completed)');
+  log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, sizes: results, skipped, failed }));
+  if (failed.length || results.some((r) => r.convergenceWrong.length || r.changes.some((c) => c.wrong || c.timeouts))) process.exitCode = 1;
+}

@@ -1,0 +1,257 @@
+/**
+ * bench-worker is a child process of the realistic benchmark (bench-realistic.ts) holding a slice of the virtual
+ * devices, so the load generator spreads over every core instead of being the bottleneck. It rebuilds the seeded
+ * plan itself, computes what each of its devices must see with the policy package's own compile (before the
+ * change it measures is made), joins its devices, and times when each affected device's netmap shows a change.
+ * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
+ */
+import { TestDevice } from './device.js';
+import type { NetMap } from './netmap.js';
+import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
+
+export type WorkerCommand =
+  | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }
+  | { op: 'join'; concurrency: number; budgetMs: number }
+  | { op: 'keys'; nodeKeys: string[] }
+  | { op: 'converge'; timeoutMs: number }
+  | { op: 'arm'; change: Change; timeoutMs: number }
+  | { op: 'collect' }
+  | { op: 'stats' }
+  | { op: 'close' };
+
+/** Change is one measured change; the driver applies it on the server between `arm` and `collect`. */
+export type Change =
+  | { kind: 'rename'; index: number; nodeId: number; name: string }
+  | { kind: 'tags'; index: number; nodeId: number; tags: string[] }
+  | { kind: 'policy'; variant: 1 };
+
+export interface WorkerStats { cpuMs: number; rss: number; heapUsed: number; mapBytes: number; devices: number }
+
+const JOIN_ATTEMPTS = 3;
+
+let plan: TailnetPlan;
+let from = 0;
+let devices: TestDevice[] = [];
+let keys: Record<string, string> = {};
+let url = '';
+let withPolicy = true;
+/** variant is the policy variant in force (1 after the measured policy change). */
+let variant: 0 | 1 = 0;
+/** expected[i - from]: the device indices device i must see; undefined without a policy (everyone). */
+let expected: Wanted[] | undefined;
+
+/** Wanted is one device's expected peers: the bitset and its population count. */
+interface Wanted { bits: PeerBits; size: number }
+let keyIndex = new Map<string, number>();
+let armed: Promise<{ seen: number[]; timeouts: number; wrong: number; affected: number; bytes: number }> | undefined;
+
+function cpuMs(): number {
+  const c = process.cpuUsage();
+  return (c.user + c.system) / 1000;
+}
+
+function epochNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+function stats(): WorkerStats {
+  const m = process.memoryUsage();
+  return { cpuMs: cpuMs(), rss: m.rss, heapUsed: m.heapUsed, mapBytes: devices.reduce((s, d) => s + d.mapBytes, 0), devices: devices.length };
+}
+
+/** expectedSets evaluates the policy (variant) over the plan for this worker's devices (see expectedPeers). */
+function expectedSets(variant: 0 | 1): Wanted[] {
+  return expectedPeers(plan.devices, plan.seed, variant, from, from + devices.length).map((bits) => ({ bits, size: bitsCount(bits) }));
+}
+
+function allOthers(k: number): Wanted {
+  const n = plan.devices.length;
+  const bits = new Uint32Array((n + 31) >>> 5).fill(0xffffffff);
+  for (let i = n; i < bits.length * 32; i++) bits[i >>> 5]! &= ~(1 << (i & 31));
+  const i = from + k;
+  bits[i >>> 5]! &= ~(1 << (i & 31));
+  return { bits, size: n - 1 };
+}
+
+function sameWanted(a: Wanted, b: Wanted): boolean {
+  if (a.size !== b.size) return false;
+  for (let w = 0; w < a.bits.length; w++) if (a.bits[w] !== b.bits[w]) return false;
+  return true;
+}
+
+/** peersMatch: the netmap holds exactly the expected device indices (peers are identified by node key). */
+function peersMatch(nm: NetMap, want: Wanted): boolean {
+  if (nm.peers.size !== want.size) return false;
+  for (const p of nm.peers.values()) {
+    const i = keyIndex.get(p.Key ?? "");
+    if (i === undefined || !bitsHas(want.bits, i)) return false;
+  }
+  return true;
+}
+
+async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed: Error | undefined;
+  const lane = async (): Promise<void> => {
+    while (!failed && next < count) {
+      const i = next++;
+      try { await work(i); } catch (err) { failed ??= err as Error; }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+  if (failed) throw failed;
+}
+
+async function join(concurrency: number, budgetMs: number): Promise<{ latencies: number[]; retries: number; doneAt: number[] }> {
+  const latencies: number[] = [];
+  const doneAt: number[] = [];
+  let retries = 0;
+  const deadline = performance.now() + budgetMs;
+  await runPool(devices.length, concurrency, async (k) => {
+    if (performance.now() > deadline) throw new Error(`join budget used up: ${latencies.length}/${devices.length} devices of this worker joined`);
+    const t0 = performance.now();
+    const d0 = plan.devices[from + k]!;
+    for (let attempt = 1; ; attempt++) {
+      const d = devices[k]!;
+      try {
+        await d.connect();
+        const reply = await d.register({ authKey: keys[planKey(d0)]!, ...(d0.routes.length ? { routes: d0.routes } : {}) });
+        if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
+        await d.startMap({ stream: true });
+        break;
+      } catch (err) {
+        const message = (err as Error).message;
+        if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
+          throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
+        }
+        retries++;
+        await d.close().catch(() => undefined);
+        devices[k] = new TestDevice({ serverUrl: url, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
+        await new Promise((r) => setTimeout(r, 250 * attempt));
+      }
+    }
+    latencies.push(performance.now() - t0);
+    doneAt.push(epochNow());
+  });
+  return { latencies, retries, doneAt };
+}
+
+/** converge waits until every device of this worker holds exactly its expected peers; returns when the last did. */
+async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[] }> {
+  let lastAt = 0;
+  const wrong: string[] = [];
+  await Promise.all(devices.map((d, k) => {
+    const want = expected?.[k] ?? allOthers(k);
+    return d.waitFor((nm) => peersMatch(nm, want), timeoutMs).then(
+      () => { lastAt = Math.max(lastAt, epochNow()); },
+      () => {
+        const have = [...d.netmap.peers.values()].map((p) => keyIndex.get(p.Key ?? "") ?? -1);
+        const haveSet = new Set(have);
+        const missing: number[] = [];
+        for (let i = 0; i < plan.devices.length; i++) if (bitsHas(want.bits, i) && !haveSet.has(i)) missing.push(i);
+        const extra = have.filter((i) => i < 0 || !bitsHas(want.bits, i));
+        wrong.push(`${d.hostname}: ${have.length} peers, expected ${want.size} (missing ${missing.slice(0, 5).join(',')}${missing.length > 5 ? '…' : ''}; extra ${extra.slice(0, 5).join(',')}${extra.length > 5 ? '…' : ''})`);
+      },
+    );
+  }));
+  return { lastAt, wrong };
+}
+
+/**
+ * arm computes what every device of this worker must see after the change, then watches the affected ones:
+ * a rename affects those that see the device; a tag or policy change those whose peer set changes, and for a
+ * tag change also those still seeing the device (its Tags change). Each watcher records when it first held.
+ */
+async function arm(change: Change, timeoutMs: number): Promise<void> {
+  let after: Wanted[] | undefined = expected;
+  if (change.kind === 'tags') {
+    const d = plan.devices[change.index]!;
+    const next: DevicePlan = { ...d, tags: [...change.tags].sort(), user: d.user };
+    plan.devices[change.index] = next;
+    after = withPolicy ? expectedSets(variant) : undefined;
+  } else if (change.kind === 'policy') {
+    variant = change.variant;
+    after = withPolicy ? expectedSets(variant) : undefined;
+  }
+  const bytesBefore = devices.reduce((s, d) => s + d.mapBytes, 0);
+  const seen: number[] = [];
+  let timeouts = 0;
+  const watchers: Array<Promise<void>> = [];
+  devices.forEach((d, k) => {
+    const before = expected?.[k] ?? allOthers(k);
+    const want = after?.[k] ?? allOthers(k);
+    let predicate: ((nm: NetMap) => boolean) | undefined;
+    if (change.kind === 'rename') {
+      if (bitsHas(before.bits, change.index)) predicate = (nm) => nm.peers.get(change.nodeId)?.Name?.startsWith(`${change.name}.`) === true;
+    } else {
+      const changed = !sameWanted(before, want);
+      const seesTarget = change.kind === 'tags' && bitsHas(want.bits, change.index);
+      if (changed || seesTarget) {
+        const tags = change.kind === 'tags' ? JSON.stringify([...change.tags].sort()) : '';
+        predicate = (nm) => peersMatch(nm, want) && (!seesTarget || JSON.stringify([...(nm.peers.get(change.nodeId)?.Tags ?? [])].sort()) === tags);
+      }
+    }
+    if (!predicate) return;
+    let seenAt = 0;
+    const p = predicate;
+    watchers.push(d.waitFor((nm) => {
+      if (seenAt === 0 && p(nm)) seenAt = epochNow();
+      return seenAt > 0;
+    }, timeoutMs).then(() => { seen.push(seenAt); }, () => { timeouts++; }));
+  });
+  expected = after;
+  const affected = watchers.length;
+  armed = Promise.all(watchers).then(() => {
+    // Every device, affected or not, must now hold exactly what the policy lets it see.
+    let wrong = 0;
+    devices.forEach((d, k) => { if (!peersMatch(d.netmap, expected?.[k] ?? allOthers(k))) wrong++; });
+    return { seen, timeouts, wrong, affected, bytes: devices.reduce((s, d) => s + d.mapBytes, 0) - bytesBefore };
+  });
+}
+
+async function handle(cmd: WorkerCommand): Promise<unknown> {
+  switch (cmd.op) {
+    case 'init': {
+      plan = planTailnet(cmd.size, cmd.seed);
+      from = cmd.from;
+      url = cmd.url;
+      keys = cmd.keys;
+      withPolicy = cmd.policy;
+      devices = plan.devices.slice(cmd.from, cmd.to).map((d) => new TestDevice({ serverUrl: cmd.url, hostname: d.hostname }));
+      const t0 = cpuMs();
+      variant = 0;
+      expected = withPolicy ? expectedSets(0) : undefined;
+      const sizes = expected?.map((s) => s.size) ?? [];
+      return { nodeKeys: devices.map((d) => d.nodeKeyText), compileCpuMs: cpuMs() - t0, peerCounts: sizes };
+    }
+    case 'join': return join(cmd.concurrency, cmd.budgetMs);
+    case 'keys':
+      keyIndex = new Map(cmd.nodeKeys.map((k, i) => [k, i]));
+      return null;
+    case 'converge': return converge(cmd.timeoutMs);
+    case 'arm': await arm(cmd.change, cmd.timeoutMs); return null;
+    case 'collect': {
+      if (!armed) throw new Error('collect without arm');
+      const r = await armed;
+      armed = undefined;
+      return r;
+    }
+    case 'stats': return stats();
+    case 'close':
+      await runPool(devices.length, 200, (k) => devices[k]!.close());
+      return stats();
+  }
+}
+
+process.on('message', (raw: unknown) => {
+  const cmd = raw as WorkerCommand & { id: number };
+  // The driver may have gone (a failed size stops every worker): a reply to nobody is dropped, not thrown.
+  const reply = (msg: object): void => { if (process.connected) process.send?.(msg, undefined, undefined, () => undefined); };
+  handle(cmd).then(
+    (result) => reply({ id: cmd.id, ok: true, result }),
+    (err: unknown) => reply({ id: cmd.id, ok: false, error: (err as Error).message ?? String(err) }),
+  );
+});
+process.on('disconnect', () => {
+  void Promise.all(devices.map((d) => d.close().catch(() => undefined))).finally(() => process.exit(0));
+});

@@ -243,6 +243,12 @@ export class DerpServer {
   private readonly watchers = new Set<ClientConn>();
   /** remote maps a key hex to the mesh peer whose relay holds that node (one lookup per packet). */
   private readonly remote = new Map<string, MeshForwarder>();
+  /**
+   * remoteAll lists, oldest first, every mesh peer claiming a key, only while more than one
+   * does (a device moving between instances shows up on the new one before the old one
+   * reports it gone): the newest wins, and the others take over if it leaves first.
+   */
+  private readonly remoteAll = new Map<string, MeshForwarder[]>();
   private closing = false;
   private readonly counters: DerpServerStats = {
     accepts: 0,
@@ -291,6 +297,14 @@ export class DerpServer {
   addMeshRoute(nodePublicKey: string, forwarder: MeshForwarder): void {
     const hex = keyHexOf(nodePublicKey);
     if (hex.length !== KEY_LENGTH * 2) return;
+    const current = this.remote.get(hex);
+    if (current && current !== forwarder) {
+      let all = this.remoteAll.get(hex);
+      if (!all) this.remoteAll.set(hex, (all = [current]));
+      const i = all.indexOf(forwarder);
+      if (i >= 0) all.splice(i, 1);
+      all.push(forwarder);
+    }
     this.remote.set(hex, forwarder);
   }
 
@@ -301,6 +315,15 @@ export class DerpServer {
    */
   removeMeshRoute(nodePublicKey: string, forwarder: MeshForwarder): void {
     const hex = keyHexOf(nodePublicKey);
+    const all = this.remoteAll.get(hex);
+    if (all) {
+      const i = all.indexOf(forwarder);
+      if (i < 0) return;
+      all.splice(i, 1);
+      this.remote.set(hex, all[all.length - 1]!);
+      if (all.length === 1) this.remoteAll.delete(hex);
+      return;
+    }
     if (this.remote.get(hex) !== forwarder) return;
     this.remote.delete(hex);
     if (!this.clients.has(hex)) this.notifyGone(hex, Buffer.from(hex, 'hex'));

@@ -121,3 +121,32 @@ t.test('a relay that stops drops its routes on the other relay', async (t) => {
   t.equal(a.derp.meshRouteCount, 0, 'no route survives the peer relay');
   await y.closed;
 });
+
+t.test('a node claimed by two mesh peers stays routed until both report it gone; the newest claim wins', async (t) => {
+  const relay = await startRelay({ meshKey: MESH_KEY });
+  t.teardown(() => relay.close());
+  const sent: string[] = [];
+  const peer = (name: string) => ({ forwardPacket: () => { sent.push(name); return true; } });
+  const old = peer('old');
+  const moved = peer('new');
+  const x = await DerpClient.connect({ url: relay.url });
+  t.teardown(() => x.close());
+  const key = `nodekey:${'ab'.repeat(32)}`;
+  relay.derp.addMeshRoute(key, old);
+  relay.derp.addMeshRoute(key, moved);
+  x.send(key, Buffer.from('1'));
+  await x.ping();
+  t.same(sent, ['new'], 'the newest claim carries the packet');
+  relay.derp.removeMeshRoute(key, moved);
+  x.send(key, Buffer.from('2'));
+  await x.ping();
+  t.same(sent, ['new', 'old'], 'the older claim takes over when the newest goes');
+  relay.derp.removeMeshRoute(key, old);
+  t.notOk(relay.derp.hasMeshRoute(key), 'gone once every peer reported it gone');
+  relay.derp.addMeshRoute(key, old);
+  relay.derp.addMeshRoute(key, moved);
+  relay.derp.removeMeshRoute(key, old);
+  x.send(key, Buffer.from('3'));
+  await x.ping();
+  t.same(sent, ['new', 'old', 'new'], 'the old instance reporting it gone late leaves the new route alone');
+});

@@ -19,6 +19,8 @@ t.test('derpUrlOf maps registered addresses to relay URLs and refuses unusable o
   t.equal(derpUrlOf('10.0.0.5:8080'), 'http://10.0.0.5:8080/derp', 'host:port means plain HTTP');
   t.equal(derpUrlOf('[fd00::1]:8080'), 'http://[fd00::1]:8080/derp');
   t.equal(derpUrlOf('127.0.0.1:0'), undefined, 'port 0 (not listening yet) names nothing reachable');
+  t.equal(derpUrlOf('http://0.0.0.0:8080'), undefined, 'a wildcard bind address names no host to dial');
+  t.equal(derpUrlOf('http://[::]:8080'), undefined);
   t.equal(derpUrlOf('ftp://host:21'), undefined);
   t.equal(derpUrlOf('not a url::'), undefined);
 });

@@ -29,6 +29,8 @@ export function derpUrlOf(address: string): string | undefined {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return undefined;
   if (!url.hostname || url.port === '0') return undefined;
+  // A wildcard bind address names no host another machine could dial (and locally it would reach this instance).
+  if (url.hostname === '0.0.0.0' || url.hostname === '[::]') return undefined;
   return `${url.protocol}//${url.host}/derp`;
 }
 
@@ -43,6 +45,8 @@ export class DerpMesh {
   /** peers maps an instance id to its mesh connection. */
   private readonly peers = new Map<string, MeshPeer>();
   private closed = false;
+  /** unusable remembers instances already warned about (an address the mesh cannot dial). */
+  private readonly unusable = new Set<string>();
 
   constructor(
     private readonly server: DerpServer,
@@ -57,6 +61,11 @@ export class DerpMesh {
     for (const inst of others) {
       const url = derpUrlOf(inst.address);
       if (url) wanted.set(inst.id, url);
+      else if (!this.unusable.has(inst.id) && !/:0$/.test(inst.address)) {
+        // Port 0 is an instance still starting; anything else will not change by itself.
+        this.unusable.add(inst.id);
+        this.logger.warn('derp mesh: cannot reach the relay of an instance at its registered address; set cluster.advertise_addr there to an address the other instances can dial', { instance: inst.id, address: inst.address });
+      }
     }
     for (const [id, peer] of this.peers) {
       if (wanted.get(id) === peer.url) continue;

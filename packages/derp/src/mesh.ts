@@ -14,6 +14,12 @@ export interface MeshPeerOptions {
   /** minBackoffMs / maxBackoffMs bound the reconnect delay (default 250 ms to 10 s, doubling). */
   minBackoffMs?: number;
   maxBackoffMs?: number;
+  /**
+   * pingIntervalMs is how often the connection is checked with a DERP ping (default 15 s); a
+   * peer that does not answer within 5 s is dropped and redialled, so a silent network
+   * failure costs its routes instead of blackholing packets until TCP gives up.
+   */
+  pingIntervalMs?: number;
 }
 
 const silent: DerpLogger = { debug() {}, info() {}, warn() {} };
@@ -32,6 +38,7 @@ export class MeshPeer implements MeshForwarder {
   private readonly routes = new Set<string>();
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
+  private pinger: NodeJS.Timeout | undefined;
   private backoffMs: number;
   private readonly log: DerpLogger;
   /** connects counts successful logins (tests check a reconnect happened). */
@@ -66,7 +73,7 @@ export class MeshPeer implements MeshForwarder {
     if (this.closed) return;
     let client: DerpClient;
     try {
-      client = await DerpClient.connect({ url: this.url, meshKey: this.options.meshKey, tls: this.options.tls, canAckPings: true });
+      client = await DerpClient.connect({ url: this.url, meshKey: this.options.meshKey, tls: this.options.tls, canAckPings: true, timeoutMs: 5000 });
     } catch (err) {
       this.log.debug('derp mesh: could not reach the peer relay; retrying', { url: this.url, err: (err as Error).message, retry_ms: this.backoffMs });
       this.retry();
@@ -81,7 +88,15 @@ export class MeshPeer implements MeshForwarder {
     this.backoffMs = this.options.minBackoffMs ?? 250;
     this.log.info('derp mesh: connected to peer relay', { url: this.url });
     client.onMessage((m) => this.onMessage(m));
+    this.pinger = setInterval(() => {
+      client.ping(5000).catch(() => {
+        this.log.warn('derp mesh: the peer relay stopped answering pings; reconnecting', { url: this.url });
+        void client.close();
+      });
+    }, this.options.pingIntervalMs ?? 15_000);
+    this.pinger.unref();
     void client.closed.then(() => {
+      clearInterval(this.pinger);
       if (this.client === client) this.client = undefined;
       this.dropRoutes();
       if (!this.closed) {
@@ -126,6 +141,7 @@ export class MeshPeer implements MeshForwarder {
   async close(): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    clearInterval(this.pinger);
     const c = this.client;
     this.client = undefined;
     this.dropRoutes();

@@ -1,5 +1,6 @@
 // DERP mesh between two relays of one region: mesh peers log in with the mesh key,
 // watch connections and forward packets for nodes connected to the other relay.
+import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import t, { type Test } from 'tap';
 import { DerpClient, type DerpMessage } from '../src/client.js';
 import { encodeFrame, FrameType, PeerGoneReason } from '../src/frames.js';
@@ -149,4 +150,43 @@ t.test('a node claimed by two mesh peers stays routed until both report it gone;
   x.send(key, Buffer.from('3'));
   await x.ping();
   t.same(sent, ['new', 'old', 'new'], 'the old instance reporting it gone late leaves the new route alone');
+});
+
+t.test('a peer relay that goes silent (no RST, no FIN) is dropped after an unanswered ping, with its routes', async (t) => {
+  const a = await startRelay({ meshKey: MESH_KEY });
+  const b = await startRelay({ meshKey: MESH_KEY });
+  // A TCP proxy in front of B that can freeze: connections stay open but no byte passes.
+  let frozen = false;
+  const sockets: Socket[] = [];
+  const proxy = createServer((inbound) => {
+    const outbound = createConnection({ host: '127.0.0.1', port: b.port });
+    sockets.push(inbound, outbound);
+    inbound.on('data', (d) => { if (!frozen) outbound.write(d); });
+    outbound.on('data', (d) => { if (!frozen) inbound.write(d); });
+    inbound.on('close', () => outbound.destroy());
+    outbound.on('close', () => inbound.destroy());
+    inbound.on('error', () => undefined);
+    outbound.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+  const port = (proxy.address() as AddressInfo).port;
+  const ab = new MeshPeer({ url: `http://127.0.0.1:${port}/derp`, meshKey: MESH_KEY, server: a.derp, minBackoffMs: 20, maxBackoffMs: 100, pingIntervalMs: 100 });
+  t.teardown(async () => {
+    await ab.close();
+    for (const s of sockets) s.destroy();
+    await new Promise<void>((r) => proxy.close(() => r()));
+    await a.close();
+    await b.close();
+  });
+  ab.start();
+  const y = await DerpClient.connect({ url: b.url });
+  t.teardown(() => y.close());
+  await waitFor(() => a.derp.hasMeshRoute(y.publicKeyString), 3000, 'route to y through the proxy');
+  const connects = ab.connects;
+  frozen = true;
+  await waitFor(() => !a.derp.hasMeshRoute(y.publicKeyString), 8000, 'route dropped after the silent peer missed a ping');
+  t.pass('the silent peer\'s routes are gone');
+  frozen = false;
+  await waitFor(() => ab.connects > connects && a.derp.hasMeshRoute(y.publicKeyString), 8000, 'reconnected');
+  t.pass('the mesh peer redialled and learned the route again once the network came back');
 });

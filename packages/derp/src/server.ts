@@ -329,7 +329,7 @@ export class DerpServer {
     if (!this.clients.has(hex)) this.notifyGone(hex, Buffer.from(hex, 'hex'));
   }
 
-  /** meshRoute reports whether packets for a node key would go to a mesh peer (tests and metrics). */
+  /** hasMeshRoute reports whether packets for a node key would go to a mesh peer (tests and metrics). */
   hasMeshRoute(nodePublicKey: string): boolean {
     return this.remote.has(keyHexOf(nodePublicKey));
   }

@@ -22,6 +22,7 @@ export * from './state/routes.js';
 export * from './state/hostinfo.js';
 export * from './state/gc.js';
 export * from './cluster/member.js';
+export * from './cluster/derpmesh.js';
 export * from './ports/cluster.js';
 export * from './policy/service.js';
 export * from './policy/engine.js';

@@ -183,6 +183,26 @@ export class DerpClient {
     this.write(encodeFrame(FrameType.NotePreferred, Buffer.of(preferred ? 1 : 0)));
   }
 
+  /** watchConns asks a relay (as its mesh peer) for PeerPresent/PeerGone about every client it holds. */
+  watchConns(): void {
+    this.write(encodeFrame(FrameType.WatchConns));
+  }
+
+  /**
+   * forwardPacket hands the relay (as its mesh peer) a packet from src for its client dst.
+   * It never buffers without bound: false (dropped) when the connection is closed or backed up.
+   */
+  forwardPacket(src: Uint8Array, dst: Uint8Array, packet: Uint8Array): boolean {
+    if (this.isClosed || this.stream.destroyed || this.stream.writableNeedDrain) return false;
+    this.stream.write(encodeFrame(FrameType.ForwardPacket, src, dst, packet));
+    return true;
+  }
+
+  /** closePeer asks the relay (as its mesh peer) to drop its client with that key. */
+  closePeer(key: string | Uint8Array): void {
+    this.write(encodeFrame(FrameType.ClosePeer, typeof key === 'string' ? parseNodeKey(key) : key));
+  }
+
   /** writeRaw sends bytes verbatim; tests use it to exercise malformed frames. */
   writeRaw(bytes: Uint8Array): void {
     this.write(Buffer.from(bytes));

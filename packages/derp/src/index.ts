@@ -24,7 +24,9 @@ export {
   type DerpLogger,
   type VerifyClient,
   type RestartNotice,
+  type MeshForwarder,
 } from './server.js';
+export { MeshPeer, type MeshPeerOptions } from './mesh.js';
 export { DerpClient, type DerpClientOptions, type DerpMessage } from './client.js';
 export {
   StunServer,

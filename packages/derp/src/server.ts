@@ -1,3 +1,4 @@
+import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { BOX_OVERHEAD, NONCE_LENGTH, openFrom, sealTo } from './box.js';
@@ -55,6 +56,21 @@ export interface DerpServerOptions {
   logger?: DerpLogger;
   /** handshakeLog tunes the rate limit on lines about failed connection attempts. */
   handshakeLog?: HandshakeFailureLogOptions;
+  /**
+   * meshKey, when set, is the secret the other relays of this region present in their
+   * ClientInfo: a client showing it is a trusted mesh peer (admitted without verifyClient)
+   * and may watch connections (WatchConns) and forward packets (ForwardPacket, ClosePeer).
+   * Without it every mesh frame is a protocol error.
+   */
+  meshKey?: string;
+}
+
+/**
+ * MeshForwarder carries packets to a node connected to another relay of the region
+ * (a mesh peer connection); forwardPacket returns false when it had to drop the packet.
+ */
+export interface MeshForwarder {
+  forwardPacket(src: Buffer, dst: Buffer, packet: Buffer): boolean;
 }
 
 /** DerpServerStats are cumulative counters, useful for tests and metrics. */
@@ -71,6 +87,12 @@ export interface DerpServerStats {
   loginFailures: number;
   protocolErrors: number;
   unknownFrames: number;
+  /** packetsMeshForwarded counts packets handed to a mesh peer for a node connected to another relay. */
+  packetsMeshForwarded: number;
+  /** packetsMeshDropped counts packets a mesh peer could not take (disconnected or backed up). */
+  packetsMeshDropped: number;
+  /** packetsFromMesh counts ForwardPacket frames delivered to a local client. */
+  packetsFromMesh: number;
 }
 
 export interface RestartNotice {
@@ -104,6 +126,8 @@ class ClientConn {
   key: Buffer = Buffer.alloc(0);
   info: DerpClientInfo | undefined;
   preferred = false;
+  /** canMesh: the client presented the mesh key (another relay of the region). */
+  canMesh = false;
   readonly reader = new FrameReader(MAX_CLIENT_INFO_LENGTH);
   readonly packetQueue: Buffer[] = [];
   readonly controlQueue: Buffer[] = [];
@@ -138,6 +162,17 @@ class ClientConn {
     if (this.controlQueue.length >= MAX_CONTROL_QUEUE) return false;
     this.controlQueue.push(frame);
     return true;
+  }
+
+  /**
+   * sendWatch writes or queues a presence frame for a mesh watcher. Unlike sendControl it
+   * has no cap: a dropped PeerPresent/PeerGone would leave the peer's routes wrong for good,
+   * and a watcher is a trusted relay whose backlog is bounded by the clients' churn.
+   */
+  sendWatch(frame: Buffer): void {
+    if (this.state === 'closed' || this.socket.destroyed) return;
+    if (this.controlQueue.length === 0 && this.packetQueue.length === 0 && this.writable) this.socket.write(frame);
+    else this.controlQueue.push(frame);
   }
 
   /**
@@ -202,6 +237,18 @@ export class DerpServer {
   /** receiversOf maps a sender's key hex to connections it has sent to, who get PeerGone when it leaves. */
   private readonly receiversOf = new Map<string, Set<ClientConn>>();
   private readonly connections = new Set<ClientConn>();
+  /** meshKey is the region's mesh secret as bytes (see DerpServerOptions.meshKey). */
+  private readonly meshKey: Buffer | undefined;
+  /** watchers are mesh peers told about every client that connects or leaves here. */
+  private readonly watchers = new Set<ClientConn>();
+  /** remote maps a key hex to the mesh peer whose relay holds that node (one lookup per packet). */
+  private readonly remote = new Map<string, MeshForwarder>();
+  /**
+   * remoteAll lists, oldest first, every mesh peer claiming a key, only while more than one
+   * does (a device moving between instances shows up on the new one before the old one
+   * reports it gone): the newest wins, and the others take over if it leaves first.
+   */
+  private readonly remoteAll = new Map<string, MeshForwarder[]>();
   private closing = false;
   private readonly counters: DerpServerStats = {
     accepts: 0,
@@ -216,6 +263,9 @@ export class DerpServer {
     loginFailures: 0,
     protocolErrors: 0,
     unknownFrames: 0,
+    packetsMeshForwarded: 0,
+    packetsMeshDropped: 0,
+    packetsFromMesh: 0,
   };
 
   constructor(options: DerpServerOptions) {
@@ -234,6 +284,59 @@ export class DerpServer {
     this.loginTimeoutMs = options.loginTimeoutMs ?? DEFAULT_LOGIN_TIMEOUT_MS;
     this.log = options.logger ?? silentLogger;
     this.failures = new HandshakeFailureLog(this.log, options.handshakeLog);
+    if (options.meshKey !== undefined && (typeof options.meshKey !== 'string' || options.meshKey.length < 16)) {
+      throw new Error('DerpServer: meshKey must be a string of at least 16 characters');
+    }
+    this.meshKey = options.meshKey ? Buffer.from(options.meshKey, 'utf8') : undefined;
+  }
+
+  /**
+   * addMeshRoute says the node key (`nodekey:<hex>`) is connected to the relay behind
+   * forwarder; packets for it go there unless the node is connected here too.
+   */
+  addMeshRoute(nodePublicKey: string, forwarder: MeshForwarder): void {
+    const hex = keyHexOf(nodePublicKey);
+    if (hex.length !== KEY_LENGTH * 2) return;
+    const current = this.remote.get(hex);
+    if (current && current !== forwarder) {
+      let all = this.remoteAll.get(hex);
+      if (!all) this.remoteAll.set(hex, (all = [current]));
+      const i = all.indexOf(forwarder);
+      if (i >= 0) all.splice(i, 1);
+      all.push(forwarder);
+    }
+    this.remote.set(hex, forwarder);
+  }
+
+  /**
+   * removeMeshRoute forgets the route when it still points at forwarder; local clients that
+   * received packets from that node (and cannot reach it here) get PeerGone, as they would
+   * for a local sender that left.
+   */
+  removeMeshRoute(nodePublicKey: string, forwarder: MeshForwarder): void {
+    const hex = keyHexOf(nodePublicKey);
+    const all = this.remoteAll.get(hex);
+    if (all) {
+      const i = all.indexOf(forwarder);
+      if (i < 0) return;
+      all.splice(i, 1);
+      this.remote.set(hex, all[all.length - 1]!);
+      if (all.length === 1) this.remoteAll.delete(hex);
+      return;
+    }
+    if (this.remote.get(hex) !== forwarder) return;
+    this.remote.delete(hex);
+    if (!this.clients.has(hex)) this.notifyGone(hex, Buffer.from(hex, 'hex'));
+  }
+
+  /** hasMeshRoute reports whether packets for a node key would go to a mesh peer (tests and metrics). */
+  hasMeshRoute(nodePublicKey: string): boolean {
+    return this.remote.has(keyHexOf(nodePublicKey));
+  }
+
+  /** meshRouteCount is how many node keys are reachable through mesh peers. */
+  get meshRouteCount(): number {
+    return this.remote.size;
   }
 
   /**
@@ -500,6 +603,7 @@ export class DerpServer {
     };
     if (typeof raw.meshKey === 'string' && raw.meshKey !== '') info.meshKey = raw.meshKey;
     if (conn.remoteAddress !== undefined) info.remoteAddress = conn.remoteAddress;
+    conn.canMesh = this.isMeshKey(info.meshKey);
     conn.key = clientKey;
     conn.keyHex = clientKey.toString('hex');
     conn.info = info;
@@ -507,7 +611,8 @@ export class DerpServer {
     // Hold further frames until admission is decided; the socket's buffer absorbs them meanwhile.
     conn.socket.pause();
     const nodeKey = formatNodeKey(clientKey);
-    const verify = this.verifyClient;
+    // A mesh peer is another relay of the region, not a node: the mesh key is its admission.
+    const verify = conn.canMesh ? undefined : this.verifyClient;
     // Promise.resolve().then also turns a synchronous throw in verifyClient into a refusal.
     const decision = verify ? Promise.resolve().then(() => verify(nodeKey, info)) : Promise.resolve(true);
     decision
@@ -537,6 +642,17 @@ export class DerpServer {
     clearTimeout(conn.loginTimer);
     conn.loginTimer = undefined;
     conn.state = 'active';
+    if (conn.canMesh) {
+      // A mesh peer is not a node: it is not a packet destination and watchers are not told of it.
+      conn.reader.maxLength = MAX_FRAME_LENGTH + KEY_LENGTH;
+      const serverInfo = sealTo(Buffer.from(JSON.stringify({ version: PROTOCOL_VERSION })), conn.key, this.privateKey);
+      conn.socket.write(encodeFrame(FrameType.ServerInfo, serverInfo));
+      this.startKeepAlive(conn);
+      this.log.info('derp: mesh peer connected', { remote: conn.remoteAddress });
+      conn.socket.resume();
+      this.processFrames(conn);
+      return;
+    }
     conn.reader.maxLength = MAX_FRAME_LENGTH;
     const previous = this.clients.get(conn.keyHex);
     this.clients.set(conn.keyHex, conn);
@@ -550,6 +666,10 @@ export class DerpServer {
     conn.socket.write(encodeFrame(FrameType.ServerInfo, serverInfo));
     this.startKeepAlive(conn);
     this.log.debug('derp: client connected', { node_key: nodeKey, transport: conn.transport });
+    if (this.watchers.size && !previous) {
+      const present = encodeFrame(FrameType.PeerPresent, conn.key);
+      for (const w of this.watchers) w.sendWatch(present);
+    }
     conn.socket.resume();
     this.processFrames(conn);
   }
@@ -592,14 +712,32 @@ export class DerpServer {
         return;
       }
       case FrameType.ForwardPacket:
+        if (!conn.canMesh) throw new ProtocolError('ForwardPacket from a client without the mesh key');
+        if (p.length < 2 * KEY_LENGTH) throw new ProtocolError('short ForwardPacket frame');
+        if (p.length - 2 * KEY_LENGTH > MAX_PACKET_SIZE) throw new ProtocolError('ForwardPacket data over 64 KiB');
+        this.deliverFromMesh(p.subarray(0, KEY_LENGTH), p.subarray(KEY_LENGTH, 2 * KEY_LENGTH), p.subarray(2 * KEY_LENGTH));
+        return;
       case FrameType.WatchConns:
+        if (!conn.canMesh) throw new ProtocolError('WatchConns from a client without the mesh key');
+        if (this.watchers.has(conn)) return;
+        this.watchers.add(conn);
+        for (const c of this.clients.values()) conn.sendWatch(encodeFrame(FrameType.PeerPresent, c.key));
+        return;
       case FrameType.ClosePeer:
-        // Mesh frames need a mesh key, and this embedded relay runs no mesh.
-        throw new ProtocolError(`mesh frame 0x${frame.type.toString(16)} from a non-mesh client`);
+        if (!conn.canMesh) throw new ProtocolError('ClosePeer from a client without the mesh key');
+        if (p.length !== KEY_LENGTH) throw new ProtocolError(`ClosePeer must carry ${KEY_LENGTH} bytes, got ${p.length}`);
+        this.disconnect(p.toString('hex'));
+        return;
       default:
         this.counters.unknownFrames++;
         return;
     }
+  }
+
+  private isMeshKey(presented: string | undefined): boolean {
+    if (!this.meshKey || presented === undefined) return false;
+    const given = Buffer.from(presented, 'utf8');
+    return given.length === this.meshKey.length && timingSafeEqual(given, this.meshKey);
   }
 
   private forward(src: ClientConn, dstKey: Buffer, packet: Buffer): void {
@@ -607,6 +745,12 @@ export class DerpServer {
     const dstHex = dstKey.toString('hex');
     const dst = this.clients.get(dstHex);
     if (!dst || dst.state !== 'active') {
+      const peer = this.remote.get(dstHex);
+      if (peer) {
+        if (peer.forwardPacket(src.key, dstKey, packet)) this.counters.packetsMeshForwarded++;
+        else this.counters.packetsMeshDropped++;
+        return;
+      }
       this.counters.packetsDroppedUnknownDest++;
       // Tailscale only answers disco packets, rate-limited, so magicsock stops probing a peer not here.
       if (looksLikeDisco(packet) && src.takeNotHereToken()) {
@@ -620,14 +764,47 @@ export class DerpServer {
       this.counters.packetsDroppedGone++;
       return;
     }
-    const frame = encodeFrame(FrameType.RecvPacket, src.key, packet);
     this.counters.packetsForwarded++;
+    this.deliver(dst, src.key, src.keyHex, packet);
+  }
+
+  /** deliver queues a RecvPacket for dst and remembers that it heard from the source (for PeerGone). */
+  private deliver(dst: ClientConn, srcKey: Buffer, srcHex: string, packet: Buffer): void {
+    const frame = encodeFrame(FrameType.RecvPacket, srcKey, packet);
     if (dst.sendPacketFrame(frame, this.queueDepth)) this.counters.packetsDroppedQueueFull++;
-    if (!dst.sawSources.has(src.keyHex)) {
-      dst.sawSources.add(src.keyHex);
-      let receivers = this.receiversOf.get(src.keyHex);
-      if (!receivers) this.receiversOf.set(src.keyHex, (receivers = new Set()));
+    if (!dst.sawSources.has(srcHex)) {
+      dst.sawSources.add(srcHex);
+      let receivers = this.receiversOf.get(srcHex);
+      if (!receivers) this.receiversOf.set(srcHex, (receivers = new Set()));
       receivers.add(dst);
+    }
+  }
+
+  /**
+   * deliverFromMesh hands a packet another relay forwarded to the local client it names,
+   * as if the original sender were connected here. A destination not connected here is
+   * dropped, never forwarded again, so two relays can never bounce a packet between them.
+   */
+  private deliverFromMesh(srcKey: Buffer, dstKey: Buffer, packet: Buffer): void {
+    const dst = this.clients.get(dstKey.toString('hex'));
+    if (!dst || dst.state !== 'active' || dst.socket.destroyed) {
+      this.counters.packetsDroppedUnknownDest++;
+      return;
+    }
+    this.counters.packetsFromMesh++;
+    // srcKey is a view into the frame just read; the hex names it for PeerGone bookkeeping.
+    this.deliver(dst, srcKey, srcKey.toString('hex'), packet);
+  }
+
+  /** notifyGone tells every client that received packets from the key that it left. */
+  private notifyGone(hex: string, key: Buffer): void {
+    const receivers = this.receiversOf.get(hex);
+    this.receiversOf.delete(hex);
+    if (!receivers || this.closing) return;
+    const gone = encodeFrame(FrameType.PeerGone, key, Buffer.of(PeerGoneReason.Disconnected));
+    for (const receiver of receivers) {
+      receiver.sawSources.delete(hex);
+      if (receiver.sendControl(gone)) this.counters.peerGoneDisconnectedFrames++;
     }
   }
 
@@ -642,6 +819,7 @@ export class DerpServer {
     conn.packetQueue.length = 0;
     conn.controlQueue.length = 0;
     this.connections.delete(conn);
+    this.watchers.delete(conn);
     for (const srcHex of conn.sawSources) {
       const receivers = this.receiversOf.get(srcHex);
       receivers?.delete(conn);
@@ -650,14 +828,13 @@ export class DerpServer {
     conn.sawSources.clear();
     if (!wasActive || this.clients.get(conn.keyHex) !== conn) return;
     this.clients.delete(conn.keyHex);
-    const receivers = this.receiversOf.get(conn.keyHex);
-    this.receiversOf.delete(conn.keyHex);
-    if (!receivers || this.closing) return;
-    const gone = encodeFrame(FrameType.PeerGone, conn.key, Buffer.of(PeerGoneReason.Disconnected));
-    for (const receiver of receivers) {
-      receiver.sawSources.delete(conn.keyHex);
-      if (receiver.sendControl(gone)) this.counters.peerGoneDisconnectedFrames++;
+    if (this.watchers.size && !this.closing) {
+      const gone = encodeFrame(FrameType.PeerGone, conn.key, Buffer.of(PeerGoneReason.Disconnected));
+      for (const w of this.watchers) w.sendWatch(gone);
     }
+    // A node still reachable through a mesh peer has not left the region.
+    if (this.remote.has(conn.keyHex)) return;
+    this.notifyGone(conn.keyHex, conn.key);
   }
 
   private closeConn(conn: ClientConn): void {

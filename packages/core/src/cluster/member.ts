@@ -70,6 +70,8 @@ export class ClusterMember {
   private jobs = false;
   /** healthy is false while the database is unreachable (/health answers 500). */
   healthy = true;
+  /** onLive hears the other live instances after every heartbeat (the relay mesh follows it). */
+  onLive?: (others: readonly InstanceRecord[]) => void;
 
   constructor(
     private readonly port: ClusterPort,
@@ -155,6 +157,7 @@ export class ClusterMember {
       await this.port.prune(this.liveSince());
       const all = await this.port.instances();
       this.live = all.filter((i) => i.id !== this.id);
+      try { this.onLive?.(this.live); } catch (err) { this.logger.warn('cluster: an instance-list listener failed', { error: (err as Error).message }); }
       if (this.lost) await this.recover();
       const known = new Set(this.live.map((i) => i.id));
       for (const inst of this.state.remoteInstances()) {
@@ -201,6 +204,9 @@ export class ClusterMember {
     const sessions = (await this.port.sessions()).filter((s) => live.has(s.instanceId));
     await this.state.resync(sessions, this.id);
   }
+
+  /** liveInstances are the other instances live at the last heartbeat. */
+  liveInstances(): readonly InstanceRecord[] { return this.live; }
 
   /** runsJobs says whether this instance holds the jobs lease (NodeGc asks before deleting). */
   runsJobs(): boolean { return this.jobs && !this.lost; }

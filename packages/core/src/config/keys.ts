@@ -81,7 +81,7 @@ export const KEYS: Record<string, KeySpec> = {
   ...net('database.postgres', 5432, 'PostgreSQL'),
   ...net('database.mysql', 3306, 'MySQL/MariaDB'),
   'cluster.enabled': { kind: 'bool', default: false, doc: 'run as one of several instances sharing one PostgreSQL or MySQL/MariaDB database (not SQLite); every instance needs the same noise private key' },
-  'cluster.advertise_addr': { kind: 'string', default: '', empty: true, doc: 'how other instances and `headway cluster status` name this instance (host:port); empty: listen_addr' },
+  'cluster.advertise_addr': { kind: 'string', default: '', empty: true, doc: 'how other instances and `headway cluster status` name this instance (host:port, or http(s)://host:port); the other instances\' relays mesh with this one\'s at /derp there, so it must be reachable from them (with https, by a name its certificate covers); empty: the address listen_addr is bound to' },
   'cluster.heartbeat_interval': { kind: 'duration', default: 2000, doc: 'how often an instance writes its heartbeat row' },
   'cluster.instance_timeout': { kind: 'duration', default: 10_000, doc: 'an instance whose heartbeat is older than this is dead: its devices count as offline and its jobs move to another instance' },
   'cluster.poll_interval': { kind: 'duration', default: 200, doc: 'MySQL/MariaDB: how often the change log is read for other instances\' changes (PostgreSQL is told at once through LISTEN/NOTIFY)' },

@@ -24,6 +24,7 @@ import { Relay } from './relay.js';
 import { LoginFlow } from '../control/login.js';
 import type { IdentityPort } from '../ports/identity.js';
 import { ClusterMember } from '../cluster/member.js';
+import { derpMeshKey } from '../cluster/derpmesh.js';
 
 /**
  * KernelCradle names every service the composition root registers. The first
@@ -116,7 +117,8 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
           endStreams: () => k.controlServer.endAllStreams(),
         });
     }),
-    relay: c(({ state, config, logger, derpMap }) => new Relay(state, config, logger, derpMap)),
+    relay: c(({ state, config, logger, derpMap, controlKey }) => new Relay(state, config, logger, derpMap,
+      config.cluster?.enabled ? derpMeshKey(controlKey.privateKey) : undefined)),
     controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
       state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
     })),
@@ -181,6 +183,7 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     stops.push(() => k.driveService.close());
     stops.push(() => k.relay.close());
     await k.relay.start();
+    if (cluster) k.relay.joinMesh(cluster);
     stops.push(() => k.derpMap.close());
     await k.derpMap.init();
     if (!Object.keys(k.derpMap.map.Regions).length) {

@@ -10,6 +10,8 @@ import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
 import type { State } from '../state/state.js';
+import type { ClusterMember } from '../cluster/member.js';
+import { DerpMesh } from '../cluster/derpmesh.js';
 import { CERT_PIN_MIN_CAPABILITY_VERSION, relayHostName, relayNeedsOwnTls, type DerpMapSource } from '../control/derpmap.js';
 
 /** The relay's generated TLS identity, in data_dir (see Relay.startTls). */
@@ -34,6 +36,8 @@ export class Relay {
   stun?: StunServer;
   /** listener is the relay's own TLS (and plain HTTP) port, when server_url is http:// (see relayNeedsOwnTls). */
   listener?: RelayListener;
+  /** mesh links this relay with the other cluster instances' relays (cluster mode). */
+  mesh?: DerpMesh;
   private certTimer?: NodeJS.Timeout;
   private unsubscribe?: () => void;
 
@@ -42,6 +46,8 @@ export class Relay {
     private readonly config: HeadwayConfig,
     private readonly logger: Logger,
     private readonly derpMap: DerpMapSource,
+    /** meshKey (cluster mode) admits the other instances' relays as mesh peers. */
+    private readonly meshKey?: string,
   ) {}
 
   /** start starts the relay, STUN and the TLS port; on failure it releases whatever it bound. */
@@ -65,6 +71,7 @@ export class Relay {
       privateKey: key.privateKey,
       logger,
       verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
+      ...(this.meshKey ? { meshKey: this.meshKey } : {}),
     });
     const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
     if (stunAddr) {
@@ -130,6 +137,19 @@ export class Relay {
     this.certTimer.unref();
   }
 
+  /**
+   * joinMesh meshes this relay with the relays of the other live instances of the cluster
+   * (followed at every heartbeat), so two devices whose relay connections landed on
+   * different instances still reach each other through the relay.
+   */
+  joinMesh(member: ClusterMember): void {
+    if (!this.derp || !this.meshKey || this.mesh) return;
+    const mesh = new DerpMesh(this.derp, this.meshKey, this.logger);
+    this.mesh = mesh;
+    member.onLive = (others) => mesh.update(others);
+    mesh.update(member.liveInstances());
+  }
+
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
   admits(nodeKey: string): boolean {
     const node = this.state.nodeByNodeKey(nodeKey);
@@ -162,6 +182,7 @@ export class Relay {
   async close(): Promise<void> {
     this.unsubscribe?.();
     clearInterval(this.certTimer);
+    await this.mesh?.close();
     await this.derp?.close();
     await this.listener?.close();
     await this.stun?.close();

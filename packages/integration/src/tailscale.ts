@@ -372,9 +372,15 @@ let exitHookInstalled = false;
 
 function killLiveDevicesAtExit(): void {
   for (const live of liveDevices) {
-    live.daemon.kill('SIGKILL');
+    killGroup(live.daemon);
     rmSync(live.dir, { recursive: true, force: true });
   }
+}
+
+/** killGroup SIGKILLs a daemon's whole process group (it and the helpers it started). */
+function killGroup(daemon: ChildProcess): void {
+  if (daemon.pid === undefined) return;
+  try { process.kill(-daemon.pid, 'SIGKILL'); } catch { daemon.kill('SIGKILL'); }
 }
 
 // AUTH_URL_LINE finds the URL the CLI prints after "To authenticate, visit:".
@@ -450,7 +456,9 @@ export class TailscaleDevice {
     ];
     let daemon: ChildProcess;
     try {
-      daemon = spawn(binaries.tailscaled, args, { env, stdio: ['ignore', logFd, logFd] });
+      // Its own process group: the helpers it starts (`su … tailscaled serve-taildrive` for
+      // Taildrive shares) outlive it otherwise; stop() kills the whole group.
+      daemon = spawn(binaries.tailscaled, args, { env, stdio: ['ignore', logFd, logFd], detached: true });
     } finally {
       // The child holds its own copy of the descriptor.
       closeSync(logFd);
@@ -725,6 +733,8 @@ export class TailscaleDevice {
           if (!(await waitForExit(this.#daemon, 5000))) throw new Error(`tailscaled (${this.name}, pid ${this.pid}) survived SIGKILL`);
         }
       }
+      // Taildrive's `serve-taildrive` helpers run as children of `su` in the daemon's group.
+      killGroup(this.#daemon);
     }
     liveDevices.delete(this.#live);
     if (options.keepDir !== true) rmSync(this.dir, { recursive: true, force: true });

@@ -6,6 +6,7 @@
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
 import { TestDevice } from './device.js';
+import { joinDevice } from './bench-join.js';
 import type { NetMap } from './netmap.js';
 import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
 
@@ -27,7 +28,6 @@ export type Change =
 
 export interface WorkerStats { cpuMs: number; rss: number; heapUsed: number; mapBytes: number; devices: number }
 
-const JOIN_ATTEMPTS = 3;
 
 let plan: TailnetPlan;
 let from = 0;
@@ -111,25 +111,9 @@ async function join(concurrency: number, budgetMs: number): Promise<{ latencies:
     if (performance.now() > deadline) throw new Error(`join budget used up: ${latencies.length}/${devices.length} devices of this worker joined`);
     const t0 = performance.now();
     const d0 = plan.devices[from + k]!;
-    for (let attempt = 1; ; attempt++) {
-      const d = devices[k]!;
-      try {
-        await d.connect();
-        const reply = await d.register({ authKey: keys[planKey(d0)]!, ...(d0.routes.length ? { routes: d0.routes } : {}) });
-        if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
-        await d.startMap({ stream: true });
-        break;
-      } catch (err) {
-        const message = (err as Error).message;
-        if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
-          throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
-        }
-        retries++;
-        await d.close().catch(() => undefined);
-        devices[k] = new TestDevice({ serverUrl: url, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
-        await new Promise((r) => setTimeout(r, 250 * attempt));
-      }
-    }
+    const joined = await joinDevice(devices[k]!, { authKey: keys[planKey(d0)]!, ...(d0.routes.length ? { routes: d0.routes } : {}) });
+    devices[k] = joined.device;
+    retries += joined.retries;
     latencies.push(performance.now() - t0);
     doneAt.push(epochNow());
   });

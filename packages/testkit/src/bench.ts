@@ -23,14 +23,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cpus, totalmem } from 'node:os';
 import { TestDevice } from './device.js';
+import { joinDevice } from './bench-join.js';
 import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
 import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySummary } from './bench-stats.js';
 
 const DEFAULT_SIZES = [100, 1000, 5000];
 /** FD_HEADROOM covers what each process holds besides one socket per session: the database, listeners, stdio, IPC. */
 const FD_HEADROOM = 256;
-/** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
-const JOIN_ATTEMPTS = 3;
 
 /** BenchOptions are the knobs read from argv and the environment. */
 export interface BenchOptions {
@@ -54,7 +53,7 @@ export interface SizeResult {
   joinMs: number;
   joinsPerSecond: number;
   joinLatency: LatencySummary;
-  /** joinRetries counts joins re-attempted after a dial timeout (at most JOIN_ATTEMPTS - 1 each). */
+  /** joinRetries counts joins re-attempted after a dial timeout (at most JOIN_ATTEMPTS - 1 each, bench-join.ts). */
   joinRetries: number;
   /** joinProgress: elapsed seconds at every tenth of the fleet (N >= 1000 only), showing how join cost grows. */
   joinProgress: Array<{ joined: number; seconds: number }>;
@@ -390,27 +389,9 @@ async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string
           (joinProgress.length ? `(progress ${joinProgress.map((p) => `${p.joined}@${p.seconds}s`).join(' ')}) ` : '') + `(raise BENCH_JOIN_BUDGET_S to wait longer)`);
       }
       const t0 = performance.now();
-      for (let attempt = 1; ; attempt++) {
-        const d = devices[i]!;
-        try {
-          await d.connect();
-          const reply = await d.register({ authKey });
-          if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
-          await d.startMap({ stream: true });
-          break;
-        } catch (err) {
-          const message = (err as Error).message;
-          // tailscaled retries a dial that timed out under load; do the same, keeping the device's identity
-          // so a register that did land is not counted as a second node.
-          if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
-            throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
-          }
-          joinRetries++;
-          await d.close().catch(() => undefined);
-          devices[i] = new TestDevice({ serverUrl: urlOf(i), hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
-          await new Promise((r) => setTimeout(r, 250 * attempt));
-        }
-      }
+      const joined = await joinDevice(devices[i]!, { authKey });
+      devices[i] = joined.device;
+      joinRetries += joined.retries;
       joinLatencies.push(performance.now() - t0);
       done++;
       if (progressEvery && done % progressEvery === 0) {

@@ -1,0 +1,31 @@
+import { TestDevice, type RegisterOptions } from './device.js';
+
+/** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
+export const JOIN_ATTEMPTS = 3;
+
+/**
+ * joinDevice connects, registers and opens the map stream of a benchmark device. A dial that
+ * timed out under load is retried, as tailscaled does, with the device's identity kept (a new
+ * TestDevice with the same keys) so a register that did land is not counted as a second node.
+ * Returns the device that joined (the original or its replacement) and how many retries it took.
+ */
+export async function joinDevice(first: TestDevice, register: RegisterOptions): Promise<{ device: TestDevice; retries: number }> {
+  let d = first;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await d.connect();
+      const reply = await d.register(register);
+      if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
+      await d.startMap({ stream: true });
+      return { device: d, retries: attempt - 1 };
+    } catch (err) {
+      const message = (err as Error).message;
+      if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
+        throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
+      }
+      await d.close().catch(() => undefined);
+      d = new TestDevice({ serverUrl: d.serverUrl, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
+      await new Promise((r) => setTimeout(r, 250 * attempt));
+    }
+  }
+}

@@ -20,7 +20,7 @@ export async function joinDevice(first: TestDevice, register: RegisterOptions): 
       return { device: d, retries: attempt - 1 };
     } catch (err) {
       const message = (err as Error).message;
-      if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up/i.test(message)) {
+      if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up|fetch failed/i.test(message)) {
         throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
       }
       await d.close().catch(() => undefined);

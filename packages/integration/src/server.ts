@@ -72,13 +72,14 @@ export interface ServerDatabase {
 }
 
 /**
- * serverDatabases lists PostgreSQL and MariaDB as `database` config blocks for startTestServer
- * (each run on its own scratch database). A server whose URL is not set fails the test under
- * CI=true, where `what` must run on it, and is skipped with the reason elsewhere.
+ * serverDatabases lists PostgreSQL and MariaDB (or only the `types` given) as `database` config
+ * blocks for startTestServer (each run on its own scratch database). A server whose URL is not set
+ * fails the test under CI=true, where `what` must run on it, and is skipped with the reason elsewhere.
  */
-export function serverDatabases(t: { fail(msg: string): unknown; skip(msg: string, fn: () => void): unknown }, what: string): ServerDatabase[] {
+export function serverDatabases(t: { fail(msg: string): unknown; skip(msg: string, fn: () => void): unknown }, what: string, types?: string[]): ServerDatabase[] {
   const out: ServerDatabase[] = [];
   for (const server of testDatabaseServers()) {
+    if (types && !types.includes(server.type)) continue;
     if (!server.admin) {
       if (process.env.CI === 'true') t.fail(`${server.type}: ${server.variable} is not set, and CI must run ${what} on ${server.type}`);
       else t.skip(`${server.type}: ${server.variable} not set`, () => undefined);

@@ -10,8 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { testDatabaseServers } from '@headway/storage-sql/testing';
-import { startTestServer } from '../src/server.js';
+import { serverDatabases, startTestServer } from '../src/server.js';
 import { cleanupStack, requireTailscale, TailscaleDevice, type TailscaleStatus } from '../src/tailscale.js';
 
 const JOIN_TIMEOUT_MS = 60_000;
@@ -28,18 +27,15 @@ function ipv4Of(st: TailscaleStatus): string {
 const peerOnline = (st: TailscaleStatus, host: string) => Object.values(st.Peer ?? {}).some((p) => p.HostName === host && p.Online === true);
 
 const installed = requireTailscale(t);
-const pg = testDatabaseServers().find((s) => s.type === 'postgres');
-if (!pg?.admin) {
-  if (process.env.CI === 'true') t.fail('postgres: HEADWAY_TEST_POSTGRES_URL is not set, and CI must run the cluster relay interop test');
-  else t.skip('postgres: HEADWAY_TEST_POSTGRES_URL not set', () => undefined);
-} else {
+const [pg] = serverDatabases(t, 'the cluster relay interop test', ['postgres']);
+if (pg) {
   for (const binaries of installed) {
-    t.test(`${binaries.version}: two tailscaled on different instances ping each other through the meshed relays`, (t) => pg.scratch(async (c) => {
+    t.test(`${binaries.version}: two tailscaled on different instances ping each other through the meshed relays`, (t) => pg.run(async (database) => {
       const cleanups = cleanupStack(t);
       const shared = mkdtempSync(join(tmpdir(), 'hw-interop-mesh-'));
       cleanups.push(() => rmSync(shared, { recursive: true, force: true }));
       const common = {
-        database: { type: 'postgres', postgres: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' } },
+        database,
         cluster: { enabled: true, heartbeat_interval: '500ms', instance_timeout: '3s' },
         noise: { private_key_path: join(shared, 'noise.key') },
       };

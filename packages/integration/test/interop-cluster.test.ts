@@ -10,8 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { testDatabaseServers } from '@headway/storage-sql/testing';
-import { startTestServer } from '../src/server.js';
+import { serverDatabases, startTestServer } from '../src/server.js';
 import { startChildInstance, TcpBalancer } from '../src/cluster.js';
 import { cleanupStack, requireTailscale, TailscaleDevice, type TailscaleStatus } from '../src/tailscale.js';
 
@@ -29,18 +28,15 @@ async function until(what: string, fn: () => Promise<boolean>, timeoutMs: number
 const peerNamed = (s: TailscaleStatus, prefix: string) => Object.values(s.Peer ?? {}).find((p) => p.DNSName?.startsWith(`${prefix}.`));
 
 const installed = requireTailscale(t);
-const pg = testDatabaseServers().find((s) => s.type === 'postgres');
-if (!pg?.admin) {
-  if (process.env.CI === 'true') t.fail('postgres: HEADWAY_TEST_POSTGRES_URL is not set, and CI must run the cluster interop test');
-  else t.skip('postgres: HEADWAY_TEST_POSTGRES_URL not set', () => undefined);
-} else if (installed.length) {
+const [pg] = serverDatabases(t, 'the cluster interop test', ['postgres']);
+if (pg && installed.length) {
   const binaries = installed[installed.length - 1]!;
-  t.test(`${binaries.version}: two tailscaled behind a balancer survive kill -9 of their instance and see a rename made meanwhile`, (t) => pg.scratch(async (c) => {
+  t.test(`${binaries.version}: two tailscaled behind a balancer survive kill -9 of their instance and see a rename made meanwhile`, (t) => pg.run(async (database) => {
     const cleanups = cleanupStack(t);
     const shared = mkdtempSync(join(tmpdir(), 'hw-interop-cluster-'));
     cleanups.push(() => rmSync(shared, { recursive: true, force: true }));
     const common = {
-      database: { type: 'postgres', postgres: { host: c.host, port: c.port, name: c.database, user: c.user, pass: c.password ?? '' } },
+      database,
       cluster: { enabled: true, heartbeat_interval: '500ms', instance_timeout: '3s' },
       noise: { private_key_path: join(shared, 'noise.key') },
     };

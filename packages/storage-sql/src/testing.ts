@@ -25,10 +25,28 @@ export async function withScratchDatabase(client: 'pg' | 'mysql2', admin: Networ
     try {
       await run({ ...admin, database });
     } finally {
-      await adminKnex.raw(client === 'pg' ? `drop database if exists "${database}" with (force)` : `drop database if exists \`${database}\``);
+      await dropScratch(adminKnex, client, database);
     }
   } finally {
     await adminKnex.destroy();
+  }
+}
+
+/**
+ * dropScratch drops a scratch database, ending its connections on PostgreSQL. A connection still
+ * starting up there (a client reconnecting while the test ends) has no role yet, and terminating
+ * it needs pg_signal_backend, which the test role lacks: the drop is tried again once it is up.
+ */
+async function dropScratch(adminKnex: Knex, client: 'pg' | 'mysql2', database: string): Promise<void> {
+  const sql = client === 'pg' ? `drop database if exists "${database}" with (force)` : `drop database if exists \`${database}\``;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await adminKnex.raw(sql);
+      return;
+    } catch (err) {
+      if (attempt >= 10 || !/pg_signal_backend/.test((err as Error).message)) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // State unit tests over a real in-memory SQLite database: users, nodes, keys,
 // and the rule that a change is published once, after its write, in order.
 import t from 'tap';
-import { HeadwayError, type Change, type NewNodeInput } from '../src/index.js';
+import { HeadwayError, type Change, type NewNodeInput, type StoragePort } from '../src/index.js';
 import { Faults, machineKey, nodeKey, startState, type TestState } from './harness.js';
 
 const code = (c: string) => ({ constructor: HeadwayError, code: c });
@@ -302,4 +302,49 @@ t.test('restart: a new State over the same database holds the same users, nodes 
   const c = await again.createNode(nodeInput('b', u.id));
   t.equal(c.givenName, 'b-1', 'names known after a restart');
   t.not(c.ipv4, b.ipv4, 'used addresses known after a restart');
+});
+
+// Regression: cluster-failover failed in CI with a deleted node still in a reconnected device's netmap. A write
+// in flight when its node was deleted (a session's last-seen update, a cluster reload reading the row) resolved
+// after the deletion and put the node back into memory, where every later full map showed it.
+t.test('a write or reload in flight across a deletion does not bring the deleted node back', async (t) => {
+  let hold: Promise<void> | undefined;
+  const wrap = (real: StoragePort) => ({
+    ...real,
+    nodes: new Proxy(real.nodes, {
+      get: (target, prop) => {
+        const v = Reflect.get(target, prop) as unknown;
+        if (typeof v !== 'function') return v;
+        return async (...args: unknown[]) => {
+          const gate = prop === 'update' || prop === 'get' ? hold : undefined;
+          const out = await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
+          // The held call has done its database work; its answer arrives only once the test lets it.
+          if (gate) await gate;
+          return out;
+        };
+      },
+    }),
+  });
+  const s = await startState(t, {}, wrap);
+  const u = await s.state.createUser({ name: 'ivy' });
+
+  for (const kind of ['updateNode', 'reloadNodes', 'reloadNodePatch'] as const) {
+    const n = await s.state.createNode(nodeInput(`box-${kind.toLowerCase()}`, u.id));
+    s.changes.length = 0;
+    let release!: () => void;
+    hold = new Promise((r) => { release = r; });
+    const inFlight: Promise<unknown> = kind === 'updateNode' ? s.state.updateNode(n.id, { lastSeen: new Date() }, 'silent')
+      : kind === 'reloadNodes' ? s.state.reloadNodes([n.id])
+        : s.state.reloadNodePatch(n.id, { endpoints: ['192.0.2.1:41641'] });
+    await new Promise((r) => setTimeout(r, 20));
+    hold = undefined;
+    await s.state.deleteNode(n.id);
+    release();
+    if (kind === 'updateNode') await t.rejects(inFlight, code('not_found'), 'the update reports the node gone');
+    else await inFlight;
+    t.notOk(s.state.getNode(n.id), `${kind}: the deleted node stays out of memory`);
+    t.notOk(s.state.nodeByNodeKey(n.nodeKey), `${kind}: and out of the key index`);
+    t.notOk(s.state.listNodes().some((x) => x.id === n.id), `${kind}: and out of the node list`);
+    t.same(types(s.changes), ['node-removed'], `${kind}: only the removal is published`);
+  }
 });

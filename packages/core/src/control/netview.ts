@@ -65,7 +65,9 @@ export class NetworkView {
       };
     } else {
       try {
-        c = compilePolicy(this.policy, snapshotOf(this.state), String(id), this.context());
+        // The context's own snapshot: building a fresh one here cost O(N) per node, O(N²) per tailnet recompute.
+        const ctx = this.context();
+        c = compilePolicy(this.policy, ctx.snapshot, String(id), ctx);
       } catch (err) {
         // A policy that was valid can fail against a node it never saw; deny rather than open up.
         this.logger.error('policy compile failed for node; sending an empty filter', { node: id, error: (err as Error).message });

@@ -18,6 +18,8 @@ const LAST_SEEN_INTERVAL_MS = 60_000;
  * after a deadlock or after another server took the name or address it proposed.
  */
 const REGISTER_ATTEMPTS = 25;
+/** DELETED_IDS_KEPT bounds State.deletedIds: a write in flight across a deletion resolves within seconds, not thousands of deletions later. */
+const DELETED_IDS_KEPT = 65_536;
 
 export interface NewNodeInput {
   machineKey: string;
@@ -55,6 +57,13 @@ export class State {
   private readonly users = new Map<number, User>();
   private readonly nodes = new Map<number, Node>();
   private readonly sessions = new Map<number, number>();
+  /**
+   * deletedIds are the nodes deleted since start-up (ids are never reused), newest last, at most
+   * DELETED_IDS_KEPT. A write or a cluster reload that was in flight when its node was deleted
+   * resolves after the deletion; without this it would put the deleted node back into memory, and
+   * every full map sent afterwards would show it again.
+   */
+  private readonly deletedIds = new Set<number>();
   /** remoteOnline: nodes whose map session another cluster instance holds (node id → instance ids). */
   private readonly remoteOnline = new Map<number, Set<string>>();
   /**
@@ -461,6 +470,7 @@ export class State {
       return n;
     }));
     this.consumed(writes);
+    if (this.deletedIds.has(id)) throw notFound('node', id);
     this.putNode(updated);
     this.bus.publish({ type: 'node-changed', node: updated });
     return updated;
@@ -555,7 +565,7 @@ export class State {
   async updateNode(id: number, patch: NodePatch, publish: 'full' | 'silent' = 'full'): Promise<Node> {
     const full = this.routePatch(this.requireNode(id), patch);
     const updated = await this.conflicts(() => this.storage.nodes.update(id, full));
-    if (!updated) throw notFound('node', id);
+    if (!updated || this.deletedIds.has(id)) throw notFound('node', id);
     this.putNode(updated);
     if (publish === 'full') this.bus.publish({ type: 'node-changed', node: updated });
     return updated;
@@ -579,6 +589,8 @@ export class State {
   /** forgetNode drops a node deleted from storage from memory, frees its addresses and publishes the removal. */
   private forgetNode(node: Node): void {
     const id = node.id;
+    this.deletedIds.add(id);
+    if (this.deletedIds.size > DELETED_IDS_KEPT) this.deletedIds.delete(this.deletedIds.values().next().value!);
     this.dropKeys(node);
     this.nodes.delete(id);
     this.sessions.delete(id);
@@ -631,10 +643,12 @@ export class State {
       }
       return out;
     }));
-    for (const n of updated) this.putNode(n);
-    applied?.(updated);
-    for (const n of updated) this.bus.publish({ type: 'node-changed', node: n });
-    return updated;
+    // A node deleted while the transaction ran stays deleted.
+    const live = updated.filter((n) => !this.deletedIds.has(n.id));
+    for (const n of live) this.putNode(n);
+    applied?.(live);
+    for (const n of live) this.bus.publish({ type: 'node-changed', node: n });
+    return live;
   }
 
   /**
@@ -671,11 +685,12 @@ export class State {
       for (const [alloc, ip] of fresh) alloc.giveBack(ip);
       throw err;
     }
-    for (const n of updated) {
+    const live = updated.filter((n) => !this.deletedIds.has(n.id));
+    for (const n of live) {
       this.putNode(n);
       this.bus.publish({ type: 'node-changed', node: n });
     }
-    return updated;
+    return live;
   }
 
   // ---- sessions (online state) ----
@@ -804,6 +819,8 @@ export class State {
   }
 
   private applyNodeRow(id: number, row: Node | undefined): void {
+    // A row read before this instance deleted the node is stale.
+    if (row && this.deletedIds.has(id)) return;
     const known = this.nodes.get(id);
     if (!row) {
       if (known) {

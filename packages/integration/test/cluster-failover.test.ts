@@ -118,7 +118,7 @@ for (const db of databases) {
         const self = nm.self?.Name;
         return !nm.peers.has(goneId) && [...names, self].includes(`${acknowledged}.headway.net.`)
           && [...names, self].includes('renamed-meanwhile.headway.net.') && !names.some((n) => n?.startsWith('viewer5.'));
-      }, 10_000).catch((err: Error) => { throw new Error(`${v.hostname} (${ended.has(v) ? 'reconnected' : 'stream kept'}): ${err.message}; peers ${JSON.stringify([...v.netmap.peers.values()].map((p) => p.Name))}; the server it reached still holds the deleted node: ${a.state.getNode(goneId) ? 'A does' : 'not A'}`); });
+      }, 10_000).catch((err: Error) => { throw new Error(`${v.hostname} (${ended.has(v) ? 'reconnected' : 'stream kept'}): ${err.message}; peers ${JSON.stringify([...v.netmap.peers.values()].map((p) => p.Name))}; instance A still holds the deleted node: ${a.state.getNode(goneId) ? 'yes' : 'no'}`); });
     }
     t.pass('every remaining viewer sees the last rename, the rename made meanwhile and not the deleted node');
 

@@ -98,7 +98,8 @@ interface NodeInfo {
   idx: number;
   node: PolicyNode;
   addrs: Addr[];
-  /** addrPrefixes are the node's addresses as /32 and /128 prefixes (how CapGrant Dsts name them). */
+  /** addrPrefixes are the node's addresses as /32 and /128 prefixes (how CapGrant Dsts name them); filled
+   * on first use (addressPrefixes), as only CapGrant rules need them. */
   addrPrefixes: string[];
   ips: IPSet;
   tagged: boolean;
@@ -251,7 +252,7 @@ export class TailnetContext {
   private readonly nodeScopes: (Scope | null | undefined)[];
   private readonly userScopes = new Map<string, Scope | null>();
   private readonly sshPre = new Map<number, SshPre>();
-  private peerIndex?: { classOf: string[]; contrib: Map<string, NodeList>; classes: Map<string, Int32Array> };
+  private peerIndex?: { classOf: string[]; contrib: Map<string, NodeList>; classes: Map<string, { members: Int32Array; ids: string[] }> };
 
   /** applyAutoApprovers=false takes approvedRoutes as final (e.g. a capture of a control
    * plane that already applied autoApprovers when the routes were advertised). */
@@ -263,9 +264,10 @@ export class TailnetContext {
         if (!a) throw new Error(`node ${n.name}: invalid address ${JSON.stringify(s)}`);
         return a;
       });
-      const ips = IPSet.of(...texts);
+      // The same set IPSet.of(...texts) gives, without parsing the addresses a second time.
+      const ips = new IPSet(addrs.map((a) => ({ v6: a.v6, start: a.n, end: a.n })));
       return {
-        idx, node: n, addrs, addrPrefixes: addrs.map((a) => addrText(a) + (a.v6 ? '/128' : '/32')), ips, tagged: n.tags.length > 0,
+        idx, node: n, addrs, addrPrefixes: [], ips, tagged: n.tags.length > 0,
         approved: [], subnetRoutes: [], subnetSet: new IPSet(), exitRoutes: [],
       };
     });
@@ -691,11 +693,11 @@ export class TailnetContext {
         r.CapGrant.forEach((cg, c) => {
           const dsts = new Set<string>();
           if (plain) {
-            i.addrs.forEach((a, k) => { if (p.capUnions[c]!.containsAddr(a)) dsts.add(i.addrPrefixes[k]!); });
+            i.addrs.forEach((a, k) => { if (p.capUnions[c]!.containsAddr(a)) dsts.add(addressPrefixes(i)[k]!); });
           } else {
             cg.Dsts.forEach((d, k) => {
               const set = p.capSets[c]![k]!;
-              i.addrs.forEach((a, ak) => { if (set.containsAddr(a)) dsts.add(i.addrPrefixes[ak]!); });
+              i.addrs.forEach((a, ak) => { if (set.containsAddr(a)) dsts.add(addressPrefixes(i)[ak]!); });
               if (set.overlaps(i.subnetSet)) dsts.add(d);
             });
           }
@@ -806,11 +808,28 @@ export class TailnetContext {
   /** peers are the nodes `i` can reach or be reached by, judged by either side's rules, in tailnet order.
    * The cache argument is no longer used (the context indexes everything itself); kept for callers. */
   peers(i: NodeInfo, _cache?: Map<string, { srcs: IPSet; dsts: IPSet }[]>): NodeInfo[] {
+    const peers: NodeInfo[] = [];
+    for (const x of this.peerClass(i).members) if (x !== i.idx) peers.push(this.infos[x]!);
+    return peers;
+  }
+
+  /** peerIds is peers() as node ids, read from the class's shared id list (O(output), no NodeInfo detour). */
+  peerIds(i: NodeInfo): string[] {
+    const { members, ids } = this.peerClass(i);
+    let lo = 0, hi = members.length;
+    while (lo < hi) { const mid = (lo + hi) >>> 1; if (members[mid]! < i.idx) lo = mid + 1; else hi = mid; }
+    const at = members[lo] === i.idx ? lo : -1;
+    if (at < 0) return [...ids];
+    return [...ids.slice(0, at), ...ids.slice(at + 1)];
+  }
+
+  /** peerClass is the peer list shared by every node gaining the same contributions (see buildPeerIndex). */
+  private peerClass(i: NodeInfo): { members: Int32Array; ids: string[] } {
     this.peerIndex ??= this.buildPeerIndex();
     const idx = this.peerIndex;
     const key = idx.classOf[i.idx]!;
-    let members = idx.classes.get(key);
-    if (!members) {
+    let cls = idx.classes.get(key);
+    if (!cls) {
       const bits = new Uint32Array((this.infos.length + 31) >>> 5);
       if (key) for (const part of key.split(' ')) idx.contrib.get(part)!.orInto(bits);
       const out: number[] = [];
@@ -822,12 +841,10 @@ export class TailnetContext {
           word ^= low;
         }
       }
-      members = Int32Array.from(out);
-      idx.classes.set(key, members);
+      cls = { members: Int32Array.from(out), ids: out.map((x) => this.infos[x]!.node.id) };
+      idx.classes.set(key, cls);
     }
-    const peers: NodeInfo[] = [];
-    for (const x of members) if (x !== i.idx) peers.push(this.infos[x]!);
-    return peers;
+    return cls;
   }
 
   /** routeVisible reports whether `viewer` gets route `prefix` of `router` in AllowedIPs:
@@ -977,6 +994,11 @@ export class TailnetContext {
   }
 }
 
+function addressPrefixes(i: NodeInfo): string[] {
+  if (i.addrPrefixes.length !== i.addrs.length) i.addrPrefixes = i.addrs.map((a) => addrText(a) + (a.v6 ? '/128' : '/32'));
+  return i.addrPrefixes;
+}
+
 function push<K, V>(m: Map<K, V[]>, k: K, v: V): void {
   const l = m.get(k);
   if (l) l.push(v); else m.set(k, [v]);
@@ -1036,7 +1058,7 @@ export function compilePolicy(policy: Policy | null, snapshot: Snapshot, nodeId:
     packetFilter: ctx.packetFilter(i),
     sshPolicy: ssh === null ? null : { rules: ssh },
     capMap: ctx.capMap(i),
-    peers: ctx.peers(i, ctx.matcherCache).map((p) => p.node.id),
+    peers: ctx.peerIds(i),
     approvedRoutes: i.approved,
     randomizeClientPort: policy?.randomizeClientPort ?? false,
   };

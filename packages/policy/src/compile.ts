@@ -196,7 +196,8 @@ function lowerBound(keys: bigint[], x: bigint): number {
   return lo;
 }
 
-/** exitCover is canAccess's test for a destination set reaching exit nodes. */
+/** exitCover is the peer rule's test for a destination set reaching exit nodes: all of IPv4 or IPv6, or the
+ * whole internet (see TailnetContext.buildPeerIndex). */
 function exitCover(dsts: IPSet): boolean {
   return dsts.containsRange(V4_ALL) || dsts.containsRange(V6_ALL) || INTERNET.subsetOf(dsts);
 }
@@ -413,14 +414,16 @@ export class TailnetContext {
     return v;
   }
 
-  /** srcNodes are the nodes canAccess accepts as a source of `srcs`: an address in it, or a route overlapping it. */
+  /** srcNodes are the nodes the peer rule counts as a source of `srcs`: an address in it, or an approved subnet
+   * route overlapping it. */
   private srcNodes(srcs: IPSet): Int32Array {
     const base = this.nodesWithAddrIn(srcs);
     const extra = this.routers.filter((r) => srcs.overlaps(r.subnetSet)).map((r) => r.idx);
     return extra.length ? sortedUnique([...base, ...extra]) : base;
   }
 
-  /** dstNodes are the nodes canAccess accepts as a destination of `dsts`: srcNodes' tests plus exit nodes. */
+  /** dstNodes are the nodes the peer rule counts as a destination of `dsts`: srcNodes' tests, plus exit nodes
+   * when the set covers what an exit route carries (exitCover). */
   private dstNodes(dsts: IPSet): Int32Array {
     const base = this.srcNodes(dsts);
     if (this.exitNodes.length === 0 || !exitCover(dsts)) return base;
@@ -723,7 +726,7 @@ export class TailnetContext {
     return out;
   }
 
-  /** matchersOf are the parsed rules canAccess weighs for `n`: the global ones and its scope's own. */
+  /** matchersOf are the parsed rules weighed for `n`'s routes: the global ones and its scope's own. */
   private matchersOf(n: NodeInfo): PreRule[] {
     const s = this.scopeOf(n);
     return s ? [...this.globalList, ...s.extras] : this.globalList;
@@ -749,13 +752,15 @@ export class TailnetContext {
   }
 
   /**
-   * buildPeerIndex turns the peer relation into set unions. j is a peer of i when some matcher of i's or j's
-   * rules has one of them among its sources and the other among its destinations (canAccess, either way round),
-   * or a via grant serves one through the other. Global matchers hold for every node: for each, the node sets
-   * matching its sources (S) and destinations (D) are computed once, and a node in S gains D, a node in D
-   * gains S. A scope's own matchers hold for its owners only: a node gains all of the other side when it owns
-   * the matcher, else only the owners on the other side. A node's "class" is the list of the contributions it
-   * gains; nodes of one class (typically: one user's devices, one tag set) share one computed peer list.
+   * buildPeerIndex turns the peer relation into unions of precomputed node sets, once per context. Node j is a
+   * peer of node i when a matcher (parsed merged rule) of i's or of j's rules has one of them among its sources
+   * and the other among its destinations, either way round (srcNodes and dstNodes say what "among" means), or
+   * when a via grant serves one through the other. A global matcher is in every node's rules: with S and D its
+   * source and destination node sets, a node in S gains D and a node in D gains S; via grants give such pairs
+   * too (their sources, the routers serving them). A scope's own matcher is only in its owners' rules: an owner
+   * gains the whole other side, any other node only the owners on the other side. A node's "class" is the list
+   * of contributions it gains; the nodes of one class (typically one user's devices, or one tag set) share a
+   * single computed peer list, so each node costs O(rules touching it + its output).
    */
   private buildPeerIndex(): NonNullable<TailnetContext['peerIndex']> {
     const n = this.infos.length;

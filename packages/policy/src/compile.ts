@@ -1,5 +1,5 @@
-import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, type Addr } from './ip.js';
-import type { Alias, Grant, Policy, PortRange, ProtoPorts } from './policy.js';
+import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, type Addr, type IPRange } from './ip.js';
+import type { Alias, Grant, Policy, PortRange, ProtoPorts, SshRule as SshRuleSpec } from './policy.js';
 
 export interface PolicyUser {
   id: string;
@@ -94,8 +94,13 @@ const COMPANIONS: [string, string][] = [[CAP_DRIVE, CAP_DRIVE_SHARER], [CAP_RELA
 export const CHECK_HOLD_URL = '/machine/ssh/action/$SRC_NODE_ID/to/$DST_NODE_ID?local_user=$LOCAL_USER';
 
 interface NodeInfo {
+  /** idx is the node's position in the snapshot (tailnet order); every per-context index is keyed by it. */
+  idx: number;
   node: PolicyNode;
   addrs: Addr[];
+  /** addrPrefixes are the node's addresses as /32 and /128 prefixes (how CapGrant Dsts name them); filled
+   * on first use (addressPrefixes), as only CapGrant rules need them. */
+  addrPrefixes: string[];
   ips: IPSet;
   tagged: boolean;
   approved: string[];
@@ -110,31 +115,188 @@ interface CompiledGrant {
   via: { tags: string[]; dsts: IPSet[]; internet: boolean; ip: ProtoPorts[]; srcIPs: string[]; srcSet: IPSet } | null;
 }
 
-/** TailnetContext resolves a policy against one snapshot; build it once per snapshot. */
+/**
+ * Piece is one rule of a node's unmerged rule sequence (for every grant in order: its global rules, then its
+ * autogroup:self rules, then its via rules), with `pos` its place in that sequence (see piecePos). Merging by
+ * position lets a node's merged list be assembled from the shared global list plus its own few pieces.
+ */
+interface Piece { pos: number; rule: FilterRule }
+
+function piecePos(grant: number, part: 0 | 1 | 2, k: number): number {
+  return (grant * 3 + part) * 65536 + k;
+}
+
+/**
+ * PreRule is one merged filter rule with its addresses parsed once per context: its sources, every DstPorts
+ * entry and CapGrant Dst, the unions the peer and route checks need, and (lazily) which nodes hold an address
+ * in each entry. The same PreRule serves every node whose merged list contains it.
+ */
+interface PreRule {
+  rule: FilterRule;
+  /** key is mergeRules' key (sources and protocols); null for a CapGrant rule, which is never merged. */
+  key: string | null;
+  firstPos: number;
+  pieces: Piece[];
+  srcs: IPSet;
+  dsts: IPSet;
+  entrySets: IPSet[];
+  capSets: IPSet[][];
+  capUnions: IPSet[];
+  /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses. */
+  hits?: Map<number, number[]>;
+  peerSets?: { S: NodeList; D: NodeList };
+}
+
+/**
+ * Scope is what a group of nodes adds to the global rules: the autogroup:self rules of one user (shared by all
+ * its untagged nodes) or the via rules of one router. `list` is the merged rule list of its owners, `extras` the
+ * entries of it that are not global PreRules.
+ */
+interface Scope {
+  owners: number[];
+  list: PreRule[];
+  extras: PreRule[];
+}
+
+/** NodeList is a sorted list of node indices, OR-able into a bitset (as a bitset itself once it is large). */
+class NodeList {
+  private bits?: Uint32Array;
+  constructor(readonly idx: Int32Array) {}
+  get size(): number { return this.idx.length; }
+  orInto(out: Uint32Array): void {
+    if (this.idx.length > out.length) {
+      if (!this.bits) {
+        this.bits = new Uint32Array(out.length);
+        for (const x of this.idx) this.bits[x >>> 5]! |= 1 << (x & 31);
+      }
+      for (let w = 0; w < out.length; w++) out[w]! |= this.bits[w]!;
+      return;
+    }
+    for (const x of this.idx) out[x >>> 5]! |= 1 << (x & 31);
+  }
+}
+
+const EMPTY_LIST = new NodeList(new Int32Array(0));
+const V4_ALL = parseRangeText('0.0.0.0/0')!;
+const V6_ALL = parseRangeText('::/0')!;
+
+function sortedUnique(xs: ArrayLike<number>): Int32Array {
+  const a = Int32Array.from(xs).sort();
+  let n = 0;
+  for (let k = 0; k < a.length; k++) if (k === 0 || a[k] !== a[k - 1]) a[n++] = a[k]!;
+  return a.subarray(0, n);
+}
+
+function lowerBound(keys: bigint[], x: bigint): number {
+  let lo = 0, hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/** exitCover is the peer rule's test for a destination set reaching exit nodes: all of IPv4 or IPv6, or the
+ * whole internet (see TailnetContext.buildPeerIndex). */
+function exitCover(dsts: IPSet): boolean {
+  return dsts.containsRange(V4_ALL) || dsts.containsRange(V6_ALL) || INTERNET.subsetOf(dsts);
+}
+
+function ruleKey(r: FilterRule): string {
+  return `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
+}
+
+/** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
+interface SshPre {
+  src: IPSet;
+  users: Record<string, string>;
+  localpartOf: Map<string, string>;
+  hasLocalpart: boolean;
+  /** byUser: the source principals of each owning user (the user's matching nodes' addresses, as strings). */
+  byUser: Map<string, string[]>;
+  userIds: string[];
+  tagged: string[];
+  selfDst: boolean;
+  dst: IPSet | null;
+}
+
+/**
+ * TailnetContext resolves a policy against one snapshot; build it once per snapshot. Everything that does not
+ * depend on the node compiled is computed once here and indexed by node (issue 9): alias resolution, users by
+ * name/email/id, nodes by user, tag and address, every rule's parsed addresses, and for the peer relation each
+ * rule's source and destination node sets. Compiling one node then costs O(rules touching it + its output),
+ * where it used to scan the tailnet for every rule (O(N·R) per node, O(N²·R) per tailnet).
+ */
 export class TailnetContext {
   readonly infos: NodeInfo[];
   readonly byId = new Map<string, NodeInfo>();
   private readonly grants: CompiledGrant[] | null;
 
+  private readonly usersByName = new Map<string, PolicyUser[]>();
+  private readonly usersByEmail = new Map<string, PolicyUser[]>();
+  private readonly userById = new Map<string, PolicyUser>();
+  private readonly nodesByUser = new Map<string, NodeInfo[]>();
+  private readonly nodesByTag = new Map<string, NodeInfo[]>();
+  private readonly v4Keys: bigint[] = [];
+  private readonly v4Idx: number[] = [];
+  private readonly v6Keys: bigint[] = [];
+  private readonly v6Idx: number[] = [];
+  private readonly routers: NodeInfo[] = [];
+  private readonly exitNodes: NodeInfo[] = [];
+  private readonly resolved = new Map<string, IPSet | null>();
+  private readonly resolvedAll = new WeakMap<Alias[], IPSet>();
+  private readonly parsed = new Map<string, IPSet>();
+  private readonly addrHits = new WeakMap<IPSet, Int32Array>();
+  private subnetRouteStrings?: string[];
+  private globalList: PreRule[] = [];
+  private readonly globalByKey = new Map<string, PreRule>();
+  private readonly nodeScopes: (Scope | null | undefined)[];
+  private readonly userScopes = new Map<string, Scope | null>();
+  private readonly sshPre = new Map<number, SshPre>();
+  private peerIndex?: { classOf: string[]; contrib: Map<string, NodeList>; classes: Map<string, { members: Int32Array; ids: string[] }> };
+
   /** applyAutoApprovers=false takes approvedRoutes as final (e.g. a capture of a control
    * plane that already applied autoApprovers when the routes were advertised). */
   constructor(readonly policy: Policy | null, readonly snapshot: Snapshot, readonly applyAutoApprovers = true) {
-    const base = snapshot.nodes.map((n) => {
-      const addrs = [n.ipv4, n.ipv6].filter((x): x is string => !!x).map((s) => {
+    this.infos = snapshot.nodes.map((n, idx) => {
+      const texts = [n.ipv4, n.ipv6].filter((x): x is string => !!x);
+      const addrs = texts.map((s) => {
         const a = parseAddr(s);
         if (!a) throw new Error(`node ${n.name}: invalid address ${JSON.stringify(s)}`);
         return a;
       });
-      const ips = IPSet.of(...[n.ipv4, n.ipv6].filter((x): x is string => !!x));
-      return { node: n, addrs, ips, tagged: n.tags.length > 0 };
+      // The same set IPSet.of(...texts) gives, without parsing the addresses a second time.
+      const ips = new IPSet(addrs.map((a) => ({ v6: a.v6, start: a.n, end: a.n })));
+      return {
+        idx, node: n, addrs, addrPrefixes: [], ips, tagged: n.tags.length > 0,
+        approved: [], subnetRoutes: [], subnetSet: new IPSet(), exitRoutes: [],
+      };
     });
-    this.infos = base.map((b) => ({ ...b, approved: [], subnetRoutes: [], subnetSet: new IPSet(), exitRoutes: [] }));
+    this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
     for (const i of this.infos) this.byId.set(i.node.id, i);
+    for (const u of snapshot.users) {
+      push(this.usersByName, u.name, u);
+      if (u.email !== undefined) push(this.usersByEmail, u.email, u);
+      if (!this.userById.has(u.id)) this.userById.set(u.id, u);
+    }
+    const v4: [bigint, number][] = [];
+    const v6: [bigint, number][] = [];
+    for (const i of this.infos) {
+      if (!i.tagged && i.node.userId !== undefined) push(this.nodesByUser, i.node.userId, i);
+      for (const t of new Set(i.node.tags)) push(this.nodesByTag, t, i);
+      for (const a of i.addrs) (a.v6 ? v6 : v4).push([a.n, i.idx]);
+    }
+    for (const [list, keys, idx] of [[v4, this.v4Keys, this.v4Idx], [v6, this.v6Keys, this.v6Idx]] as const) {
+      list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
+      for (const [k, x] of list) { keys.push(k); idx.push(x); }
+    }
     for (const i of this.infos) {
       i.approved = this.effectiveApproved(i);
       i.subnetRoutes = i.node.availableRoutes.filter((r) => !isExitRoute(r) && i.approved.includes(r));
       i.subnetSet = IPSet.of(...i.subnetRoutes);
       i.exitRoutes = i.node.availableRoutes.filter((r) => isExitRoute(r) && i.approved.includes(r));
+      if (!i.subnetSet.isEmpty()) this.routers.push(i);
+      if (i.exitRoutes.length > 0) this.exitNodes.push(i);
     }
     // A policy without acls or grants behaves like Tailscale's default `*` -> `*:*` rule,
     // whose sources are the tailnet ranges (not a literal "*").
@@ -142,39 +304,65 @@ export class TailnetContext {
       ? { ...policy, grants: [{ src: [{ kind: 'wildcard' as const }], dst: [{ kind: 'wildcard' as const }], ip: [{ protos: null, ports: [{ First: 0, Last: 65535 }] }], app: null, via: [] }] }
       : policy;
     this.grants = effective ? this.compileGrants(effective) : null;
+    if (this.grants) {
+      const pieces: Piece[] = [];
+      this.grants.forEach((g, gi) => g.rules.forEach((rule, k) => pieces.push({ pos: piecePos(gi, 0, k), rule })));
+      this.globalList = this.mergePieces(pieces);
+      for (const p of this.globalList) if (p.key !== null) this.globalByKey.set(p.key, p);
+    } else {
+      this.globalList = this.mergePieces([{ pos: 0, rule: ALLOW_ALL[0]! }]);
+    }
   }
 
   private userOf(alias: string): PolicyUser | undefined {
     const trimmed = alias.endsWith('@') ? alias.slice(0, -1) : alias;
-    const matches = this.snapshot.users.filter((u) => u.email === trimmed || u.name === trimmed);
-    return matches.length === 1 ? matches[0] : undefined;
+    const matches = new Set([...(this.usersByEmail.get(trimmed) ?? []), ...(this.usersByName.get(trimmed) ?? [])]);
+    return matches.size === 1 ? [...matches][0] : undefined;
   }
 
   private nodesOfUser(u: PolicyUser | undefined): NodeInfo[] {
     if (!u) return [];
-    return this.infos.filter((i) => !i.tagged && i.node.userId === u.id);
+    return this.nodesByUser.get(u.id) ?? [];
   }
 
-  /** resolve turns an alias into addresses; null for autogroup:self (resolved per node). */
+  /** resolve turns an alias into addresses; null for autogroup:self (resolved per node). Memoized per alias. */
   resolve(a: Alias): IPSet | null {
-    const pol = this.policy;
-    const union = (infos: NodeInfo[]) => infos.reduce((s, i) => s.union(i.ips), new IPSet());
     switch (a.kind) {
       case 'wildcard': return TAILNET_WILDCARD;
+      case 'host': return this.policy?.hosts[a.name] ?? new IPSet();
+      case 'prefix': return a.set;
+      default: {
+        const key = `${a.kind}\u0000${a.kind === 'userDomain' ? a.domain : a.name}`;
+        let v = this.resolved.get(key);
+        if (v === undefined) {
+          v = this.resolveUncached(a);
+          this.resolved.set(key, v);
+        }
+        return v;
+      }
+    }
+  }
+
+  private resolveUncached(a: Alias): IPSet | null {
+    const pol = this.policy;
+    const union = (infos: NodeInfo[]) => new IPSet(infos.flatMap((i) => i.ips.ranges));
+    switch (a.kind) {
       case 'user': return union(this.nodesOfUser(this.userOf(a.name)));
-      case 'userDomain':
-        return union(this.infos.filter((i) => {
-          const u = this.snapshot.users.find((x) => x.id === i.node.userId);
-          return !i.tagged && !!u?.email && u.email.toLowerCase().endsWith('@' + a.domain.toLowerCase());
-        }));
+      case 'userDomain': {
+        const suffix = '@' + a.domain.toLowerCase();
+        const out: NodeInfo[] = [];
+        for (const [uid, nodes] of this.nodesByUser) {
+          const u = this.userById.get(uid);
+          if (u?.email && u.email.toLowerCase().endsWith(suffix)) out.push(...nodes);
+        }
+        return union(out);
+      }
       case 'group': {
         const bare = a.name.slice('group:'.length);
         const fromProvider = this.snapshot.users.filter((u) => u.groups?.includes(bare));
         return union([...(pol?.groups[a.name] ?? []).map((m) => this.userOf(m)), ...fromProvider].flatMap((u) => this.nodesOfUser(u)));
       }
-      case 'tag': return union(this.infos.filter((i) => i.node.tags.includes(a.name)));
-      case 'host': return pol?.hosts[a.name] ?? new IPSet();
-      case 'prefix': return a.set;
+      case 'tag': return union(this.nodesByTag.get(a.name) ?? []);
       case 'autogroup':
         switch (a.name) {
           case 'autogroup:internet': return INTERNET;
@@ -183,11 +371,63 @@ export class TailnetContext {
           case 'autogroup:danger-all': return ALL;
           default: return null;
         }
+      default: return this.resolve(a);
     }
   }
 
   private resolveAll(aliases: Alias[]): IPSet {
-    return aliases.reduce((s, a) => s.union(this.resolve(a) ?? new IPSet()), new IPSet());
+    let v = this.resolvedAll.get(aliases);
+    if (!v) {
+      v = new IPSet(aliases.flatMap((a) => (this.resolve(a) ?? new IPSet()).ranges));
+      this.resolvedAll.set(aliases, v);
+    }
+    return v;
+  }
+
+  /** parse reads one SrcIPs/DstPorts/CapGrant address text, once per context. */
+  private parse(text: string): IPSet {
+    let v = this.parsed.get(text);
+    if (!v) {
+      v = text === '*' ? ALL : IPSet.of(text);
+      this.parsed.set(text, v);
+    }
+    return v;
+  }
+
+  private parseAll(texts: string[]): IPSet {
+    return texts.length === 1 ? this.parse(texts[0]!) : new IPSet(texts.flatMap((t) => this.parse(t).ranges));
+  }
+
+  /** nodesWithAddrIn lists (sorted, once per set) the nodes with an address in `set`, by binary search. */
+  private nodesWithAddrIn(set: IPSet): Int32Array {
+    let v = this.addrHits.get(set);
+    if (!v) {
+      const out: number[] = [];
+      for (const r of set.ranges) {
+        const keys = r.v6 ? this.v6Keys : this.v4Keys;
+        const ids = r.v6 ? this.v6Idx : this.v4Idx;
+        for (let k = lowerBound(keys, r.start); k < keys.length && keys[k]! <= r.end; k++) out.push(ids[k]!);
+      }
+      v = sortedUnique(out);
+      this.addrHits.set(set, v);
+    }
+    return v;
+  }
+
+  /** srcNodes are the nodes the peer rule counts as a source of `srcs`: an address in it, or an approved subnet
+   * route overlapping it. */
+  private srcNodes(srcs: IPSet): Int32Array {
+    const base = this.nodesWithAddrIn(srcs);
+    const extra = this.routers.filter((r) => srcs.overlaps(r.subnetSet)).map((r) => r.idx);
+    return extra.length ? sortedUnique([...base, ...extra]) : base;
+  }
+
+  /** dstNodes are the nodes the peer rule counts as a destination of `dsts`: srcNodes' tests, plus exit nodes
+   * when the set covers what an exit route carries (exitCover). */
+  private dstNodes(dsts: IPSet): Int32Array {
+    const base = this.srcNodes(dsts);
+    if (this.exitNodes.length === 0 || !exitCover(dsts)) return base;
+    return sortedUnique([...base, ...this.exitNodes.map((e) => e.idx)]);
   }
 
   /** effectiveApproved is approved ∪ routes the autoApprovers approve for this node. */
@@ -218,7 +458,8 @@ export class TailnetContext {
   }
 
   private approvedSubnetRouteStrings(): string[] {
-    return [...new Set(this.infos.flatMap((i) => i.subnetRoutes))];
+    this.subnetRouteStrings ??= [...new Set(this.infos.flatMap((i) => i.subnetRoutes))];
+    return this.subnetRouteStrings;
   }
 
   private srcStrings(srcAliases: Alias[], resolved: IPSet): string[] {
@@ -227,10 +468,12 @@ export class TailnetContext {
     const out = resolved.strings();
     if (srcAliases.some((a) => a.kind === 'wildcard')) {
       // "*" also covers every approved subnet route, listed route by route.
-      for (const r of this.approvedSubnetRouteStrings()) if (!out.includes(r)) out.push(r);
+      const seen = new Set(out);
+      const add = (s: string) => { if (!seen.has(s)) { seen.add(s); out.push(s); } };
+      for (const r of this.approvedSubnetRouteStrings()) add(r);
       for (const a of srcAliases) {
         if (a.kind === 'wildcard') continue;
-        for (const s of (this.resolve(a) ?? new IPSet()).strings()) if (!out.includes(s)) out.push(s);
+        for (const s of (this.resolve(a) ?? new IPSet()).strings()) add(s);
       }
     }
     return out;
@@ -251,7 +494,7 @@ export class TailnetContext {
   private compileGrant(g: Grant): CompiledGrant | null {
     if (g.src.length === 0 || g.dst.length === 0) return null;
     const srcSets = g.src.map((a) => this.resolve(a) ?? new IPSet());
-    const srcUnion = srcSets.reduce((s, x) => s.union(x), new IPSet());
+    const srcUnion = srcSets.length === 1 ? srcSets[0]! : new IPSet(srcSets.flatMap((s) => s.ranges));
     const srcIPs = this.srcStrings(g.src, srcUnion);
     if (g.via.length > 0) {
       if (srcUnion.isEmpty()) return null;
@@ -297,24 +540,106 @@ export class TailnetContext {
     return { rules, self, via: null };
   }
 
+  /**
+   * mergePieces is mergeRules over pieces sorted by position: DstPorts of rules with identical sources and
+   * protocols joined at the first one's place, CapGrant rules kept apart. Each result is parsed once (PreRule).
+   */
+  private mergePieces(pieces: Piece[]): PreRule[] {
+    const groups: { first: Piece; key: string | null; pieces: Piece[]; dstPorts: NetPortRange[] }[] = [];
+    const index = new Map<string, number>();
+    for (const p of pieces) {
+      if (p.rule.CapGrant) { groups.push({ first: p, key: null, pieces: [p], dstPorts: [] }); continue; }
+      const key = ruleKey(p.rule);
+      const at = index.get(key);
+      if (at !== undefined) {
+        groups[at]!.pieces.push(p);
+        groups[at]!.dstPorts.push(...(p.rule.DstPorts ?? []));
+      } else {
+        index.set(key, groups.length);
+        groups.push({ first: p, key, pieces: [p], dstPorts: [...(p.rule.DstPorts ?? [])] });
+      }
+    }
+    return groups.map((g) => {
+      const rule = g.key === null ? g.first.rule : { ...g.first.rule, DstPorts: g.dstPorts };
+      const entrySets = (rule.DstPorts ?? []).map((d) => this.parse(d.IP));
+      const capSets = (rule.CapGrant ?? []).map((c) => c.Dsts.map((d) => this.parse(d)));
+      const capUnions = capSets.map((sets) => new IPSet(sets.flatMap((s) => s.ranges)));
+      return {
+        rule, key: g.key, firstPos: g.first.pos, pieces: g.pieces,
+        srcs: this.parseAll(rule.SrcIPs),
+        dsts: new IPSet([...entrySets, ...capUnions].flatMap((s) => s.ranges)),
+        entrySets, capSets, capUnions,
+      };
+    });
+  }
+
+  /**
+   * scopeOf is the node's own part of the rules: its user's autogroup:self rules (untagged nodes) or its via
+   * rules (tagged routers); null when the node has only the global rules.
+   */
+  private scopeOf(i: NodeInfo): Scope | null {
+    let s = this.nodeScopes[i.idx];
+    if (s !== undefined) return s;
+    s = null;
+    if (this.grants) {
+      if (!i.tagged && i.node.userId) {
+        const uid = i.node.userId;
+        s = this.userScopes.get(uid);
+        if (s === undefined) {
+          const pieces: Piece[] = [];
+          this.grants.forEach((g, gi) => {
+            if (g.self) this.selfRules(g.self, i).forEach((rule, k) => pieces.push({ pos: piecePos(gi, 1, k), rule }));
+          });
+          s = pieces.length ? this.makeScope(pieces, (this.nodesByUser.get(uid) ?? []).map((n) => n.idx)) : null;
+          this.userScopes.set(uid, s);
+        }
+      } else if (i.tagged) {
+        const pieces: Piece[] = [];
+        this.grants.forEach((g, gi) => {
+          if (g.via) this.viaRules(g.via, i).forEach((rule, k) => pieces.push({ pos: piecePos(gi, 2, k), rule }));
+        });
+        if (pieces.length) s = this.makeScope(pieces, [i.idx]);
+      }
+    }
+    this.nodeScopes[i.idx] = s;
+    return s;
+  }
+
+  private makeScope(pieces: Piece[], owners: number[]): Scope {
+    const collided = new Set<string>();
+    for (const p of pieces) {
+      if (p.rule.CapGrant) continue;
+      const k = ruleKey(p.rule);
+      if (this.globalByKey.has(k)) collided.add(k);
+    }
+    const kept: PreRule[] = [];
+    const toMerge = [...pieces];
+    for (const g of this.globalList) {
+      if (g.key !== null && collided.has(g.key)) toMerge.push(...g.pieces);
+      else kept.push(g);
+    }
+    toMerge.sort((a, b) => a.pos - b.pos);
+    const extras = this.mergePieces(toMerge);
+    const list = [...kept, ...extras].sort((a, b) => a.firstPos - b.firstPos);
+    return { owners, list, extras };
+  }
+
+  private listOf(i: NodeInfo): PreRule[] {
+    return this.scopeOf(i)?.list ?? this.globalList;
+  }
+
   /** unreducedRules is every rule relevant to compiling this node's filter, before
    * dropping destinations the node does not serve. */
   unreducedRules(i: NodeInfo): FilterRule[] {
     if (!this.grants) return ALLOW_ALL;
-    const rules: FilterRule[] = [];
-    for (const g of this.grants) {
-      rules.push(...g.rules);
-      if (g.self) rules.push(...this.selfRules(g.self, i));
-      if (g.via) rules.push(...this.viaRules(g.via, i));
-    }
-    return mergeRules(rules);
+    return this.listOf(i).map((p) => p.rule);
   }
 
   private selfRules(s: NonNullable<CompiledGrant['self']>, i: NodeInfo): FilterRule[] {
     if (i.tagged || !i.node.userId) return [];
-    const same = this.infos.filter((x) => !x.tagged && x.node.userId === i.node.userId);
-    let src = new IPSet();
-    for (const set of s.srcs) for (const n of same) if (n.addrs.some((a) => set.containsAddr(a))) src = src.union(n.ips);
+    const same = this.nodesByUser.get(i.node.userId) ?? [];
+    const srcNodes = same.filter((n) => s.srcs.some((set) => n.addrs.some((a) => set.containsAddr(a))));
+    const src = new IPSet(srcNodes.flatMap((n) => n.ips.ranges));
     if (src.isEmpty()) return [];
     const rules: FilterRule[] = [];
     for (const pp of s.ip) {
@@ -342,43 +667,69 @@ export class TailnetContext {
     }, pp.protos));
   }
 
+  /** hitsOf indexes, once per PreRule, which DstPorts entries hold an address of each node. */
+  private hitsOf(p: PreRule): Map<number, number[]> {
+    if (!p.hits) {
+      const hits = new Map<number, number[]>();
+      p.entrySets.forEach((set, e) => {
+        for (const x of this.nodesWithAddrIn(set)) {
+          const l = hits.get(x);
+          if (l) l.push(e); else hits.set(x, [e]);
+        }
+      });
+      p.hits = hits;
+    }
+    return p.hits;
+  }
+
   /** packetFilter is the node's filter: only destinations the node itself serves. */
   packetFilter(i: NodeInfo): FilterRule[] {
-    const rules = this.unreducedRules(i);
-    if (!this.grants) return rules;
+    if (!this.grants) return ALLOW_ALL;
+    // A node that routes nothing serves exactly the entries holding its own addresses: read them from the
+    // index. Routers and exit nodes (few) test every entry, as the rules say.
+    const plain = i.subnetSet.isEmpty() && i.exitRoutes.length === 0;
     const out: FilterRule[] = [];
-    for (const r of rules) {
+    for (const p of this.listOf(i)) {
+      const r = p.rule;
       if (r.CapGrant) {
         const caps: CapGrant[] = [];
-        for (const cg of r.CapGrant) {
+        r.CapGrant.forEach((cg, c) => {
           const dsts = new Set<string>();
-          for (const d of cg.Dsts) {
-            const set = IPSet.of(d);
-            for (const a of i.addrs) if (set.containsAddr(a)) dsts.add(addrText(a) + (a.v6 ? '/128' : '/32'));
-            if (set.overlaps(i.subnetSet)) dsts.add(d);
+          if (plain) {
+            i.addrs.forEach((a, k) => { if (p.capUnions[c]!.containsAddr(a)) dsts.add(addressPrefixes(i)[k]!); });
+          } else {
+            cg.Dsts.forEach((d, k) => {
+              const set = p.capSets[c]![k]!;
+              i.addrs.forEach((a, ak) => { if (set.containsAddr(a)) dsts.add(addressPrefixes(i)[ak]!); });
+              if (set.overlaps(i.subnetSet)) dsts.add(d);
+            });
           }
           if (dsts.size > 0) caps.push({ Dsts: [...dsts].sort(), CapMap: cg.CapMap });
-        }
+        });
         if (caps.length > 0) out.push({ SrcIPs: r.SrcIPs, CapGrant: caps });
         continue;
       }
-      const dsts = (r.DstPorts ?? []).filter((d) => {
-        const set = d.IP === '*' ? ALL : IPSet.of(d.IP);
-        if (i.addrs.some((a) => set.containsAddr(a))) return true;
-        if (set.overlaps(i.subnetSet)) return true;
-        return i.exitRoutes.length > 0 && set.subsetOf(INTERNET);
-      });
+      const entries = r.DstPorts ?? [];
+      let dsts: NetPortRange[];
+      if (plain) {
+        dsts = (this.hitsOf(p).get(i.idx) ?? []).map((e) => entries[e]!);
+      } else {
+        dsts = entries.filter((_, e) => {
+          const set = p.entrySets[e]!;
+          if (i.addrs.some((a) => set.containsAddr(a))) return true;
+          if (set.overlaps(i.subnetSet)) return true;
+          return i.exitRoutes.length > 0 && set.subsetOf(INTERNET);
+        });
+      }
       if (dsts.length > 0) out.push({ ...r, DstPorts: dsts });
     }
     return out;
   }
 
-  private matchers(i: NodeInfo): { srcs: IPSet; dsts: IPSet }[] {
-    return this.unreducedRules(i).map((r) => ({
-      srcs: r.SrcIPs.reduce((s, x) => s.union(x === '*' ? ALL : IPSet.of(x)), new IPSet()),
-      dsts: [...(r.DstPorts ?? []).map((d) => (d.IP === '*' ? ALL : IPSet.of(d.IP))),
-        ...(r.CapGrant ?? []).flatMap((c) => c.Dsts.map((d) => IPSet.of(d)))].reduce((s, x) => s.union(x), new IPSet()),
-    }));
+  /** matchersOf are the parsed rules weighed for `n`'s routes: the global ones and its scope's own. */
+  private matchersOf(n: NodeInfo): PreRule[] {
+    const s = this.scopeOf(n);
+    return s ? [...this.globalList, ...s.extras] : this.globalList;
   }
 
   /** viaServes reports whether a via grant lets `user` reach something through `router`. */
@@ -387,7 +738,7 @@ export class TailnetContext {
       const v = g.via;
       if (!v || !v.tags.some((t) => router.node.tags.includes(t))) continue;
       if (!user.addrs.some((a) => v.srcSet.containsAddr(a))) continue;
-      const routes = prefix ? IPSet.of(prefix) : router.subnetSet;
+      const routes = prefix ? this.parse(prefix) : router.subnetSet;
       if (prefix && isExitRoute(prefix)) { if (v.internet) return true; continue; }
       if (v.dsts.some((d) => d.overlaps(routes))) return true;
       if (!prefix && v.internet && router.exitRoutes.length > 0) return true;
@@ -395,38 +746,128 @@ export class TailnetContext {
     return false;
   }
 
-  /** peers are the nodes `i` can reach or be reached by, judged by either side's rules. */
-  peers(i: NodeInfo, cache: Map<string, { srcs: IPSet; dsts: IPSet }[]>): NodeInfo[] {
-    const m = (n: NodeInfo) => {
-      let v = cache.get(n.node.id);
-      if (!v) { v = this.matchers(n); cache.set(n.node.id, v); }
-      return v;
+  private peerSetsOf(p: PreRule): { S: NodeList; D: NodeList } {
+    p.peerSets ??= { S: new NodeList(this.srcNodes(p.srcs)), D: new NodeList(this.dstNodes(p.dsts)) };
+    return p.peerSets;
+  }
+
+  /**
+   * buildPeerIndex turns the peer relation into unions of precomputed node sets, once per context. Node j is a
+   * peer of node i when a matcher (parsed merged rule) of i's or of j's rules has one of them among its sources
+   * and the other among its destinations, either way round (srcNodes and dstNodes say what "among" means), or
+   * when a via grant serves one through the other. A global matcher is in every node's rules: with S and D its
+   * source and destination node sets, a node in S gains D and a node in D gains S; via grants give such pairs
+   * too (their sources, the routers serving them). A scope's own matcher is only in its owners' rules: an owner
+   * gains the whole other side, any other node only the owners on the other side. A node's "class" is the list
+   * of contributions it gains; the nodes of one class (typically one user's devices, or one tag set) share a
+   * single computed peer list, so each node costs O(rules touching it + its output).
+   */
+  private buildPeerIndex(): NonNullable<TailnetContext['peerIndex']> {
+    const n = this.infos.length;
+    const parts: string[][] = Array.from({ length: n }, () => []);
+    const contrib = new Map<string, NodeList>();
+    const add = (nodes: Int32Array, key: string, gains: NodeList) => {
+      if (gains.size === 0) return;
+      contrib.set(key, gains);
+      for (const x of nodes) parts[x]!.push(key);
     };
-    return this.infos.filter((j) => j !== i && (
-      canAccess(i, j, m(i)) || canAccess(j, i, m(j)) || canAccess(j, i, m(i)) || canAccess(i, j, m(j)) ||
-      this.viaServes(i, j) || this.viaServes(j, i)));
+    const pairs: { S: NodeList; D: NodeList }[] = this.globalList.map((p) => this.peerSetsOf(p));
+    for (const g of this.grants ?? []) {
+      const v = g.via;
+      if (!v) continue;
+      const candidates = sortedUnique(v.tags.flatMap((t) => (this.nodesByTag.get(t) ?? []).map((x) => x.idx)));
+      const routers = candidates.filter((x) => {
+        const r = this.infos[x]!;
+        return v.dsts.some((d) => d.overlaps(r.subnetSet)) || (v.internet && r.exitRoutes.length > 0);
+      });
+      pairs.push({ S: new NodeList(this.nodesWithAddrIn(v.srcSet)), D: new NodeList(routers) });
+    }
+    pairs.forEach(({ S, D }, k) => {
+      add(S.idx, `g${k}s`, D);
+      add(D.idx, `g${k}d`, S);
+    });
+    const scopes = new Set<Scope>();
+    for (const i of this.infos) {
+      const s = this.scopeOf(i);
+      if (s && s.extras.length) scopes.add(s);
+    }
+    const scopeIdx = new Int32Array(n).fill(-1);
+    let si = 0;
+    for (const s of scopes) {
+      for (const o of s.owners) scopeIdx[o] = si;
+      s.extras.forEach((m, mi) => {
+        const { S, D } = this.peerSetsOf(m);
+        const SO = new NodeList(S.idx.filter((x) => scopeIdx[x] === si));
+        const DO = new NodeList(D.idx.filter((x) => scopeIdx[x] === si));
+        const own = (nodes: Int32Array, yes: boolean) => nodes.filter((x) => (scopeIdx[x] === si) === yes);
+        add(own(S.idx, true), `s${si}.${mi}so`, D);
+        add(own(S.idx, false), `s${si}.${mi}s`, DO);
+        add(own(D.idx, true), `s${si}.${mi}do`, S);
+        add(own(D.idx, false), `s${si}.${mi}d`, SO);
+      });
+      si++;
+    }
+    return { classOf: parts.map((p) => p.join(' ')), contrib, classes: new Map() };
+  }
+
+  /** peers are the nodes `i` can reach or be reached by, judged by either side's rules, in tailnet order.
+   * The cache argument is no longer used (the context indexes everything itself); kept for callers. */
+  peers(i: NodeInfo, _cache?: Map<string, { srcs: IPSet; dsts: IPSet }[]>): NodeInfo[] {
+    const peers: NodeInfo[] = [];
+    for (const x of this.peerClass(i).members) if (x !== i.idx) peers.push(this.infos[x]!);
+    return peers;
+  }
+
+  /** peerIds is peers() as node ids, read from the class's shared id list (O(output), no NodeInfo detour). */
+  peerIds(i: NodeInfo): string[] {
+    const { members, ids } = this.peerClass(i);
+    let lo = 0, hi = members.length;
+    while (lo < hi) { const mid = (lo + hi) >>> 1; if (members[mid]! < i.idx) lo = mid + 1; else hi = mid; }
+    const at = members[lo] === i.idx ? lo : -1;
+    if (at < 0) return [...ids];
+    return [...ids.slice(0, at), ...ids.slice(at + 1)];
+  }
+
+  /** peerClass is the peer list shared by every node gaining the same contributions (see buildPeerIndex). */
+  private peerClass(i: NodeInfo): { members: Int32Array; ids: string[] } {
+    this.peerIndex ??= this.buildPeerIndex();
+    const idx = this.peerIndex;
+    const key = idx.classOf[i.idx]!;
+    let cls = idx.classes.get(key);
+    if (!cls) {
+      const bits = new Uint32Array((this.infos.length + 31) >>> 5);
+      if (key) for (const part of key.split(' ')) idx.contrib.get(part)!.orInto(bits);
+      const out: number[] = [];
+      for (let w = 0; w < bits.length; w++) {
+        let word = bits[w]!;
+        while (word) {
+          const low = word & -word;
+          out.push(w * 32 + 31 - Math.clz32(low));
+          word ^= low;
+        }
+      }
+      cls = { members: Int32Array.from(out), ids: out.map((x) => this.infos[x]!.node.id) };
+      idx.classes.set(key, cls);
+    }
+    return cls;
   }
 
   /** routeVisible reports whether `viewer` gets route `prefix` of `router` in AllowedIPs:
    * either some rule lets the viewer send into the route, or the viewer's own filter
    * accepts packets from the route (so replies and inbound traffic must be routed). */
-  routeVisible(viewer: NodeInfo, router: NodeInfo, prefix: string, cache: Map<string, { srcs: IPSet; dsts: IPSet }[]>, includeVia = true): boolean {
-    const m = (n: NodeInfo) => {
-      let v = cache.get(n.node.id);
-      if (!v) { v = this.matchers(n); cache.set(n.node.id, v); }
-      return v;
-    };
-    const route = IPSet.of(prefix);
+  routeVisible(viewer: NodeInfo, router: NodeInfo, prefix: string, _cache?: Map<string, { srcs: IPSet; dsts: IPSet }[]>, includeVia = true): boolean {
+    const route = this.parse(prefix);
     const exit = isExitRoute(prefix);
     const reaches = (dsts: IPSet) => (exit ? dsts.overlaps(INTERNET) : dsts.overlaps(route));
     // A standby router for the same prefix always knows the primary's route.
     if (viewer.subnetRoutes.includes(prefix)) return true;
     if (includeVia && this.viaServes(viewer, router, prefix)) return true;
-    if ([...m(viewer), ...(includeVia ? m(router) : [])].some((x) => (viewer.addrs.some((a) => x.srcs.containsAddr(a)) || x.srcs.overlaps(viewer.subnetSet)) && reaches(x.dsts))) return true;
+    const sees = (x: PreRule) => (viewer.addrs.some((a) => x.srcs.containsAddr(a)) || x.srcs.overlaps(viewer.subnetSet)) && reaches(x.dsts);
+    if (this.matchersOf(viewer).some(sees) || (includeVia && this.matchersOf(router).some(sees))) return true;
     if (exit) return false;
     let inbound = this.inboundCache.get(viewer.node.id);
     if (!inbound) {
-      inbound = this.packetFilter(viewer).reduce((s, r) => s.union(r.SrcIPs.reduce((t, x) => t.union(x === '*' ? ALL : IPSet.of(x)), new IPSet())), new IPSet());
+      inbound = new IPSet(this.packetFilter(viewer).flatMap((r) => r.SrcIPs.flatMap((x) => this.parse(x).ranges)));
       this.inboundCache.set(viewer.node.id, inbound);
     }
     return inbound.overlaps(route);
@@ -435,9 +876,8 @@ export class TailnetContext {
   private readonly inboundCache = new Map<string, IPSet>();
 
   /**
-   * matcherCache holds every node's parsed rule matchers for this snapshot, shared by all compilePolicy calls on
-   * the context: a fresh cache per call re-derived the matchers of every other node for each node compiled
-   * (O(N) rule parses per node, O(N²) per tailnet), the top of the server's profile under a realistic policy.
+   * matcherCache is kept for callers that still pass it to peers() and routeVisible(); the context now keeps
+   * every rule's parsed matchers itself (once per context, shared by all nodes), so it stays empty.
    */
   readonly matcherCache = new Map<string, { srcs: IPSet; dsts: IPSet }[]>();
 
@@ -447,78 +887,94 @@ export class TailnetContext {
     return i;
   }
 
-  /** sshRules compiles the node's SSH policy; null when the policy has no ssh section. */
-  sshRules(i: NodeInfo): SSHRule[] | null {
-    const pol = this.policy;
-    if (!pol || pol.ssh.length === 0) return null;
-    const rules: SSHRule[] = [];
-    for (const rule of pol.ssh) {
-      const src = this.resolveAll(rule.src);
-      if (src.isEmpty()) continue;
-      const action: SSHAction = rule.action === 'accept'
-        ? { accept: true, allowAgentForwarding: true, allowLocalPortForwarding: true, allowRemotePortForwarding: true }
-        : { holdAndDelegate: 'https://unused' + CHECK_HOLD_URL };
-      const users: Record<string, string> = {};
-      if (rule.users.includes('autogroup:nonroot')) users['*'] = '=';
-      users['root'] = rule.users.includes('root') ? 'root' : '';
-      // Only `localpart:*@domain` is a localpart pattern; other spellings are plain user names.
-      const isLocalpart = (u: string) => u.startsWith('localpart:*@') && u.length > 12;
-      for (const u of rule.users) {
-        if (u !== 'root' && u !== 'autogroup:nonroot' && !isLocalpart(u)) users[u] = u;
-      }
-      const localpartDomains = rule.users.filter(isLocalpart).map((u) => u.slice(12).toLowerCase());
-      const localpartOf = new Map<string, string>();
+  /** sshPreOf resolves ssh rule `k` once per context: sources, principals by owning user, users, destinations. */
+  private sshPreOf(k: number, rule: SshRuleSpec): SshPre {
+    let p = this.sshPre.get(k);
+    if (p) return p;
+    const src = this.resolveAll(rule.src);
+    const users: Record<string, string> = {};
+    if (rule.users.includes('autogroup:nonroot')) users['*'] = '=';
+    users['root'] = rule.users.includes('root') ? 'root' : '';
+    // Only `localpart:*@domain` is a localpart pattern; other spellings are plain user names.
+    const isLocalpart = (u: string) => u.startsWith('localpart:*@') && u.length > 12;
+    for (const u of rule.users) {
+      if (u !== 'root' && u !== 'autogroup:nonroot' && !isLocalpart(u)) users[u] = u;
+    }
+    const localpartDomains = rule.users.filter(isLocalpart).map((u) => u.slice(12).toLowerCase());
+    const localpartOf = new Map<string, string>();
+    if (localpartDomains.length) {
       for (const u of this.snapshot.users) {
         const at = u.email?.lastIndexOf('@') ?? -1;
         if (!u.email || at < 0) continue;
         if (localpartDomains.includes(u.email.slice(at + 1).toLowerCase())) localpartOf.set(u.id, u.email.slice(0, at));
       }
-      const hasLocalpart = rule.users.some(isLocalpart);
-      // Principals are grouped by owning user (sorted ids), tagged sources last.
-      const byUser = new Map<string, IPSet>();
-      const tagged: SSHPrincipal[] = [];
-      for (const n of this.infos) {
-        if (!n.addrs.some((a) => src.containsAddr(a))) continue;
-        if (n.tagged) { for (const ip of n.ips.strings()) tagged.push({ nodeIP: ip }); continue; }
-        if (!n.node.userId) continue;
-        byUser.set(n.node.userId, (byUser.get(n.node.userId) ?? new IPSet()).union(n.ips));
-      }
-      const userIds = [...byUser.keys()].sort(compareIds);
-      const principalsOf = (uid: string) => (byUser.get(uid) ?? new IPSet()).strings().map((ip) => ({ nodeIP: ip }));
+    }
+    // Principals are grouped by owning user (sorted ids), tagged sources last.
+    const byUserRanges = new Map<string, IPRange[]>();
+    const tagged: string[] = [];
+    for (const x of this.nodesWithAddrIn(src)) {
+      const n = this.infos[x]!;
+      if (n.tagged) { tagged.push(...n.ips.strings()); continue; }
+      if (!n.node.userId) continue;
+      const l = byUserRanges.get(n.node.userId);
+      if (l) l.push(...n.ips.ranges); else byUserRanges.set(n.node.userId, [...n.ips.ranges]);
+    }
+    const byUser = new Map([...byUserRanges].map(([uid, rs]) => [uid, new IPSet(rs).strings()]));
+    const otherDst = rule.dst.filter((a) => !(a.kind === 'autogroup' && a.name === 'autogroup:self'));
+    p = {
+      src, users, localpartOf, hasLocalpart: localpartDomains.length > 0, byUser, userIds: [...byUser.keys()].sort(compareIds), tagged,
+      selfDst: rule.dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self'),
+      dst: otherDst.length > 0 ? new IPSet(otherDst.flatMap((a) => (this.resolve(a) ?? new IPSet()).ranges)) : null,
+    };
+    this.sshPre.set(k, p);
+    return p;
+  }
+
+  /** sshRules compiles the node's SSH policy; null when the policy has no ssh section. */
+  sshRules(i: NodeInfo): SSHRule[] | null {
+    const pol = this.policy;
+    if (!pol || pol.ssh.length === 0) return null;
+    const rules: SSHRule[] = [];
+    pol.ssh.forEach((rule, k) => {
+      const pre = this.sshPreOf(k, rule);
+      if (pre.src.isEmpty()) return;
+      const action: SSHAction = rule.action === 'accept'
+        ? { accept: true, allowAgentForwarding: true, allowLocalPortForwarding: true, allowRemotePortForwarding: true }
+        : { holdAndDelegate: 'https://unused' + CHECK_HOLD_URL };
+      const users = { ...pre.users };
+      const principalsOf = (uid: string) => (pre.byUser.get(uid) ?? []).map((ip) => ({ nodeIP: ip }));
       const add = (principals: SSHPrincipal[], uid: string | null) => {
         const r: SSHRule = { principals, sshUsers: users, action };
         if (rule.acceptEnv.length > 0) r.acceptEnv = rule.acceptEnv;
         rules.push(r);
-        const lp = uid === null ? undefined : localpartOf.get(uid);
+        const lp = uid === null ? undefined : pre.localpartOf.get(uid);
         if (lp !== undefined) {
           const r2: SSHRule = { principals, sshUsers: { [lp]: lp }, action };
           if (rule.acceptEnv.length > 0) r2.acceptEnv = rule.acceptEnv;
           rules.push(r2);
         }
       };
-      const selfDst = rule.dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self');
-      const otherDst = rule.dst.filter((a) => !(a.kind === 'autogroup' && a.name === 'autogroup:self'));
-      if (selfDst && !i.tagged && i.node.userId) {
+      if (pre.selfDst && !i.tagged && i.node.userId) {
         const p = principalsOf(i.node.userId);
         if (p.length > 0) add(p, i.node.userId);
       }
-      if (otherDst.length > 0) {
-        const dst = this.resolveAll(otherDst);
+      if (pre.dst) {
+        const dst = pre.dst;
         if (i.addrs.some((a) => dst.containsAddr(a))) {
-          if (hasLocalpart) {
-            for (const uid of userIds) add(principalsOf(uid), uid);
-            if (tagged.length > 0) add(tagged, null);
+          if (pre.hasLocalpart) {
+            for (const uid of pre.userIds) add(principalsOf(uid), uid);
+            if (pre.tagged.length > 0) add(pre.tagged.map((ip) => ({ nodeIP: ip })), null);
           } else {
-            const all = [...userIds.flatMap(principalsOf), ...tagged];
+            const all = [...pre.userIds.flatMap(principalsOf), ...pre.tagged.map((ip) => ({ nodeIP: ip }))];
             if (all.length > 0) add(all, null);
           }
-        } else if (hasLocalpart && i.addrs.some((a) => src.containsAddr(a))) {
+        } else if (pre.hasLocalpart && i.addrs.some((a) => pre.src.containsAddr(a))) {
           // With localpart users, a source device also gets the rule for its own login.
           if (i.tagged) add(i.ips.strings().map((ip) => ({ nodeIP: ip })), null);
-          else if (i.node.userId && byUser.has(i.node.userId)) add(principalsOf(i.node.userId), i.node.userId);
+          else if (i.node.userId && pre.byUser.has(i.node.userId)) add(principalsOf(i.node.userId), i.node.userId);
         }
       }
-    }
+    });
     const isCheck = (r: SSHRule) => !!r.action.holdAndDelegate;
     return [...rules.filter(isCheck), ...rules.filter((r) => !isCheck(r))];
   }
@@ -543,6 +999,16 @@ export class TailnetContext {
   }
 }
 
+function addressPrefixes(i: NodeInfo): string[] {
+  if (i.addrPrefixes.length !== i.addrs.length) i.addrPrefixes = i.addrs.map((a) => addrText(a) + (a.v6 ? '/128' : '/32'));
+  return i.addrPrefixes;
+}
+
+function push<K, V>(m: Map<K, V[]>, k: K, v: V): void {
+  const l = m.get(k);
+  if (l) l.push(v); else m.set(k, [v]);
+}
+
 const FUNNEL_COMPANIONS = [
   'https://tailscale.com/cap/funnel-ports?ports=443,8443,10000',
   'https://tailscale.com/cap/warn-funnel-no-https',
@@ -559,18 +1025,6 @@ function addrText(a: Addr): string {
   return new IPSet([{ v6: a.v6, start: a.n, end: a.n }]).strings()[0]!;
 }
 
-function canAccess(a: NodeInfo, b: NodeInfo, matchers: { srcs: IPSet; dsts: IPSet }[]): boolean {
-  for (const m of matchers) {
-    const srcOk = a.addrs.some((x) => m.srcs.containsAddr(x)) || m.srcs.overlaps(a.subnetSet);
-    if (!srcOk) continue;
-    if (b.addrs.some((x) => m.dsts.containsAddr(x))) return true;
-    if (m.dsts.overlaps(b.subnetSet)) return true;
-    if (b.exitRoutes.length > 0 && (m.dsts.containsRange(parseRangeText('0.0.0.0/0')!) ||
-      m.dsts.containsRange(parseRangeText('::/0')!) || INTERNET.subsetOf(m.dsts))) return true;
-  }
-  return false;
-}
-
 function withProto(r: FilterRule, protos: number[] | null): FilterRule {
   return protos ? { ...r, IPProto: protos } : r;
 }
@@ -585,24 +1039,6 @@ function companionRules(dstIPs: string[], srcPrefixes: string[], app: Record<str
     SrcIPs: dstIPs,
     CapGrant: [{ Dsts: srcPrefixes, CapMap: { [companion]: null } }],
   }));
-}
-
-/** mergeRules joins DstPorts of rules with identical sources and protocols, keeping order. */
-function mergeRules(rules: FilterRule[]): FilterRule[] {
-  const out: FilterRule[] = [];
-  const index = new Map<string, number>();
-  for (const r of rules) {
-    if (r.CapGrant) { out.push(r); continue; }
-    const key = `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
-    const at = index.get(key);
-    if (at !== undefined) {
-      out[at] = { ...out[at]!, DstPorts: [...(out[at]!.DstPorts ?? []), ...(r.DstPorts ?? [])] };
-    } else {
-      index.set(key, out.length);
-      out.push({ ...r, DstPorts: [...(r.DstPorts ?? [])] });
-    }
-  }
-  return out;
 }
 
 /** primaryRoutes picks, for every approved subnet route, the node that serves it: the
@@ -627,7 +1063,7 @@ export function compilePolicy(policy: Policy | null, snapshot: Snapshot, nodeId:
     packetFilter: ctx.packetFilter(i),
     sshPolicy: ssh === null ? null : { rules: ssh },
     capMap: ctx.capMap(i),
-    peers: ctx.peers(i, ctx.matcherCache).map((p) => p.node.id),
+    peers: ctx.peerIds(i),
     approvedRoutes: i.approved,
     randomizeClientPort: policy?.randomizeClientPort ?? false,
   };

@@ -153,6 +153,12 @@ export function rangeToPrefixes(r: IPRange): string[] {
   return out;
 }
 
+/** PREFIXES and STRINGS cache IPSet.prefixes()/strings() per set, outside the object so that sets still compare
+ * equal field by field; rendering a large set (a tag's scattered addresses) is bigint work the compiler repeats
+ * for every rule naming it. */
+const PREFIXES = new WeakMap<IPSet, string[]>();
+const STRINGS = new WeakMap<IPSet, string[]>();
+
 /** IPSet is an immutable-by-convention union of address ranges, kept sorted and merged. */
 export class IPSet {
   readonly ranges: IPRange[];
@@ -207,16 +213,36 @@ export class IPSet {
     return new IPSet(out);
   }
 
+  /**
+   * floor is the index of the last range starting at or before address `n` of family `v6` (-1 when none).
+   * The ranges are sorted (IPv4 first), disjoint and never adjacent, so one binary search answers every
+   * membership question: the compiler asks millions of them per snapshot and a linear scan made each one
+   * O(ranges) (issue 9's profile had the IPSet scans near the top).
+   */
+  private floor(v6: boolean, n: bigint): number {
+    const rs = this.ranges;
+    let lo = 0, hi = rs.length - 1, at = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      const r = rs[mid]!;
+      if (r.v6 === v6 ? r.start <= n : !r.v6) { at = mid; lo = mid + 1; } else hi = mid - 1;
+    }
+    return at;
+  }
+
   containsAddr(a: Addr): boolean {
-    return this.ranges.some((r) => r.v6 === a.v6 && r.start <= a.n && a.n <= r.end);
+    const r = this.ranges[this.floor(a.v6, a.n)];
+    return !!r && r.v6 === a.v6 && a.n <= r.end;
   }
 
   containsRange(x: IPRange): boolean {
-    return this.ranges.some((r) => r.v6 === x.v6 && r.start <= x.start && x.end <= r.end);
+    const r = this.ranges[this.floor(x.v6, x.start)];
+    return !!r && r.v6 === x.v6 && x.end <= r.end;
   }
 
   overlapsRange(x: IPRange): boolean {
-    return this.ranges.some((r) => r.v6 === x.v6 && r.start <= x.end && x.start <= r.end);
+    const r = this.ranges[this.floor(x.v6, x.end)];
+    return !!r && r.v6 === x.v6 && x.start <= r.end;
   }
 
   overlaps(other: IPSet): boolean {
@@ -233,17 +259,22 @@ export class IPSet {
 
   /** prefixes lists the set as CIDR strings, single addresses without a /bits suffix. */
   prefixes(): string[] {
-    return this.ranges.flatMap(rangeToPrefixes);
+    // Cached (the set is immutable by convention) and copied, since callers may extend the list they get.
+    let cached = PREFIXES.get(this);
+    if (!cached) PREFIXES.set(this, cached = this.ranges.flatMap(rangeToPrefixes));
+    return [...cached];
   }
 
   /** strings lists each range as an address, a prefix when it is exactly one, or "a-b". */
   strings(): string[] {
-    return this.ranges.map((r) => {
+    let cached = STRINGS.get(this);
+    if (!cached) STRINGS.set(this, cached = this.ranges.map((r) => {
       if (r.start === r.end) return formatAddr({ v6: r.v6, n: r.start });
       const ps = rangeToPrefixes(r);
       if (ps.length === 1) return ps[0]!;
       return `${formatAddr({ v6: r.v6, n: r.start })}-${formatAddr({ v6: r.v6, n: r.end })}`;
-    });
+    }));
+    return [...cached];
   }
 
   /** key is a canonical text form used for equality and map keys. */

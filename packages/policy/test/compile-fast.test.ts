@@ -1,0 +1,333 @@
+// Property test for the indexed compiler (issue 9): for a fixed list of seeds, a random policy (groups, users by
+// email and by name, user:*@domain, tags, hosts, prefixes, autogroup:member/self/tagged/internet/danger-all, subnet
+// routers with approved and auto-approved routes, exit nodes, via grants, app grants with companion capabilities,
+// ssh with localpart users, nodeAttrs) over a random snapshot of 1-40 nodes must compile, for every node, to
+// exactly what the slow reference compiler (compile-reference.ts, the compiler before the indexes) gives: same
+// packet filter (same rules, same order, same key order), SSH policy, CapMap, approved routes and the same peers in
+// the same (tailnet) order. routeVisible and unreducedRules are compared too. Replay one seed with
+// HEADWAY_TEST_SEED=<seed>; run more seeds with HEADWAY_TEST_RUNS=<count>.
+import t from 'tap';
+import { IPSet, TailnetContext, compilePolicy, parsePolicy, type Policy, type Snapshot } from '../src/index.js';
+import type { Addr, IPRange } from '../src/ip.js';
+import { ReferenceTailnetContext, referenceCompilePolicy } from './compile-reference.js';
+
+/** Rng is mulberry32, seeded: the same seed gives the same tailnet and policy everywhere. */
+class Rng {
+  private s: number;
+  constructor(seed: number) { this.s = seed >>> 0; }
+  next(): number {
+    this.s = (this.s + 0x6d2b79f5) >>> 0;
+    let x = this.s;
+    x = Math.imul(x ^ (x >>> 15), x | 1);
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  }
+  int(n: number): number { return Math.floor(this.next() * n); }
+  pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]!; }
+  chance(p: number): boolean { return this.next() < p; }
+  some<T>(xs: readonly T[], max: number): T[] {
+    const n = 1 + this.int(max);
+    return [...new Set(Array.from({ length: n }, () => this.pick(xs)))];
+  }
+}
+
+const TAGS = ['tag:a', 'tag:b', 'tag:r', 'tag:x'];
+const SUBNETS = ['10.1.0.0/24', '10.1.0.0/16', '10.2.0.0/24', '192.168.5.0/24', 'fd00:1::/64', '100.64.0.32/27'];
+const HOSTS: Record<string, string> = { h1: '10.1.0.0/24', h2: '10.1.0.5/32', h3: '192.168.5.0/24', h6: 'fd00:1::/64' };
+
+/** snapshotFor draws 1-40 nodes owned by 1-5 users or by tags, some advertising subnet and exit routes. */
+function snapshotFor(rng: Rng): Snapshot {
+  const userCount = 1 + rng.int(5);
+  const users = Array.from({ length: userCount }, (_, k) => ({
+    id: String(k + 1), name: `u${k}`, email: `u${k}@${k % 3 === 2 ? 'other.org' : 'example.com'}`,
+    ...(rng.chance(0.3) ? { groups: rng.some(['eng', 'ops'], 2) } : {}),
+  }));
+  const count = 1 + rng.int(40);
+  const used = new Set<number>();
+  const nodes = Array.from({ length: count }, (_, idx) => {
+    let host = 1 + rng.int(62);
+    while (used.has(host)) host = 1 + ((host + 1) % 62);
+    used.add(host);
+    const roll = rng.next();
+    const tags = roll < 0.35 ? rng.some(TAGS, 2).sort() : [];
+    const userId = tags.length === 0 ? (rng.chance(0.95) ? rng.pick(users).id : undefined) : (rng.chance(0.2) ? rng.pick(users).id : undefined);
+    const availableRoutes: string[] = [];
+    if (rng.chance(0.25)) availableRoutes.push(...rng.some(SUBNETS, 2));
+    // A route over tailnet addresses makes its router match rules by route overlap, not only by address.
+    if (rng.chance(0.1) && !availableRoutes.includes('100.64.0.32/27')) availableRoutes.push('100.64.0.32/27');
+    if (rng.chance(0.15)) availableRoutes.push('0.0.0.0/0', '::/0');
+    const approvedRoutes = availableRoutes.filter(() => rng.chance(0.5));
+    if (rng.chance(0.1)) approvedRoutes.push('10.9.0.0/24');
+    return {
+      id: String(100 + idx * 3), name: `n${idx}`, userId, tags,
+      ipv4: `100.64.0.${host}`, ...(rng.chance(0.9) ? { ipv6: `fd7a:115c:a1e0::${host.toString(16)}` } : {}),
+      availableRoutes, approvedRoutes, online: rng.chance(0.8),
+    };
+  });
+  return { users, nodes };
+}
+
+/** policyFor writes a random policy text over the snapshot's users; null means "no policy". */
+function policyFor(rng: Rng, snap: Snapshot): string | null {
+  if (rng.chance(0.05)) return null;
+  const emails = snap.users.map((u) => u.email!);
+  const userAliases = [...emails, ...snap.users.map((u) => `${u.name}@`)];
+  const groups: Record<string, string[]> = {
+    'group:g1': rng.some(userAliases, 3), 'group:g2': rng.some(emails, 2), 'group:eng': rng.chance(0.5) ? [] : [rng.pick(emails)],
+  };
+  const selfSrc = ['autogroup:member', 'group:g1', 'group:g2', 'group:eng', ...userAliases];
+  const src = [
+    '*', 'autogroup:member', 'autogroup:tagged', 'group:g1', 'group:g2', 'group:eng', ...userAliases, 'user:*@example.com',
+    ...TAGS, 'h1', 'h3', '100.64.0.0/26', '100.64.0.7', '10.1.0.0/16', 'fd7a:115c:a1e0::/48',
+  ];
+  const dst = [
+    '*', 'autogroup:member', 'autogroup:tagged', 'group:g1', 'group:g2', ...userAliases, 'user:*@example.com',
+    ...TAGS, 'h1', 'h2', 'h3', '100.64.0.0/27', '100.64.0.9', '10.1.0.0/16',
+  ];
+  const ports = ['*', '22', '80', '443', '80-90', '22,443'];
+  const acls = Array.from({ length: rng.int(8) }, () => {
+    const self = rng.chance(0.2);
+    const s = self ? rng.some(rng.chance(0.2) ? ['*'] : selfSrc, 2) : rng.some(src, 2);
+    const d = rng.some([...dst, 'autogroup:internet'], 2).map((a) => `${a}:${rng.pick(ports)}`);
+    if (self) d.push(`autogroup:self:${rng.pick(ports)}`);
+    if (!self && rng.chance(0.05)) s.push('autogroup:danger-all');
+    return { action: 'accept', src: s, dst: d, ...(rng.chance(0.15) ? { proto: rng.pick(['tcp', 'udp', 'icmp']) } : {}) };
+  });
+  const ipSpecs = ['*', 'tcp:22', 'udp:53', 'tcp:80-90', '443', 'icmp:*'];
+  const apps = [
+    { 'example.com/cap/x': [{ level: 1 }] }, { 'tailscale.com/cap/drive': [{ shares: ['*'], access: 'rw' }] },
+    { 'tailscale.com/cap/relay': [] }, { 'example.com/cap/y': [{}], 'tailscale.com/cap/drive': [{ shares: ['docs'], access: 'ro' }] },
+  ];
+  const grants = Array.from({ length: rng.int(6) }, () => {
+    const kind = rng.int(5);
+    if (kind === 0) {
+      // via: traffic to routes (or the internet) goes through routers with the tag.
+      // Without ip (an app-only via grant) the routers get no filter rule: only viaServes makes them peers.
+      const d = rng.some(['h1', 'h3', 'h6', '10.2.0.0/24', 'autogroup:internet', '192.168.5.0/24', '100.64.0.32/27'], 2);
+      const appOnly = !d.includes('autogroup:internet') && rng.chance(0.3);
+      return { src: rng.some(src, 2), dst: d, ...(appOnly ? { app: rng.pick(apps) } : { ip: rng.some(ipSpecs, 2) }), via: rng.some(['tag:r', 'tag:x'], 2) };
+    }
+    if (kind === 1) {
+      const d = rng.some(dst, 2);
+      return { src: rng.some(src, 2), dst: d, ...(rng.chance(0.5) ? { ip: rng.some(ipSpecs, 2) } : {}), app: rng.pick(apps) };
+    }
+    if (kind === 2) {
+      return { src: rng.some(selfSrc.filter((a) => a !== '*'), 2), dst: ['autogroup:self', ...(rng.chance(0.4) ? [rng.pick(dst)] : [])], ip: rng.some(ipSpecs, 2), ...(rng.chance(0.4) ? { app: rng.pick(apps) } : {}) };
+    }
+    return { src: rng.some(src, 3), dst: rng.some([...dst, 'autogroup:internet'], 3), ip: rng.some(ipSpecs, 2) };
+  });
+  const sshUsers = ['root', 'autogroup:nonroot', 'ubuntu', 'localpart:*@example.com'];
+  const ssh = Array.from({ length: rng.int(4) }, () => {
+    const self = rng.chance(0.4);
+    return {
+      action: rng.pick(['accept', 'check']),
+      src: rng.some(self ? selfSrc.filter((a) => a !== '*') : ['autogroup:member', 'group:g1', ...emails, 'tag:a', 'autogroup:tagged'], 2),
+      dst: self ? ['autogroup:self', ...(rng.chance(0.3) ? ['tag:a'] : [])] : rng.some(['tag:a', 'tag:b', 'autogroup:member', 'autogroup:tagged', ...emails], 2),
+      users: rng.some(sshUsers, 3),
+      ...(rng.chance(0.2) ? { acceptEnv: ['GIT_*'] } : {}),
+    };
+  });
+  const nodeAttrs = Array.from({ length: rng.int(3) }, () => ({
+    target: rng.some(['*', 'autogroup:member', 'tag:a', 'tag:r', 'group:g1', ...emails, '100.64.0.0/27'], 2),
+    attr: rng.some(['funnel', 'drive:share', 'drive:access', 'disable-ipv4', 'magicdns'], 2),
+    ...(rng.chance(0.3) ? { app: { 'example.com/cap/z': [{ n: rng.int(9) }] } } : {}),
+  }));
+  const policy: Record<string, unknown> = {
+    groups, hosts: HOSTS, tagOwners: Object.fromEntries(TAGS.map((tag) => [tag, ['group:g1']])),
+    autoApprovers: {
+      routes: { '10.1.0.0/16': ['tag:r'], '192.168.5.0/24': [rng.pick(['group:g1', 'autogroup:member', emails[0]!])], 'fd00:1::/64': ['tag:r', 'tag:a'] },
+      exitNode: rng.some(['tag:x', 'autogroup:member', 'group:g2'], 2),
+    },
+  };
+  const shape = rng.int(10);
+  if (shape > 0) policy.acls = acls;
+  if (shape > 1 && grants.length) policy.grants = grants;
+  if (ssh.length) policy.ssh = ssh;
+  if (nodeAttrs.length) policy.nodeAttrs = nodeAttrs;
+  if (rng.chance(0.2)) policy.randomizeClientPort = true;
+  return JSON.stringify(policy, null, 1);
+}
+
+const canon = (v: unknown) => JSON.stringify(v);
+
+/** differences compares the fast compile of every node against the reference; each entry names what differs. */
+function differences(policy: Policy | null, snap: Snapshot, mutate?: (peers: string[]) => void): string[] {
+  const out: string[] = [];
+  const fast = new TailnetContext(policy, snap);
+  const ref = new ReferenceTailnetContext(policy, snap);
+  for (const n of snap.nodes) {
+    const got = compilePolicy(policy, snap, n.id, fast);
+    const want = referenceCompilePolicy(policy, snap, n.id, ref);
+    if (mutate) mutate(got.peers);
+    for (const k of ['peers', 'packetFilter', 'sshPolicy', 'capMap', 'approvedRoutes', 'randomizeClientPort'] as const) {
+      if (canon(got[k]) !== canon(want[k])) out.push(`node ${n.name} ${k}:\n  fast ${canon(got[k])}\n  reference ${canon(want[k])}`);
+    }
+    const ur = [canon(fast.unreducedRules(fast.info(n.id))), canon(ref.unreducedRules(ref.info(n.id)))];
+    if (ur[0] !== ur[1]) out.push(`node ${n.name} unreducedRules:\n  fast ${ur[0]}\n  reference ${ur[1]}`);
+  }
+  // routeVisible: every viewer against every router's routes, with and without via grants.
+  for (const v of snap.nodes) {
+    for (const r of fast.infos.filter((i) => i.subnetRoutes.length || i.exitRoutes.length)) {
+      for (const route of [...r.subnetRoutes, ...r.exitRoutes]) {
+        for (const via of [true, false]) {
+          const a = fast.routeVisible(fast.info(v.id), r, route, fast.matcherCache, via);
+          const b = ref.routeVisible(ref.info(v.id), ref.info(r.node.id), route, ref.matcherCache, via);
+          if (a !== b) out.push(`routeVisible(${v.name}, ${r.node.name}, ${route}, via=${via}): fast ${a}, reference ${b}`);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+function seedList(): number[] {
+  const env = process.env.HEADWAY_TEST_SEED;
+  return env ? [Number(env)] : Array.from({ length: Number(process.env.HEADWAY_TEST_RUNS ?? 30) }, (_, k) => 1 + k * 7919);
+}
+
+t.test('the indexed compiler equals the slow reference for every node of random policies and tailnets', async (t) => {
+  const stats = { nodes: 0, peers: 0, filterRules: 0, sshRules: 0, via: 0, self: 0, routers: 0, exits: 0, noPolicy: 0 };
+  const started = performance.now();
+  for (const seed of seedList()) {
+    const rng = new Rng(seed);
+    const snap = snapshotFor(rng);
+    const text = policyFor(rng, snap);
+    const policy = text === null ? null : parsePolicy(text);
+    const diffs = differences(policy, snap);
+    t.equal(diffs.length, 0, `seed ${seed}: ${snap.nodes.length} nodes agree` + (diffs.length ? `; first of ${diffs.length}: ${diffs[0]}` : ''));
+    const ctx = new TailnetContext(policy, snap);
+    for (const n of snap.nodes) {
+      const c = compilePolicy(policy, snap, n.id, ctx);
+      stats.nodes++;
+      stats.peers += c.peers.length;
+      stats.filterRules += c.packetFilter.length;
+      stats.sshRules += c.sshPolicy?.rules.length ?? 0;
+    }
+    if (text === null) stats.noPolicy++;
+    if (text?.includes('"via"')) stats.via++;
+    if (text?.includes('autogroup:self')) stats.self++;
+    stats.routers += ctx.infos.filter((i) => i.subnetRoutes.length).length;
+    stats.exits += ctx.infos.filter((i) => i.exitRoutes.length).length;
+  }
+  t.comment(`compared ${stats.nodes} nodes in ${(performance.now() - started).toFixed(0)} ms: ${JSON.stringify(stats)}`);
+  if (!process.env.HEADWAY_TEST_SEED) {
+    // The corpus must exercise what the indexes special-case, or agreeing proves little.
+    t.ok(stats.peers > stats.nodes, 'nodes have peers');
+    t.ok(stats.filterRules > 0 && stats.sshRules > 0, 'filters and SSH rules are compiled');
+    t.ok(stats.via > 0 && stats.self > 0, 'some policies have via grants and autogroup:self');
+    t.ok(stats.routers > 0 && stats.exits > 0, 'some nodes serve approved subnet and exit routes');
+  }
+});
+
+t.test('the comparison fails when a peer is missing', async (t) => {
+  let caught = 0;
+  for (const seed of seedList().slice(0, 10)) {
+    const rng = new Rng(seed);
+    const snap = snapshotFor(rng);
+    const text = policyFor(rng, snap);
+    const policy = text === null ? null : parsePolicy(text);
+    let dropped = false;
+    const diffs = differences(policy, snap, (peers) => { if (!dropped && peers.length) { peers.pop(); dropped = true; } });
+    if (dropped) {
+      t.ok(diffs.some((d) => d.includes(' peers:')), `seed ${seed}: a dropped peer is reported`);
+      caught++;
+    }
+  }
+  t.ok(caught > 0, 'some seed had a peer to drop');
+});
+
+t.test('the realistic shapes: a user-source rule merging with autogroup:self, and a via router', async (t) => {
+  // A rule from a user to a tag has exactly the sources of that user's autogroup:self rule: the two merge in the
+  // user's devices' filters (the index must merge at the right place) and their peers.
+  const snap: Snapshot = {
+    users: [{ id: '1', name: 'ann', email: 'ann@example.com' }, { id: '2', name: 'bob', email: 'bob@example.com' }],
+    nodes: [
+      { id: '1', name: 'a1', userId: '1', tags: [], ipv4: '100.64.0.1', availableRoutes: [], approvedRoutes: [] },
+      { id: '2', name: 'web', tags: ['tag:web'], ipv4: '100.64.0.2', availableRoutes: [], approvedRoutes: [] },
+      { id: '3', name: 'a2', userId: '1', tags: [], ipv4: '100.64.0.3', availableRoutes: [], approvedRoutes: [] },
+      { id: '4', name: 'b1', userId: '2', tags: [], ipv4: '100.64.0.4', availableRoutes: [], approvedRoutes: [] },
+      { id: '5', name: 'rt', tags: ['tag:r'], ipv4: '100.64.0.5', availableRoutes: ['10.1.0.0/24'], approvedRoutes: ['10.1.0.0/24'] },
+    ],
+  };
+  const policy = parsePolicy(`{
+    "tagOwners": {"tag:web": [], "tag:r": []},
+    "acls": [
+      {"action": "accept", "src": ["ann@example.com"], "dst": ["tag:web:22", "autogroup:self:22"]},
+    ],
+    "grants": [{"src": ["bob@example.com"], "dst": ["10.1.0.0/24"], "ip": ["tcp:443"], "via": ["tag:r"]}],
+  }`);
+  const ctx = new TailnetContext(policy, snap);
+  const c = (id: string) => compilePolicy(policy, snap, id, ctx);
+  t.same(c('1').peers, ['2', '3'], "ann's device sees the web server and her other device, in tailnet order");
+  t.same(c('1').packetFilter, [{ SrcIPs: ['100.64.0.1', '100.64.0.3'], DstPorts: [{ IP: '100.64.0.1', Ports: { First: 22, Last: 22 } }] }]);
+  t.same(c('4').peers, ['5'], "bob's device sees the via router only");
+  t.same(c('5').peers, ['4'], 'the via router sees bob');
+  t.same(c('5').packetFilter, [{ SrcIPs: ['100.64.0.4'], DstPorts: [{ IP: '10.1.0.0/24', Ports: { First: 443, Last: 443 } }], IPProto: [6] }]);
+  for (const n of snap.nodes) {
+    t.equal(canon(c(n.id)), canon(referenceCompilePolicy(policy, snap, n.id)), `${n.name} equals the reference`);
+  }
+});
+
+t.test('rare peer paths: routes over tailnet addresses and app-only via grants', async (t) => {
+  // x routes 100.64.0.32/27, which holds ann's device: x matches ann's autogroup:self rule on both sides by route
+  // overlap, so x and ann's device are peers through a rule only ann's devices have. y lies inside the via route
+  // of router r, whose via rule (only r has it) lists r as a source: y and r are peers through r's rule alone.
+  // z serves bob through an app-only via grant, which compiles to no filter rule: only viaServes pairs them. x's
+  // route (not its address) lies in the source of z's other via rule: only that rule of z's pairs x and z.
+  const snap: Snapshot = {
+    users: [{ id: '1', name: 'ann', email: 'ann@example.com' }, { id: '2', name: 'bob', email: 'bob@example.com' }],
+    nodes: [
+      { id: 'a1', name: 'a1', userId: '1', tags: [], ipv4: '100.64.0.33', availableRoutes: [], approvedRoutes: [] },
+      { id: 'x', name: 'x', tags: ['tag:b'], ipv4: '100.64.0.2', availableRoutes: ['100.64.0.32/27'], approvedRoutes: ['100.64.0.32/27'] },
+      { id: 'r', name: 'r', tags: ['tag:r'], ipv4: '100.64.0.3', availableRoutes: ['100.64.0.32/27'], approvedRoutes: ['100.64.0.32/27'] },
+      { id: 'y', name: 'y', userId: '2', tags: [], ipv4: '100.64.0.40', availableRoutes: [], approvedRoutes: [] },
+      { id: 'z', name: 'z', tags: ['tag:r'], ipv4: '100.64.0.5', availableRoutes: ['10.2.0.0/24'], approvedRoutes: ['10.2.0.0/24'] },
+      { id: 'b1', name: 'b1', userId: '2', tags: [], ipv4: '100.64.0.6', availableRoutes: [], approvedRoutes: [] },
+    ],
+  };
+  const policy = parsePolicy(`{
+    "tagOwners": {"tag:b": [], "tag:r": []},
+    "acls": [{"action": "accept", "src": ["ann@example.com"], "dst": ["autogroup:self:22"]}],
+    "grants": [
+      {"src": ["tag:r"], "dst": ["100.64.0.32/27"], "ip": ["tcp:22"], "via": ["tag:r"]},
+      {"src": ["bob@example.com"], "dst": ["10.2.0.0/24"], "app": {"example.com/cap/x": [{}]}, "via": ["tag:r"]},
+      {"src": ["100.64.0.32/27"], "dst": ["10.2.0.0/24"], "ip": ["tcp:80"], "via": ["tag:r"]},
+    ],
+  }`);
+  const ctx = new TailnetContext(policy, snap);
+  const peers = (id: string) => compilePolicy(policy, snap, id, ctx).peers;
+  t.ok(peers('x').includes('a1') && peers('a1').includes('x'), 'x and a1 are peers through route overlap with the self rule');
+  t.ok(peers('y').includes('r') && peers('r').includes('y'), "y and r are peers through r's via rule");
+  t.ok(peers('b1').includes('z') && peers('z').includes('b1'), 'bob and z are peers through the app-only via grant');
+  t.ok(peers('x').includes('z') && peers('z').includes('x'), "x (its route in the via source) and z are peers through z's via rule");
+  t.same(differences(policy, snap), [], 'every node equals the reference');
+});
+
+/** naive* are the linear IPSet scans the binary searches replaced. */
+function naiveContainsAddr(s: IPSet, a: Addr): boolean { return s.ranges.some((r) => r.v6 === a.v6 && r.start <= a.n && a.n <= r.end); }
+function naiveContainsRange(s: IPSet, x: IPRange): boolean { return s.ranges.some((r) => r.v6 === x.v6 && r.start <= x.start && x.end <= r.end); }
+function naiveOverlapsRange(s: IPSet, x: IPRange): boolean { return s.ranges.some((r) => r.v6 === x.v6 && r.start <= x.end && x.start <= r.end); }
+
+t.test('IPSet binary searches answer like linear scans', async (t) => {
+  const rng = new Rng(42);
+  let checks = 0, wrong = 0, yes = 0;
+  const range = (): IPRange => {
+    const v6 = rng.chance(0.4);
+    const a = BigInt(rng.int(200)), b = a + BigInt(rng.int(rng.chance(0.5) ? 3 : 40));
+    return { v6, start: a, end: b };
+  };
+  for (let round = 0; round < 300; round++) {
+    const set = new IPSet(Array.from({ length: rng.int(12) }, range));
+    for (let k = 0; k < 50; k++) {
+      const x = range();
+      const a: Addr = { v6: x.v6, n: x.start };
+      const got = [set.containsAddr(a), set.containsRange(x), set.overlapsRange(x)];
+      const want = [naiveContainsAddr(set, a), naiveContainsRange(set, x), naiveOverlapsRange(set, x)];
+      checks += 3;
+      yes += want.filter(Boolean).length;
+      if (canon(got) !== canon(want)) wrong++;
+    }
+  }
+  t.equal(wrong, 0, `${checks} membership answers agree`);
+  t.ok(yes > checks / 10 && yes < checks * 0.9, `both answers occur (${yes} of ${checks} true)`);
+});

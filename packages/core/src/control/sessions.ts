@@ -1,3 +1,4 @@
+import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { Policy } from '@headway/policy';
 import type { Node } from '../domain.js';
 import type { Logger } from '../log.js';
@@ -9,8 +10,27 @@ import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
-/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load). */
-const BATCH_WINDOW_MS = 20;
+/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load, see nextBatchWindow). */
+export const BATCH_WINDOW_MS = 20;
+/** MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). */
+export const MAX_BATCH_WINDOW_MS = 320;
+/** BUSY_UTILIZATION is the event-loop utilization since the previous flush above which the server counts as loaded. */
+const BUSY_UTILIZATION = 0.75;
+/** QUIET_GAP_MS: a flush this long after the previous one starts again from the base window whatever the load. */
+const QUIET_GAP_MS = 1000;
+
+/**
+ * nextBatchWindow picks the batch window for the changes now arriving. Each flush costs a message per session
+ * (encode, encrypt, a socket write each), so a burst of joins flushed every 20 ms made that fan-out grow with
+ * the square of the tailnet and starve the joins themselves. While the event loop stays busy (utilization
+ * since the previous flush at or above BUSY_UTILIZATION, and that flush recent) the window doubles up to
+ * MAX_BATCH_WINDOW_MS, so more changes share one message per session; otherwise it is BATCH_WINDOW_MS, so a
+ * change on a quiet server (a rename, a route) still goes out at once.
+ */
+export function nextBatchWindow(current: number, utilization: number, sinceLastFlushMs: number): number {
+  if (sinceLastFlushMs >= QUIET_GAP_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
+  return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
+}
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
 const DELETED_REMEMBERED = 4096;
 
@@ -157,9 +177,19 @@ export class SessionHub {
   private pendingStructural = false;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
+  /** window is the batch window in force (nextBatchWindow); flushMark and flushAt describe the previous flush's start. */
+  private window = BATCH_WINDOW_MS;
+  private flushMark?: EventLoopUtilization;
+  private flushAt = 0;
+
+  /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
+  get batchWindow(): number { return this.window; }
 
   private schedule(): void {
     if (this.flushTimer) return;
+    const now = performance.now();
+    const busy = this.flushMark ? performance.eventLoopUtilization(this.flushMark).utilization : 0;
+    this.window = nextBatchWindow(this.window, busy, now - this.flushAt);
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
       try {
@@ -167,7 +197,7 @@ export class SessionHub {
       } catch (err) {
         this.logger.error('failed to send a batch of changes to map sessions', { error: (err as Error).message });
       }
-    }, BATCH_WINDOW_MS);
+    }, this.window);
   }
 
   /** flushNow sends whatever is pending at once (shutdown, tests). */
@@ -338,6 +368,8 @@ export class SessionHub {
 
   /** flush turns everything pending into at most one message per session. */
   private flush(): void {
+    this.flushMark = performance.eventLoopUtilization();
+    this.flushAt = performance.now();
     this.syncPrimaries();
     const full = [...this.pendingFull].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const fullIds = new Set(full.map((n) => n.id));

@@ -30,14 +30,17 @@ export function encodeMapFrame(message: object): Buffer {
 const DECODED_CACHE_ENTRIES = 512;
 /** DECODED_CACHE_MAX_BODY: larger bodies (full maps, unique per device) are not worth keeping. */
 const DECODED_CACHE_MAX_BODY = 16 * 1024;
-const decodedCache = new Map<string, string>();
+/** DECODED_CACHE_KEY_TAIL: a body is looked up by its length and last bytes, then compared whole (hashing it all cost more). */
+const DECODED_CACHE_KEY_TAIL = 24;
+const decodedCache = new Map<string, { body: Buffer; json: string }>();
 
 /** decodeBody is the JSON text of one frame body, shared between devices that received the same bytes. */
 function decodeBody(body: Buffer): string {
-  const key = body.length <= DECODED_CACHE_MAX_BODY ? body.toString('latin1') : undefined;
-  if (key !== undefined) {
+  const cacheable = body.length <= DECODED_CACHE_MAX_BODY;
+  const key = cacheable ? `${body.length}:${body.toString('latin1', Math.max(0, body.length - DECODED_CACHE_KEY_TAIL))}` : '';
+  if (cacheable) {
     const hit = decodedCache.get(key);
-    if (hit !== undefined) return hit;
+    if (hit && hit.body.equals(body)) return hit.json;
   }
   let json: string;
   try {
@@ -45,9 +48,9 @@ function decodeBody(body: Buffer): string {
   } catch (err) {
     throw new Error(`map frame is not valid zstd: ${(err as Error).message}`);
   }
-  if (key !== undefined) {
+  if (cacheable) {
     if (decodedCache.size >= DECODED_CACHE_ENTRIES) decodedCache.delete(decodedCache.keys().next().value!);
-    decodedCache.set(key, json);
+    decodedCache.set(key, { body: Buffer.from(body), json });
   }
   return json;
 }

@@ -9,8 +9,8 @@ const ZSTD_LEVEL = 3;
  * zstd comes from node:zlib (libzstd built into Node 24), so there is no codec to
  * load first; the frame carries its content size, as the WASM codec's did.
  */
-export function frame(json: string, zstd: boolean): Buffer {
-  const text = Buffer.from(json);
+export function frame(json: string | Buffer, zstd: boolean): Buffer {
+  const text = typeof json === 'string' ? Buffer.from(json) : json;
   const body = zstd ? zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } }) : text;
   const out = Buffer.allocUnsafe(4 + body.length);
   out.writeUInt32LE(body.length, 0);

@@ -286,12 +286,17 @@ export class SessionHub {
     this.schedule();
   }
 
-  private sendAll(targets: Array<[MapSession, string]>): void {
+  /**
+   * sendAll sends each target its message, encoding (and compressing) each distinct message once. A target
+   * names its message by a key that is equal exactly when the text is, and gives the text lazily, so sessions
+   * that share a large message (the same PeersChanged) are matched on a short key, not their whole text.
+   */
+  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>): void {
     const frames = new Map<string, Buffer>();
-    for (const [s, json] of targets) {
-      const key = `${s.zstd ? 'z' : 'p'}${json}`;
+    for (const { s, key: text, json } of targets) {
+      const key = `${s.zstd ? 'z' : 'p'}${text}`;
       let buf = frames.get(key);
-      if (!buf) { buf = frame(json, s.zstd); frames.set(key, buf); }
+      if (!buf) { buf = frame(json(), s.zstd); frames.set(key, buf); }
       s.send(buf);
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
@@ -304,7 +309,10 @@ export class SessionHub {
   private broadcast(json: string | ((s: MapSession) => string), rebuilds = false): void {
     const all = [...this.sessions()];
     if (rebuilds) for (const s of all) this.rebuilt(s);
-    this.sendAll(all.map((s) => [s, typeof json === 'string' ? json : json(s)] as [MapSession, string]));
+    this.sendAll(all.map((s) => {
+      const text = typeof json === 'string' ? json : json(s);
+      return { s, key: text, json: () => text };
+    }));
   }
 
   /** rebuilt records that the session's client rebuilt its netmap: it now shows its own and its peers' owners. */
@@ -387,12 +395,23 @@ export class SessionHub {
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
     const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
-    const targets: Array<[MapSession, string]> = [];
+    const targets: Array<{ s: MapSession; key: string; json: () => string }> = [];
+    // A PeersChanged or PeersChangedPatch list is the same text for every session sending the same nodes:
+    // built once per flush and keyed by the node ids, so each session costs its ids, not the peers' bytes.
+    const shared = new Map<string, string>();
+    const sharedPart = (key: string, build: () => string): string => {
+      let text = shared.get(key);
+      if (text === undefined) { text = build(); shared.set(key, text); }
+      return text;
+    };
     for (const s of this.sessions()) {
       const me = this.state.getNode(s.nodeId);
       if (!me) continue;
       const parts: string[] = [];
-      if (self.has(s.nodeId)) parts.push(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
+      // keys[i] names parts[i]: its text, or for a shared part 'C'/'P' + node ids (no part text starts with a letter).
+      const keys: string[] = [];
+      const add = (text: string, key = text): void => { parts.push(text); keys.push(key); };
+      if (self.has(s.nodeId)) add(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
       let gone: number[];
       let upsert: Node[];
       if (structural) {
@@ -410,16 +429,19 @@ export class SessionHub {
         s.peers = next;
         const filter = this.mapper.filterJson(s.nodeId);
         const ssh = this.mapper.sshJson(s.nodeId);
-        if (filter !== s.filter) { parts.push(`"PacketFilter":${filter}`); s.filter = filter; }
-        if (ssh !== s.ssh) { parts.push(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
+        if (filter !== s.filter) { add(`"PacketFilter":${filter}`); s.filter = filter; }
+        if (ssh !== s.ssh) { add(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
       } else {
         // No visibility change: every node sees every node, or only content changed.
         gone = removed.filter((id) => s.peers.delete(id));
         upsert = this.mapper.view.hasPolicy ? full.filter((n) => s.peers.has(n.id)) : full.filter((n) => n.id !== s.nodeId);
         for (const n of upsert) s.peers.add(n.id);
       }
-      if (gone.length) parts.push(`"PeersRemoved":${JSON.stringify(gone)}`);
-      if (upsert.length) parts.push(`"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`);
+      if (gone.length) add(`"PeersRemoved":${JSON.stringify(gone)}`);
+      if (upsert.length) {
+        const key = `C${upsert.map((n) => n.id).join(',')}`;
+        add(sharedPart(key, () => `"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`), key);
+      }
       // Profiles: every owner this message introduces or changes, once per session.
       const owned = self.has(s.nodeId) ? [me, ...upsert] : upsert;
       const profiles: string[] = [];
@@ -433,17 +455,21 @@ export class SessionHub {
       };
       for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
       for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
-      if (profiles.length) parts.push(`"UserProfiles":[${profiles.join(',')}]`);
-      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !upsert.some((n) => n.id === p.NodeID));
-      if (mine.length) parts.push(`"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`);
+      if (profiles.length) add(`"UserProfiles":[${profiles.join(',')}]`);
+      const sent = upsert.length && patches.length ? new Set(upsert.map((n) => n.id)) : undefined;
+      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !sent?.has(p.NodeID as number));
+      if (mine.length) {
+        const key = `P${mine.map((p) => p.NodeID).join(',')}`;
+        add(sharedPart(key, () => `"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`), key);
+      }
       // Newer clients apply UserProfiles and peer changes without rebuilding their
       // netmap, and `tailscale status` keeps showing the owners of the last rebuild:
       // when this message shows an owner that netmap lacks, also resend the
       // (unchanged) Domain, which makes every client rebuild it.
       const rebuilds = self.has(s.nodeId) || parts.some((p) => p.startsWith('"SSHPolicy"'));
-      if (stale && !rebuilds) parts.push(`"Domain":${JSON.stringify(this.mapper.domain())}`);
+      if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s);
-      if (parts.length) targets.push([s, `{${parts.join(',')}}`]);
+      if (parts.length) targets.push({ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` });
     }
     this.sendAll(targets);
   }

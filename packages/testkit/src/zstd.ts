@@ -22,37 +22,53 @@ export function encodeMapFrame(message: object): Buffer {
 }
 
 /**
- * DECODED_CACHE_ENTRIES bounds the process-wide cache of decoded frame bodies. The server compresses a broadcast
- * once and sends every session the same bytes, so N virtual devices in one process would otherwise decompress
- * the same body N times: node:zlib builds a fresh zstd context per call (~30-50 µs even for a 300-byte delta),
- * which made the load generator, not the server, the bottleneck of a join burst.
+ * DECODED_CACHE_ENTRIES bounds the process-wide cache of decoded frames. The server compresses a broadcast once
+ * and sends every session the same bytes, so N virtual devices in one process would otherwise decompress and
+ * parse the same body N times: node:zlib builds a fresh zstd context per call (~30-50 µs even for a 300-byte
+ * delta), and N parsed copies of every delta made the load generator's garbage collector, not the server,
+ * the bottleneck of a join burst. Devices that received the same bytes share one deeply frozen message (the
+ * netmap code replaces what it changes, never edits a message; a write would throw).
  */
 const DECODED_CACHE_ENTRIES = 512;
 /** DECODED_CACHE_MAX_BODY: larger bodies (full maps, unique per device) are not worth keeping. */
 const DECODED_CACHE_MAX_BODY = 16 * 1024;
 /** DECODED_CACHE_KEY_TAIL: a body is looked up by its length and last bytes, then compared whole (hashing it all cost more). */
 const DECODED_CACHE_KEY_TAIL = 24;
-const decodedCache = new Map<string, { body: Buffer; json: string }>();
+const decodedCache = new Map<string, { body: Buffer; value: unknown }>();
 
-/** decodeBody is the JSON text of one frame body, shared between devices that received the same bytes. */
-function decodeBody(body: Buffer): string {
-  const cacheable = body.length <= DECODED_CACHE_MAX_BODY;
-  const key = cacheable ? `${body.length}:${body.toString('latin1', Math.max(0, body.length - DECODED_CACHE_KEY_TAIL))}` : '';
-  if (cacheable) {
-    const hit = decodedCache.get(key);
-    if (hit && hit.body.equals(body)) return hit.json;
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
   }
+  return v;
+}
+
+/** parseBody decompresses and parses one frame body. */
+function parseBody(body: Buffer): unknown {
   let json: string;
   try {
     json = zstdDecompress(body).toString('utf8');
   } catch (err) {
     throw new Error(`map frame is not valid zstd: ${(err as Error).message}`);
   }
-  if (cacheable) {
-    if (decodedCache.size >= DECODED_CACHE_ENTRIES) decodedCache.delete(decodedCache.keys().next().value!);
-    decodedCache.set(key, { body: Buffer.from(body), json });
+  try {
+    return JSON.parse(json);
+  } catch (err) {
+    throw new Error(`map frame is not valid JSON: ${(err as Error).message}`);
   }
-  return json;
+}
+
+/** decodeBody is the message one frame body holds, shared (frozen) between devices that received the same bytes. */
+function decodeBody(body: Buffer): unknown {
+  if (body.length > DECODED_CACHE_MAX_BODY) return parseBody(body);
+  const key = `${body.length}:${body.toString('latin1', Math.max(0, body.length - DECODED_CACHE_KEY_TAIL))}`;
+  const hit = decodedCache.get(key);
+  if (hit && hit.body.equals(body)) return hit.value;
+  const value = deepFreeze(parseBody(body));
+  if (decodedCache.size >= DECODED_CACHE_ENTRIES) decodedCache.delete(decodedCache.keys().next().value!);
+  decodedCache.set(key, { body: Buffer.from(body), value });
+  return value;
 }
 
 /**
@@ -76,12 +92,7 @@ export class MapFrameDecoder {
       const whole = this.contiguous(4 + length);
       const body = whole.subarray(4, 4 + length);
       this.consume(4 + length);
-      const json = decodeBody(body);
-      try {
-        out.push(JSON.parse(json));
-      } catch (err) {
-        throw new Error(`map frame is not valid JSON: ${(err as Error).message}`);
-      }
+      out.push(decodeBody(body));
     }
     return out;
   }

@@ -16,19 +16,18 @@ export const BATCH_WINDOW_MS = 20;
 export const MAX_BATCH_WINDOW_MS = 320;
 /** BUSY_UTILIZATION is the event-loop utilization since the previous flush above which the server counts as loaded. */
 const BUSY_UTILIZATION = 0.75;
-/** QUIET_GAP_MS: a flush this long after the previous one starts again from the base window whatever the load. */
-const QUIET_GAP_MS = 1000;
 
 /**
  * nextBatchWindow picks the batch window for the changes now arriving. Each flush costs a message per session
  * (encode, encrypt, a socket write each), so a burst of joins flushed every 20 ms made that fan-out grow with
- * the square of the tailnet and starve the joins themselves. While the event loop stays busy (utilization
- * since the previous flush at or above BUSY_UTILIZATION, and that flush recent) the window doubles up to
- * MAX_BATCH_WINDOW_MS, so more changes share one message per session; otherwise it is BATCH_WINDOW_MS, so a
- * change on a quiet server (a rename, a route) still goes out at once.
+ * the square of the tailnet and starve the joins themselves. While changes come back to back (this one less
+ * than the current window after the previous flush started) and the event loop stays busy (utilization since
+ * that flush at or above BUSY_UTILIZATION), the window doubles up to MAX_BATCH_WINDOW_MS, so more changes
+ * share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone change (a rename, a route) goes out
+ * at once even on a server busy with something else, such as a garbage collection.
  */
 export function nextBatchWindow(current: number, utilization: number, sinceLastFlushMs: number): number {
-  if (sinceLastFlushMs >= QUIET_GAP_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
+  if (sinceLastFlushMs >= current || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
   return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
 }
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */

@@ -1,6 +1,6 @@
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { Policy } from '@headway/policy';
-import type { Node } from '../domain.js';
+import type { Node, User } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
@@ -21,13 +21,13 @@ const BUSY_UTILIZATION = 0.75;
  * nextBatchWindow picks the batch window for the changes now arriving. Each flush costs a message per session
  * (encode, encrypt, a socket write each), so a burst of joins flushed every 20 ms made that fan-out grow with
  * the square of the tailnet and starve the joins themselves. While changes come back to back (this one less
- * than the current window after the previous flush started) and the event loop stays busy (utilization since
- * that flush at or above BUSY_UTILIZATION), the window doubles up to MAX_BATCH_WINDOW_MS, so more changes
- * share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone change (a rename, a route) goes out
- * at once even on a server busy with something else, such as a garbage collection.
+ * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop stays
+ * busy (utilization since that flush started at or above BUSY_UTILIZATION), the window doubles up to
+ * MAX_BATCH_WINDOW_MS, so more changes share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone
+ * change (a rename, a route) goes out at once even on a server busy with something else.
  */
-export function nextBatchWindow(current: number, utilization: number, sinceLastFlushMs: number): number {
-  if (sinceLastFlushMs >= current || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
+export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number): number {
+  if (sinceFlushEndMs >= BATCH_WINDOW_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
   return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
 }
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
@@ -176,10 +176,10 @@ export class SessionHub {
   private pendingStructural = false;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
-  /** window is the batch window in force (nextBatchWindow); flushMark and flushAt describe the previous flush's start. */
+  /** window is the batch window in force (nextBatchWindow); flushMark is the loop's utilization when the previous flush started, flushEnd when it ended. */
   private window = BATCH_WINDOW_MS;
   private flushMark?: EventLoopUtilization;
-  private flushAt = 0;
+  private flushEnd = Number.NEGATIVE_INFINITY;
 
   /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
   get batchWindow(): number { return this.window; }
@@ -188,7 +188,7 @@ export class SessionHub {
     if (this.flushTimer) return;
     const now = performance.now();
     const busy = this.flushMark ? performance.eventLoopUtilization(this.flushMark).utilization : 0;
-    this.window = nextBatchWindow(this.window, busy, now - this.flushAt);
+    this.window = nextBatchWindow(this.window, busy, now - this.flushEnd);
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
       try {
@@ -355,11 +355,14 @@ export class SessionHub {
   syncPrimaries(): void {
     if (!this.pendingPrimaries) return;
     this.pendingPrimaries = false;
+    let queued = false;
     for (const id of this.mapper.view.updatePrimaries()) {
       this.mapper.forget(id);
-      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); }
+      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); queued = true; }
     }
-    this.schedule();
+    // Only a moved role needs a flush: scheduling one regardless chained an empty flush after every real one,
+    // which kept the batch window at its cap after a join burst (nextBatchWindow saw flushes back to back).
+    if (queued) this.schedule();
   }
 
   /**
@@ -375,8 +378,6 @@ export class SessionHub {
 
   /** flush turns everything pending into at most one message per session. */
   private flush(): void {
-    this.flushMark = performance.eventLoopUtilization();
-    this.flushAt = performance.now();
     this.syncPrimaries();
     const full = [...this.pendingFull].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const fullIds = new Set(full.map((n) => n.id));
@@ -388,6 +389,18 @@ export class SessionHub {
     this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear(); this.pendingUsers.clear();
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
+    // Only a flush that sends something counts for nextBatchWindow.
+    this.flushMark = performance.eventLoopUtilization();
+    try {
+      this.send(full, fullIds, self, removed, patches, structural, users);
+    } finally {
+      this.flushEnd = performance.now();
+    }
+  }
+
+  /** send builds and sends one flush's messages (see flush). */
+  private send(full: Node[], fullIds: Set<number>, self: Set<number>, removed: number[], patches: Array<Record<string, unknown>>,
+    structural: boolean, users: User[]): void {
     const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
     const profileText = new Map<number, { id: number; json: string }>();
     const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;

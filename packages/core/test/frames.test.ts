@@ -40,7 +40,7 @@ t.test('zstd frame: length prefix, one zstd frame with its content size, decodes
     t.equal(body.readUInt32LE(0), ZSTD_MAGIC, 'a zstd frame');
     const header = zstdHeader(body);
     t.ok(header.hasContentSize, 'the header carries the decoded size');
-    // Client decoders allocate the declared window: level 3 must not ask for more than 8 MiB.
+    // Client decoders allocate the declared window: it must not ask for more than 8 MiB.
     t.ok(header.window <= 8 << 20, `window ${header.window} B`);
     t.equal(zstdDecompressSync(body).toString(), json);
     if (json.length > 1_000_000) t.comment(`${json.length} B of map JSON -> ${length} B zstd`);

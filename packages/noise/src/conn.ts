@@ -1,5 +1,5 @@
 import { Duplex } from 'node:stream';
-import type { CipherState } from './cipher.js';
+import { TAG_LENGTH, type CipherState } from './cipher.js';
 import type { TransportKeys } from './handshake.js';
 import {
   FRAME_HEADER_LENGTH,
@@ -16,17 +16,18 @@ const EARLY_PAYLOAD_PEEK_LENGTH = 9;
 /** MAX_EARLY_PAYLOAD_LENGTH bounds what a client will buffer before HTTP/2 starts. */
 const MAX_EARLY_PAYLOAD_LENGTH = 1 << 20;
 
-/** sealRecords encrypts plaintext into as many type-4 records as needed (each ≤ 4077 plaintext bytes). */
+/** sealRecords encrypts plaintext into as many type-4 records as needed (each ≤ 4077 plaintext bytes), in one buffer. */
 export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer {
-  const frames: Buffer[] = [];
+  const records = Math.ceil(plaintext.length / MAX_PLAINTEXT_PER_RECORD);
+  const out = Buffer.allocUnsafe(plaintext.length + records * (FRAME_HEADER_LENGTH + TAG_LENGTH));
+  let at = 0;
   for (let offset = 0; offset < plaintext.length; offset += MAX_PLAINTEXT_PER_RECORD) {
-    const sealed = cipher.seal(plaintext.subarray(offset, offset + MAX_PLAINTEXT_PER_RECORD));
-    const header = Buffer.alloc(FRAME_HEADER_LENGTH);
-    header[0] = MESSAGE_TYPE_RECORD;
-    header.writeUInt16BE(sealed.length, 1);
-    frames.push(header, sealed);
+    const sealed = cipher.sealInto(plaintext.subarray(offset, offset + MAX_PLAINTEXT_PER_RECORD), out, at + FRAME_HEADER_LENGTH);
+    out[at] = MESSAGE_TYPE_RECORD;
+    out.writeUInt16BE(sealed, at + 1);
+    at += FRAME_HEADER_LENGTH + sealed;
   }
-  return Buffer.concat(frames);
+  return at === out.length ? out : out.subarray(0, at);
 }
 
 /** encodeEarlyPayload frames a JSON object as the early payload plaintext (magic, u32 BE length, JSON). */
@@ -215,6 +216,24 @@ export class NoiseConn extends Duplex {
       callback(err as Error);
       return;
     }
+    this.socket.write(frames, (err) => callback(err ?? null));
+  }
+
+  /**
+   * _writev seals everything written in one corked batch as one run of records and hands the socket one
+   * buffer: HTTP/2 writes a frame header and its payload as separate chunks, which otherwise cost a record
+   * (cipher, tag, header) and a socket write each. Record boundaries are not part of the byte stream.
+   */
+  override _writev(chunks: Array<{ chunk: Buffer }>, callback: (error?: Error | null) => void): void {
+    if (chunks.length === 1) return this._write(chunks[0]!.chunk, 'binary', callback);
+    let frames: Buffer;
+    try {
+      frames = sealRecords(this.send, Buffer.concat(chunks.map((c) => c.chunk)));
+    } catch (err) {
+      callback(err as Error);
+      return;
+    }
+    if (frames.length === 0) { callback(); return; }
     this.socket.write(frames, (err) => callback(err ?? null));
   }
 

@@ -194,6 +194,37 @@ t.test('records split across reads byte by byte, coalesced, and zero-length reco
   conn.destroy();
 });
 
+t.test('corked writes are sealed as one run of records in one socket write, intact and in order', async (t) => {
+  const { client, server } = handshakePair();
+  const socket = new MemorySocket();
+  const conn = new NoiseConn({ socket, keys: server });
+  // HTTP/2 writes a frame header and its payload as separate chunks inside one cork.
+  const chunks = [Buffer.from('header-9b'), Buffer.alloc(MAX_PLAINTEXT_PER_RECORD + 100, 7), Buffer.from('tail')];
+  conn.cork();
+  for (const c of chunks) conn.write(c);
+  conn.uncork();
+  await new Promise((r) => setImmediate(r));
+  t.equal(socket.written.length, 1, 'one socket write for the corked batch');
+  const wire = socket.written[0]!;
+  const plain: Buffer[] = [];
+  let records = 0;
+  for (let off = 0; off < wire.length; records++) {
+    t.equal(wire[off], 4, 'record type');
+    const len = wire.readUInt16BE(off + 1);
+    t.ok(3 + len <= 4096, 'record within the 4096-byte limit');
+    plain.push(client.receive.open(wire.subarray(off + 3, off + 3 + len)));
+    off += 3 + len;
+  }
+  t.equal(records, 2, 'the batch fills records instead of one per chunk');
+  t.equal(Buffer.concat(plain).toString('hex'), Buffer.concat(chunks).toString('hex'), 'plaintext intact and in order');
+  // A single write after the batch still uses the next nonce.
+  conn.write(Buffer.from('next'));
+  await new Promise((r) => setImmediate(r));
+  const last = socket.written[1]!;
+  t.equal(client.receive.open(last.subarray(3)).toString(), 'next');
+  conn.destroy();
+});
+
 t.test('a corrupted record destroys the connection', async (t) => {
   const { client, server } = handshakePair();
   const socket = new MemorySocket();

@@ -5,7 +5,7 @@ export { MIGRATIONS, LATEST_SCHEMA_VERSION, type SqlMigration } from './migratio
 export { toStorageError } from './errors.js';
 export { describeConnectionFailure, verifyConnection, type ConnectionTarget } from './connect.js';
 export {
-  openSqliteStorage, openPostgresStorage, openMysqlStorage, networkOptionsFromConfig, parseConnectionUrl, tlsOptions,
+  openSqliteStorage, sqlitePragmas, openPostgresStorage, openMysqlStorage, networkOptionsFromConfig, parseConnectionUrl, tlsOptions,
   type OpenOptions, type SqliteStorageOptions, type NetworkStorageOptions, type NetworkConnection, type TlsOptions,
 } from './open.js';
 export { dumpTables, restoreTables, readSqliteBackup, sqliteNativeBackup, isSqliteFile } from './backup.js';

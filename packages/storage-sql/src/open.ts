@@ -33,6 +33,13 @@ export interface SqliteStorageOptions extends OpenOptions {
   wal?: boolean;
   /** walAutocheckpoint in pages; 0 leaves SQLite's default. */
   walAutocheckpoint?: number;
+  /**
+   * synchronous is SQLite's sync level under WAL (default 'normal'): 'full' fsyncs every commit, which on the
+   * synchronous better-sqlite3 driver stalls the whole event loop for the disk's flush time on every write
+   * (~2 ms per join's register and map writes); 'normal' syncs at checkpoints and stays consistent on a crash.
+   * Without WAL SQLite's own default (full) is kept.
+   */
+  synchronous?: 'normal' | 'full';
   /** busyTimeoutMs is how long a write waits for another process's lock (default 5000). */
   busyTimeoutMs?: number;
 }
@@ -167,6 +174,19 @@ interface SqliteHandle {
  * better-sqlite3. Every connection turns on foreign keys (off by default in
  * SQLite, and the schema relies on them) and a busy timeout.
  */
+/**
+ * sqlitePragmas are the statements every SQLite connection runs when opened: foreign keys, the busy timeout,
+ * and for a file with WAL the journal mode, its sync level (see SqliteStorageOptions.synchronous) and the
+ * checkpoint interval. Kept apart so the settings can be checked without a driver connection.
+ */
+export function sqlitePragmas(opts: { memory: boolean; wal: boolean; busyTimeoutMs: number; walAutocheckpoint?: number; synchronous?: 'normal' | 'full' }): string[] {
+  const out = ['foreign_keys = ON', `busy_timeout = ${Math.max(0, Math.floor(opts.busyTimeoutMs))}`];
+  if (opts.memory || !opts.wal) return out;
+  out.push('journal_mode = WAL', `synchronous = ${opts.synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
+  if (opts.walAutocheckpoint) out.push(`wal_autocheckpoint = ${Math.floor(opts.walAutocheckpoint)}`);
+  return out;
+}
+
 export async function openSqliteStorage(opts: SqliteStorageOptions): Promise<StoragePort> {
   if (!opts.path) throw new Error('database.sqlite.path: a file path (or :memory:) is required');
   const memory = opts.path === ':memory:';
@@ -193,10 +213,7 @@ export async function openSqliteStorage(opts: SqliteStorageOptions): Promise<Sto
       max: 1,
       afterCreate(conn: SqliteHandle, done: (err: Error | null, conn: SqliteHandle) => void) {
         try {
-          conn.pragma('foreign_keys = ON');
-          conn.pragma(`busy_timeout = ${Math.max(0, Math.floor(busy))}`);
-          if (!memory && wal) conn.pragma('journal_mode = WAL');
-          if (!memory && wal && opts.walAutocheckpoint) conn.pragma(`wal_autocheckpoint = ${Math.floor(opts.walAutocheckpoint)}`);
+          for (const p of sqlitePragmas({ ...opts, memory, wal, busyTimeoutMs: busy })) conn.pragma(p);
           done(null, conn);
         } catch (err) {
           done(err as Error, conn);

@@ -30,6 +30,7 @@ const sqliteStorageAdapter: AdapterDescriptor = {
       path: sqliteStoragePath(config.path, ctx.config.data_dir),
       wal: config.write_ahead_log,
       walAutocheckpoint: config.wal_autocheckpoint,
+      synchronous: config.synchronous,
       logger,
       debugSql: ctx.config.database.debug,
     });

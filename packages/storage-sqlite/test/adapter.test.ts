@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { createContainer } from 'awilix';
 import { silentLogger, type HeadwayConfig, type SqliteConfig, type StoragePort } from '@headway/core';
+import { sqlitePragmas } from '@headway/storage-sql';
 import sqliteStorageAdapter, { createSqliteStorage, sqliteStoragePath } from '../src/index.js';
 
 function configWith(sqlite: SqliteConfig, dataDir: string): HeadwayConfig {
@@ -29,7 +30,7 @@ t.test('register() creates the directory, uses WAL, migrates and registers the p
   const container = createContainer();
   await sqliteStorageAdapter.register({
     container,
-    config: configWith({ path: 'state/db.sqlite', write_ahead_log: true, wal_autocheckpoint: 1000 }, dir),
+    config: configWith({ path: 'state/db.sqlite', write_ahead_log: true, wal_autocheckpoint: 1000, synchronous: 'normal' }, dir),
     logger: silentLogger,
   });
   const storage = container.resolve<StoragePort>('storage');
@@ -39,6 +40,14 @@ t.test('register() creates the directory, uses WAL, migrates and registers the p
   await storage.users.create({ name: 'wal-check' });
   t.ok(existsSync(`${path}-wal`), 'a write goes to the write-ahead log');
   await storage.ping();
+});
+
+t.test('synchronous: WAL files sync at checkpoints unless full is asked for; no WAL keeps SQLite\'s default', async (t) => {
+  const base = { memory: false, wal: true, busyTimeoutMs: 5000, walAutocheckpoint: 1000 };
+  t.same(sqlitePragmas(base), ['foreign_keys = ON', 'busy_timeout = 5000', 'journal_mode = WAL', 'synchronous = NORMAL', 'wal_autocheckpoint = 1000']);
+  t.ok(sqlitePragmas({ ...base, synchronous: 'full' }).includes('synchronous = FULL'));
+  t.notOk(sqlitePragmas({ ...base, wal: false }).some((p) => p.startsWith('synchronous')), 'rollback journal: SQLite default');
+  t.notOk(sqlitePragmas({ ...base, memory: true }).some((p) => p.startsWith('synchronous')), 'memory: nothing to sync');
 });
 
 t.test('write_ahead_log: false keeps the rollback journal', async (t) => {

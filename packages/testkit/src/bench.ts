@@ -74,7 +74,7 @@ export interface SizeResult {
     eventLoopDelayMaxMs: number;
   };
   /** client: the driver process's own growth, i.e. what N virtual devices cost (not the server). */
-  client: { rssPerDeviceBytes: number; heapPerDeviceBytes: number };
+  client: { rssPerDeviceBytes: number; heapPerDeviceBytes: number; cpuMsJoinAndConverge: number };
   rename: {
     runs: number;
     /** perRun: each rename's propagation to the N-1 other devices, then all runs pooled in `all`. */
@@ -371,6 +371,7 @@ async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string
     const suffix = baseDomain ? `.${baseDomain}.` : '.';
     collectGarbage();
     const clientBefore = process.memoryUsage();
+    const clientCpuBefore = process.cpuUsage();
     const serverBefore = await group.memory();
 
     // Join: connect, register, start the streamed map poll.
@@ -410,6 +411,7 @@ async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string
     const convergedAt = performance.now();
     log(`  [${n}] converged (every netmap has ${n - 1} peers) ${((convergedAt - joinEnd) / 1000).toFixed(2)} s after the last join`);
 
+    const clientCpu = process.cpuUsage(clientCpuBefore);
     const serverAfter = await group.memory();
     collectGarbage();
     const clientAfter = process.memoryUsage();
@@ -475,6 +477,7 @@ async function runSizeOn(n: number, opts: BenchOptions, database?: Record<string
       client: {
         rssPerDeviceBytes: Math.round((clientAfter.rss - clientBefore.rss) / n),
         heapPerDeviceBytes: Math.round((clientAfter.heapUsed - clientBefore.heapUsed) / n),
+        cpuMsJoinAndConverge: round2((clientCpu.user + clientCpu.system) / 1000),
       },
       rename: { runs: opts.renames, perRun, all: summarize(pooled), serverApplyMs, timeouts },
       teardownMs: round2(teardownMs),
@@ -548,7 +551,7 @@ async function main(): Promise<void> {
   log('\n== Control plane ==');
   if (results.length) {
     log(formatTable([
-      ['N', 'join s', 'joins/s', 'join p99 ms', 'converge s', 'srv heap KiB/sess', 'srv rss KiB/sess', 'srv CPU s', 'client rss KiB/dev', 'rename p50 ms', 'p99 ms', 'max ms'],
+      ['N', 'join s', 'joins/s', 'join p99 ms', 'converge s', 'srv heap KiB/sess', 'srv rss KiB/sess', 'srv CPU s', 'driver CPU s', 'client rss KiB/dev', 'rename p50 ms', 'p99 ms', 'max ms'],
       ...results.map((r) => [
         String(r.devices),
         (r.joinMs / 1000).toFixed(2),
@@ -558,6 +561,7 @@ async function main(): Promise<void> {
         kib(r.server.heapPerSessionBytes),
         kib(r.server.rssPerSessionBytes),
         (r.server.cpuMsJoinAndConverge / 1000).toFixed(1),
+        (r.client.cpuMsJoinAndConverge / 1000).toFixed(1),
         kib(r.client.rssPerDeviceBytes),
         r.rename.all.p50.toFixed(1),
         r.rename.all.p99.toFixed(1),

@@ -21,37 +21,97 @@ export function encodeMapFrame(message: object): Buffer {
   return Buffer.concat([header, body]);
 }
 
-/** MapFrameDecoder turns a byte stream of framed MapResponses into JSON values, across arbitrary chunking. */
+/**
+ * DECODED_CACHE_ENTRIES bounds the process-wide cache of decoded frames. The server compresses a broadcast once
+ * and sends every session the same bytes, so N virtual devices in one process would otherwise decompress and
+ * parse the same body N times: node:zlib builds a fresh zstd context per call (~30-50 µs even for a 300-byte
+ * delta), and N parsed copies of every delta made the load generator's garbage collector, not the server,
+ * the bottleneck of a join burst. Devices that received the same bytes share one deeply frozen message (the
+ * netmap code replaces what it changes, never edits a message; a write would throw).
+ */
+const DECODED_CACHE_ENTRIES = 512;
+/** DECODED_CACHE_MAX_BODY: larger bodies (full maps, unique per device) are not worth keeping. */
+const DECODED_CACHE_MAX_BODY = 16 * 1024;
+/** DECODED_CACHE_KEY_TAIL: a body is looked up by its length and last bytes, then compared whole (hashing it all cost more). */
+const DECODED_CACHE_KEY_TAIL = 24;
+const decodedCache = new Map<string, { body: Buffer; value: unknown }>();
+
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+/** parseBody decompresses and parses one frame body. */
+function parseBody(body: Buffer): unknown {
+  let json: string;
+  try {
+    json = zstdDecompress(body).toString('utf8');
+  } catch (err) {
+    throw new Error(`map frame is not valid zstd: ${(err as Error).message}`);
+  }
+  try {
+    return JSON.parse(json);
+  } catch (err) {
+    throw new Error(`map frame is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** decodeBody is the message one frame body holds, shared (frozen) between devices that received the same bytes. */
+function decodeBody(body: Buffer): unknown {
+  if (body.length > DECODED_CACHE_MAX_BODY) return parseBody(body);
+  const key = `${body.length}:${body.toString('latin1', Math.max(0, body.length - DECODED_CACHE_KEY_TAIL))}`;
+  const hit = decodedCache.get(key);
+  if (hit && hit.body.equals(body)) return hit.value;
+  const value = deepFreeze(parseBody(body));
+  if (decodedCache.size >= DECODED_CACHE_ENTRIES) decodedCache.delete(decodedCache.keys().next().value!);
+  decodedCache.set(key, { body: Buffer.from(body), value });
+  return value;
+}
+
+/**
+ * MapFrameDecoder turns a byte stream of framed MapResponses into JSON values, across arbitrary chunking.
+ * Chunks are kept in a list until a whole frame is there, so a large map arriving in transport-record-sized
+ * pieces is joined once rather than re-copied on every piece.
+ */
 export class MapFrameDecoder {
-  private pending: Buffer = Buffer.alloc(0);
+  private chunks: Buffer[] = [];
+  private buffered = 0;
 
   /** push adds bytes and returns every message completed by them. */
   push(chunk: Buffer): unknown[] {
-    this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
+    if (chunk.length) { this.chunks.push(chunk); this.buffered += chunk.length; }
     const out: unknown[] = [];
-    while (this.pending.length >= 4) {
-      const length = this.pending.readUInt32LE(0);
+    while (this.buffered >= 4) {
+      const head = this.contiguous(4);
+      const length = head.readUInt32LE(0);
       if (length > MAX_MAP_FRAME_LENGTH) throw new Error(`map frame length ${length} exceeds ${MAX_MAP_FRAME_LENGTH}`);
-      if (this.pending.length < 4 + length) break;
-      const body = this.pending.subarray(4, 4 + length);
-      this.pending = this.pending.subarray(4 + length);
-      let json: string;
-      try {
-        json = zstdDecompress(body).toString('utf8');
-      } catch (err) {
-        throw new Error(`map frame is not valid zstd: ${(err as Error).message}`);
-      }
-      try {
-        out.push(JSON.parse(json));
-      } catch (err) {
-        throw new Error(`map frame is not valid JSON: ${(err as Error).message}`);
-      }
+      if (this.buffered < 4 + length) break;
+      const whole = this.contiguous(4 + length);
+      const body = whole.subarray(4, 4 + length);
+      this.consume(4 + length);
+      out.push(decodeBody(body));
     }
     return out;
   }
 
+  /** contiguous returns the first n buffered bytes as one buffer, merging leading chunks only when needed. */
+  private contiguous(n: number): Buffer {
+    if (this.chunks[0]!.length < n) this.chunks = [Buffer.concat(this.chunks, this.buffered)];
+    return this.chunks[0]!;
+  }
+
+  private consume(n: number): void {
+    const first = this.chunks[0]!;
+    if (first.length === n) this.chunks.shift();
+    else this.chunks[0] = first.subarray(n);
+    this.buffered -= n;
+  }
+
   /** leftover is how many bytes of an incomplete frame are buffered (non-zero at stream end = truncated). */
   get leftover(): number {
-    return this.pending.length;
+    return this.buffered;
   }
 }

@@ -30,3 +30,25 @@ t.test('MapFrameDecoder handles coalesced frames and rejects garbage', async (t)
   t.throws(() => new MapFrameDecoder().push(bad), /not valid zstd/);
   t.throws(() => new MapFrameDecoder().push(Buffer.from([0xff, 0xff, 0xff, 0xff])), /exceeds/);
 });
+
+t.test('MapFrameDecoder reassembles frames split at any byte, and devices sharing a frame share one frozen message', async (t) => {
+  const big = { Peers: Array.from({ length: 300 }, (_, i) => ({ ID: i, Name: `n${i}.`, Key: `nodekey:${String(i).padStart(64, '0')}` })) };
+  const stream = Buffer.concat([encodeMapFrame({ KeepAlive: true }), encodeMapFrame(big), encodeMapFrame({ Domain: 'y' })]);
+  for (const step of [1, 3, 4, 7, 4096]) {
+    const d = new MapFrameDecoder();
+    const got: unknown[] = [];
+    for (let i = 0; i < stream.length; i += step) got.push(...d.push(stream.subarray(i, i + step)));
+    t.same(got, [{ KeepAlive: true }, big, { Domain: 'y' }], `chunks of ${step} bytes`);
+    t.equal(d.leftover, 0);
+  }
+  const partial = new MapFrameDecoder();
+  t.same(partial.push(stream.subarray(0, stream.length - 2)), [{ KeepAlive: true }, big]);
+  t.ok(partial.leftover > 0, 'a truncated frame stays buffered');
+  const frame = encodeMapFrame({ PeersChanged: [{ ID: 9 }] });
+  const [a] = new MapFrameDecoder().push(frame) as Array<{ PeersChanged: Array<{ ID: number }> }>;
+  const [b] = new MapFrameDecoder().push(Buffer.from(frame)) as Array<{ PeersChanged: Array<{ ID: number }> }>;
+  t.same(b, { PeersChanged: [{ ID: 9 }] });
+  t.ok(Object.isFrozen(a!.PeersChanged[0]), 'a shared message is frozen all the way down');
+  t.throws(() => { a!.PeersChanged[0]!.ID = 10; }, TypeError, 'so no device can change what another received');
+  t.equal(b!.PeersChanged[0]!.ID, 9);
+});

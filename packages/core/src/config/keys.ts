@@ -78,6 +78,7 @@ export const KEYS: Record<string, KeySpec> = {
   'database.sqlite.path': { kind: 'path', default: 'db.sqlite', doc: 'SQLite file; relative to data_dir' },
   'database.sqlite.write_ahead_log': { kind: 'bool', default: true, doc: 'use WAL journaling' },
   'database.sqlite.wal_autocheckpoint': { kind: 'int', default: 1000, min: 0, doc: 'pages between WAL checkpoints' },
+  'database.sqlite.synchronous': { kind: 'enum', values: ['normal', 'full'], default: 'normal', doc: 'with WAL: normal syncs at checkpoints only (an OS crash or power loss may lose the last commits, never corrupts); full syncs every commit, blocking the server ~2 ms per write on a typical disk' },
   ...net('database.postgres', 5432, 'PostgreSQL'),
   ...net('database.mysql', 3306, 'MySQL/MariaDB'),
   'cluster.enabled': { kind: 'bool', default: false, doc: 'run as one of several instances sharing one PostgreSQL or MySQL/MariaDB database (not SQLite); every instance needs the same noise private key' },

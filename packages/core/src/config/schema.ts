@@ -5,7 +5,7 @@ import type { PluginEntry } from '../ports/adapter.js';
  * existing headscale config works with at most the documented changes. Durations
  * are milliseconds here (written as `30m`, `24h`, `90d` in YAML).
  */
-export interface SqliteConfig { path: string; write_ahead_log: boolean; wal_autocheckpoint: number }
+export interface SqliteConfig { path: string; write_ahead_log: boolean; wal_autocheckpoint: number; synchronous: 'normal' | 'full' }
 
 export interface NetworkDatabaseConfig {
   host: string;

@@ -326,7 +326,7 @@ export class ControlServer {
     if (!mr.Stream) {
       if (mr.OmitPeers) { res.writeHead(200); res.end(); return; }
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
-      res.end(frame(this.mapper.fullMap(node, mr.Version), zstd));
+      res.end(frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
       return;
     }
@@ -335,7 +335,7 @@ export class ControlServer {
     state.sessionOpened(node.id);
     this.hub.syncPrimaries();
     const current = state.getNode(node.id) ?? node;
-    res.write(frame(this.mapper.fullMap(current, mr.Version), zstd));
+    res.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
     metrics.mapMessages.inc({ kind: 'full' });
     this.hub.open(session, current);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;

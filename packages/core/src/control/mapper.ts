@@ -25,6 +25,8 @@ export interface LoggedOutSelf {
   createdAt?: Date;
 }
 
+const COMMA = Buffer.from(',');
+
 /** LOGGED_OUT_EXPIRY is the key expiry `tailscale logout` sends (Unix 123): "logged out" to every client. */
 export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
 
@@ -47,6 +49,8 @@ const BASE_SELF_CAPS: Record<string, unknown[]> = {
  */
 export class Mapper {
   private readonly peerJson = new Map<number, string>();
+  /** peerBytes holds the UTF-8 of peerJson entries that went into a full map, cached and forgotten with them. */
+  private readonly peerBytes = new Map<number, Buffer>();
 
   constructor(
     private readonly state: State,
@@ -56,7 +60,7 @@ export class Mapper {
     private readonly derp: DerpMapSource,
   ) {}
 
-  forget(id: number): void { this.peerJson.delete(id); }
+  forget(id: number): void { this.peerJson.delete(id); this.peerBytes.delete(id); }
 
   /** selfCaps are BASE_SELF_CAPS, without file sharing when taildrop.enabled is false (headscale drops the capability too). */
   private selfCaps(): Record<string, unknown[]> {
@@ -67,7 +71,7 @@ export class Mapper {
   dnsConfig(): Record<string, unknown> { return this.dns.config(); }
   /** derpMapJson is the DERP map for a client's capability version (older clients cannot pin the relay certificate). */
   derpMapJson(capVersion: number | undefined): string { return this.derp.jsonFor(capVersion); }
-  forgetAll(): void { this.peerJson.clear(); }
+  forgetAll(): void { this.peerJson.clear(); this.peerBytes.clear(); }
 
   fqdn(node: Node): string {
     return this.config.dns.base_domain ? `${node.givenName}.${this.config.dns.base_domain}.` : `${node.givenName}.`;
@@ -117,6 +121,16 @@ export class Mapper {
     return s;
   }
 
+  /** peerBuffer is peer() as UTF-8, so a full map is assembled by copying bytes rather than joining and re-encoding text. */
+  private peerBuffer(node: Node): Buffer {
+    let b = this.peerBytes.get(node.id);
+    if (b === undefined) {
+      b = Buffer.from(this.peer(node));
+      this.peerBytes.set(node.id, b);
+    }
+    return b;
+  }
+
   selfNode(node: Node, capVersion?: number): string {
     return JSON.stringify(this.nodeObject(node, true, capVersion));
   }
@@ -139,12 +153,12 @@ export class Mapper {
     return profileJson(ownerIdentity({ tags: [], userId: user.id }, user));
   }
 
-  /** profiles is every distinct owner profile of nodes, by owner id. */
+  /** profiles is every distinct owner profile of nodes, by owner id; each owner is serialized once, not once per node. */
   profiles(nodes: Node[]): Map<number, string> {
     const out = new Map<number, string>();
     for (const n of nodes) {
-      const p = this.profile(n);
-      out.set(p.id, p.json);
+      const o = this.owner(n);
+      if (!out.has(o.id)) out.set(o.id, profileJson(o));
     }
     return out;
   }
@@ -203,8 +217,17 @@ export class Mapper {
   filterJson(id: number): string { return JSON.stringify(this.view.forNode(id).packetFilter); }
   sshJson(id: number): string { return JSON.stringify(this.view.forNode(id).sshPolicy ?? { rules: [] }); }
 
-  /** fullMap is the complete first message of a session (the client requires Node and DERPMap). */
+  /** fullMap is the complete first message of a session (the client requires Node and DERPMap), as text. */
   fullMap(node: Node, capVersion: number | undefined): string {
+    return this.fullMapBytes(node, capVersion).toString('utf8');
+  }
+
+  /**
+   * fullMapBytes is fullMap as the UTF-8 a frame carries. Every join sends one, with every peer in it, so the
+   * peers are copied in as their cached bytes: joining their text into one string and encoding it again
+   * cost more than the compression that follows.
+   */
+  fullMapBytes(node: Node, capVersion: number | undefined): Buffer {
     const peers = this.view.peersOf(node.id).map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const compiled = this.view.forNode(node.id);
     const parts = [
@@ -217,9 +240,13 @@ export class Mapper {
       `"SSHPolicy":${this.sshJson(node.id)}`,
       `"UserProfiles":${this.profilesFor([node, ...peers])}`,
       `"PacketFilter":${this.filterJson(node.id)}`,
-      `"Peers":[${peers.map((p) => this.peer(p)).join(',')}]`,
-      `"ControlTime":${JSON.stringify(new Date().toISOString())}`,
     ];
-    return `{${parts.join(',')}}`;
+    const chunks: Buffer[] = [Buffer.from(`{${parts.join(',')},"Peers":[`)];
+    peers.forEach((p, i) => {
+      if (i) chunks.push(COMMA);
+      chunks.push(this.peerBuffer(p));
+    });
+    chunks.push(Buffer.from(`],"ControlTime":${JSON.stringify(new Date().toISOString())}}`));
+    return Buffer.concat(chunks);
   }
 }

@@ -1,5 +1,6 @@
+import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { Policy } from '@headway/policy';
-import type { Node } from '../domain.js';
+import type { Node, User } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
@@ -9,8 +10,26 @@ import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
-/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load). */
-const BATCH_WINDOW_MS = 20;
+/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load, see nextBatchWindow). */
+export const BATCH_WINDOW_MS = 20;
+/** MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). */
+export const MAX_BATCH_WINDOW_MS = 320;
+/** BUSY_UTILIZATION is the event-loop utilization since the previous flush above which the server counts as loaded. */
+const BUSY_UTILIZATION = 0.75;
+
+/**
+ * nextBatchWindow picks the batch window for the changes now arriving. Each flush costs a message per session
+ * (encode, encrypt, a socket write each), so a burst of joins flushed every 20 ms made that fan-out grow with
+ * the square of the tailnet and starve the joins themselves. While changes come back to back (this one less
+ * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop stays
+ * busy (utilization since that flush started at or above BUSY_UTILIZATION), the window doubles up to
+ * MAX_BATCH_WINDOW_MS, so more changes share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone
+ * change (a rename, a route) goes out at once even on a server busy with something else.
+ */
+export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number): number {
+  if (sinceFlushEndMs >= BATCH_WINDOW_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
+  return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
+}
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
 const DELETED_REMEMBERED = 4096;
 
@@ -157,9 +176,19 @@ export class SessionHub {
   private pendingStructural = false;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
+  /** window is the batch window in force (nextBatchWindow); flushMark is the loop's utilization when the previous flush started, flushEnd when it ended. */
+  private window = BATCH_WINDOW_MS;
+  private flushMark?: EventLoopUtilization;
+  private flushEnd = Number.NEGATIVE_INFINITY;
+
+  /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
+  get batchWindow(): number { return this.window; }
 
   private schedule(): void {
     if (this.flushTimer) return;
+    const now = performance.now();
+    const busy = this.flushMark ? performance.eventLoopUtilization(this.flushMark).utilization : 0;
+    this.window = nextBatchWindow(this.window, busy, now - this.flushEnd);
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
       try {
@@ -167,7 +196,7 @@ export class SessionHub {
       } catch (err) {
         this.logger.error('failed to send a batch of changes to map sessions', { error: (err as Error).message });
       }
-    }, BATCH_WINDOW_MS);
+    }, this.window);
   }
 
   /** flushNow sends whatever is pending at once (shutdown, tests). */
@@ -256,12 +285,17 @@ export class SessionHub {
     this.schedule();
   }
 
-  private sendAll(targets: Array<[MapSession, string]>): void {
+  /**
+   * sendAll sends each target its message, encoding (and compressing) each distinct message once. A target
+   * names its message by a key that is equal exactly when the text is, and gives the text lazily, so sessions
+   * that share a large message (the same PeersChanged) are matched on a short key, not their whole text.
+   */
+  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>): void {
     const frames = new Map<string, Buffer>();
-    for (const [s, json] of targets) {
-      const key = `${s.zstd ? 'z' : 'p'}${json}`;
+    for (const { s, key: text, json } of targets) {
+      const key = `${s.zstd ? 'z' : 'p'}${text}`;
       let buf = frames.get(key);
-      if (!buf) { buf = frame(json, s.zstd); frames.set(key, buf); }
+      if (!buf) { buf = frame(json(), s.zstd); frames.set(key, buf); }
       s.send(buf);
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
@@ -274,7 +308,10 @@ export class SessionHub {
   private broadcast(json: string | ((s: MapSession) => string), rebuilds = false): void {
     const all = [...this.sessions()];
     if (rebuilds) for (const s of all) this.rebuilt(s);
-    this.sendAll(all.map((s) => [s, typeof json === 'string' ? json : json(s)] as [MapSession, string]));
+    this.sendAll(all.map((s) => {
+      const text = typeof json === 'string' ? json : json(s);
+      return { s, key: text, json: () => text };
+    }));
   }
 
   /** rebuilt records that the session's client rebuilt its netmap: it now shows its own and its peers' owners. */
@@ -318,11 +355,14 @@ export class SessionHub {
   syncPrimaries(): void {
     if (!this.pendingPrimaries) return;
     this.pendingPrimaries = false;
+    let queued = false;
     for (const id of this.mapper.view.updatePrimaries()) {
       this.mapper.forget(id);
-      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); }
+      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); queued = true; }
     }
-    this.schedule();
+    // Only a moved role needs a flush: scheduling one regardless chained an empty flush after every real one,
+    // which kept the batch window at its cap after a join burst (nextBatchWindow saw flushes back to back).
+    if (queued) this.schedule();
   }
 
   /**
@@ -349,18 +389,41 @@ export class SessionHub {
     this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear(); this.pendingUsers.clear();
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
+    // Only a flush that sends something counts for nextBatchWindow.
+    this.flushMark = performance.eventLoopUtilization();
+    try {
+      this.send(full, fullIds, self, removed, patches, structural, users);
+    } finally {
+      this.flushEnd = performance.now();
+    }
+  }
+
+  /** send builds and sends one flush's messages (see flush). */
+  private send(full: Node[], fullIds: Set<number>, self: Set<number>, removed: number[], patches: Array<Record<string, unknown>>,
+    structural: boolean, users: User[]): void {
     const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
     const profileText = new Map<number, { id: number; json: string }>();
     const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
     const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
-    const targets: Array<[MapSession, string]> = [];
+    const targets: Array<{ s: MapSession; key: string; json: () => string }> = [];
+    // A PeersChanged or PeersChangedPatch list is the same text for every session sending the same nodes:
+    // built once per flush and keyed by the node ids, so each session costs its ids, not the peers' bytes.
+    const shared = new Map<string, string>();
+    const sharedPart = (key: string, build: () => string): string => {
+      let text = shared.get(key);
+      if (text === undefined) { text = build(); shared.set(key, text); }
+      return text;
+    };
     for (const s of this.sessions()) {
       const me = this.state.getNode(s.nodeId);
       if (!me) continue;
       const parts: string[] = [];
-      if (self.has(s.nodeId)) parts.push(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
+      // keys[i] names parts[i]: its text, or for a shared part 'C'/'P' + node ids (no part text starts with a letter).
+      const keys: string[] = [];
+      const add = (text: string, key = text): void => { parts.push(text); keys.push(key); };
+      if (self.has(s.nodeId)) add(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
       let gone: number[];
       let upsert: Node[];
       if (structural) {
@@ -378,16 +441,19 @@ export class SessionHub {
         s.peers = next;
         const filter = this.mapper.filterJson(s.nodeId);
         const ssh = this.mapper.sshJson(s.nodeId);
-        if (filter !== s.filter) { parts.push(`"PacketFilter":${filter}`); s.filter = filter; }
-        if (ssh !== s.ssh) { parts.push(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
+        if (filter !== s.filter) { add(`"PacketFilter":${filter}`); s.filter = filter; }
+        if (ssh !== s.ssh) { add(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
       } else {
         // No visibility change: every node sees every node, or only content changed.
         gone = removed.filter((id) => s.peers.delete(id));
         upsert = this.mapper.view.hasPolicy ? full.filter((n) => s.peers.has(n.id)) : full.filter((n) => n.id !== s.nodeId);
         for (const n of upsert) s.peers.add(n.id);
       }
-      if (gone.length) parts.push(`"PeersRemoved":${JSON.stringify(gone)}`);
-      if (upsert.length) parts.push(`"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`);
+      if (gone.length) add(`"PeersRemoved":${JSON.stringify(gone)}`);
+      if (upsert.length) {
+        const key = `C${upsert.map((n) => n.id).join(',')}`;
+        add(sharedPart(key, () => `"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`), key);
+      }
       // Profiles: every owner this message introduces or changes, once per session.
       const owned = self.has(s.nodeId) ? [me, ...upsert] : upsert;
       const profiles: string[] = [];
@@ -401,17 +467,21 @@ export class SessionHub {
       };
       for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
       for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
-      if (profiles.length) parts.push(`"UserProfiles":[${profiles.join(',')}]`);
-      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !upsert.some((n) => n.id === p.NodeID));
-      if (mine.length) parts.push(`"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`);
+      if (profiles.length) add(`"UserProfiles":[${profiles.join(',')}]`);
+      const sent = upsert.length && patches.length ? new Set(upsert.map((n) => n.id)) : undefined;
+      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !sent?.has(p.NodeID as number));
+      if (mine.length) {
+        const key = `P${mine.map((p) => p.NodeID).join(',')}`;
+        add(sharedPart(key, () => `"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`), key);
+      }
       // Newer clients apply UserProfiles and peer changes without rebuilding their
       // netmap, and `tailscale status` keeps showing the owners of the last rebuild:
       // when this message shows an owner that netmap lacks, also resend the
       // (unchanged) Domain, which makes every client rebuild it.
       const rebuilds = self.has(s.nodeId) || parts.some((p) => p.startsWith('"SSHPolicy"'));
-      if (stale && !rebuilds) parts.push(`"Domain":${JSON.stringify(this.mapper.domain())}`);
+      if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s);
-      if (parts.length) targets.push([s, `{${parts.join(',')}}`]);
+      if (parts.length) targets.push({ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` });
     }
     this.sendAll(targets);
   }

@@ -106,6 +106,14 @@ export const POLICIES: Array<string | undefined> = [
     ],
     "ssh": [{"action": "accept", "src": ["group:ops"], "dst": ["autogroup:self"], "users": ["root"]}],
   }`,
+  // Changes what peers look like, not only who sees whom: nodeAttrs put capabilities in a peer's CapMap and the
+  // exit-node approvers change a peer's AllowedIPs (a policy change must resend exactly those peers).
+  `{
+    "tagOwners": {"tag:web": ["alice@example.com"], "tag:db": ["alice@example.com"]},
+    "acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}],
+    "nodeAttrs": [{"target": ["tag:web"], "attr": ["funnel"]}, {"target": ["bob@example.com"], "attr": ["mullvad"]}],
+    "autoApprovers": {"routes": {"10.1.0.0/24": ["alice@example.com"]}, "exitNode": ["tag:web", "bob@example.com"]},
+  }`,
 ];
 
 interface Connected { session: MapSession; client: ClientModel }

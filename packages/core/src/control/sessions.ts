@@ -174,6 +174,8 @@ export class SessionHub {
   /** pendingUsers are users whose profile (name, display name) may have changed. */
   private readonly pendingUsers = new Set<number>();
   private pendingStructural = false;
+  /** pendingPolicyOld is every peer's text from before a pending policy change (see 'policy-changed'). */
+  private pendingPolicyOld?: Map<number, string>;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
   /** window is the batch window in force (nextBatchWindow); flushMark is the loop's utilization when the previous flush started, flushEnd when it ended. */
@@ -257,13 +259,20 @@ export class SessionHub {
         this.pendingStructural = true;
         break;
       case 'policy-changed':
-      case 'drive-changed':
+      case 'drive-changed': {
+        // What every peer looks like under the old policy (what clients hold): at the flush only
+        // the peers whose text the new policy changes are sent again, not every peer to everyone.
+        if (!this.pendingPolicyOld) {
+          this.pendingPolicyOld = new Map();
+          for (const n of this.state.listNodes()) this.pendingPolicyOld.set(n.id, this.mapper.peer(n));
+        }
         this.mapper.view.setPolicy(this.policy());
         this.mapper.forgetAll();
-        for (const n of this.state.listNodes()) { this.pendingFull.add(n.id); this.pendingSelf.add(n.id); }
+        for (const n of this.state.listNodes()) this.pendingSelf.add(n.id);
         this.pendingStructural = true;
         this.pendingPrimaries = true;
         break;
+      }
       case 'dns-changed': this.flushNow(); return this.broadcast(`{"DNSConfig":${JSON.stringify(this.mapper.dnsConfig())}}`, true);
       case 'derp-changed': this.flushNow(); return this.broadcast((s) => `{"DERPMap":${this.mapper.derpMapJson(s.capVersion)}}`, true);
     }
@@ -379,6 +388,13 @@ export class SessionHub {
   /** flush turns everything pending into at most one message per session. */
   private flush(): void {
     this.syncPrimaries();
+    if (this.pendingPolicyOld) {
+      for (const [id, before] of this.pendingPolicyOld) {
+        const n = this.state.getNode(id);
+        if (n && this.mapper.peer(n) !== before) this.pendingFull.add(id);
+      }
+      this.pendingPolicyOld = undefined;
+    }
     const full = [...this.pendingFull].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const fullIds = new Set(full.map((n) => n.id));
     const self = new Set(this.pendingSelf);

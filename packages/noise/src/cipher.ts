@@ -51,13 +51,27 @@ export function aeadOpen(key: Uint8Array, nonce: Uint8Array, ad: Uint8Array, sea
 const MAX_COUNTER = (1n << 64n) - 1n;
 
 /**
+ * ownBytes copies bytes into a Buffer of their own. A small Buffer made by Buffer.from/concat is a view
+ * of a shared pool slab (Buffer.poolSize, 64 KiB on Node 24), and a view kept for a connection's lifetime
+ * (a key, the handshake hash) keeps the whole slab alive: up to 64 KiB per idle connection for 32 bytes.
+ */
+export function ownBytes(bytes: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafeSlow(bytes.length);
+  out.set(bytes);
+  return out;
+}
+
+/**
  * CipherState is one direction of a Noise transport: a key plus a strictly increasing counter.
  * The counter may never reach 2^64-1 (reserved by Noise), so exhaustion is an error, not a wrap.
  */
 export class CipherState {
   private counter = 0n;
-  constructor(private readonly key: Buffer, private readonly order: NonceOrder = 'big') {
+  private readonly key: Buffer;
+  constructor(key: Buffer, private readonly order: NonceOrder = 'big') {
     if (key.length !== 32) throw new Error(`cipher key must be 32 bytes, got ${key.length}`);
+    // The key lives as long as the connection: keep it in its own 32 bytes, not a view of a shared slab.
+    this.key = ownBytes(key);
   }
 
   /** nonceCounter is the counter the next seal/open will use. */

@@ -131,8 +131,17 @@ async function main(): Promise<void> {
 
   const handle = async (req: ServerRequest): Promise<unknown> => {
     switch (req.op) {
-      case 'memory':
-        return sampleMemory();
+      case 'memory': {
+        const sample = sampleMemory();
+        // BENCH_HEAP_SNAPSHOT (a directory): write a heap snapshot at every sample, to see where session memory goes.
+        if (process.env.BENCH_HEAP_SNAPSHOT) {
+          const { writeHeapSnapshot, getHeapSpaceStatistics } = await import('node:v8');
+          const file = writeHeapSnapshot(join(process.env.BENCH_HEAP_SNAPSHOT, `server-${Date.now()}.heapsnapshot`));
+          const spaces = getHeapSpaceStatistics().map((sp) => `${sp.space_name} ${(sp.space_size / 1048576).toFixed(1)}/${(sp.space_used_size / 1048576).toFixed(1)} MiB`);
+          process.stderr.write(`[server] heap snapshot ${file}; spaces (size/used): ${spaces.join(', ')}\n`);
+        }
+        return sample;
+      }
       case 'nodeId': {
         // A device that joined through another cluster instance is known here once its announcement arrives.
         const until = Date.now() + 10_000;

@@ -47,12 +47,18 @@ function send(msg: ServerMessage, then?: () => void): void {
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
-/** sampleMemory collects garbage twice (weak refs and finalizers settle after the first) and reads usage. */
+/**
+ * sampleMemory collects garbage twice (weak refs and finalizers settle after the first), then once more as
+ * V8's memory reducer does on its own within ~10 s of an idle process (a last-resort collection: it gives
+ * back the young generation grown to 64 MiB by the join burst and compacts), and reads usage. Without that
+ * last step the figure per idle session was mostly that transient young generation divided by N.
+ */
 export function sampleMemory(): MemorySample {
-  const gc = (globalThis as { gc?: () => void }).gc;
+  const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
   if (gc) {
     gc();
     gc();
+    gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
   }
   const m = process.memoryUsage();
   const cpu = process.cpuUsage();

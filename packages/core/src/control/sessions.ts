@@ -9,6 +9,12 @@ import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
+/**
+ * KEEPALIVE_STEP_MS is the jitter's granularity. Node keeps one timer list per distinct duration, alive until
+ * that duration has passed, so jitter to the millisecond left up to 9,000 lists behind re-armed keep-alives;
+ * 100 ms steps bound them to 90. Timers still fire at their own times (a list orders them by start).
+ */
+const KEEPALIVE_STEP_MS = 100;
 /** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load). */
 const BATCH_WINDOW_MS = 20;
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
@@ -51,7 +57,7 @@ export class MapSession {
     this.keepalive = setTimeout(() => {
       this.onKeepAlive();
       this.send(frame('{"KeepAlive":true}', this.zstd));
-    }, KEEPALIVE_BASE_MS + Math.floor(Math.random() * KEEPALIVE_JITTER_MS));
+    }, KEEPALIVE_BASE_MS + KEEPALIVE_STEP_MS * Math.floor(Math.random() * (KEEPALIVE_JITTER_MS / KEEPALIVE_STEP_MS)));
     this.keepalive.unref();
   }
 

@@ -5,6 +5,7 @@ import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { frame } from './frames.js';
+import { PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
@@ -22,7 +23,10 @@ const DELETED_REMEMBERED = 4096;
 
 /** MapSession is one streaming /machine/map response: what it last told its node, and how to reach it. */
 export class MapSession {
-  peers = new Set<number>();
+  /** peers are the node ids the client was last sent, held compactly (see PeerSet); any id collection may be assigned. */
+  get peers(): PeerSet { return this.peerIds; }
+  set peers(ids: Iterable<number>) { this.peerIds = ids instanceof PeerSet ? ids : new PeerSet(ids); }
+  private peerIds = new PeerSet();
   /** profiles: owner id → the UserProfile text this session sent (the client keeps every profile it was sent). */
   profiles = new Map<number, string>();
   /**

@@ -51,6 +51,17 @@ export function aeadOpen(key: Uint8Array | KeyObject, nonce: Uint8Array, ad: Uin
 const MAX_COUNTER = (1n << 64n) - 1n;
 
 /**
+ * ownBytes copies bytes into a Buffer of their own. A small Buffer made by Buffer.from/concat is a view
+ * of a shared pool slab (Buffer.poolSize, 64 KiB on Node 24), and a view kept for a connection's lifetime
+ * (a key, the handshake hash) keeps the whole slab alive: up to 64 KiB per idle connection for 32 bytes.
+ */
+export function ownBytes(bytes: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafeSlow(bytes.length);
+  out.set(bytes);
+  return out;
+}
+
+/**
  * CipherState is one direction of a Noise transport: a key plus a strictly increasing counter.
  * The counter may never reach 2^64-1 (reserved by Noise), so exhaustion is an error, not a wrap.
  * The key is held as a KeyObject made once: on Node 24 createCipheriv given raw key bytes builds a

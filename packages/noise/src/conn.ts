@@ -1,5 +1,5 @@
 import { Duplex } from 'node:stream';
-import { TAG_LENGTH, type CipherState } from './cipher.js';
+import { ownBytes, TAG_LENGTH, type CipherState } from './cipher.js';
 import type { TransportKeys } from './handshake.js';
 import {
   FRAME_HEADER_LENGTH,
@@ -15,6 +15,8 @@ export const EARLY_PAYLOAD_MAGIC = Buffer.from([0xff, 0xff, 0xff, 0x54, 0x53]);
 const EARLY_PAYLOAD_PEEK_LENGTH = 9;
 /** MAX_EARLY_PAYLOAD_LENGTH bounds what a client will buffer before HTTP/2 starts. */
 const MAX_EARLY_PAYLOAD_LENGTH = 1 << 20;
+
+const EMPTY = Buffer.alloc(0);
 
 /** sealRecords encrypts plaintext into as many type-4 records as needed (each ≤ 4077 plaintext bytes), in one buffer. */
 export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer {
@@ -66,7 +68,7 @@ export class NoiseConn extends Duplex {
 
   private readonly send: CipherState;
   private readonly receive: CipherState;
-  private pending: Buffer = Buffer.alloc(0);
+  private pending: Buffer = EMPTY;
   private peeking: boolean;
   private peeked: Buffer = Buffer.alloc(0);
   private resolveEarly!: (value: object | undefined) => void;
@@ -88,8 +90,9 @@ export class NoiseConn extends Duplex {
     this.socket = opts.socket;
     this.send = opts.keys.send;
     this.receive = opts.keys.receive;
-    this.handshakeHash = opts.keys.handshakeHash;
-    this.peerPublicKey = opts.peerPublicKey;
+    // Both live as long as the connection: copies of their own, so they pin no pool slab (see ownBytes).
+    this.handshakeHash = ownBytes(opts.keys.handshakeHash);
+    this.peerPublicKey = opts.peerPublicKey && ownBytes(opts.peerPublicKey);
     this.capabilityVersion = opts.capabilityVersion;
     this.peeking = opts.peekEarlyPayload ?? false;
     this.earlyPayload = new Promise<object | undefined>((resolve, reject) => {
@@ -119,7 +122,8 @@ export class NoiseConn extends Duplex {
       }
       if (this.pending.length < FRAME_HEADER_LENGTH + length) return;
       const body = this.pending.subarray(FRAME_HEADER_LENGTH, FRAME_HEADER_LENGTH + length);
-      this.pending = this.pending.subarray(FRAME_HEADER_LENGTH + length);
+      // Once all is consumed, drop the view: an empty view would still pin the socket's read buffer while idle.
+      this.pending = this.pending.length === FRAME_HEADER_LENGTH + length ? EMPTY : this.pending.subarray(FRAME_HEADER_LENGTH + length);
       if (type === MESSAGE_TYPE_ERROR) {
         this.destroy(new Error(`server error: ${JSON.stringify(body.toString('utf8'))}`));
         return;

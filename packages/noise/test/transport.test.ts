@@ -114,6 +114,26 @@ t.test('fetchControlKey reads /key and rejects a zero or malformed key', async (
   await t.rejects(fetchControlKey(bad.url, 130), /invalid mkey key/);
 });
 
+t.test('idle connection pinned a 64 KiB pool slab per 32-byte key (issue 9): kept bytes own their memory', async (t) => {
+  const machine = generateKeyPair();
+  const srv = await startServer(t, { earlyPayload: () => ({ nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32) }), onConnection: (conn) => conn.pipe(conn) });
+  const { conn } = await dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 145 });
+  t.teardown(() => conn.destroy());
+  conn.write('x');
+  t.equal((await readExactly(conn, 1)).toString(), 'x');
+  const server = srv.connections[0]!.conn;
+  for (const [name, b] of [['server handshakeHash', server.handshakeHash], ['server peerPublicKey', server.peerPublicKey!], ['client handshakeHash', conn.handshakeHash]] as const) {
+    t.equal(b.buffer.byteLength, b.length, `${name} is backed by its own ${b.length} bytes, not a shared slab`);
+  }
+  // The cipher keys are private: a slab view passed in must not be what the state keeps.
+  const slab = Buffer.alloc(4096);
+  const key = slab.subarray(64, 96);
+  const cs = new CipherState(key);
+  key.fill(7);
+  const sealed = new CipherState(Buffer.alloc(32)).seal(Buffer.from('k'));
+  t.same(cs.open(sealed), Buffer.from('k'), 'CipherState keeps a copy of its key: changing the caller\'s bytes changes nothing');
+});
+
 t.test('handshake, early payload and echo both ways over loopback', async (t) => {
   const machine = generateKeyPair();
   const srv = await startServer(t, {

@@ -59,9 +59,10 @@ const CORE_MODULE = '@headway/core';
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
+/** sampleMemory collects garbage as bench-server's does: twice, then a last-resort collection (an idle server's memory reducer). */
 function sampleMemory(): MemorySample {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  if (gc) { gc(); gc(); }
+  const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
+  if (gc) { gc(); gc(); gc({ type: 'major', execution: 'sync', flavor: 'last-resort' }); }
   const m = process.memoryUsage();
   const cpu = process.cpuUsage();
   const out = {

@@ -47,12 +47,18 @@ function send(msg: ServerMessage, then?: () => void): void {
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
-/** sampleMemory collects garbage twice (weak refs and finalizers settle after the first) and reads usage. */
+/**
+ * sampleMemory collects garbage twice (weak refs and finalizers settle after the first), then once more as
+ * V8's memory reducer does on its own within ~10 s of an idle process (a last-resort collection: it gives
+ * back the young generation grown to 64 MiB by the join burst and compacts), and reads usage. Without that
+ * last step the figure per idle session was mostly that transient young generation divided by N.
+ */
 export function sampleMemory(): MemorySample {
-  const gc = (globalThis as { gc?: () => void }).gc;
+  const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
   if (gc) {
     gc();
     gc();
+    gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
   }
   const m = process.memoryUsage();
   const cpu = process.cpuUsage();
@@ -131,8 +137,17 @@ async function main(): Promise<void> {
 
   const handle = async (req: ServerRequest): Promise<unknown> => {
     switch (req.op) {
-      case 'memory':
-        return sampleMemory();
+      case 'memory': {
+        const sample = sampleMemory();
+        // BENCH_HEAP_SNAPSHOT (a directory): write a heap snapshot at every sample, to see where session memory goes.
+        if (process.env.BENCH_HEAP_SNAPSHOT) {
+          const { writeHeapSnapshot, getHeapSpaceStatistics } = await import('node:v8');
+          const file = writeHeapSnapshot(join(process.env.BENCH_HEAP_SNAPSHOT, `server-${Date.now()}.heapsnapshot`));
+          const spaces = getHeapSpaceStatistics().map((sp) => `${sp.space_name} ${(sp.space_size / 1048576).toFixed(1)}/${(sp.space_used_size / 1048576).toFixed(1)} MiB`);
+          process.stderr.write(`[server] heap snapshot ${file}; spaces (size/used): ${spaces.join(', ')}\n`);
+        }
+        return sample;
+      }
       case 'nodeId': {
         // A device that joined through another cluster instance is known here once its announcement arrives.
         const until = Date.now() + 10_000;

@@ -41,6 +41,13 @@ export interface ControlOptions {
   relay: Relay;
 }
 
+/** H2Connection is what the shared HTTP/2 server needs to know about one Noise connection. */
+interface H2Connection {
+  info: Ts2021ConnectionInfo;
+  conn: Duplex;
+  onSession: (s: http2.ServerHttp2Session) => void;
+}
+
 /**
  * RefusalLog logs refused ts2021 handshakes without letting a flood flood the log: the first of each kind
  * per minute is logged, later ones are counted into the next line.
@@ -76,6 +83,11 @@ export class ControlServer {
   readonly limits: Ts2021Limits;
   /** sourceByMachineKey remembers where each machine's latest session came from (pending-login quotas). */
   private readonly sourceByMachineKey = new Map<string, string>();
+  /** h2 is the HTTP/2 server shared by every Noise connection (h2Server); h2Sessions maps its sessions to their connection. */
+  private h2?: http2.Http2Server;
+  private readonly h2Sessions = new WeakMap<http2.ServerHttp2Session, H2Connection>();
+  /** h2Arriving is the connection being handed to h2, for the 'session' event emitted during that call. */
+  private h2Arriving?: H2Connection;
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
@@ -219,32 +231,61 @@ export class ControlServer {
     });
     conn.on('error', () => undefined);
     this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion });
+    // The shared server makes this connection's session synchronously inside emit('connection'): claim it there.
+    this.h2Arriving = {
+      info,
+      conn,
+      onSession: (s) => {
+        session = s;
+        s.on('error', () => undefined);
+        let open = 0;
+        s.on('stream', (stream) => {
+          open++;
+          clearTimeout(timer);
+          // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
+          const bodyDeadline = this.o.config.noise.first_request_timeout;
+          const slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
+          slow?.unref();
+          stream.once('end', () => clearTimeout(slow));
+          stream.once('close', () => { clearTimeout(slow); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+        });
+      },
+    };
+    try {
+      this.h2Server().emit('connection', conn);
+    } finally {
+      this.h2Arriving = undefined;
+    }
+    if (!session) conn.destroy();
+  }
+
+  /**
+   * h2Server is the one HTTP/2 server every Noise connection is handed to. One server per connection cost
+   * each idle device an Http2Server (a net.Server with its options, listeners and session set) for nothing:
+   * sessions are per connection anyway, and each request finds its connection through its session.
+   */
+  private h2Server(): http2.Http2Server {
+    if (this.h2) return this.h2;
     // Go's HTTP/2 server default; a client uses a handful (map poll, register, lite updates).
     const h2 = http2.createServer({ settings: { enablePush: false, maxConcurrentStreams: 250 } });
-    h2.on('request', (req, res) => {
+    h2.on('session', (s: http2.ServerHttp2Session) => {
+      const arriving = this.h2Arriving;
+      if (!arriving) { s.destroy(); return; }
+      this.h2Sessions.set(s, arriving);
+      arriving.onSession(s);
+    });
+    h2.on('request', (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
+      const info = this.h2Sessions.get(req.stream.session as http2.ServerHttp2Session)?.info;
+      if (!info) { res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR); return; }
       this.o.logger.trace('control request', { machine_key: info.machineKey, method: req.method, path: (req.url ?? '').split('?')[0] });
       this.handle(req, res, info).catch((err: Error) => {
         this.o.logger.error('control request failed', { path: req.url, error: err.message });
         if (!res.headersSent) { res.writeHead(500); res.end('internal error\n'); } else res.end();
       });
     });
-    h2.on('sessionError', () => conn.destroy());
-    h2.on('session', (s) => {
-      session = s;
-      s.on('error', () => undefined);
-      let open = 0;
-      s.on('stream', (stream) => {
-        open++;
-        clearTimeout(timer);
-        // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
-        const bodyDeadline = this.o.config.noise.first_request_timeout;
-        const slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
-        slow?.unref();
-        stream.once('end', () => clearTimeout(slow));
-        stream.once('close', () => { clearTimeout(slow); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
-      });
-    });
-    h2.emit('connection', conn);
+    h2.on('sessionError', (_err: Error, s: http2.ServerHttp2Session) => this.h2Sessions.get(s)?.conn.destroy());
+    this.h2 = h2;
+    return h2;
   }
 
   private async body(req: http2.Http2ServerRequest): Promise<Buffer> {

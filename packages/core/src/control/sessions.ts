@@ -6,10 +6,17 @@ import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { frame } from './frames.js';
+import { PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
 const KEEPALIVE_JITTER_MS = 9_000;
+/**
+ * KEEPALIVE_STEP_MS is the jitter's granularity. Node keeps one timer list per distinct duration, alive until
+ * that duration has passed, so jitter to the millisecond left up to 9,000 lists behind re-armed keep-alives;
+ * 100 ms steps bound them to 90. Timers still fire at their own times (a list orders them by start).
+ */
+const KEEPALIVE_STEP_MS = 100;
 /** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load, see nextBatchWindow). */
 export const BATCH_WINDOW_MS = 20;
 /** MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). */
@@ -35,7 +42,10 @@ const DELETED_REMEMBERED = 4096;
 
 /** MapSession is one streaming /machine/map response: what it last told its node, and how to reach it. */
 export class MapSession {
-  peers = new Set<number>();
+  /** peers are the node ids the client was last sent, held compactly (see PeerSet); any id collection may be assigned. */
+  get peers(): PeerSet { return this.peerIds; }
+  set peers(ids: Iterable<number>) { this.peerIds = ids instanceof PeerSet ? ids : new PeerSet(ids); }
+  private peerIds = new PeerSet();
   /** profiles: owner id → the UserProfile text this session sent (the client keeps every profile it was sent). */
   profiles = new Map<number, string>();
   /**
@@ -70,7 +80,7 @@ export class MapSession {
     this.keepalive = setTimeout(() => {
       this.onKeepAlive();
       this.send(frame('{"KeepAlive":true}', this.zstd));
-    }, KEEPALIVE_BASE_MS + Math.floor(Math.random() * KEEPALIVE_JITTER_MS));
+    }, KEEPALIVE_BASE_MS + KEEPALIVE_STEP_MS * Math.floor(Math.random() * (KEEPALIVE_JITTER_MS / KEEPALIVE_STEP_MS)));
     this.keepalive.unref();
   }
 

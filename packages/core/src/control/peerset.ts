@@ -1,0 +1,81 @@
+/**
+ * PeerSet is the set of node ids a map session last told its client about, kept as one sorted typed array.
+ * Every idle session holds one, so its size is what a tailnet pays per device per peer: a JS Set of small
+ * integers costs ~20 bytes per entry (hash buckets plus entries, at 1,000 peers ~20 KiB a session), this
+ * 4 bytes (8 once an id passes 2^32-1), with at most 1/8 spare. Lookups are binary searches; additions of
+ * new nodes land at the end (ids grow), so the inserts a join causes in every session do not shift anything.
+ */
+export class PeerSet implements Iterable<number> {
+  private ids: Uint32Array | Float64Array;
+  private count = 0;
+
+  constructor(ids?: Iterable<number>) {
+    if (!ids) { this.ids = EMPTY; return; }
+    const all = Array.from(ids);
+    for (const id of all) checkId(id);
+    const sorted = (all.every(fitsU32) ? Uint32Array.from(all) : Float64Array.from(all)).sort();
+    let k = 0;
+    for (let i = 0; i < sorted.length; i++) if (k === 0 || sorted[i] !== sorted[k - 1]) sorted[k++] = sorted[i]!;
+    // slice, not subarray: a view would keep the duplicates' room.
+    this.ids = k === sorted.length ? sorted : sorted.slice(0, k);
+    this.count = k;
+  }
+
+  get size(): number { return this.count; }
+
+  /** byteLength is what the ids take (tests and memory accounting). */
+  get byteLength(): number { return this.ids.byteLength; }
+
+  has(id: number): boolean {
+    const i = this.find(id);
+    return i < this.count && this.ids[i] === id;
+  }
+
+  add(id: number): this {
+    checkId(id);
+    const i = this.find(id);
+    if (i < this.count && this.ids[i] === id) return this;
+    if (!fitsU32(id) && this.ids instanceof Uint32Array) this.ids = Float64Array.from(this.ids);
+    if (this.count === this.ids.length) {
+      const next = new (this.ids.constructor as Uint32ArrayConstructor | Float64ArrayConstructor)(this.count + Math.max(4, this.count >>> 3));
+      next.set(this.ids);
+      this.ids = next;
+    }
+    if (i < this.count) this.ids.copyWithin(i + 1, i, this.count);
+    this.ids[i] = id;
+    this.count++;
+    return this;
+  }
+
+  delete(id: number): boolean {
+    const i = this.find(id);
+    if (i >= this.count || this.ids[i] !== id) return false;
+    this.ids.copyWithin(i, i + 1, this.count);
+    this.count--;
+    return true;
+  }
+
+  *[Symbol.iterator](): IterableIterator<number> {
+    for (let i = 0; i < this.count; i++) yield this.ids[i]!;
+  }
+
+  /** find is the first index whose id is >= id (count when none). */
+  private find(id: number): number {
+    let lo = 0, hi = this.count;
+    // Appending past the largest id is the common case (a new node): answer it without searching.
+    if (hi > 0 && this.ids[hi - 1]! < id) return hi;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.ids[mid]! < id) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+  }
+}
+
+const EMPTY = new Uint32Array(0);
+
+function fitsU32(id: number): boolean { return id <= 0xffffffff; }
+
+function checkId(id: number): void {
+  if (!Number.isSafeInteger(id) || id < 0) throw new TypeError(`PeerSet: node id must be a non-negative integer, got ${String(id)}`);
+}

@@ -1,0 +1,44 @@
+// PeerSet (the ids a map session last sent its client) must behave exactly like a Set of node ids for the
+// operations SessionHub uses, while taking a few bytes per peer instead of a hash Set's ~20.
+import t from 'tap';
+import { PeerSet } from '../src/control/peerset.js';
+import { MapSession } from '../src/control/sessions.js';
+import { Rng } from './harness.js';
+
+t.test('PeerSet equals a Set over random adds, deletes and rebuilds (fixed seeds)', async (t) => {
+  for (const seed of [1, 2, 3, 42, 1234]) {
+    const rng = new Rng(seed);
+    const ref = new Set<number>();
+    let ps = new PeerSet();
+    let mismatches = 0;
+    for (let step = 0; step < 3000; step++) {
+      const id = rng.chance(0.02) ? 2 ** 32 + rng.int(5) : rng.int(300);
+      const op = rng.int(10);
+      if (op < 5) { ref.add(id); ps.add(id); }
+      else if (op < 9) { if (ref.delete(id) !== ps.delete(id)) mismatches++; }
+      else { ps = new PeerSet([...ref].reverse().concat([...ref])); }
+      if (ref.has(id) !== ps.has(id) || ref.size !== ps.size) mismatches++;
+    }
+    t.same([...ps], [...ref].sort((a, b) => a - b), `seed ${seed}: same members, iterated in ascending order`);
+    t.equal(mismatches, 0, `seed ${seed}: has/delete/size agreed at every step`);
+  }
+});
+
+t.test('PeerSet refuses an id that is not a non-negative integer, unchanged', async (t) => {
+  const ps = new PeerSet([1, 2]);
+  for (const bad of [-1, 1.5, Number.NaN, 2 ** 60]) t.throws(() => ps.add(bad), /node id must be a non-negative integer/, `refuses ${bad}`);
+  t.throws(() => new PeerSet([3, -4]), /got -4/);
+  t.same([...ps], [1, 2]);
+});
+
+t.test('idle session kept a ~20 KiB hash Set of its 1,000 peers (issue 9): ids take 4 bytes each', async (t) => {
+  const session = new MapSession(1, 130, true, () => undefined, () => undefined);
+  const ids = Array.from({ length: 1000 }, (_, i) => i + 2);
+  session.peers = new Set(ids);
+  t.ok(session.peers instanceof PeerSet, 'an assigned Set is kept as a PeerSet');
+  t.equal(session.peers.size, 1000);
+  t.equal(session.peers.byteLength, 4000, 'exactly 4 bytes per peer after a rebuild');
+  for (let id = 1002; id < 1102; id++) session.peers.add(id);
+  t.ok(session.peers.byteLength <= 1100 * 4 * 1.125 + 16, `appending 100 joins leaves at most 1/8 spare (${session.peers.byteLength} bytes)`);
+  t.ok(session.peers.has(1101) && !session.peers.has(1) && session.peers.delete(500) && !session.peers.has(500));
+});

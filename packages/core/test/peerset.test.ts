@@ -42,3 +42,20 @@ t.test('idle session kept a ~20 KiB hash Set of its 1,000 peers (issue 9): ids t
   t.ok(session.peers.byteLength <= 1100 * 4 * 1.125 + 16, `appending 100 joins leaves at most 1/8 spare (${session.peers.byteLength} bytes)`);
   t.ok(session.peers.has(1101) && !session.peers.has(1) && session.peers.delete(500) && !session.peers.has(500));
 });
+
+t.test('PeerSet.ofList and diff agree with Set arithmetic (fixed seeds)', async (t) => {
+  for (const seed of [5, 6, 7, 99]) {
+    const rng = new Rng(seed);
+    const pick = () => [...new Set(Array.from({ length: rng.int(60) }, () => rng.chance(0.05) ? 2 ** 32 + rng.int(3) : rng.int(80)))];
+    const before = pick(), after = pick();
+    const list = after.map(String);
+    const next = PeerSet.ofList(list);
+    t.same([...next], [...after].sort((a, b) => a - b), `seed ${seed}: ofList holds the list's ids, ascending`);
+    const seen: Array<[number, boolean]> = [];
+    const gone = new PeerSet(before).diff(next, (id, added) => seen.push([id, added]));
+    t.same(gone, before.filter((id) => !after.includes(id)).sort((a, b) => a - b), `seed ${seed}: gone are the ids only held before`);
+    t.same(seen, [...after].sort((a, b) => a - b).map((id) => [id, !before.includes(id)]), `seed ${seed}: every next id once, ascending, flagged new when not held`);
+    next.add(1_000_000);
+    t.notOk(PeerSet.ofList(list).has(1_000_000), `seed ${seed}: each ofList is a copy of its own (a session's later add does not leak)`);
+  }
+});

@@ -21,6 +21,43 @@ export class PeerSet implements Iterable<number> {
     this.count = k;
   }
 
+  /**
+   * ofList is the set of a compiled peer list (ids as text, as the policy compiler gives them). The parsed ids
+   * are kept per list: nodes of one class share one list, so a structural flush parses it once, and each
+   * session gets its own copy (a memcpy) because sessions change their sets independently afterwards.
+   */
+  static ofList(list: readonly string[]): PeerSet {
+    let parsed = PARSED.get(list);
+    if (!parsed) {
+      const ps = new PeerSet(list.map(Number));
+      parsed = ps.ids.subarray(0, ps.count);
+      PARSED.set(list, parsed);
+    }
+    const out = new PeerSet();
+    out.ids = parsed.slice();
+    out.count = parsed.length;
+    return out;
+  }
+
+  /**
+   * diff walks this set (what the client holds) and `next` (what it should hold) once, both ascending:
+   * `gone` are the ids only here, `each` is called for every id of `next` in ascending order with whether it
+   * is new to the client. O(size + next.size), no lookups.
+   */
+  diff(next: PeerSet, each: (id: number, added: boolean) => void): number[] {
+    const gone: number[] = [];
+    let i = 0;
+    for (let j = 0; j < next.count; j++) {
+      const id = next.ids[j]!;
+      while (i < this.count && this.ids[i]! < id) gone.push(this.ids[i++]!);
+      const held = i < this.count && this.ids[i] === id;
+      if (held) i++;
+      each(id, !held);
+    }
+    while (i < this.count) gone.push(this.ids[i++]!);
+    return gone;
+  }
+
   get size(): number { return this.count; }
 
   /** byteLength is what the ids take (tests and memory accounting). */
@@ -73,6 +110,8 @@ export class PeerSet implements Iterable<number> {
 }
 
 const EMPTY = new Uint32Array(0);
+/** PARSED holds each compiled peer list's ids, sorted, for as long as the list itself lives (see ofList). */
+const PARSED = new WeakMap<readonly string[], Uint32Array | Float64Array>();
 
 function fitsU32(id: number): boolean { return id <= 0xffffffff; }
 

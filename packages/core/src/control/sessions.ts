@@ -155,7 +155,7 @@ export class SessionHub {
   /** open registers a session after its full map was sent, recording what that map contained. */
   open(session: MapSession, node: Node): void {
     const v = this.mapper.view.forNode(node.id);
-    session.peers = new Set(v.peers.map(Number));
+    session.peers = PeerSet.ofList(v.peers);
     const peers = v.peers.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
     session.profiles = this.mapper.profiles([node, ...peers]);
     session.shownOwners = new Set(session.profiles.keys());
@@ -454,16 +454,14 @@ export class SessionHub {
       let upsert: Node[];
       if (structural) {
         // Visibility may have changed: compare what the session has with what it should see.
-        const next = new Set(this.mapper.view.forNode(s.nodeId).peers.map(Number));
-        gone = [...s.peers].filter((id) => !next.has(id));
-        upsert = [];
-        for (const id of next) {
-          if (!s.peers.has(id) || fullIds.has(id)) {
-            const n = this.state.getNode(id);
-            if (n) upsert.push(n);
-          }
-        }
-        upsert.sort((a, b) => a.id - b.id);
+        const next = PeerSet.ofList(this.mapper.view.forNode(s.nodeId).peers);
+        const changed: Node[] = [];
+        gone = s.peers.diff(next, (id, added) => {
+          if (!added && !fullIds.has(id)) return;
+          const n = this.state.getNode(id);
+          if (n) changed.push(n);
+        });
+        upsert = changed; // ascending ids, as diff walks them
         s.peers = next;
         const filter = this.mapper.filterJson(s.nodeId);
         const ssh = this.mapper.sshJson(s.nodeId);

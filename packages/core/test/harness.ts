@@ -59,22 +59,8 @@ export const hex32 = (): string => randomBytes(32).toString('hex');
 export const machineKey = (): string => `mkey:${hex32()}`;
 export const nodeKey = (): string => `nodekey:${hex32()}`;
 
-/** Rng is a small seedable PRNG (mulberry32), so a failing random run can be replayed from its seed. */
-export class Rng {
-  private s: number;
-  constructor(readonly seed: number) { this.s = seed >>> 0; }
-  next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let x = this.s;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  }
-  int(n: number): number { return Math.floor(this.next() * n); }
-  pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]!; }
-  chance(p: number): boolean { return this.next() < p; }
-  subset<T>(xs: readonly T[]): T[] { return xs.filter(() => this.chance(0.5)); }
-}
+/** Rng is testkit's seedable PRNG (mulberry32), so a failing random run can be replayed from its seed. */
+export { PlanRng as Rng } from '@headway/testkit';
 
 /** seedsFromEnv lets a failure be replayed: HEADWAY_TEST_SEED=1234 runs that seed only. */
 export function seedsFromEnv(count: number): number[] {

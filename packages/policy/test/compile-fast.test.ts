@@ -9,34 +9,16 @@
 import t from 'tap';
 import { IPSet, TailnetContext, compilePolicy, parsePolicy, type Policy, type Snapshot } from '../src/index.js';
 import type { Addr, IPRange } from '../src/ip.js';
+// testkit's mulberry32: the same seed gives the same tailnet and policy everywhere.
+import { PlanRng } from '@headway/testkit';
 import { ReferenceTailnetContext, referenceCompilePolicy } from './compile-reference.js';
-
-/** Rng is mulberry32, seeded: the same seed gives the same tailnet and policy everywhere. */
-class Rng {
-  private s: number;
-  constructor(seed: number) { this.s = seed >>> 0; }
-  next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let x = this.s;
-    x = Math.imul(x ^ (x >>> 15), x | 1);
-    x ^= x + Math.imul(x ^ (x >>> 7), x | 61);
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  }
-  int(n: number): number { return Math.floor(this.next() * n); }
-  pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]!; }
-  chance(p: number): boolean { return this.next() < p; }
-  some<T>(xs: readonly T[], max: number): T[] {
-    const n = 1 + this.int(max);
-    return [...new Set(Array.from({ length: n }, () => this.pick(xs)))];
-  }
-}
 
 const TAGS = ['tag:a', 'tag:b', 'tag:r', 'tag:x'];
 const SUBNETS = ['10.1.0.0/24', '10.1.0.0/16', '10.2.0.0/24', '192.168.5.0/24', 'fd00:1::/64', '100.64.0.32/27'];
 const HOSTS: Record<string, string> = { h1: '10.1.0.0/24', h2: '10.1.0.5/32', h3: '192.168.5.0/24', h6: 'fd00:1::/64' };
 
 /** snapshotFor draws 1-40 nodes owned by 1-5 users or by tags, some advertising subnet and exit routes. */
-function snapshotFor(rng: Rng): Snapshot {
+function snapshotFor(rng: PlanRng): Snapshot {
   const userCount = 1 + rng.int(5);
   const users = Array.from({ length: userCount }, (_, k) => ({
     id: String(k + 1), name: `u${k}`, email: `u${k}@${k % 3 === 2 ? 'other.org' : 'example.com'}`,
@@ -68,7 +50,7 @@ function snapshotFor(rng: Rng): Snapshot {
 }
 
 /** policyFor writes a random policy text over the snapshot's users; null means "no policy". */
-function policyFor(rng: Rng, snap: Snapshot): string | null {
+function policyFor(rng: PlanRng, snap: Snapshot): string | null {
   if (rng.chance(0.05)) return null;
   const emails = snap.users.map((u) => u.email!);
   const userAliases = [...emails, ...snap.users.map((u) => `${u.name}@`)];
@@ -189,7 +171,7 @@ t.test('the indexed compiler equals the slow reference for every node of random 
   const stats = { nodes: 0, peers: 0, filterRules: 0, sshRules: 0, via: 0, self: 0, routers: 0, exits: 0, noPolicy: 0 };
   const started = performance.now();
   for (const seed of seedList()) {
-    const rng = new Rng(seed);
+    const rng = new PlanRng(seed);
     const snap = snapshotFor(rng);
     const text = policyFor(rng, snap);
     const policy = text === null ? null : parsePolicy(text);
@@ -222,7 +204,7 @@ t.test('the indexed compiler equals the slow reference for every node of random 
 t.test('the comparison fails when a peer is missing', async (t) => {
   let caught = 0;
   for (const seed of seedList().slice(0, 10)) {
-    const rng = new Rng(seed);
+    const rng = new PlanRng(seed);
     const snap = snapshotFor(rng);
     const text = policyFor(rng, snap);
     const policy = text === null ? null : parsePolicy(text);
@@ -309,7 +291,7 @@ function naiveContainsRange(s: IPSet, x: IPRange): boolean { return s.ranges.som
 function naiveOverlapsRange(s: IPSet, x: IPRange): boolean { return s.ranges.some((r) => r.v6 === x.v6 && r.start <= x.end && x.start <= r.end); }
 
 t.test('IPSet binary searches answer like linear scans', async (t) => {
-  const rng = new Rng(42);
+  const rng = new PlanRng(42);
   let checks = 0, wrong = 0, yes = 0;
   const range = (): IPRange => {
     const v6 = rng.chance(0.4);

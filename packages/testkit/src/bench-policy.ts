@@ -6,7 +6,10 @@
  * instead of shipping it over IPC. Pure code with no dependency, so core's tests can use it too.
  */
 
-/** PlanRng is mulberry32: small, seedable, and the same in every process. */
+/**
+ * PlanRng is mulberry32: small, seedable, and the same in every process. It is also the seeded random source of
+ * the property tests in core and policy, so a failing run replays from its seed.
+ */
 export class PlanRng {
   private s: number;
   constructor(seed: number) { this.s = seed >>> 0; }
@@ -20,6 +23,13 @@ export class PlanRng {
   int(n: number): number { return Math.floor(this.next() * n); }
   pick<T>(xs: readonly T[]): T { return xs[this.int(xs.length)]!; }
   chance(p: number): boolean { return this.next() < p; }
+  /** subset keeps each element with probability 1/2. */
+  subset<T>(xs: readonly T[]): T[] { return xs.filter(() => this.chance(0.5)); }
+  /** some picks 1..max elements (with repeats dropped). */
+  some<T>(xs: readonly T[], max: number): T[] {
+    const n = 1 + this.int(max);
+    return [...new Set(Array.from({ length: n }, () => this.pick(xs)))];
+  }
 }
 
 /** PlanUser is one user of the plan; policies name users by email. */

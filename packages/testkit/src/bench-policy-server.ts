@@ -7,8 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
-import type { MemorySample } from './bench-ipc.js';
+import { sampleMemory, startBenchServer } from './bench-core.js';
 import { planKey, planPolicy, planTailnet } from './bench-policy.js';
 
 /** PolicyServerCommand is what the driver asks of this process. */
@@ -31,75 +30,13 @@ export interface PolicyServerReady {
   keys: Record<string, string>;
 }
 
-interface CoreServer {
-  config: { dns: { base_domain: string } };
-  urls: { http: string };
-  state: {
-    createUser(input: { name: string; email?: string }): Promise<{ id: number; name: string }>;
-    createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }>;
-    nodeByNodeKey(key: string): { id: number } | undefined;
-    renameNode(id: number, name: string): Promise<unknown>;
-    setTags(id: number, tags: string[]): Promise<unknown>;
-    listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
-  };
-  policy: { set(text: string): Promise<unknown> };
-  close(): Promise<void>;
-}
-
-interface CoreModule {
-  resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
-    config: unknown;
-    problems: Array<{ key: string; message: string; level: string }>;
-  };
-  startServer(opts: { config: unknown; logger: unknown; configSource?: string | null }): Promise<CoreServer>;
-  createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
-}
-const CORE_MODULE = '@headway/core';
-
-const loopDelay = monitorEventLoopDelay({ resolution: 10 });
-loopDelay.enable();
-
-/** sampleMemory collects garbage as bench-server's does: twice, then a last-resort collection (an idle server's memory reducer). */
-function sampleMemory(): MemorySample {
-  const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
-  if (gc) { gc(); gc(); gc({ type: 'major', execution: 'sync', flavor: 'last-resort' }); }
-  const m = process.memoryUsage();
-  const cpu = process.cpuUsage();
-  const out = {
-    rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers,
-    cpuUserMs: cpu.user / 1000, cpuSystemMs: cpu.system / 1000,
-    loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6,
-  };
-  loopDelay.reset();
-  return out;
-}
-
-async function boot(core: CoreModule, dataDir: string): Promise<CoreServer> {
-  const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
-  const base = {
-    listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,
-    log: { level: 'warn' }, derp: { server: { stun_listen_addr: '127.0.0.1:0' } }, policy: { mode: 'database' },
-  };
-  const resolve = (raw: Record<string, unknown>): unknown => {
-    const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
-    const bad = problems.filter((p) => p.level !== 'warn');
-    if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
-    return config;
-  };
-  const probe = await core.startServer({ config: resolve(base), logger, configSource: 'bench' });
-  const url = probe.urls.http;
-  await probe.close();
-  return core.startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
-}
-
 async function main(): Promise<void> {
   if (!process.send) throw new Error('bench-policy-server must be started with child_process.fork');
   const size = Number(process.env.BENCH_PLAN_SIZE);
   const seed = Number(process.env.BENCH_PLAN_SEED ?? 1);
   const withPolicy = process.env.BENCH_PLAN_POLICY !== 'none';
-  const core = (await import(CORE_MODULE)) as CoreModule;
   const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
-  const server = await boot(core, dataDir);
+  const server = await startBenchServer(dataDir, { policy: { mode: 'database' } });
   const plan = planTailnet(size, seed);
   const users = new Map<string, number>();
   for (const u of plan.users) users.set(u.name, (await server.state.createUser({ name: u.name, email: u.email })).id);

@@ -1,0 +1,88 @@
+/**
+ * bench-core is what both benchmark server children (bench-server.ts, bench-policy-server.ts) share: the slice
+ * of @headway/core they call (testkit has no compile-time core dependency), starting the real server on a free
+ * port with its server_url set, and the memory/CPU sample they answer the driver with.
+ */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { MemorySample } from './bench-ipc.js';
+
+/** CoreServer is the slice of @headway/core's RunningServer the benchmarks use. */
+export interface CoreServer {
+  config: { dns: { base_domain: string } };
+  urls: { http: string };
+  state: {
+    createUser(input: { name: string; email?: string }): Promise<{ id: number; name: string }>;
+    createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }>;
+    nodeByNodeKey(key: string): { id: number } | undefined;
+    renameNode(id: number, name: string): Promise<unknown>;
+    setTags(id: number, tags: string[]): Promise<unknown>;
+    listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
+  };
+  policy: { set(text: string): Promise<unknown> };
+  close(): Promise<void>;
+}
+
+/** CoreModule is the slice of @headway/core's exports the benchmarks call. */
+interface CoreModule {
+  resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
+    config: unknown;
+    problems: Array<{ key: string; message: string; level: string }>;
+  };
+  startServer(opts: { config: unknown; logger: unknown; configSource?: string | null }): Promise<CoreServer>;
+  createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
+}
+
+// A variable specifier keeps tsc from resolving (and so depending on) @headway/core at compile time.
+const CORE_MODULE = '@headway/core';
+
+/**
+ * startBenchServer starts the real server over SQLite in `dataDir` (log level warn, no metrics or gRPC
+ * listener), with `extra` config on top. server_url must carry the real port, which is known only after a
+ * first bind, so it binds once to learn a free port and starts again on it.
+ */
+export async function startBenchServer(dataDir: string, extra: Record<string, unknown>): Promise<CoreServer> {
+  const core = (await import(CORE_MODULE)) as CoreModule;
+  const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
+  const base = {
+    listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,
+    log: { level: 'warn' }, derp: { server: { stun_listen_addr: '127.0.0.1:0' } }, ...extra,
+  };
+  const resolve = (raw: Record<string, unknown>): unknown => {
+    const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
+    const bad = problems.filter((p) => p.level !== 'warn');
+    if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
+    return config;
+  };
+  const probe = await core.startServer({ config: resolve(base), logger, configSource: 'bench' });
+  const url = probe.urls.http;
+  await probe.close();
+  return core.startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
+}
+
+const loopDelay = monitorEventLoopDelay({ resolution: 10 });
+loopDelay.enable();
+
+/**
+ * sampleMemory collects garbage twice (weak refs and finalizers settle after the first), then once more as
+ * V8's memory reducer does on its own within ~10 s of an idle process (a last-resort collection: it gives
+ * back the young generation grown to 64 MiB by the join burst and compacts), and reads usage and CPU, with
+ * the event-loop delay since the previous sample. Without that last collection the figure per idle session
+ * was mostly that transient young generation divided by N.
+ */
+export function sampleMemory(): MemorySample {
+  const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
+  if (gc) {
+    gc();
+    gc();
+    gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+  }
+  const m = process.memoryUsage();
+  const cpu = process.cpuUsage();
+  const out = {
+    rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers,
+    cpuUserMs: cpu.user / 1000, cpuSystemMs: cpu.system / 1000,
+    loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6,
+  };
+  loopDelay.reset();
+  return out;
+}

@@ -21,15 +21,16 @@ const KEEPALIVE_STEP_MS = 100;
 export const BATCH_WINDOW_MS = 20;
 /** MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). */
 export const MAX_BATCH_WINDOW_MS = 320;
-/** BUSY_UTILIZATION is the event-loop utilization since the previous flush above which the server counts as loaded. */
+/** BUSY_UTILIZATION is the event-loop utilization, while the previous batch was collected, above which the server counts as loaded. */
 const BUSY_UTILIZATION = 0.75;
 
 /**
  * nextBatchWindow picks the batch window for the changes now arriving. Each flush costs a message per session
  * (encode, encrypt, a socket write each), so a burst of joins flushed every 20 ms made that fan-out grow with
  * the square of the tailnet and starve the joins themselves. While changes come back to back (this one less
- * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop stays
- * busy (utilization since that flush started at or above BUSY_UTILIZATION), the window doubles up to
+ * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop was
+ * busy while the previous batch was collected (utilization from its scheduling to its flush, the flush's own
+ * work not counted, at or above BUSY_UTILIZATION), the window doubles up to
  * MAX_BATCH_WINDOW_MS, so more changes share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone
  * change (a rename, a route) goes out at once even on a server busy with something else.
  */
@@ -188,9 +189,14 @@ export class SessionHub {
   private pendingPolicyOld?: Map<number, string>;
   private pendingPrimaries = false;
   private flushTimer?: NodeJS.Timeout;
-  /** window is the batch window in force (nextBatchWindow); flushMark is the loop's utilization when the previous flush started, flushEnd when it ended. */
+  /**
+   * window is the batch window in force (nextBatchWindow); collectMark is the loop's utilization when the
+   * pending batch was scheduled, collectBusy the utilization while the previous sent batch was collected, and
+   * flushEnd when that batch's flush ended.
+   */
   private window = BATCH_WINDOW_MS;
-  private flushMark?: EventLoopUtilization;
+  private collectMark?: EventLoopUtilization;
+  private collectBusy = 0;
   private flushEnd = Number.NEGATIVE_INFINITY;
 
   /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
@@ -198,9 +204,8 @@ export class SessionHub {
 
   private schedule(): void {
     if (this.flushTimer) return;
-    const now = performance.now();
-    const busy = this.flushMark ? performance.eventLoopUtilization(this.flushMark).utilization : 0;
-    this.window = nextBatchWindow(this.window, busy, now - this.flushEnd);
+    this.window = nextBatchWindow(this.window, this.collectBusy, performance.now() - this.flushEnd);
+    this.collectMark = performance.eventLoopUtilization();
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
       try {
@@ -416,7 +421,7 @@ export class SessionHub {
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     // Only a flush that sends something counts for nextBatchWindow.
-    this.flushMark = performance.eventLoopUtilization();
+    this.collectBusy = this.collectMark ? performance.eventLoopUtilization(this.collectMark).utilization : 0;
     try {
       this.send(full, fullIds, self, removed, patches, structural, users);
     } finally {

@@ -13,16 +13,15 @@
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus, totalmem } from 'node:os';
 import type { MemorySample } from './bench-ipc.js';
-import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySummary } from './bench-stats.js';
+import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
 import { planTailnet, PLAN_TAGS } from './bench-policy.js';
 import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
 import type { Change, WorkerCommand, WorkerStats } from './bench-worker.js';
 
 const DEFAULT_SIZES = [1000, 5000, 10000];
-const FD_HEADROOM = 256;
 
 /** RealisticOptions are the knobs of the realistic benchmark. */
 export interface RealisticOptions {
@@ -309,15 +308,6 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
   }
 }
 
-function fileDescriptorLimit(): number {
-  try {
-    const out = execFileSync('/bin/sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
-    return out === 'unlimited' ? Number.POSITIVE_INFINITY : Number(out);
-  } catch {
-    return Number.NaN;
-  }
-}
-
 /** runRealistic is the realistic benchmark's main; bench.ts hands it argv unless `--policy none`. */
 export async function runRealistic(argv: readonly string[]): Promise<void> {
   const opts = parseRealisticOptions(argv);
@@ -328,15 +318,8 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
   const skipped: Array<{ devices: number; reason: string }> = [];
   const failed: Array<{ devices: number; error: string }> = [];
   for (const n of opts.sizes) {
-    if (!opts.explicitSizes && n > opts.maxSize) {
-      const reason = `above BENCH_MAX=${opts.maxSize} (set BENCH_MAX=${n} or pass --sizes to run it)`;
-      log(`skip N=${n}: ${reason}`);
-      skipped.push({ devices: n, reason });
-      continue;
-    }
-    const needed = n + FD_HEADROOM;
-    if (Number.isFinite(fdLimit) && fdLimit < needed) {
-      const reason = `needs about ${needed} file descriptors in the server but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2})`;
+    const reason = skipReason(n, opts, fdLimit, log);
+    if (reason) {
       log(`skip N=${n}: ${reason}`);
       skipped.push({ devices: n, reason });
       continue;

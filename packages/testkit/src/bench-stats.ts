@@ -1,4 +1,5 @@
-/** Small numeric and formatting helpers for the benchmark report. */
+/** Small numeric and formatting helpers for the benchmark report, and the size guard both benchmarks apply. */
+import { execFileSync } from 'node:child_process';
 
 /** LatencySummary describes a set of latencies in milliseconds (nearest-rank percentiles). */
 export interface LatencySummary {
@@ -58,4 +59,30 @@ export function kib(bytes: number): string {
 /** mib formats a byte count as MiB with one decimal. */
 export function mib(bytes: number): string {
   return (bytes / 1048576).toFixed(1);
+}
+
+/** FD_HEADROOM covers what each process holds besides one socket per session: the database, listeners, stdio, IPC. */
+const FD_HEADROOM = 256;
+
+/** fileDescriptorLimit asks a shell for the soft RLIMIT_NOFILE this process inherited (Node has no getrlimit). */
+export function fileDescriptorLimit(): number {
+  try {
+    const out = execFileSync('/bin/sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
+    return out === 'unlimited' ? Number.POSITIVE_INFINITY : Number(out);
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/**
+ * skipReason says why a benchmark does not run size `n`: above BENCH_MAX when the sizes were not given, or
+ * more sockets than ulimit -n allows (driver and server each hold one per session). A limit that could not be
+ * read is only noted through `log`.
+ */
+export function skipReason(n: number, opts: { explicitSizes: boolean; maxSize: number }, fdLimit: number, log: (line: string) => void): string | undefined {
+  if (!opts.explicitSizes && n > opts.maxSize) return `above BENCH_MAX=${opts.maxSize} (set BENCH_MAX=${n} or pass --sizes to run it)`;
+  const needed = n + FD_HEADROOM;
+  if (Number.isNaN(fdLimit)) log(`note: could not read ulimit -n; N=${n} needs about ${needed} file descriptors per process`);
+  else if (fdLimit < needed) return `needs about ${needed} file descriptors per process but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2}) to run this size`;
+  return undefined;
 }

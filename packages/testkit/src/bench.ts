@@ -17,7 +17,7 @@
  *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
  */
-import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,11 +25,9 @@ import { cpus, totalmem } from 'node:os';
 import { TestDevice } from './device.js';
 import { joinDevice } from './bench-join.js';
 import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
-import { formatTable, kib, mib, parseSizes, round2, summarize, type LatencySummary } from './bench-stats.js';
+import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
 
 const DEFAULT_SIZES = [100, 1000, 5000];
-/** FD_HEADROOM covers what each process holds besides one socket per session: the database, listeners, stdio, IPC. */
-const FD_HEADROOM = 256;
 
 /** BenchOptions are the knobs read from argv and the environment. */
 export interface BenchOptions {
@@ -156,15 +154,6 @@ export function parseOptions(argv: readonly string[], env: NodeJS.ProcessEnv = p
   };
 }
 
-/** fileDescriptorLimit asks a shell for the soft RLIMIT_NOFILE this process inherited (Node has no getrlimit). */
-function fileDescriptorLimit(): number {
-  try {
-    const out = execFileSync('/bin/sh', ['-c', 'ulimit -n'], { encoding: 'utf8' }).trim();
-    return out === 'unlimited' ? Number.POSITIVE_INFINITY : Number(out);
-  } catch {
-    return Number.NaN;
-  }
-}
 
 function collectGarbage(): void {
   const gc = (globalThis as { gc?: () => void }).gc;
@@ -510,17 +499,8 @@ async function main(): Promise<void> {
   const skipped: Array<{ devices: number; reason: string }> = [];
   const failed: Array<{ devices: number; error: string }> = [];
   for (const n of opts.sizes) {
-    if (!opts.explicitSizes && n > opts.maxSize) {
-      const reason = `above BENCH_MAX=${opts.maxSize} (set BENCH_MAX=${n} or pass --sizes to run it)`;
-      log(`skip N=${n}: ${reason}`);
-      skipped.push({ devices: n, reason });
-      continue;
-    }
-    // Driver and server each hold one socket per session (the server runs in its own process).
-    const needed = n + FD_HEADROOM;
-    if (Number.isNaN(fdLimit)) log(`note: could not read ulimit -n; N=${n} needs about ${needed} file descriptors per process`);
-    else if (fdLimit < needed) {
-      const reason = `needs about ${needed} file descriptors per process but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2}) to run this size`;
+    const reason = skipReason(n, opts, fdLimit, log);
+    if (reason) {
       log(`skip N=${n}: ${reason}`);
       skipped.push({ devices: n, reason });
       continue;

@@ -4,11 +4,10 @@
  * for tests that start from a real headscale deployment (the migration test).
  */
 import { spawn, type ChildProcess, execFile } from 'node:child_process';
-import { createServer } from 'node:net';
-import { createSocket } from 'node:dgram';
 import { closeSync, existsSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from './ports.js';
 import type { TapLike } from './tailscale.js';
 
 /** HEADSCALE_VERSION is the release the tests run (the one .ci/install-headscale.sh builds). */
@@ -40,27 +39,6 @@ export function requireHeadscale(t: TapLike, version = HEADSCALE_VERSION): strin
   return undefined;
 }
 
-/** freePort asks the system for a free loopback port (TCP or UDP) and releases it for the caller. */
-export function freePort(kind: 'tcp' | 'udp' = 'tcp'): Promise<number> {
-  if (kind === 'udp') {
-    return new Promise((resolve, reject) => {
-      const s = createSocket('udp4');
-      s.once('error', reject);
-      s.bind(0, '127.0.0.1', () => {
-        const { port } = s.address();
-        s.close(() => resolve(port));
-      });
-    });
-  }
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -1,4 +1,4 @@
-import { createServer } from 'node:net';
+import { freePort } from './ports.js';
 import { startOidcProvider, type ProviderOptions, type RunningProvider, type TestAccount } from '@headway/oidc-test-provider';
 import { startTestServer, type TestServer } from './server.js';
 
@@ -13,17 +13,6 @@ export const ACCOUNTS: TestAccount[] = [
   { login: 'dave', password: 'dave-pw', sub: 'dave-sub', claims: { email: 'dave@example.com', email_verified: true, name: 'Dave', preferred_username: 'dave.provider' } },
 ];
 
-/** freePort asks the system for a loopback port that was free a moment ago (the server URL must be known before the provider starts). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 export interface OidcSetup { provider: RunningProvider; server: TestServer; serverUrl: string }
 

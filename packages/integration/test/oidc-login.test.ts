@@ -9,7 +9,8 @@ import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Browser, confirm, describePage, signIn } from '@headway/oidc-test-provider';
 import { runHeadwayOn } from '../src/cli.js';
-import { CLIENT_SECRET, freePort, startOidcSetup, type OidcSetup } from '../src/oidc.js';
+import { CLIENT_SECRET, startOidcSetup, type OidcSetup } from '../src/oidc.js';
+import { freePort } from '../src/ports.js';
 import { startTestServer } from '../src/server.js';
 
 const hex = () => randomBytes(32).toString('hex');

@@ -29,3 +29,21 @@ export async function joinDevice(first: TestDevice, register: RegisterOptions): 
     }
   }
 }
+
+/** runPool runs `work(i)` for i in [0, count) with at most `limit` in flight; the first failure rejects. */
+export async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failed: Error | undefined;
+  const lane = async (): Promise<void> => {
+    while (!failed && next < count) {
+      const i = next++;
+      try {
+        await work(i);
+      } catch (err) {
+        failed ??= err as Error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
+  if (failed) throw failed;
+}

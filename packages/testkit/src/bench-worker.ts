@@ -6,7 +6,7 @@
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
 import { TestDevice } from './device.js';
-import { joinDevice } from './bench-join.js';
+import { joinDevice, runPool } from './bench-join.js';
 import type { NetMap } from './netmap.js';
 import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
 
@@ -87,19 +87,6 @@ function peersMatch(nm: NetMap, want: Wanted): boolean {
     if (i === undefined || !bitsHas(want.bits, i)) return false;
   }
   return true;
-}
-
-async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  let failed: Error | undefined;
-  const lane = async (): Promise<void> => {
-    while (!failed && next < count) {
-      const i = next++;
-      try { await work(i); } catch (err) { failed ??= err as Error; }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
-  if (failed) throw failed;
 }
 
 async function join(concurrency: number, budgetMs: number): Promise<{ latencies: number[]; retries: number; doneAt: number[] }> {

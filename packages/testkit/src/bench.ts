@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cpus, totalmem } from 'node:os';
 import { TestDevice } from './device.js';
-import { joinDevice } from './bench-join.js';
+import { joinDevice, runPool } from './bench-join.js';
 import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
 
@@ -246,23 +246,6 @@ class ServerProcess {
   }
 }
 
-/** runPool runs `work(i)` for i in [0, count) with at most `limit` in flight; the first failure rejects. */
-async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
-  let next = 0;
-  let failed: Error | undefined;
-  const lane = async (): Promise<void> => {
-    while (!failed && next < count) {
-      const i = next++;
-      try {
-        await work(i);
-      } catch (err) {
-        failed ??= err as Error;
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, count) }, lane));
-  if (failed) throw failed;
-}
 
 function log(line: string): void {
   process.stdout.write(line + '\n');

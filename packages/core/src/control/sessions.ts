@@ -38,6 +38,19 @@ export function nextBatchWindow(current: number, utilization: number, sinceFlush
   if (sinceFlushEndMs >= BATCH_WINDOW_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
   return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
 }
+/**
+ * LoadMeter measures how busy the process was between a mark and now, as a fraction (0 idle, 1 saturated).
+ * The SessionHub uses the event loop's utilization; a test can put in its own to drive nextBatchWindow.
+ */
+export interface LoadMeter {
+  mark(): unknown;
+  since(mark: unknown): number;
+}
+/** eventLoopMeter is the default LoadMeter: the event loop's utilization (perf_hooks). */
+export const eventLoopMeter: LoadMeter = {
+  mark: () => performance.eventLoopUtilization(),
+  since: (mark) => performance.eventLoopUtilization(mark as EventLoopUtilization).utilization,
+};
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
 const DELETED_REMEMBERED = 4096;
 
@@ -195,8 +208,10 @@ export class SessionHub {
    * flushEnd when that batch's flush ended.
    */
   private window = BATCH_WINDOW_MS;
-  private collectMark?: EventLoopUtilization;
+  private collectMark?: unknown;
   private collectBusy = 0;
+  /** loadMeter measures how busy the server was while a batch was collected (see nextBatchWindow). */
+  loadMeter: LoadMeter = eventLoopMeter;
   private flushEnd = Number.NEGATIVE_INFINITY;
 
   /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
@@ -205,7 +220,7 @@ export class SessionHub {
   private schedule(): void {
     if (this.flushTimer) return;
     this.window = nextBatchWindow(this.window, this.collectBusy, performance.now() - this.flushEnd);
-    this.collectMark = performance.eventLoopUtilization();
+    this.collectMark = this.loadMeter.mark();
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
       try {
@@ -421,7 +436,7 @@ export class SessionHub {
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     // Only a flush that sends something counts for nextBatchWindow.
-    this.collectBusy = this.collectMark ? performance.eventLoopUtilization(this.collectMark).utilization : 0;
+    this.collectBusy = this.collectMark !== undefined ? this.loadMeter.since(this.collectMark) : 0;
     try {
       this.send(full, fullIds, self, removed, patches, structural, users);
     } finally {

@@ -162,20 +162,22 @@ export class Fleet {
   get state() { return this.s.state; }
   users() { return this.state.listUsers(); }
 
-  /** connect opens a streaming map session the way ControlServer.map does. */
+  /**
+   * connect opens a streaming map session the way ControlServer.map does: its full map goes out at once, or
+   * with the pending batch when one is waiting (SessionHub.begin).
+   */
   connect(id: number): void {
     const { state } = this;
     const client = new ClientModel();
     const session = new MapSession(id, 106, false, (buf) => client.apply(buf), () => undefined);
     state.sessionOpened(id);
-    this.hub.syncPrimaries();
-    const node = state.requireNode(id);
-    const full = this.mapper.fullMap(node, 106);
-    const buf = Buffer.alloc(4 + Buffer.byteLength(full));
-    buf.writeUInt32LE(Buffer.byteLength(full), 0);
-    buf.write(full, 4);
-    client.apply(buf);
-    this.hub.open(session, node);
+    this.hub.begin(session, state.requireNode(id), (node) => {
+      const full = this.mapper.fullMap(node, 106);
+      const buf = Buffer.alloc(4 + Buffer.byteLength(full));
+      buf.writeUInt32LE(Buffer.byteLength(full), 0);
+      buf.write(full, 4);
+      client.apply(buf);
+    });
     this.connected.set(id, { session, client });
   }
 

@@ -166,3 +166,42 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
     else t.pass(`seed ${seed}: 80 steps hold`);
   }
 });
+
+// filterRulesJson serializes each shared SrcIPs list once; its output must be JSON.stringify's, byte for byte.
+t.test('filterRulesJson writes exactly what JSON.stringify writes', async (t) => {
+  const shared = ['100.64.0.1', '100.64.0.2', 'fd7a:115c:a1e0::1'];
+  const rules = [
+    { SrcIPs: shared, DstPorts: [{ IP: '100.64.0.3', Ports: { First: 22, Last: 22 } }] },
+    { SrcIPs: shared, DstPorts: [{ IP: '*', Ports: { First: 0, Last: 65535 } }], IPProto: [6, 17] },
+    { SrcIPs: ['*'], CapGrant: [{ Dsts: ['100.64.0.3/32'], CapMap: { 'tailscale.com/cap/drive': [{ shares: ['*'], access: 'ro' }] } }] },
+    { SrcIPs: ['10.0.0.0/8'], DstPorts: [], IPProto: undefined },
+  ];
+  const { filterRulesJson } = await import('../src/index.js');
+  t.equal(filterRulesJson(rules), JSON.stringify(rules));
+  t.equal(filterRulesJson(rules), JSON.stringify(rules), 'the same from the cache');
+  t.equal(filterRulesJson([]), '[]');
+  t.equal(filterRulesJson(ALLOW_ALL), JSON.stringify(ALLOW_ALL));
+
+  const s = await startState(t);
+  const alice = await s.state.createUser({ name: 'alice', email: 'alice@example.com' });
+  const bob = await s.state.createUser({ name: 'bob', email: 'bob@example.com' });
+  const nodes = [
+    await s.state.createNode(input('a', alice.id, { availableRoutes: ['10.1.0.0/24', '0.0.0.0/0', '::/0'] })),
+    await s.state.createNode(input('b', bob.id, { availableRoutes: ['10.2.0.0/24'] })),
+    await s.state.createNode(input('c', null, { tags: ['tag:web'] })),
+    await s.state.createNode(input('d', null, { tags: ['tag:db'] })),
+    await s.state.createNode(input('e', alice.id)),
+  ];
+  for (const n of nodes) await s.state.approveRoutes(n.id, n.availableRoutes);
+  const view = new NetworkView(s.state, silentLogger);
+  let compared = 0;
+  for (const text of POLICIES) {
+    view.setPolicy(compiled(text));
+    for (const n of nodes) {
+      const filter = view.forNode(n.id).packetFilter;
+      t.equal(filterRulesJson(filter), JSON.stringify(filter), `node ${n.givenName}, policy ${POLICIES.indexOf(text)}`);
+      compared += filter.length;
+    }
+  }
+  t.ok(compared > 10, `compared ${compared} rules`);
+});

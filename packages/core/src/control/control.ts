@@ -374,11 +374,6 @@ export class ControlServer {
     res.writeHead(200, { 'content-type': 'application/octet-stream' });
     const session = new MapSession(node.id, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     state.sessionOpened(node.id);
-    this.hub.syncPrimaries();
-    const current = state.getNode(node.id) ?? node;
-    res.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
-    metrics.mapMessages.inc({ kind: 'full' });
-    this.hub.open(session, current);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
     streams.add(res);
     res.on('close', () => {
@@ -386,6 +381,10 @@ export class ControlServer {
       if (!streams.size) this.streams.delete(node.id);
       this.hub.close(session);
       void state.sessionClosed(node.id);
+    });
+    this.hub.begin(session, node, (current) => {
+      res.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
+      metrics.mapMessages.inc({ kind: 'full' });
     });
   }
 

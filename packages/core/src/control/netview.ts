@@ -34,6 +34,10 @@ export class NetworkView {
   }
 
   get hasPolicy(): boolean { return this.policy !== null; }
+  /** stale: a policy or drive grants apply and the tailnet context they need was dropped since it was last built. */
+  get stale(): boolean {
+    return (this.policy !== null && this.ctx === undefined) || (this.drive === undefined && this.hasDriveGrants);
+  }
   /** hasDriveGrants: drive adapters grant something, so filters and CapMaps depend on the tailnet. */
   get hasDriveGrants(): boolean { return this.driveGrants().length > 0; }
 
@@ -47,8 +51,14 @@ export class NetworkView {
     this.allIds = undefined;
   }
 
+  /** contextBuilds counts tailnet contexts built (each costs O(tailnet + rules)); for metrics and tests. */
+  contextBuilds = 0;
+
   private context(): TailnetContext {
-    this.ctx ??= new TailnetContext(this.policy, snapshotOf(this.state));
+    if (!this.ctx) {
+      this.ctx = new TailnetContext(this.policy, snapshotOf(this.state));
+      this.contextBuilds++;
+    }
     return this.ctx;
   }
 

@@ -54,6 +54,13 @@ export const eventLoopMeter: LoadMeter = {
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
 const DELETED_REMEMBERED = 4096;
 
+/** DeferredOpen is a new session waiting for the pending flush to send its full map (SessionHub.begin). */
+interface DeferredOpen {
+  session: MapSession;
+  node: Node;
+  writeFull: (node: Node) => void;
+}
+
 /** MapSession is one streaming /machine/map response: what it last told its node, and how to reach it. */
 export class MapSession {
   /** peers are the node ids the client was last sent, held compactly (see PeerSet); any id collection may be assigned. */
@@ -166,6 +173,26 @@ export class SessionHub {
     return all;
   }
 
+  /**
+   * begin sends a new session its full map (writeFull) and registers it. While a batch is pending and the policy's
+   * view of the tailnet is stale (a join invalidates it), the full map waits for that batch's flush, which
+   * rebuilds the view once: in a join burst each join used to rebuild it for its own first map, O(tailnet)
+   * per join. The wait is at most the batch window; with nothing pending the map goes out at once.
+   */
+  begin(session: MapSession, node: Node, writeFull: (node: Node) => void): void {
+    const opening = { session, node, writeFull };
+    if (this.flushTimer && this.mapper.view.stale) this.deferredOpens.push(opening);
+    else this.beginNow(opening);
+  }
+
+  private beginNow({ session, node, writeFull }: DeferredOpen): void {
+    if (session.closed) return;
+    this.syncPrimaries();
+    const current = this.state.getNode(node.id) ?? node;
+    writeFull(current);
+    this.open(session, current);
+  }
+
   /** open registers a session after its full map was sent, recording what that map contained. */
   open(session: MapSession, node: Node): void {
     const v = this.mapper.view.forNode(node.id);
@@ -201,6 +228,8 @@ export class SessionHub {
   /** pendingPolicyOld is every peer's text from before a pending policy change (see 'policy-changed'). */
   private pendingPolicyOld?: Map<number, string>;
   private pendingPrimaries = false;
+  /** deferredOpens are new sessions whose full map waits for the pending flush (see begin). */
+  private deferredOpens: DeferredOpen[] = [];
   private flushTimer?: NodeJS.Timeout;
   /**
    * window is the batch window in force (nextBatchWindow); collectMark is the loop's utilization when the
@@ -385,6 +414,14 @@ export class SessionHub {
       s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, { gone: [...s.peers].sort((a, b) => a - b) }), s.zstd));
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
+    // A session still waiting for its first map gets the first map of a logged-out machine instead.
+    const waiting = this.deferredOpens.filter((o) => o.node.id === node.id);
+    if (!waiting.length) return;
+    this.deferredOpens = this.deferredOpens.filter((o) => o.node.id !== node.id);
+    for (const { session: s } of waiting) {
+      s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, { first: true }), s.zstd));
+      this.metrics.mapMessages.inc({ kind: 'full' });
+    }
   }
 
   /**
@@ -415,8 +452,27 @@ export class SessionHub {
     this.syncPrimaries();
   }
 
-  /** flush turns everything pending into at most one message per session. */
+  /**
+   * flush turns everything pending into at most one message per session, then sends the sessions that waited
+   * for it their full maps (they are registered after the batch, so it is not sent to them again).
+   */
   private flush(): void {
+    try {
+      this.flushChanges();
+    } finally {
+      const opens = this.deferredOpens;
+      this.deferredOpens = [];
+      for (const o of opens) {
+        try {
+          this.beginNow(o);
+        } catch (err) {
+          this.logger.error('failed to send a new map session its first map', { node: o.node.id, error: (err as Error).message });
+        }
+      }
+    }
+  }
+
+  private flushChanges(): void {
     this.syncPrimaries();
     if (this.pendingPolicyOld) {
       for (const [id, before] of this.pendingPolicyOld) {

@@ -1,0 +1,100 @@
+// SessionHub.begin: a new session's full map. With a batch pending on a policy that the batch made stale (a join
+// burst), the full map waits for the flush, so a burst of joins builds the tailnet context once instead of once
+// per join; with nothing pending it goes out at once.
+import t from 'tap';
+import { Fleet, POLICIES } from './fleet.js';
+import { machineKey, nodeKey } from './harness.js';
+
+const POLICY = POLICIES[1]!; // everyone sees everyone: each new node is every session's peer
+
+async function join(f: Fleet, userId: number, hostname: string) {
+  return f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey' });
+}
+
+t.test('a burst of joins builds the tailnet context once, and each new device gets one full map with the burst in it', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const first = await join(f, alice!.id, 'first');
+  f.connect(first.id);
+  f.hub.flushNow();
+  const old = f.connected.get(first.id)!.client;
+  const oldMessages = old.messages;
+  const builds = f.view.contextBuilds;
+
+  const fresh = [];
+  for (let i = 0; i < 5; i++) {
+    const n = await join(f, alice!.id, `burst${i}`);
+    f.connect(n.id);
+    fresh.push(n);
+  }
+  t.same(fresh.map((n) => f.connected.get(n.id)!.client.messages), [0, 0, 0, 0, 0], 'the new sessions wait for the pending batch');
+  t.equal(f.view.contextBuilds, builds, 'nothing was compiled while the burst arrived');
+
+  f.hub.flushNow();
+  t.equal(f.view.contextBuilds - builds, 1, 'the batch built the tailnet context once');
+  const all = [first, ...fresh].map((n) => n.id).sort((a, b) => a - b);
+  for (const n of fresh) {
+    const c = f.connected.get(n.id)!.client;
+    t.equal(c.messages, 1, `node ${n.id}: one message, its full map`);
+    t.same([...c.peers.keys()].sort((a, b) => a - b), all.filter((id) => id !== n.id), `node ${n.id} holds every other node`);
+    t.ok(c.filter, `node ${n.id} holds a packet filter`);
+  }
+  t.equal(old.messages, oldMessages + 1, 'the session that was already open got the burst as one message');
+  t.same([...old.peers.keys()].sort((a, b) => a - b), all.filter((id) => id !== first.id));
+
+  f.hub.flushNow();
+  t.same(fresh.map((n) => f.connected.get(n.id)!.client.messages), [1, 1, 1, 1, 1], 'the batch was not sent again to the sessions opened after it');
+});
+
+t.test('with nothing pending, a new session gets its full map at once', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const a = await join(f, alice!.id, 'a');
+  const b = await join(f, alice!.id, 'b');
+  f.hub.flushNow();
+  f.connect(a.id);
+  f.hub.flushNow(); // a's coming online
+  f.connect(b.id);
+  t.equal(f.connected.get(b.id)!.client.messages, 1, 'no batch was waiting: the full map went out with the request');
+  t.same([...f.connected.get(b.id)!.client.peers.keys()], [a.id]);
+});
+
+t.test('without a policy there is nothing to rebuild: the full map goes out at once', async (t) => {
+  const f = await Fleet.start(t);
+  const [alice] = f.users();
+  const a = await join(f, alice!.id, 'a');
+  f.connect(a.id);
+  t.equal(f.connected.get(a.id)!.client.messages, 1);
+});
+
+t.test('a node deleted while its session waits is told it is logged out, and gets nothing more', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const a = await join(f, alice!.id, 'a');
+  const b = await join(f, alice!.id, 'b');
+  f.connect(b.id);
+  const waiting = f.connected.get(b.id)!.client;
+  t.equal(waiting.messages, 0, 'waiting for the batch');
+  await f.state.deleteNode(b.id);
+  t.equal(waiting.messages, 1);
+  t.ok(waiting.loggedOut, 'its first map is that of a logged-out machine');
+  t.equal(waiting.peers.size, 0);
+  f.hub.flushNow();
+  t.equal(waiting.messages, 1, 'the flush did not open the deleted node\'s session');
+  t.notOk(f.connected.has(b.id), 'the session was closed');
+  f.connect(a.id);
+  f.hub.flushNow();
+  t.same([...f.connected.get(a.id)!.client.peers.keys()], [], 'the others never see the deleted node');
+});
+
+t.test('a session closed while it waits is not opened by the flush', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const a = await join(f, alice!.id, 'a');
+  f.connect(a.id);
+  const c = f.connected.get(a.id)!;
+  await f.disconnect(a.id);
+  f.hub.flushNow();
+  t.equal(c.client.messages, 0);
+  t.equal(f.hub.sessionCount, 0);
+});

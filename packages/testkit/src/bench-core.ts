@@ -19,6 +19,8 @@ export interface CoreServer {
     listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
   };
   policy: { set(text: string): Promise<unknown> };
+  /** metrics: the server's prom-client registry (batch timings, contexts built). */
+  metrics: { registry: { getSingleMetric(name: string): { get(): Promise<{ values: Array<{ metricName?: string; value: number }> }> } | undefined } };
   close(): Promise<void>;
 }
 

@@ -75,7 +75,16 @@ async function main(): Promise<void> {
       case 'setPolicy': return timed(() => server.policy.set(planPolicy(seed, req.variant).text));
       case 'stats': {
         const nodes = server.state.listNodes();
-        return { nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length };
+        // How the server batched the changes so far: batches sent, their total and longest time, contexts built.
+        const read = async (name: string) => (await server.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
+        const batches = await read('headway_map_batch_seconds');
+        const count = batches.find((v) => v.metricName === 'headway_map_batch_seconds_count')?.value ?? 0;
+        const sum = batches.find((v) => v.metricName === 'headway_map_batch_seconds_sum')?.value ?? 0;
+        const contexts = (await read('headway_policy_contexts_built'))[0]?.value ?? 0;
+        return {
+          nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
+          batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts,
+        };
       }
       case 'stop': await stop(); return null;
     }

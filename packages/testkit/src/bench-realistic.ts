@@ -11,7 +11,8 @@
  *        [--workers K] [--seed S]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
- *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
+ *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof),
+ *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { availableParallelism, cpus, totalmem } from 'node:os';
@@ -208,7 +209,10 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
   const workers: Array<Child<WorkerCommand>> = [];
   try {
     for (let w = 0; w < k; w++) {
-      workers.push(new Child<WorkerCommand>(`worker ${w}`, fork(new URL('./bench-worker.js', import.meta.url), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })));
+      // BENCH_WORKER_CPU_PROF=<dir> profiles the load generator's workers as BENCH_CPU_PROF does the server.
+      const workerProf = process.env.BENCH_WORKER_CPU_PROF;
+      const execArgv = workerProf ? ['--cpu-prof', `--cpu-prof-dir=${workerProf}`] : [];
+      workers.push(new Child<WorkerCommand>(`worker ${w}`, fork(new URL('./bench-worker.js', import.meta.url), [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })));
     }
     const slice = (w: number): [number, number] => [Math.floor((w * n) / k), Math.floor(((w + 1) * n) / k)];
     const inits = await Promise.all(workers.map((c, w) => c.request<{ nodeKeys: string[]; peerCounts: number[] }>(

@@ -15,7 +15,8 @@
  *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
  *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),
  *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
- *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof).
+ *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof), BENCH_WORKER_CPU_PROF (the same
+ *      for the realistic run's load-generating workers).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';

@@ -363,9 +363,9 @@ export class ControlServer {
     if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
-    this.hub.syncPrimaries();
     if (!mr.Stream) {
       if (mr.OmitPeers) { res.writeHead(200); res.end(); return; }
+      this.hub.syncPrimaries();
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
       res.end(frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });

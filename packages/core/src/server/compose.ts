@@ -89,7 +89,11 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     policyService: c(({ policy, state, logger, policyEngine }) => new PolicyService(policy, state, logger, policyEngine)),
     metrics: c(({ state }) => new Metrics(state)),
     driveService: c(({ driveAdapters, state, logger, policyService }) => new DriveService(driveAdapters, state, logger, () => policyService.compiled)),
-    networkView: c(({ state, logger, driveService }) => new NetworkView(state, logger, () => driveService.grants())),
+    networkView: c(({ state, logger, driveService, metrics }) => {
+      const view = new NetworkView(state, logger, () => driveService.grants());
+      metrics.watch('headway_policy_contexts_built', 'Times the policy was resolved against the whole tailnet (once per batch of structural changes)', () => view.contextBuilds);
+      return view;
+    }),
     dnsConfig: c(({ config, logger, state, dnsAdapters }) => new DnsConfigSource(
       config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
       () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters)),

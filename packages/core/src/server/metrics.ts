@@ -8,6 +8,9 @@ export class Metrics {
   readonly httpDuration: Histogram<'method' | 'route'>;
   readonly mapSessions: Gauge;
   readonly mapMessages: Counter<'kind'>;
+  /** mapBatches times each batch of changes sent to map sessions (SessionHub's flush), its fan-out included. */
+  readonly mapBatches: Histogram;
+  readonly mapBatchWindow: Gauge;
 
   constructor(state: State) {
     collectDefaultMetrics({ register: this.registry, prefix: 'headway_' });
@@ -15,6 +18,11 @@ export class Metrics {
     this.httpDuration = new Histogram({ name: 'headway_http_request_duration_seconds', help: 'HTTP request duration by route', labelNames: ['method', 'route'], registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5] });
     this.mapSessions = new Gauge({ name: 'headway_map_sessions', help: 'Open map streaming sessions', registers: [this.registry] });
     this.mapMessages = new Counter({ name: 'headway_map_messages_total', help: 'Map messages sent by kind', labelNames: ['kind'], registers: [this.registry] });
+    this.mapBatches = new Histogram({
+      name: 'headway_map_batch_seconds', help: 'Time to send one batch of changes to every affected map session',
+      registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    });
+    this.mapBatchWindow = new Gauge({ name: 'headway_map_batch_window_seconds', help: 'How long changes are collected before they are sent (longer under load)', registers: [this.registry] });
     const gauge = (name: string, help: string, fn: () => number | Promise<number>) =>
       new Gauge({ name, help, registers: [this.registry], async collect() { this.set(await fn()); } });
     gauge('headway_users', 'Users', () => state.listUsers().length);
@@ -22,5 +30,10 @@ export class Metrics {
     gauge('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());
     gauge('headway_preauth_keys', 'Pre-auth keys', async () => (await state.listPreAuthKeys()).length);
     gauge('headway_api_keys', 'API keys', async () => (await state.listApiKeys()).length);
+  }
+
+  /** watch exposes a value another service owns as a gauge, read at each scrape. */
+  watch(name: string, help: string, read: () => number): void {
+    new Gauge({ name, help, registers: [this.registry], collect() { this.set(read()); } });
   }
 }

@@ -59,3 +59,13 @@ t.test('PeerSet.ofList and diff agree with Set arithmetic (fixed seeds)', async 
     t.notOk(PeerSet.ofList(list).has(1_000_000), `seed ${seed}: each ofList is a copy of its own (a session's later add does not leak)`);
   }
 });
+
+t.test('PeerSet.ofList reads an ascending list in one pass and anything else through the general path', async (t) => {
+  t.same([...PeerSet.ofList(['1', '2', '10', '300'])], [1, 2, 10, 300], 'ascending (the compiler\'s order)');
+  t.same([...PeerSet.ofList(['10', '2', '1'])], [1, 2, 10], 'descending: sorted');
+  t.same([...PeerSet.ofList(['1', '2', '2', '3'])], [1, 2, 3], 'a repeated id once');
+  t.same([...PeerSet.ofList(['1', String(2 ** 32 + 5)])], [1, 2 ** 32 + 5], 'ids past 32 bits');
+  t.same([...PeerSet.ofList([])], []);
+  t.throws(() => PeerSet.ofList(['1', 'x']), /non-negative integer/, 'a non-number is refused, not read as 0');
+  t.throws(() => PeerSet.ofList(['1', '2.5']), /non-negative integer/);
+});

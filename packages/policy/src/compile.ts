@@ -206,6 +206,13 @@ function ruleKey(r: FilterRule): string {
   return `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
 }
 
+/**
+ * parsedTexts memoizes SrcIPs and DstPorts texts as sets across tailnet contexts: a context is built per batch of
+ * changes and its rules name the same node addresses and prefixes as the last one's (sets are never modified).
+ */
+const parsedTexts = new Map<string, IPSet>();
+const PARSED_TEXTS_LIMIT = 1 << 17;
+
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {
   src: IPSet;
@@ -245,7 +252,6 @@ export class TailnetContext {
   private readonly exitNodes: NodeInfo[] = [];
   private readonly resolved = new Map<string, IPSet | null>();
   private readonly resolvedAll = new WeakMap<Alias[], IPSet>();
-  private readonly parsed = new Map<string, IPSet>();
   private readonly addrHits = new WeakMap<IPSet, Int32Array>();
   private subnetRouteStrings?: string[];
   private globalList: PreRule[] = [];
@@ -386,10 +392,11 @@ export class TailnetContext {
 
   /** parse reads one SrcIPs/DstPorts/CapGrant address text, once per context. */
   private parse(text: string): IPSet {
-    let v = this.parsed.get(text);
+    let v = parsedTexts.get(text);
     if (!v) {
       v = text === '*' ? ALL : IPSet.of(text);
-      this.parsed.set(text, v);
+      if (parsedTexts.size >= PARSED_TEXTS_LIMIT) parsedTexts.clear();
+      parsedTexts.set(text, v);
     }
     return v;
   }
@@ -824,7 +831,9 @@ export class TailnetContext {
     let lo = 0, hi = members.length;
     while (lo < hi) { const mid = (lo + hi) >>> 1; if (members[mid]! < i.idx) lo = mid + 1; else hi = mid; }
     const at = members[lo] === i.idx ? lo : -1;
-    if (at < 0) return [...ids];
+    // Not a member of its own class: the class's list itself, shared (callers never modify a peer list), so
+    // consumers can key per-list work on it (PeerSet.ofList parses each shared list once).
+    if (at < 0) return ids;
     return [...ids.slice(0, at), ...ids.slice(at + 1)];
   }
 

@@ -18,8 +18,30 @@ function familyMax(v6: boolean): bigint {
   return v6 ? MAX6 : MAX4;
 }
 
-/** parseAddr parses dotted IPv4 or RFC 4291 IPv6 text (zones rejected); null when invalid. */
+/**
+ * MEMO_LIMIT bounds each of the address memos below. Every tailnet context parses every node's addresses and
+ * formats them into SrcIPs again (once per batch of changes, issue 9), so the same few thousand texts and
+ * numbers are converted over and over; a memo full of stale entries is simply dropped.
+ */
+const MEMO_LIMIT = 1 << 17;
+const parsedAddrs = new Map<string, Addr | null>();
+const formatted4 = new Map<bigint, string>();
+const formatted6 = new Map<bigint, string>();
+
+function remember<K, V>(memo: Map<K, V>, key: K, value: V): V {
+  if (memo.size >= MEMO_LIMIT) memo.clear();
+  memo.set(key, value);
+  return value;
+}
+
+/** parseAddr parses dotted IPv4 or RFC 4291 IPv6 text (zones rejected); null when invalid. The result is shared: never modify it. */
 export function parseAddr(text: string): Addr | null {
+  const known = parsedAddrs.get(text);
+  if (known !== undefined || parsedAddrs.has(text)) return known ?? null;
+  return remember(parsedAddrs, text, parseAddrText(text));
+}
+
+function parseAddrText(text: string): Addr | null {
   if (text.includes(':')) {
     const n = parseIPv6(text);
     return n === null ? null : { v6: true, n };
@@ -82,6 +104,11 @@ function parseIPv6(text: string): bigint | null {
 
 /** formatAddr renders an address the way Go's netip does (RFC 5952 for IPv6). */
 export function formatAddr(a: Addr): string {
+  const memo = a.v6 ? formatted6 : formatted4;
+  return memo.get(a.n) ?? remember(memo, a.n, formatAddrText(a));
+}
+
+function formatAddrText(a: Addr): string {
   if (!a.v6) {
     return [24n, 16n, 8n, 0n].map((s) => String((a.n >> s) & 255n)).join('.');
   }
@@ -285,17 +312,26 @@ export class IPSet {
   }
 }
 
+function compareRanges(a: IPRange, b: IPRange): number {
+  return a.v6 !== b.v6 ? (a.v6 ? 1 : -1) : a.start < b.start ? -1 : a.start > b.start ? 1 : 0;
+}
+
+/**
+ * normalize sorts and merges ranges. Range objects are shared between sets (never modified), and input that is
+ * already sorted (a union of sets, addresses in tailnet order) skips the sort: the policy compiler builds
+ * thousands of sets per tailnet context and sorting each copy was near the top of its profile.
+ */
 function normalize(ranges: IPRange[]): IPRange[] {
-  const sorted = [...ranges].sort((a, b) =>
-    a.v6 !== b.v6 ? (a.v6 ? 1 : -1) : a.start < b.start ? -1 : a.start > b.start ? 1 : 0,
-  );
+  let ordered = true;
+  for (let i = 1; i < ranges.length && ordered; i++) ordered = compareRanges(ranges[i - 1]!, ranges[i]!) <= 0;
+  const sorted = ordered ? ranges : [...ranges].sort(compareRanges);
   const out: IPRange[] = [];
   for (const r of sorted) {
     const last = out[out.length - 1];
     if (last && last.v6 === r.v6 && r.start <= last.end + 1n) {
-      if (r.end > last.end) out[out.length - 1] = { ...last, end: r.end };
+      if (r.end > last.end) out[out.length - 1] = { v6: last.v6, start: last.start, end: r.end };
     } else {
-      out.push({ ...r });
+      out.push(r);
     }
   }
   return out;

@@ -29,8 +29,11 @@ export class PeerSet implements Iterable<number> {
   static ofList(list: readonly string[]): PeerSet {
     let parsed = PARSED.get(list);
     if (!parsed) {
-      const ps = new PeerSet(list.map(Number));
-      parsed = ps.ids.subarray(0, ps.count);
+      parsed = parseAscending(list);
+      if (!parsed) {
+        const ps = new PeerSet(list.map(Number));
+        parsed = ps.ids.subarray(0, ps.count);
+      }
       PARSED.set(list, parsed);
     }
     const out = new PeerSet();
@@ -112,6 +115,21 @@ export class PeerSet implements Iterable<number> {
 const EMPTY = new Uint32Array(0);
 /** PARSED holds each compiled peer list's ids, sorted, for as long as the list itself lives (see ofList). */
 const PARSED = new WeakMap<readonly string[], Uint32Array | Float64Array>();
+
+/**
+ * parseAscending reads a peer list in one pass when it is what the compiler gives (strictly ascending ids that
+ * fit 32 bits, the tailnet's order), undefined otherwise (the general constructor then sorts and checks).
+ */
+function parseAscending(list: readonly string[]): Uint32Array | undefined {
+  const out = new Uint32Array(list.length);
+  let prev = -1;
+  for (let i = 0; i < list.length; i++) {
+    const id = Number(list[i]);
+    if (!Number.isInteger(id) || id <= prev || id > 0xffffffff) return undefined;
+    out[i] = prev = id;
+  }
+  return out;
+}
 
 function fitsU32(id: number): boolean { return id <= 0xffffffff; }
 

@@ -202,6 +202,8 @@ export class NetworkView {
     const since = (n: Node) => this.state.onlineSince(n.id) ?? Number.POSITIVE_INFINITY;
     const candidates = new Map<string, Node[]>();
     for (const n of this.state.listNodes()) {
+      // Only an advertised route can be approved: most nodes advertise none and cost nothing here.
+      if (!n.availableRoutes.length) continue;
       for (const r of this.effectiveApproved(n)) {
         if (isExitRoute(r)) continue;
         (candidates.get(r) ?? candidates.set(r, []).get(r)!).push(n);

@@ -1,4 +1,4 @@
-import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, type Addr, type IPRange } from './ip.js';
+import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, parseSetText, type Addr, type IPRange } from './ip.js';
 import type { Alias, Grant, Policy, PortRange, ProtoPorts, SshRule as SshRuleSpec } from './policy.js';
 
 export interface PolicyUser {
@@ -206,13 +206,6 @@ function ruleKey(r: FilterRule): string {
   return `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
 }
 
-/**
- * parsedTexts memoizes SrcIPs and DstPorts texts as sets across tailnet contexts: a context is built per batch of
- * changes and its rules name the same node addresses and prefixes as the last one's (sets are never modified).
- */
-const parsedTexts = new Map<string, IPSet>();
-const PARSED_TEXTS_LIMIT = 1 << 17;
-
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {
   src: IPSet;
@@ -392,13 +385,7 @@ export class TailnetContext {
 
   /** parse reads one SrcIPs/DstPorts/CapGrant address text, once per context. */
   private parse(text: string): IPSet {
-    let v = parsedTexts.get(text);
-    if (!v) {
-      v = text === '*' ? ALL : IPSet.of(text);
-      if (parsedTexts.size >= PARSED_TEXTS_LIMIT) parsedTexts.clear();
-      parsedTexts.set(text, v);
-    }
-    return v;
+    return parseSetText(text);
   }
 
   private parseAll(texts: string[]): IPSet {

@@ -19,9 +19,9 @@ function familyMax(v6: boolean): bigint {
 }
 
 /**
- * MEMO_LIMIT bounds each of the address memos below. Every tailnet context parses every node's addresses and
- * formats them into SrcIPs again (once per batch of changes, issue 9), so the same few thousand texts and
- * numbers are converted over and over; a memo full of stale entries is simply dropped.
+ * MEMO_LIMIT bounds each of the address memos below (and parseSetText's). Every tailnet context parses every
+ * node's addresses and formats them into SrcIPs again (once per batch of changes, issue 9), so the same few
+ * thousand texts and numbers are converted over and over; a memo full of stale entries is simply dropped.
  */
 const MEMO_LIMIT = 1 << 17;
 const parsedAddrs = new Map<string, Addr | null>();
@@ -178,6 +178,17 @@ export function rangeToPrefixes(r: IPRange): string[] {
     cur += 1n << BigInt(width - bits);
   }
   return out;
+}
+
+const parsedSets = new Map<string, IPSet>();
+
+/**
+ * parseSetText is one SrcIPs or DstPorts address text ("*", an address, a prefix or "a-b") as a set, remembered
+ * like the address memos above: every tailnet context's rules name the same node addresses and prefixes as the
+ * last one's. The set is shared (sets are never modified); invalid text throws, as IPSet.of does, and is not kept.
+ */
+export function parseSetText(text: string): IPSet {
+  return parsedSets.get(text) ?? remember(parsedSets, text, text === '*' ? ALL : IPSet.of(text));
 }
 
 /** PREFIXES and STRINGS cache IPSet.prefixes()/strings() per set, outside the object so that sets still compare

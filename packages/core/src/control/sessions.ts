@@ -418,13 +418,14 @@ export class SessionHub {
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
     // A session still waiting for its first map gets the first map of a logged-out machine instead.
-    const waiting = this.deferredOpens.filter((o) => o.node.id === node.id);
-    if (!waiting.length) return;
-    this.deferredOpens = this.deferredOpens.filter((o) => o.node.id !== node.id);
-    for (const { session: s } of waiting) {
-      s.send(frame(this.mapper.loggedOutMap(self, s.capVersion, { first: true }), s.zstd));
+    if (!this.deferredOpens.some((o) => o.node.id === node.id)) return;
+    const still: DeferredOpen[] = [];
+    for (const o of this.deferredOpens) {
+      if (o.node.id !== node.id) { still.push(o); continue; }
+      o.session.send(frame(this.mapper.loggedOutMap(self, o.session.capVersion, { first: true }), o.session.zstd));
       this.metrics.mapMessages.inc({ kind: 'full' });
     }
+    this.deferredOpens = still;
   }
 
   /**

@@ -23,17 +23,15 @@ export class Metrics {
       registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     });
     this.mapBatchWindow = new Gauge({ name: 'headway_map_batch_window_seconds', help: 'How long changes are collected before they are sent (longer under load)', registers: [this.registry] });
-    const gauge = (name: string, help: string, fn: () => number | Promise<number>) =>
-      new Gauge({ name, help, registers: [this.registry], async collect() { this.set(await fn()); } });
-    gauge('headway_users', 'Users', () => state.listUsers().length);
-    gauge('headway_nodes', 'Nodes', () => state.listNodes().length);
-    gauge('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());
-    gauge('headway_preauth_keys', 'Pre-auth keys', async () => (await state.listPreAuthKeys()).length);
-    gauge('headway_api_keys', 'API keys', async () => (await state.listApiKeys()).length);
+    this.watch('headway_users', 'Users', () => state.listUsers().length);
+    this.watch('headway_nodes', 'Nodes', () => state.listNodes().length);
+    this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());
+    this.watch('headway_preauth_keys', 'Pre-auth keys', async () => (await state.listPreAuthKeys()).length);
+    this.watch('headway_api_keys', 'API keys', async () => (await state.listApiKeys()).length);
   }
 
-  /** watch exposes a value another service owns as a gauge, read at each scrape. */
-  watch(name: string, help: string, read: () => number): void {
-    new Gauge({ name, help, registers: [this.registry], collect() { this.set(read()); } });
+  /** watch exposes a value the server or another service owns as a gauge, read at each scrape. */
+  watch(name: string, help: string, read: () => number | Promise<number>): void {
+    new Gauge({ name, help, registers: [this.registry], async collect() { this.set(await read()); } });
   }
 }

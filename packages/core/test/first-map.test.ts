@@ -1,6 +1,6 @@
 // SessionHub.begin: a new session's full map. With a batch pending on a policy that the batch made stale (a join
-// burst), the full map waits for the flush, so a burst of joins builds the tailnet context once instead of once
-// per join; with nothing pending it goes out at once.
+// burst), the full map waits for the flush or begin's own short timer, whichever comes first, so a burst of joins
+// builds the tailnet context once instead of once per join; with nothing pending it goes out at once.
 import t from 'tap';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
@@ -97,4 +97,66 @@ t.test('a session closed while it waits is not opened by the flush', async (t) =
   f.hub.flushNow();
   t.equal(c.client.messages, 0);
   t.equal(f.hub.sessionCount, 0);
+});
+
+t.test('first maps can go out before the batch: the batch then sends the new sessions only what came after their maps', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const first = await join(f, alice!.id, 'first');
+  f.connect(first.id);
+  f.hub.flushNow();
+  const old = f.connected.get(first.id)!.client;
+  const oldMessages = old.messages;
+
+  const fresh = [];
+  for (let i = 0; i < 3; i++) {
+    const n = await join(f, alice!.id, `burst${i}`);
+    f.connect(n.id);
+    fresh.push(n);
+  }
+  const builds = f.view.contextBuilds;
+  f.hub.openDeferredNow(); // what begin's timer does when the batch window is longer than its own
+  t.equal(f.view.contextBuilds - builds, 1, 'the first maps shared one build of the tailnet context');
+  const all = [first, ...fresh].map((n) => n.id).sort((a, b) => a - b);
+  for (const n of fresh) {
+    const c = f.connected.get(n.id)!.client;
+    t.equal(c.messages, 1, `node ${n.id}: its full map`);
+    t.same([...c.peers.keys()].sort((a, b) => a - b), all.filter((id) => id !== n.id), `node ${n.id} holds the whole burst`);
+  }
+  t.equal(old.messages, oldMessages, 'the connected session has not been sent the burst yet');
+
+  // After the first maps: a rename of one new node and an endpoint change of another.
+  await f.state.renameNode(fresh[0]!.id, 'renamed');
+  const ep = ['192.0.2.7:41641'];
+  await f.state.updateNode(fresh[1]!.id, { endpoints: ep }, 'silent');
+  f.state.publishPatch(fresh[1]!.id, { endpoints: ep });
+  f.hub.flushNow();
+
+  for (const n of fresh) {
+    const c = f.connected.get(n.id)!.client;
+    const m = c.last!;
+    const changed = ((m.PeersChanged as Array<Record<string, unknown>> | undefined) ?? []).map((p) => p.ID);
+    const patched = ((m.PeersChangedPatch as Array<Record<string, unknown>> | undefined) ?? []).map((p) => p.NodeID);
+    t.equal(c.messages, 2, `node ${n.id}: one more message`);
+    t.same(changed, n.id === fresh[0]!.id ? [] : [fresh[0]!.id], `node ${n.id}: only the renamed peer is sent whole, not the burst its map held`);
+    t.same(patched, n.id === fresh[1]!.id ? [] : [fresh[1]!.id], `node ${n.id}: the endpoint change as a patch`);
+    if (n.id === fresh[0]!.id) t.match(c.self?.Name, /^renamed\./, 'the renamed node is sent its own new name');
+    else t.match(c.peers.get(fresh[0]!.id)?.Name, /^renamed\./);
+  }
+  t.equal(old.messages, oldMessages + 1, 'the connected session got the burst and the changes as one message');
+  t.same([...old.peers.keys()].sort((a, b) => a - b), all.filter((id) => id !== first.id));
+  t.match(old.peers.get(fresh[0]!.id)?.Name, /^renamed\./);
+  t.same(old.peers.get(fresh[1]!.id)?.Endpoints, ep);
+});
+
+t.test('a waiting session gets its full map from begin\'s own timer, without a flush being forced', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  const a = await join(f, alice!.id, 'a');
+  f.connect(a.id);
+  const c = f.connected.get(a.id)!.client;
+  t.equal(c.messages, 0, 'waiting');
+  for (let i = 0; i < 100 && c.messages === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  t.equal(c.messages, 1, 'the full map went out');
+  t.ok(c.self, 'with the node itself');
 });

@@ -19,6 +19,8 @@ export class ClientModel {
   messages = 0;
   bytes = 0;
   loggedOut = false;
+  /** last is the last message the client was sent. */
+  last: Json | undefined;
   /** problems are messages a client would find odd (a patch for a peer it does not hold). */
   problems: string[] = [];
 
@@ -28,6 +30,7 @@ export class ClientModel {
     this.messages++;
     this.bytes += buf.length;
     const m = JSON.parse(text) as Json;
+    this.last = m;
     if (m.KeepAlive) return;
     if (m.Node) {
       this.self = m.Node as Json;

@@ -57,6 +57,17 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
   // The reference view is never updated incrementally: it is invalidated and asked again after every step.
   const shadow = new NetworkView(f.state, silentLogger);
   const ops: string[] = [];
+  // pace decides, on a stream of its own (the ops stay the seed's), whether a step is followed by a flush, by the
+  // first maps alone (begin's short timer: sessions opened while the batch is still pending), or by nothing.
+  const pace = new Rng((seed ^ 0x5bd1e995) >>> 0);
+  // Primary routers are sticky, so who is primary depends on when elections ran. The reference elects from scratch
+  // at the very moments the live view does (a flush, a first map), so that both start from the same history.
+  const elect = f.view.updatePrimaries.bind(f.view);
+  f.view.updatePrimaries = () => {
+    shadow.setPolicy(compiled(f.policyText));
+    shadow.updatePrimaries();
+    return elect();
+  };
   for (let i = 0; i < steps; i++) {
     let op = await f.step(rng);
     if (!policyChanges) while (op.startsWith('policy')) {
@@ -66,9 +77,11 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
       op = await f.step(rng);
     }
     ops.push(op);
+    const roll = pace.int(4);
+    if (i < steps - 1 && roll === 0) { f.hub.openDeferredNow(); ops.push('(first maps only)'); continue; }
+    if (i < steps - 1 && roll === 1) { ops.push('(batch kept pending)'); continue; }
     f.hub.flushNow();
     shadow.setPolicy(compiled(f.policyText));
-    shadow.updatePrimaries();
     const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
     const problems: string[] = [];
     for (const [id, c] of f.connected) {

@@ -17,10 +17,16 @@ const KEEPALIVE_JITTER_MS = 9_000;
  * 100 ms steps bound them to 90. Timers still fire at their own times (a list orders them by start).
  */
 const KEEPALIVE_STEP_MS = 100;
-/** BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load, see nextBatchWindow). */
+/**
+ * BATCH_WINDOW_MS is how long changes are collected before they are sent (longer under load, see nextBatchWindow).
+ * It is also the longest a new session's full map waits for others to share one rebuild of the view (see begin).
+ */
 export const BATCH_WINDOW_MS = 20;
-/** MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). */
-export const MAX_BATCH_WINDOW_MS = 320;
+/**
+ * MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). New sessions'
+ * full maps do not wait for it (see begin), so the cap delays only what already-connected peers learn of a burst.
+ */
+export const MAX_BATCH_WINDOW_MS = 1280;
 /** BUSY_UTILIZATION is the event-loop utilization, while the previous batch was collected, above which the server counts as loaded. */
 const BUSY_UTILIZATION = 0.75;
 
@@ -30,16 +36,28 @@ const BUSY_UTILIZATION = 0.75;
  * the square of the tailnet and starve the joins themselves. While changes come back to back (this one less
  * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop was
  * busy while the previous batch was collected (utilization from its scheduling to its flush, the flush's own
- * work not counted, at or above BUSY_UTILIZATION), the window doubles up to
- * MAX_BATCH_WINDOW_MS, so more changes share one message per session. Otherwise it is BATCH_WINDOW_MS: a lone
+ * work not counted, at or above BUSY_UTILIZATION), the window doubles; and with changes back to back it is at
+ * least FLUSH_SHARE times the last flush's cost; both up to MAX_BATCH_WINDOW_MS, so more changes share one message
+ * per session. Otherwise it is BATCH_WINDOW_MS: a lone
  * change (a rename, a route) goes out at once even on a server busy with something else.
- * (A cap that grew with the batches' own cost was tried: at 1,000 devices the longer windows held joining
- * devices waiting for their first map, the loop went idle and joins slowed from 23 to 17 per second.)
+ * (When joining devices' first maps waited for this window, a longer cap held them waiting, the loop went idle and
+ * joins slowed, 23 to 17 per second at 1,000 devices with a 5 s cap; first maps now have their own short timer.)
  */
-export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number): number {
-  if (sinceFlushEndMs >= BATCH_WINDOW_MS || utilization < BUSY_UTILIZATION) return BATCH_WINDOW_MS;
-  return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, current * 2));
+export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number, lastFlushMs = 0): number {
+  if (sinceFlushEndMs >= BATCH_WINDOW_MS) return BATCH_WINDOW_MS;
+  const grown = utilization >= BUSY_UTILIZATION ? current * 2 : BATCH_WINDOW_MS;
+  return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, grown, FLUSH_SHARE * lastFlushMs));
 }
+/**
+ * FLUSH_SHARE: with changes back to back, the window is at least this many times the last flush's
+ * own sending time, so fanning batches out takes at most about a fifth of the server's time and the rest is left to
+ * the work producing the changes (joins, handshakes, first maps). At 1,000 joining devices (realistic policy, 2 cores)
+ * this cut batches from 206 to 32 and the join from 45.7 to 21.0 s: doubling alone rarely got past a few steps, as
+ * each change that came more than BATCH_WINDOW_MS after a flush, or on a loop that measured under BUSY_UTILIZATION
+ * (contended by other processes), started over from the base window; gating this floor on utilization as well
+ * gave 71 batches and 29.9 s. A cheap flush (a small tailnet) keeps the base window.
+ */
+export const FLUSH_SHARE = 4;
 /**
  * LoadMeter measures how busy the process was between a mark and now, as a fraction (0 idle, 1 saturated).
  * The SessionHub uses the event loop's utilization; a test can put in its own to drive nextBatchWindow.
@@ -80,6 +98,11 @@ export class MapSession {
   shownOwners = new Set<number>();
   filter = '';
   ssh = '';
+  /**
+   * renderedAt is the hub's change sequence number when this session's full map was rendered: a pending change
+   * numbered at or below it is already in that map and is not sent to it again (see SessionHub.send).
+   */
+  renderedAt = 0;
   private keepalive?: NodeJS.Timeout;
   closed = false;
 
@@ -159,6 +182,7 @@ export class SessionHub {
   stop(): void {
     this.unsubscribe?.();
     clearTimeout(this.flushTimer);
+    clearTimeout(this.opensTimer);
     for (const set of this.byNode.values()) for (const s of set) s.close();
     this.byNode.clear();
   }
@@ -177,22 +201,52 @@ export class SessionHub {
 
   /**
    * begin sends a new session its full map (writeFull) and registers it. While a batch is pending and the policy's
-   * view of the tailnet is stale (a join invalidates it), the full map waits for that batch's flush, which
-   * rebuilds the view once: in a join burst each join used to rebuild it for its own first map, O(tailnet)
-   * per join. The wait is at most the batch window; with nothing pending the map goes out at once.
+   * view of the tailnet is stale (a join invalidates it), the full map waits up to BATCH_WINDOW_MS (or the batch's
+   * flush, if sooner) so that every session opening meanwhile shares one rebuild of the view: in a join burst each
+   * join used to rebuild it for its own first map, O(tailnet) per join. The wait does not grow with the batch
+   * window, so under load joining devices get their maps promptly while the fan-out of the burst to connected
+   * peers is coalesced. With nothing pending the map goes out at once.
    */
   begin(session: MapSession, node: Node, writeFull: (node: Node) => void): void {
     const opening = { session, node, writeFull };
-    if (this.flushTimer && this.mapper.view.stale) this.deferredOpens.push(opening);
-    else this.beginNow(opening);
+    if ((this.flushTimer || this.opensTimer) && this.mapper.view.stale) {
+      this.deferredOpens.push(opening);
+      this.opensTimer ??= setTimeout(() => {
+        this.opensTimer = undefined;
+        this.openDeferred();
+      }, BATCH_WINDOW_MS);
+    } else this.beginNow(opening);
   }
 
   private beginNow({ session, node, writeFull }: DeferredOpen): void {
     if (session.closed) return;
     this.syncPrimaries();
     const current = this.state.getNode(node.id) ?? node;
+    // Everything published so far is in this map: the pending batch sends the session only what comes after.
+    session.renderedAt = this.seq;
+    if (this.pendingPolicyOld) this.openedUnderPendingPolicy = true;
     writeFull(current);
     this.open(session, current);
+  }
+
+  /** openDeferredNow sends the sessions waiting for their first map their full maps at once, leaving the batch pending (tests). */
+  openDeferredNow(): void {
+    clearTimeout(this.opensTimer);
+    this.opensTimer = undefined;
+    this.openDeferred();
+  }
+
+  /** openDeferred sends every waiting session its full map (see begin). */
+  private openDeferred(): void {
+    const opens = this.deferredOpens;
+    this.deferredOpens = [];
+    for (const o of opens) {
+      try {
+        this.beginNow(o);
+      } catch (err) {
+        this.logger.error('failed to send a new map session its first map', { node: o.node.id, error: (err as Error).message });
+      }
+    }
   }
 
   /** open registers a session after its full map was sent, recording what that map contained. */
@@ -220,19 +274,27 @@ export class SessionHub {
   // Changes are collected for a short window and sent as one message per session:
   // a burst of joins then costs one fan-out instead of one per join. A node that is
   // sent whole in a batch absorbs its own patches (its JSON is rendered at flush).
-  private readonly pendingFull = new Set<number>();
-  private readonly pendingSelf = new Set<number>();
+  // Each pending node (sent whole, its own Node, a patch) is kept with the sequence number of its latest change,
+  // so that a session opened while the batch was pending skips what its full map already held (MapSession.renderedAt).
+  private seq = 0;
+  private readonly pendingFull = new Map<number, number>();
+  private readonly pendingSelf = new Map<number, number>();
   private readonly pendingRemoved = new Set<number>();
-  private readonly pendingPatch = new Map<number, Record<string, unknown>>();
+  private readonly pendingPatch = new Map<number, { patch: Record<string, unknown>; seq: number }>();
   /** pendingUsers are users whose profile (name, display name) may have changed. */
   private readonly pendingUsers = new Set<number>();
   private pendingStructural = false;
-  /** pendingPolicyOld is every peer's text from before a pending policy change (see 'policy-changed'). */
+  /** pendingPolicyOld is every peer's text from before a pending policy change (see 'policy-changed'), pendingPolicySeq the latest such change. */
   private pendingPolicyOld?: Map<number, string>;
+  private pendingPolicySeq = 0;
+  /** openedUnderPendingPolicy: a session's full map was rendered while a policy change was pending. */
+  private openedUnderPendingPolicy = false;
   private pendingPrimaries = false;
   /** deferredOpens are new sessions whose full map waits for the pending flush (see begin). */
   private deferredOpens: DeferredOpen[] = [];
   private flushTimer?: NodeJS.Timeout;
+  /** opensTimer sends the deferred sessions their full maps if the batch's flush has not by then (see begin). */
+  private opensTimer?: NodeJS.Timeout;
   /**
    * window is the batch window in force (nextBatchWindow); collectMark is the loop's utilization when the
    * pending batch was scheduled, collectBusy the utilization while the previous sent batch was collected, and
@@ -244,13 +306,18 @@ export class SessionHub {
   /** loadMeter measures how busy the server was while a batch was collected (see nextBatchWindow). */
   loadMeter: LoadMeter = eventLoopMeter;
   private flushEnd = Number.NEGATIVE_INFINITY;
+  /** lastFlushMs is how long the last flush that sent something took (see FLUSH_SHARE). */
+  private lastFlushMs = 0;
+
+  /** lastFlushCost is how long, in ms, the last flush that sent something took (see FLUSH_SHARE; tests). */
+  get lastFlushCost(): number { return this.lastFlushMs; }
 
   /** batchWindow is the window the next batch waits (exposed for metrics and tests). */
   get batchWindow(): number { return this.window; }
 
   private schedule(): void {
     if (this.flushTimer) return;
-    this.window = nextBatchWindow(this.window, this.collectBusy, performance.now() - this.flushEnd);
+    this.window = nextBatchWindow(this.window, this.collectBusy, performance.now() - this.flushEnd, this.lastFlushMs);
     this.metrics.mapBatchWindow.set(this.window / 1000);
     this.collectMark = this.loadMeter.mark();
     this.flushTimer = setTimeout(() => {
@@ -266,11 +333,14 @@ export class SessionHub {
   /** flushNow sends whatever is pending at once (shutdown, tests). */
   flushNow(): void {
     clearTimeout(this.flushTimer);
+    clearTimeout(this.opensTimer);
     this.flushTimer = undefined;
+    this.opensTimer = undefined;
     this.flush();
   }
 
   private apply(c: Change): void {
+    const seq = ++this.seq;
     // Drive grants make filters depend on who is where, as a policy does.
     const policy = this.mapper.view.hasPolicy || this.mapper.view.hasDriveGrants;
     switch (c.type) {
@@ -279,7 +349,7 @@ export class SessionHub {
         this.deleted.delete(c.node.machineKey);
         this.shapes.set(c.node.id, shapeOf(c.node));
         this.mapper.view.invalidate();
-        this.pendingFull.add(c.node.id);
+        this.pendingFull.set(c.node.id, seq);
         this.pendingPrimaries = true;
         if (policy) this.pendingStructural = true;
         break;
@@ -302,8 +372,8 @@ export class SessionHub {
         const same = sameShape(this.shapes.get(c.node.id), shape);
         this.shapes.set(c.node.id, shape);
         this.mapper.forget(c.node.id);
-        this.pendingFull.add(c.node.id);
-        this.pendingSelf.add(c.node.id);
+        this.pendingFull.set(c.node.id, seq);
+        this.pendingSelf.set(c.node.id, seq);
         if (!same) {
           this.mapper.view.invalidate();
           this.pendingPrimaries = true;
@@ -324,13 +394,19 @@ export class SessionHub {
       case 'drive-changed': {
         // What every peer looks like under the old policy (what clients hold): at the flush only
         // the peers whose text the new policy changes are sent again, not every peer to everyone.
+        // A session opened since the pending policy change holds peers as that policy shows them, which a
+        // comparison with the texts from before it cannot see: send the pending batch first (rare: two policy
+        // changes within one window with a device joining between them).
+        if (this.pendingPolicyOld && this.openedUnderPendingPolicy) this.flushChanges();
         if (!this.pendingPolicyOld) {
+          this.openedUnderPendingPolicy = false;
           this.pendingPolicyOld = new Map();
           for (const n of this.state.listNodes()) this.pendingPolicyOld.set(n.id, this.mapper.peer(n));
         }
+        this.pendingPolicySeq = seq;
         this.mapper.view.setPolicy(this.policy());
         this.mapper.forgetAll();
-        for (const n of this.state.listNodes()) this.pendingSelf.add(n.id);
+        for (const n of this.state.listNodes()) this.pendingSelf.set(n.id, seq);
         this.pendingStructural = true;
         this.pendingPrimaries = true;
         break;
@@ -342,8 +418,9 @@ export class SessionHub {
   }
 
   private queuePatch(nodeId: number, patch: PeerPatch): void {
+    const seq = this.seq;
     this.mapper.forget(nodeId);
-    const pc = this.pendingPatch.get(nodeId) ?? { NodeID: nodeId };
+    const pc = this.pendingPatch.get(nodeId)?.patch ?? { NodeID: nodeId };
     if (patch.online !== undefined) { pc.Online = patch.online; this.pendingPrimaries = true; }
     if (patch.lastSeen) pc.LastSeen = patch.lastSeen.toISOString();
     if (patch.endpoints) pc.Endpoints = patch.endpoints;
@@ -351,8 +428,8 @@ export class SessionHub {
     if (patch.keyExpiry !== undefined) pc.KeyExpiry = patch.keyExpiry ? patch.keyExpiry.toISOString() : '0001-01-01T00:00:00Z';
     if (patch.discoKey) pc.DiscoKey = patch.discoKey;
     if (patch.nodeKey) pc.Key = patch.nodeKey;
-    this.pendingPatch.set(nodeId, pc);
-    if (patch.keyExpiry !== undefined || patch.nodeKey) this.pendingSelf.add(nodeId);
+    this.pendingPatch.set(nodeId, { patch: pc, seq });
+    if (patch.keyExpiry !== undefined || patch.nodeKey) this.pendingSelf.set(nodeId, seq);
     this.schedule();
   }
 
@@ -438,7 +515,7 @@ export class SessionHub {
     let queued = false;
     for (const id of this.mapper.view.updatePrimaries()) {
       this.mapper.forget(id);
-      if (this.state.getNode(id)) { this.pendingFull.add(id); this.pendingSelf.add(id); queued = true; }
+      if (this.state.getNode(id)) { const seq = ++this.seq; this.pendingFull.set(id, seq); this.pendingSelf.set(id, seq); queued = true; }
     }
     // Only a moved role needs a flush: scheduling one regardless chained an empty flush after every real one,
     // which kept the batch window at its cap after a join burst (nextBatchWindow saw flushes back to back).
@@ -464,15 +541,7 @@ export class SessionHub {
     try {
       this.flushChanges();
     } finally {
-      const opens = this.deferredOpens;
-      this.deferredOpens = [];
-      for (const o of opens) {
-        try {
-          this.beginNow(o);
-        } catch (err) {
-          this.logger.error('failed to send a new map session its first map', { node: o.node.id, error: (err as Error).message });
-        }
-      }
+      this.openDeferred();
     }
   }
 
@@ -481,15 +550,15 @@ export class SessionHub {
     if (this.pendingPolicyOld) {
       for (const [id, before] of this.pendingPolicyOld) {
         const n = this.state.getNode(id);
-        if (n && this.mapper.peer(n) !== before) this.pendingFull.add(id);
+        if (n && this.mapper.peer(n) !== before) this.pendingFull.set(id, Math.max(this.pendingFull.get(id) ?? 0, this.pendingPolicySeq));
       }
       this.pendingPolicyOld = undefined;
     }
-    const full = [...this.pendingFull].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
-    const fullIds = new Set(full.map((n) => n.id));
-    const self = new Set(this.pendingSelf);
+    const full = [...this.pendingFull.keys()].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
+    const fullSeq = new Map(this.pendingFull);
+    const self = new Map(this.pendingSelf);
     const removed = [...this.pendingRemoved];
-    const patches = [...this.pendingPatch.values()].filter((p) => !fullIds.has(p.NodeID as number) && this.state.getNode(p.NodeID as number));
+    const patches = [...this.pendingPatch.values()].filter((p) => this.state.getNode(p.patch.NodeID as number));
     const structural = this.pendingStructural;
     const users = [...this.pendingUsers].map((id) => this.state.getUser(id)).filter((u): u is NonNullable<typeof u> => Boolean(u));
     this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear(); this.pendingUsers.clear();
@@ -499,22 +568,26 @@ export class SessionHub {
     this.collectBusy = this.collectMark !== undefined ? this.loadMeter.since(this.collectMark) : 0;
     const started = performance.now();
     try {
-      this.send(full, fullIds, self, removed, patches, structural, users);
+      this.send(full, fullSeq, self, removed, patches, structural, users);
     } finally {
       this.flushEnd = performance.now();
-      this.metrics.mapBatches.observe((this.flushEnd - started) / 1000);
+      this.lastFlushMs = this.flushEnd - started;
+      this.metrics.mapBatches.observe(this.lastFlushMs / 1000);
     }
   }
 
-  /** send builds and sends one flush's messages (see flush). */
-  private send(full: Node[], fullIds: Set<number>, self: Set<number>, removed: number[], patches: Array<Record<string, unknown>>,
-    structural: boolean, users: User[]): void {
+  /**
+   * send builds and sends one flush's messages (see flush). fullSeq, self and each patch carry the sequence number
+   * of the node's latest change: a session whose full map was rendered after it (MapSession.renderedAt) skips it.
+   */
+  private send(full: Node[], fullSeq: Map<number, number>, self: Map<number, number>, removed: number[],
+    patches: Array<{ patch: Record<string, unknown>; seq: number }>, structural: boolean, users: User[]): void {
     const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
     const profileText = new Map<number, { id: number; json: string }>();
     const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
-    const patchText = new Map(patches.map((p) => [p.NodeID as number, JSON.stringify(p)] as const));
+    const patchText = new Map(patches.map(({ patch }) => [patch.NodeID as number, JSON.stringify(patch)] as const));
     const targets: Array<{ s: MapSession; key: string; json: () => string }> = [];
     // A PeersChanged or PeersChangedPatch list is the same text for every session sending the same nodes:
     // built once per flush and keyed by the node ids, so each session costs its ids, not the peers' bytes.
@@ -531,7 +604,10 @@ export class SessionHub {
       // keys[i] names parts[i]: its text, or for a shared part 'C'/'P' + node ids (no part text starts with a letter).
       const keys: string[] = [];
       const add = (text: string, key = text): void => { parts.push(text); keys.push(key); };
-      if (self.has(s.nodeId)) add(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
+      // newer(seq): the change numbered seq came after this session's full map was rendered.
+      const newer = (seq: number | undefined): boolean => seq !== undefined && seq > s.renderedAt;
+      const selfChanged = newer(self.get(s.nodeId));
+      if (selfChanged) add(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
       let gone: number[];
       let upsert: Node[];
       if (structural) {
@@ -539,7 +615,7 @@ export class SessionHub {
         const next = PeerSet.ofList(this.mapper.view.forNode(s.nodeId).peers);
         const changed: Node[] = [];
         gone = s.peers.diff(next, (id, added) => {
-          if (!added && !fullIds.has(id)) return;
+          if (!added && !newer(fullSeq.get(id))) return;
           const n = this.state.getNode(id);
           if (n) changed.push(n);
         });
@@ -552,7 +628,7 @@ export class SessionHub {
       } else {
         // No visibility change: every node sees every node, or only content changed.
         gone = removed.filter((id) => s.peers.delete(id));
-        upsert = this.mapper.view.hasPolicy ? full.filter((n) => s.peers.has(n.id)) : full.filter((n) => n.id !== s.nodeId);
+        upsert = full.filter((n) => newer(fullSeq.get(n.id)) && (this.mapper.view.hasPolicy ? s.peers.has(n.id) : n.id !== s.nodeId));
         for (const n of upsert) s.peers.add(n.id);
       }
       if (gone.length) add(`"PeersRemoved":${JSON.stringify(gone)}`);
@@ -561,7 +637,7 @@ export class SessionHub {
         add(sharedPart(key, () => `"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`), key);
       }
       // Profiles: every owner this message introduces or changes, once per session.
-      const owned = self.has(s.nodeId) ? [me, ...upsert] : upsert;
+      const owned = selfChanged ? [me, ...upsert] : upsert;
       const profiles: string[] = [];
       let stale = false;
       const offer = (id: number, json: string, introduced: boolean): void => {
@@ -574,17 +650,18 @@ export class SessionHub {
       for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
       for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
       if (profiles.length) add(`"UserProfiles":[${profiles.join(',')}]`);
+      // A node sent whole in this message absorbs its patch (its JSON was rendered now).
       const sent = upsert.length && patches.length ? new Set(upsert.map((n) => n.id)) : undefined;
-      const mine = patches.filter((p) => s.peers.has(p.NodeID as number) && !sent?.has(p.NodeID as number));
+      const mine = patches.filter(({ patch, seq }) => newer(seq) && s.peers.has(patch.NodeID as number) && !sent?.has(patch.NodeID as number));
       if (mine.length) {
-        const key = `P${mine.map((p) => p.NodeID).join(',')}`;
-        add(sharedPart(key, () => `"PeersChangedPatch":[${mine.map((p) => patchText.get(p.NodeID as number)).join(',')}]`), key);
+        const key = `P${mine.map(({ patch }) => patch.NodeID).join(',')}`;
+        add(sharedPart(key, () => `"PeersChangedPatch":[${mine.map(({ patch }) => patchText.get(patch.NodeID as number)).join(',')}]`), key);
       }
       // Newer clients apply UserProfiles and peer changes without rebuilding their
       // netmap, and `tailscale status` keeps showing the owners of the last rebuild:
       // when this message shows an owner that netmap lacks, also resend the
       // (unchanged) Domain, which makes every client rebuild it.
-      const rebuilds = self.has(s.nodeId) || parts.some((p) => p.startsWith('"SSHPolicy"'));
+      const rebuilds = selfChanged || parts.some((p) => p.startsWith('"SSHPolicy"'));
       if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s);
       if (parts.length) targets.push({ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` });

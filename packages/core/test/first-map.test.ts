@@ -1,7 +1,7 @@
 // SessionHub.begin: a new session's full map. With a batch pending on a policy that the batch made stale (a join
 // burst), the full map waits for the flush or begin's own short timer, whichever comes first, so a burst of joins
 // builds the tailnet context once instead of once per join; with nothing pending it goes out at once.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
@@ -11,22 +11,32 @@ async function join(f: Fleet, userId: number, hostname: string) {
   return f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey' });
 }
 
-t.test('a burst of joins builds the tailnet context once, and each new device gets one full map with the burst in it', async (t) => {
+/** withOneSession starts a fleet with one connected node whose session has had its first map and every change since. */
+async function withOneSession(t: Test) {
   const f = await Fleet.start(t, POLICY);
   const [alice] = f.users();
   const first = await join(f, alice!.id, 'first');
   f.connect(first.id);
   f.hub.flushNow();
   const old = f.connected.get(first.id)!.client;
-  const oldMessages = old.messages;
-  const builds = f.view.contextBuilds;
+  return { f, alice: alice!, first, old, oldMessages: old.messages };
+}
 
+/** joinBurst joins and connects `count` nodes of `userId` while the batch they start is pending. */
+async function joinBurst(f: Fleet, userId: number, count: number) {
   const fresh = [];
-  for (let i = 0; i < 5; i++) {
-    const n = await join(f, alice!.id, `burst${i}`);
+  for (let i = 0; i < count; i++) {
+    const n = await join(f, userId, `burst${i}`);
     f.connect(n.id);
     fresh.push(n);
   }
+  return fresh;
+}
+
+t.test('a burst of joins builds the tailnet context once, and each new device gets one full map with the burst in it', async (t) => {
+  const { f, alice, first, old, oldMessages } = await withOneSession(t);
+  const builds = f.view.contextBuilds;
+  const fresh = await joinBurst(f, alice.id, 5);
   t.same(fresh.map((n) => f.connected.get(n.id)!.client.messages), [0, 0, 0, 0, 0], 'the new sessions wait for the pending batch');
   t.equal(f.view.contextBuilds, builds, 'nothing was compiled while the burst arrived');
 
@@ -100,20 +110,8 @@ t.test('a session closed while it waits is not opened by the flush', async (t) =
 });
 
 t.test('first maps can go out before the batch: the batch then sends the new sessions only what came after their maps', async (t) => {
-  const f = await Fleet.start(t, POLICY);
-  const [alice] = f.users();
-  const first = await join(f, alice!.id, 'first');
-  f.connect(first.id);
-  f.hub.flushNow();
-  const old = f.connected.get(first.id)!.client;
-  const oldMessages = old.messages;
-
-  const fresh = [];
-  for (let i = 0; i < 3; i++) {
-    const n = await join(f, alice!.id, `burst${i}`);
-    f.connect(n.id);
-    fresh.push(n);
-  }
+  const { f, alice, first, old, oldMessages } = await withOneSession(t);
+  const fresh = await joinBurst(f, alice.id, 3);
   const builds = f.view.contextBuilds;
   f.hub.openDeferredNow(); // what begin's timer does when the batch window is longer than its own
   t.equal(f.view.contextBuilds - builds, 1, 'the first maps shared one build of the tailnet context');

@@ -61,10 +61,11 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
   // first maps alone (begin's short timer: sessions opened while the batch is still pending), or by nothing.
   const pace = new Rng((seed ^ 0x5bd1e995) >>> 0);
   // Primary routers are sticky, so who is primary depends on when elections ran. The reference elects from scratch
-  // at the very moments the live view does (a flush, a first map), so that both start from the same history.
+  // at the very moments the live view does (a flush, a first map), under the policy the live view holds then (a
+  // flush sent ahead of a policy change runs under the old one), so that both start from the same history.
   const elect = f.view.updatePrimaries.bind(f.view);
   f.view.updatePrimaries = () => {
-    shadow.setPolicy(compiled(f.policyText));
+    shadow.setPolicy(f.view.compiledPolicy);
     shadow.updatePrimaries();
     return elect();
   };

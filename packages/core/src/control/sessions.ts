@@ -38,8 +38,8 @@ const BUSY_UTILIZATION = 0.75;
  * busy while the previous batch was collected (utilization from its scheduling to its flush, the flush's own
  * work not counted, at or above BUSY_UTILIZATION), the window doubles; and with changes back to back it is at
  * least FLUSH_SHARE times the last flush's cost; both up to MAX_BATCH_WINDOW_MS, so more changes share one message
- * per session. Otherwise it is BATCH_WINDOW_MS: a lone
- * change (a rename, a route) goes out at once even on a server busy with something else.
+ * per session. Otherwise it is BATCH_WINDOW_MS: a lone change (a rename, a route) goes out at once even on a
+ * server busy with something else.
  * (When joining devices' first maps waited for this window, a longer cap held them waiting, the loop went idle and
  * joins slowed, 23 to 17 per second at 1,000 devices with a 5 s cap; first maps now have their own short timer.)
  */
@@ -74,7 +74,7 @@ export const eventLoopMeter: LoadMeter = {
 /** DELETED_REMEMBERED bounds how many deleted nodes are remembered to answer their devices. */
 const DELETED_REMEMBERED = 4096;
 
-/** DeferredOpen is a new session waiting for the pending flush to send its full map (SessionHub.begin). */
+/** DeferredOpen is a new session waiting for the pending flush, or begin's own timer, to send its full map (SessionHub.begin). */
 interface DeferredOpen {
   session: MapSession;
   node: Node;
@@ -211,10 +211,7 @@ export class SessionHub {
     const opening = { session, node, writeFull };
     if ((this.flushTimer || this.opensTimer) && this.mapper.view.stale) {
       this.deferredOpens.push(opening);
-      this.opensTimer ??= setTimeout(() => {
-        this.opensTimer = undefined;
-        this.openDeferred();
-      }, BATCH_WINDOW_MS);
+      this.opensTimer ??= setTimeout(() => this.openDeferredNow(), BATCH_WINDOW_MS);
     } else this.beginNow(opening);
   }
 
@@ -229,7 +226,7 @@ export class SessionHub {
     this.open(session, current);
   }
 
-  /** openDeferredNow sends the sessions waiting for their first map their full maps at once, leaving the batch pending (tests). */
+  /** openDeferredNow sends the sessions waiting for their first map their full maps at once, leaving the batch pending (begin's timer, tests). */
   openDeferredNow(): void {
     clearTimeout(this.opensTimer);
     this.opensTimer = undefined;
@@ -534,8 +531,8 @@ export class SessionHub {
   }
 
   /**
-   * flush turns everything pending into at most one message per session, then sends the sessions that waited
-   * for it their full maps (they are registered after the batch, so it is not sent to them again).
+   * flush turns everything pending into at most one message per session, then sends the sessions still waiting
+   * their full maps (rendered after the batch, so they skip it; see MapSession.renderedAt).
    */
   private flush(): void {
     try {

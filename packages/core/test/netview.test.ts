@@ -66,6 +66,43 @@ t.test('with a policy, visibility, filters and auto-approved routes follow it', 
   t.same(view.peersOf(phone.id).length, 3);
 });
 
+t.test('auto-approvals follow the router, its owner and the users, without building the tailnet context', async (t) => {
+  const s = await startState(t);
+  const alice = await s.state.createUser({ name: 'alice' });
+  const bob = await s.state.createUser({ name: 'bob' });
+  let router = await s.state.createNode(input('router', bob.id, { availableRoutes: ['10.5.0.0/24', '10.6.0.0/24'] }));
+  for (let k = 0; k < 20; k++) await s.state.createNode(input(`n${k}`, k % 2 ? alice.id : bob.id));
+  const view = new NetworkView(s.state, silentLogger);
+  view.setPolicy(compiled(`{
+    "tagOwners": { "tag:r": ["alice@"] },
+    "acls": [{ "action": "accept", "src": ["*"], "dst": ["*:*"] }],
+    "autoApprovers": { "routes": { "10.5.0.0/16": ["alice@"], "10.6.0.0/24": ["tag:r"] } },
+  }`));
+  t.same(view.effectiveApproved(router), [], 'bob owns the router: alice@ approves nothing of his');
+  view.updatePrimaries();
+  t.same(view.primaryRoutes(router.id), []);
+
+  // Users change: alice becomes carol and bob becomes alice. No invalidate() in between: the view sees the users moved.
+  await s.state.renameUser(alice.id, 'carol');
+  await s.state.renameUser(bob.id, 'alice');
+  t.same(view.effectiveApproved(router), ['10.5.0.0/24'], 'the router\'s owner is now the alice@ the approver names');
+  view.updatePrimaries();
+  t.same(view.primaryRoutes(router.id), ['10.5.0.0/24']);
+
+  // The router changes (a new object in State): tagged, it is no user's, and tag:r approves the other route.
+  router = await s.state.setTags(router.id, ['tag:r']);
+  t.same(view.effectiveApproved(router), ['10.6.0.0/24'], 'tag:r approves 10.6.0.0/24 and no user owns it any more');
+  t.same(view.autoApproved({ ...router, approvedRoutes: ['10.5.0.0/24'] }), ['10.6.0.0/24'], 'autoApproved: the policy\'s part alone');
+  view.updatePrimaries();
+  t.same(view.primaryRoutes(router.id), ['10.6.0.0/24']);
+  t.equal(view.contextBuilds, 0, 'approvals and the election never built a context of the whole tailnet');
+
+  // They agree with a full compile of the router.
+  t.same(view.forNode(router.id).approvedRoutes.filter((r) => router.availableRoutes.includes(r)), ['10.6.0.0/24']);
+  view.setPolicy(null);
+  t.same(view.effectiveApproved(router), [], 'without the policy nothing is auto-approved');
+});
+
 t.test('an exit node approved for one family only carries no exit route', async (t) => {
   const s = await startState(t);
   const u = await s.state.createUser({ name: 'alice' });

@@ -84,6 +84,10 @@ t.test('nodes: given names are unique, addresses allocated and reused, memory ma
   const renamed = await s.state.renameNode(b.id, 'api');
   t.equal(renamed.givenName, 'api');
   t.equal(s.changes.at(-1)?.type, 'node-changed');
+  t.equal((await s.state.renameNode(b.id, 'api')).givenName, 'api', 'a node may be renamed to the name it has');
+  await t.rejects(s.state.renameNode(c.id, 'api'), { code: 'name_taken', field: 'newName' }, 'the new name is taken');
+  t.equal((await s.state.renameNode(c.id, 'web-server-1')).givenName, 'web-server-1', 'and the old one is free');
+  t.equal((await s.state.renameNode(c.id, 'web-server-2')).givenName, 'web-server-2');
 
   // Delete frees the address and the name for the next node.
   await s.state.deleteNode(a.id);

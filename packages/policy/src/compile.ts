@@ -230,7 +230,10 @@ interface SshPre {
 export class TailnetContext {
   readonly infos: NodeInfo[];
   readonly byId = new Map<string, NodeInfo>();
-  private readonly grants: CompiledGrant[] | null;
+  /** effective is the policy the grants come from (a policy without acls or grants allows everything, see below). */
+  private readonly effective: Policy | null;
+  /** compiledGrants: the grants compiled and merged once, on first use (see grantsCompiled). */
+  private compiledGrants?: { grants: CompiledGrant[] | null; globalList: PreRule[]; globalByKey: Map<string, PreRule> };
 
   private readonly usersByName = new Map<string, PolicyUser[]>();
   private readonly usersByEmail = new Map<string, PolicyUser[]>();
@@ -247,8 +250,6 @@ export class TailnetContext {
   private readonly resolvedAll = new WeakMap<Alias[], IPSet>();
   private readonly addrHits = new WeakMap<IPSet, Int32Array>();
   private subnetRouteStrings?: string[];
-  private globalList: PreRule[] = [];
-  private readonly globalByKey = new Map<string, PreRule>();
   private readonly nodeScopes: (Scope | null | undefined)[];
   private readonly userScopes = new Map<string, Scope | null>();
   private readonly sshPre = new Map<number, SshPre>();
@@ -302,16 +303,32 @@ export class TailnetContext {
     const effective = policy && policy.acls === null && policy.grants === null
       ? { ...policy, grants: [{ src: [{ kind: 'wildcard' as const }], dst: [{ kind: 'wildcard' as const }], ip: [{ protos: null, ports: [{ First: 0, Last: 65535 }] }], app: null, via: [] }] }
       : policy;
-    this.grants = effective ? this.compileGrants(effective) : null;
-    if (this.grants) {
-      const pieces: Piece[] = [];
-      this.grants.forEach((g, gi) => g.rules.forEach((rule, k) => pieces.push({ pos: piecePos(gi, 0, k), rule })));
-      this.globalList = this.mergePieces(pieces);
-      for (const p of this.globalList) if (p.key !== null) this.globalByKey.set(p.key, p);
-    } else {
-      this.globalList = this.mergePieces([{ pos: 0, rule: ALLOW_ALL[0]! }]);
-    }
+    this.effective = effective;
   }
+
+  /**
+   * grantsCompiled compiles the policy's grants and merges their rules on first use. A context asked only about
+   * nodes' routes (autoApprovers: routeApprovals) never pays for it.
+   */
+  private grantsCompiled(): { grants: CompiledGrant[] | null; globalList: PreRule[]; globalByKey: Map<string, PreRule> } {
+    if (this.compiledGrants) return this.compiledGrants;
+    const grants = this.effective ? this.compileGrants(this.effective) : null;
+    const globalByKey = new Map<string, PreRule>();
+    let globalList: PreRule[];
+    if (grants) {
+      const pieces: Piece[] = [];
+      grants.forEach((g, gi) => g.rules.forEach((rule, k) => pieces.push({ pos: piecePos(gi, 0, k), rule })));
+      globalList = this.mergePieces(pieces);
+      for (const p of globalList) if (p.key !== null) globalByKey.set(p.key, p);
+    } else {
+      globalList = this.mergePieces([{ pos: 0, rule: ALLOW_ALL[0]! }]);
+    }
+    this.compiledGrants = { grants, globalList, globalByKey };
+    return this.compiledGrants;
+  }
+  private get grants(): CompiledGrant[] | null { return this.grantsCompiled().grants; }
+  private get globalList(): PreRule[] { return this.grantsCompiled().globalList; }
+  private get globalByKey(): Map<string, PreRule> { return this.grantsCompiled().globalByKey; }
 
   private userOf(alias: string): PolicyUser | undefined {
     const trimmed = alias.endsWith('@') ? alias.slice(0, -1) : alias;
@@ -1049,6 +1066,16 @@ export function primaryRoutes(ctx: TailnetContext): Map<string, string> {
     }
   }
   return out;
+}
+
+/**
+ * approvedRoutesOf is what compilePolicy gives as `node`'s approvedRoutes (its admin approvals plus what the
+ * policy's autoApprovers approve), from the node and the users alone. Whether an approver includes the node (a
+ * user, group, tag, autogroup, host or prefix) turns on the node's owner, tags and addresses, never on the rest
+ * of the tailnet; and the grants, compiled lazily, are not compiled at all. Cost O(users + autoApprovers).
+ */
+export function approvedRoutesOf(policy: Policy | null, users: PolicyUser[], node: PolicyNode): string[] {
+  return new TailnetContext(policy, { users, nodes: [node] }).info(node.id).approved;
 }
 
 /** compilePolicy compiles everything one node receives from the policy. */

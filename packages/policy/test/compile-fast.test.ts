@@ -4,10 +4,11 @@
 // ssh with localpart users, nodeAttrs) over a random snapshot of 1-40 nodes must compile, for every node, to
 // exactly what the slow reference compiler (compile-reference.ts, the compiler before the indexes) gives: same
 // packet filter (same rules, same order, same key order), SSH policy, CapMap, approved routes and the same peers in
-// the same (tailnet) order. routeVisible and unreducedRules are compared too. Replay one seed with
+// the same (tailnet) order. routeVisible, unreducedRules and approvedRoutesOf (a node's approvals from the node
+// and the users alone) are compared too. Replay one seed with
 // HEADWAY_TEST_SEED=<seed>; run more seeds with HEADWAY_TEST_RUNS=<count>.
 import t from 'tap';
-import { IPSet, TailnetContext, compilePolicy, parsePolicy, type Policy, type Snapshot } from '../src/index.js';
+import { IPSet, TailnetContext, approvedRoutesOf, compilePolicy, parsePolicy, type Policy, type Snapshot } from '../src/index.js';
 import type { Addr, IPRange } from '../src/ip.js';
 // testkit's mulberry32: the same seed gives the same tailnet and policy everywhere.
 import { PlanRng } from '@headway/testkit';
@@ -144,6 +145,9 @@ function differences(policy: Policy | null, snap: Snapshot, mutate?: (peers: str
     for (const k of ['peers', 'packetFilter', 'sshPolicy', 'capMap', 'approvedRoutes', 'randomizeClientPort'] as const) {
       if (canon(got[k]) !== canon(want[k])) out.push(`node ${n.name} ${k}:\n  fast ${canon(got[k])}\n  reference ${canon(want[k])}`);
     }
+    // The same approvals from the node and the users alone (what the primary election and AllowedIPs use).
+    const alone = approvedRoutesOf(policy, snap.users, n);
+    if (canon(alone) !== canon(want.approvedRoutes)) out.push(`node ${n.name} approvedRoutesOf:\n  alone ${canon(alone)}\n  reference ${canon(want.approvedRoutes)}`);
     const ur = [canon(fast.unreducedRules(fast.info(n.id))), canon(ref.unreducedRules(ref.info(n.id)))];
     if (ur[0] !== ur[1]) out.push(`node ${n.name} unreducedRules:\n  fast ${ur[0]}\n  reference ${ur[1]}`);
   }

@@ -167,6 +167,35 @@ async function finish(knex: Knex, target: ConnectionTarget, dialect: 'sqlite' | 
 /** SqliteHandle is the slice of better-sqlite3's Database the pool hook uses. */
 interface SqliteHandle {
   pragma(source: string): unknown;
+  prepare(source: string): unknown;
+}
+
+/** SQLITE_STATEMENTS_CACHED bounds the prepared statements one connection keeps (least recently used go first). */
+export const SQLITE_STATEMENTS_CACHED = 256;
+
+/**
+ * cacheStatements makes a better-sqlite3 connection hand back the statement it already prepared for the same
+ * SQL text. knex's better-sqlite3 client prepares every query afresh (parse and plan, then thrown away), which
+ * was most of SQLite's share of a join burst's profile. A statement is safe to reuse here: knex binds its
+ * values on every run()/all() call, the driver is synchronous (no statement is mid-iteration when the next
+ * query starts), and SQLite re-prepares a statement by itself when the schema changed under it. knex has no
+ * setting for this, so the connection's own prepare is wrapped.
+ */
+export function cacheStatements(conn: SqliteHandle, limit = SQLITE_STATEMENTS_CACHED): void {
+  const prepare = conn.prepare.bind(conn);
+  const cache = new Map<string, unknown>();
+  conn.prepare = (source: string) => {
+    let stmt = cache.get(source);
+    if (stmt !== undefined) {
+      cache.delete(source);
+      cache.set(source, stmt);
+      return stmt;
+    }
+    stmt = prepare(source);
+    cache.set(source, stmt);
+    if (cache.size > limit) cache.delete(cache.keys().next().value!);
+    return stmt;
+  };
 }
 
 /**
@@ -214,6 +243,7 @@ export async function openSqliteStorage(opts: SqliteStorageOptions): Promise<Sto
       afterCreate(conn: SqliteHandle, done: (err: Error | null, conn: SqliteHandle) => void) {
         try {
           for (const p of sqlitePragmas({ ...opts, memory, wal, busyTimeoutMs: busy })) conn.pragma(p);
+          cacheStatements(conn);
           done(null, conn);
         } catch (err) {
           done(err as Error, conn);

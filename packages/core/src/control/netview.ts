@@ -1,9 +1,9 @@
-import { ALLOW_ALL, compilePolicy, drivePolicy, IPSet, mergeCompiled, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type Snapshot } from '@headway/policy';
+import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCompiled, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type PolicyUser, type Snapshot } from '@headway/policy';
 import { ownedByTags, type Node } from '../domain.js';
 import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
 import { isExitRoute } from '../net/ip.js';
-import { snapshotOf } from '../policy/engine.js';
+import { snapshotNode, snapshotOf, snapshotUsers } from '../policy/engine.js';
 import type { State } from '../state/state.js';
 
 /**
@@ -21,6 +21,15 @@ export class NetworkView {
   private readonly primaries = new Map<string, number>();
   private primaryOf = new Map<number, string[]>();
 
+  /**
+   * approvals are nodes' routes with autoApprovers applied, per node object (State replaces a node's object on
+   * every change), under the current policy and users: the primary election and every peer's AllowedIPs ask for
+   * them, and answering from the tailnet context rebuilt that whole context after each join.
+   */
+  private readonly approvals = new Map<number, { node: Node; routes: string[] }>();
+  /** users are the users as the compiler sees them, with the State.usersVersion they were read at. */
+  private users?: { version: number; list: PolicyUser[] };
+
   /** drive is the compiled form of the drive adapters' grants for the current tailnet, built lazily. */
   private drive?: { policy: Policy; snapshot: Snapshot; ctx: TailnetContext } | null;
 
@@ -30,6 +39,13 @@ export class NetworkView {
   /** setPolicy installs the compiled policy PolicyService owns (null: no policy); it never parses text itself. */
   setPolicy(policy: Policy | null): void {
     this.policy = policy;
+    this.approvals.clear();
+    this.invalidate();
+  }
+
+  /** nodeRemoved forgets what was kept about a deleted node. */
+  nodeRemoved(id: number): void {
+    this.approvals.delete(id);
     this.invalidate();
   }
 
@@ -99,21 +115,24 @@ export class NetworkView {
     const aa = this.policy?.autoApprovers;
     if (!this.policy || !aa || !node.availableRoutes.length) return [];
     if (!Object.keys(aa.routes ?? {}).length && !aa.exitNode?.length) return [];
-    const snap = snapshotOf(this.state);
-    const self = {
-      id: String(node.id), name: node.givenName, userId: ownedByTags(node) ? undefined : String(node.userId), tags: node.tags,
-      ipv4: node.ipv4 ?? undefined, ipv6: node.ipv6 ?? undefined, availableRoutes: node.availableRoutes, approvedRoutes: [],
-      online: this.state.isOnline(node.id),
-    };
-    snap.nodes = [...snap.nodes.filter((n) => n.id !== self.id), self];
     try {
-      const c = compilePolicy(this.policy, snap, self.id);
+      const approved = approvedRoutesOf(this.policy, this.policyUsers(), { ...snapshotNode(this.state, node), approvedRoutes: [] });
       const available = new Set(node.availableRoutes);
-      return c.approvedRoutes.filter((r) => available.has(r)).sort();
+      return approved.filter((r) => available.has(r)).sort();
     } catch (err) {
       this.logger.warn('auto-approval: policy compile failed for node; approving nothing', { node: node.id, error: (err as Error).message });
       return [];
     }
+  }
+
+  /** policyUsers are the users for approvedRoutesOf; when they changed, every kept approval is dropped too. */
+  private policyUsers(): PolicyUser[] {
+    const version = this.state.usersVersion;
+    if (this.users?.version !== version) {
+      this.users = { version, list: snapshotUsers(this.state) };
+      this.approvals.clear();
+    }
+    return this.users.list;
   }
 
   /**
@@ -166,25 +185,30 @@ export class NetworkView {
 
   /** effectiveApproved: admin-approved plus auto-approved routes, limited to what the node advertises. */
   effectiveApproved(node: Node): string[] {
-    const approved = this.policy ? this.approvedByPolicy(node.id) : node.approvedRoutes;
+    // Only an advertised route can be approved: most nodes advertise none and cost nothing here.
+    if (!node.availableRoutes.length) return [];
+    const approved = this.policy ? this.approvedByPolicy(node) : node.approvedRoutes;
     const available = new Set(node.availableRoutes);
     return approved.filter((r) => available.has(r));
   }
 
   /**
-   * approvedByPolicy is the node's approved routes with the policy's autoApprovers applied, read from the tailnet
-   * context without compiling the node's peers and filter: the primary-route election asks for every node on
-   * every flush, and a full compile per node there made each join O(N²) (the top of the profile with a policy).
-   * A node the context cannot place gets nothing approved, as forNode's deny-on-failure does.
+   * approvedByPolicy is the node's approved routes with the policy's autoApprovers applied (approvedRoutesOf: the
+   * node and the users alone), kept per node object until it, a user or the policy changes. A node the policy
+   * cannot place gets nothing approved, as forNode's deny-on-failure does.
    */
-  private approvedByPolicy(id: number): string[] {
-    const done = this.compiled.get(id);
-    if (done) return done.approvedRoutes;
+  private approvedByPolicy(node: Node): string[] {
+    const users = this.policyUsers();
+    const hit = this.approvals.get(node.id);
+    if (hit && hit.node === node) return hit.routes;
+    let routes: string[];
     try {
-      return this.context().info(String(id)).approved;
+      routes = approvedRoutesOf(this.policy, users, snapshotNode(this.state, node));
     } catch {
-      return [];
+      routes = [];
     }
+    this.approvals.set(node.id, { node, routes });
+    return routes;
   }
 
   /**
@@ -202,8 +226,6 @@ export class NetworkView {
     const since = (n: Node) => this.state.onlineSince(n.id) ?? Number.POSITIVE_INFINITY;
     const candidates = new Map<string, Node[]>();
     for (const n of this.state.listNodes()) {
-      // Only an advertised route can be approved: most nodes advertise none and cost nothing here.
-      if (!n.availableRoutes.length) continue;
       for (const r of this.effectiveApproved(n)) {
         if (isExitRoute(r)) continue;
         (candidates.get(r) ?? candidates.set(r, []).get(r)!).push(n);

@@ -353,7 +353,7 @@ export class SessionHub {
       case 'node-removed':
         this.shapes.delete(c.node.id);
         this.mapper.forget(c.nodeId);
-        this.mapper.view.invalidate();
+        this.mapper.view.nodeRemoved(c.nodeId);
         this.rememberDeleted(c.node);
         this.tellDeleted(c.node);
         this.closeNode?.(c.nodeId);
@@ -382,10 +382,13 @@ export class SessionHub {
         this.pendingUsers.add(c.user.id);
         this.mapper.view.invalidate();
         this.pendingStructural = true;
+        // Who an approver names may have changed, and with it which routers' routes are approved.
+        this.pendingPrimaries = true;
         break;
       case 'user-removed':
         this.mapper.view.invalidate();
         this.pendingStructural = true;
+        this.pendingPrimaries = true;
         break;
       case 'policy-changed':
       case 'drive-changed': {

@@ -1,27 +1,34 @@
-import { checkPolicy, parsePolicy, policyWarnings, runPolicyTests, userReferenceWarnings, type Policy, type Snapshot } from '@headway/policy';
-import { ownedByTags } from '../domain.js';
+import { checkPolicy, parsePolicy, policyWarnings, runPolicyTests, userReferenceWarnings, type Policy, type PolicyNode, type PolicyUser, type Snapshot } from '@headway/policy';
+import { ownedByTags, type Node } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { PolicyEngine } from './service.js';
 
 /** snapshotOf presents live users and nodes to the policy compiler. */
 export function snapshotOf(state: State): Snapshot {
+  return { users: snapshotUsers(state), nodes: state.listNodes().map((n) => snapshotNode(state, n)) };
+}
+
+/** snapshotUsers are the tailnet's users as the policy compiler sees them. */
+export function snapshotUsers(state: State): PolicyUser[] {
+  // Provider groups join policy groups only when the operator says so (oidc.policy_groups).
+  return state.listUsers().map((u) => ({
+    id: String(u.id), name: u.name, email: u.email || undefined,
+    ...(state.config.oidc?.policy_groups && u.groups.length ? { groups: u.groups } : {}),
+  }));
+}
+
+/** snapshotNode is one node as the policy compiler sees it. */
+export function snapshotNode(state: State, n: Node): PolicyNode {
   return {
-    // Provider groups join policy groups only when the operator says so (oidc.policy_groups).
-    users: state.listUsers().map((u) => ({
-      id: String(u.id), name: u.name, email: u.email || undefined,
-      ...(state.config.oidc?.policy_groups && u.groups.length ? { groups: u.groups } : {}),
-    })),
-    nodes: state.listNodes().map((n) => ({
-      id: String(n.id),
-      name: n.givenName,
-      userId: ownedByTags(n) ? undefined : String(n.userId),
-      tags: n.tags,
-      ipv4: n.ipv4 ?? undefined,
-      ipv6: n.ipv6 ?? undefined,
-      availableRoutes: n.availableRoutes,
-      approvedRoutes: n.approvedRoutes,
-      online: state.isOnline(n.id),
-    })),
+    id: String(n.id),
+    name: n.givenName,
+    userId: ownedByTags(n) ? undefined : String(n.userId),
+    tags: n.tags,
+    ipv4: n.ipv4 ?? undefined,
+    ipv6: n.ipv6 ?? undefined,
+    availableRoutes: n.availableRoutes,
+    approvedRoutes: n.approvedRoutes,
+    online: state.isOnline(n.id),
   };
 }
 

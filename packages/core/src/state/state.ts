@@ -54,8 +54,10 @@ export interface RegistrationWrites {
  */
 export class State {
   readonly bus = new ChangeBus();
-  private readonly users = new Map<number, User>();
+  private readonly users = new VersionedMap<number, User>();
   private readonly nodes = new Map<number, Node>();
+  /** nodesByName counts the nodes in memory per given name (names are unique in storage; a count stays safe if not). */
+  private readonly nodesByName = new Map<string, number>();
   private readonly sessions = new Map<number, number>();
   /**
    * deletedIds are the nodes deleted since start-up (ids are never reused), newest last, at most
@@ -171,6 +173,8 @@ export class State {
   }
 
   getUser(id: number): User | undefined { return this.users.get(id); }
+  /** usersVersion moves whenever a user is added, changed or removed in memory (caches of users check it). */
+  get usersVersion(): number { return this.users.version; }
   /** userByName ignores case: `alice` and `Alice` are one user, as login names are (an exact match wins for old data holding both). */
   userByName(name: string): User | undefined {
     const all = [...this.users.values()];
@@ -377,10 +381,17 @@ export class State {
   /** putNode stores a node in memory and keeps the key indexes in step. */
   private putNode(n: Node): void {
     const old = this.nodes.get(n.id);
-    if (old) this.dropKeys(old);
+    if (old) { this.dropKeys(old); this.dropName(old); }
     this.nodes.set(n.id, n);
+    this.nodesByName.set(n.givenName, (this.nodesByName.get(n.givenName) ?? 0) + 1);
     this.byNodeKey.set(n.nodeKey, n);
     this.byMachineKey.set(n.machineKey, n);
+  }
+
+  private dropName(n: Node): void {
+    const c = this.nodesByName.get(n.givenName) ?? 0;
+    if (c <= 1) this.nodesByName.delete(n.givenName);
+    else this.nodesByName.set(n.givenName, c - 1);
   }
 
   private dropKeys(n: Node): void {
@@ -408,8 +419,10 @@ export class State {
 
   private givenNameTaken(name: string, except?: number): boolean {
     if (this.claimedNames.has(name)) return true;
-    for (const n of this.nodes.values()) if (n.givenName === name && n.id !== except) return true;
-    return false;
+    // Counted by name (putNode/forgetNode keep it): scanning every node cost O(N) per join, O(N²) per burst.
+    const count = this.nodesByName.get(name) ?? 0;
+    if (count === 0) return false;
+    return !(count === 1 && except !== undefined && this.nodes.get(except)?.givenName === name);
   }
 
   /**
@@ -592,6 +605,8 @@ export class State {
     this.deletedIds.add(id);
     if (this.deletedIds.size > DELETED_IDS_KEPT) this.deletedIds.delete(this.deletedIds.values().next().value!);
     this.dropKeys(node);
+    const held = this.nodes.get(id);
+    if (held) this.dropName(held);
     this.nodes.delete(id);
     this.sessions.delete(id);
     this.v4?.release(node.ipv4);
@@ -1088,4 +1103,12 @@ function conflictError(err: unknown): unknown {
     return new HeadwayError('name_taken', `${err.field ?? 'value'} already in use`, err.field);
   }
   return err;
+}
+
+/** VersionedMap counts its writes, so a cache of something derived from it can tell it is out of date. */
+class VersionedMap<K, V> extends Map<K, V> {
+  version = 0;
+  override set(key: K, value: V): this { this.version++; return super.set(key, value); }
+  override delete(key: K): boolean { this.version++; return super.delete(key); }
+  override clear(): void { this.version++; super.clear(); }
 }

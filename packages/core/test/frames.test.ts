@@ -1,9 +1,9 @@
-// Map frames on the wire: u32 little-endian length, then zstd(JSON) from node:zlib or
-// the plain JSON. The real-client interop tests decode them end to end; this pins the
+// Map frames on the wire: u32 little-endian length, then zstd(JSON) (the WASM libzstd up to
+// WASM_MAX_INPUT, node:zlib's above) or the plain JSON. The real-client interop tests decode them end to end; this pins the
 // frame header properties those clients rely on, with a map the size of a big tailnet.
 import t from 'tap';
 import { zstdDecompressSync } from 'node:zlib';
-import { frame } from '../src/control/frames.js';
+import { frame, WASM_MAX_INPUT } from '../src/control/frames.js';
 
 const ZSTD_MAGIC = 0xfd2fb528;
 
@@ -32,7 +32,12 @@ function bigMap(peers: number): string {
 }
 
 t.test('zstd frame: length prefix, one zstd frame with its content size, decodes to the JSON', async (t) => {
-  for (const json of ['{"KeepAlive":true}', bigMap(10), bigMap(20_000)]) {
+  const sizes = ['{"KeepAlive":true}', bigMap(10), bigMap(20_000)];
+  // Either side of the codec switch: the last JSON the WASM codec writes and the first node:zlib writes.
+  const near = (n: number) => `{"Pad":"${'x'.repeat(n - 10)}"}`;
+  sizes.push(near(WASM_MAX_INPUT), near(WASM_MAX_INPUT + 1));
+  t.equal(Buffer.byteLength(near(WASM_MAX_INPUT)), WASM_MAX_INPUT);
+  for (const json of sizes) {
     const out = frame(json, true);
     const length = out.readUInt32LE(0);
     t.equal(length, out.length - 4, 'the prefix is the body length');

@@ -9,6 +9,10 @@ import { TestDevice } from './device.js';
 import { joinDevice, runPool } from './bench-join.js';
 import type { NetMap } from './netmap.js';
 import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type PeerBits, type TailnetPlan } from './bench-policy.js';
+import { setFreezeShared } from './zstd.js';
+
+// The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.
+setFreezeShared(false);
 
 export type WorkerCommand =
   | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }

@@ -1,4 +1,5 @@
 import { constants, zstdCompressSync } from 'node:zlib';
+import { compress as wasmCompress, init as initWasmZstd } from '@bokuweb/zstd-wasm';
 
 /**
  * ZSTD_LEVEL is zstd's fastest standard level (1), what headscale and Tailscale's own test control servers use
@@ -9,16 +10,33 @@ import { constants, zstdCompressSync } from 'node:zlib';
 const ZSTD_LEVEL = 1;
 
 /**
+ * WASM_MAX_INPUT: JSON up to this size is compressed with @bokuweb/zstd-wasm, larger JSON with node:zlib. Both are
+ * libzstd and write the same frames (one frame, content size in the header); what differs is the cost per call.
+ * node:zlib's one-shot call builds a Transform stream and a fresh native context every time (51 µs for a 158-byte
+ * patch, 44 µs for a 17 KB packet filter), and a batch sends one small message per session; the WASM build calls
+ * ZSTD_compress directly (10 µs and 37 µs). On a 114 KB full map the native code is faster (233 µs against 310 µs).
+ */
+export const WASM_MAX_INPUT = 32 * 1024;
+
+// Top-level await: the WASM module is instantiated once, before any frame can be asked for.
+await initWasmZstd();
+
+/** compressJson is one zstd frame of `text` at ZSTD_LEVEL, from whichever codec is cheaper at its size. */
+export function compressJson(text: Buffer): Uint8Array {
+  if (text.length <= WASM_MAX_INPUT) return wasmCompress(text, ZSTD_LEVEL);
+  return zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } });
+}
+
+/**
  * frame encodes one MapResponse as the client reads it: u32 little-endian length
  * then the zstd-compressed JSON (or plain JSON when the client asked for none).
- * zstd comes from node:zlib (libzstd built into Node 24), so there is no codec to
- * load first; the frame carries its content size, as the WASM codec's did.
+ * The frame carries its content size.
  */
 export function frame(json: string | Buffer, zstd: boolean): Buffer {
   const text = typeof json === 'string' ? Buffer.from(json) : json;
-  const body = zstd ? zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } }) : text;
+  const body = zstd ? compressJson(text) : text;
   const out = Buffer.allocUnsafe(4 + body.length);
   out.writeUInt32LE(body.length, 0);
-  body.copy(out, 4);
+  out.set(body, 4);
   return out;
 }

@@ -59,6 +59,24 @@ export function nextBatchWindow(current: number, utilization: number, sinceFlush
  */
 export const FLUSH_SHARE = 4;
 /**
+ * FLUSH_SLICE_MS: a batch timer's flush sends its messages in slices of about this much work, with the event loop
+ * free in between, and changes that arrive meanwhile wait for its end (the flush keeps one view of the tailnet).
+ * A flush to thousands of sessions takes seconds; run in one piece it held up every handshake, registration and
+ * map request for that long, and joins (each several round trips) slowed to a few per second at 2,000 devices.
+ */
+export const FLUSH_SLICE_MS = 20;
+/** UNSHARED_KEY_LENGTH: a message key longer than this names a message only its session receives (see sendAll). */
+const UNSHARED_KEY_LENGTH = 2048;
+
+/** FlushJob is one flush being sent: its sessions, the next to send, the per-session step and the time spent. */
+interface FlushJob {
+  sessions: MapSession[];
+  next: number;
+  one: (s: MapSession) => void;
+  busyMs: number;
+}
+
+/**
  * LoadMeter measures how busy the process was between a mark and now, as a fraction (0 idle, 1 saturated).
  * The SessionHub uses the event loop's utilization; a test can put in its own to drive nextBatchWindow.
  */
@@ -171,16 +189,24 @@ export class SessionHub {
     this.mapper.view.setPolicy(this.policy());
     this.mapper.view.updatePrimaries();
     this.unsubscribe = this.state.bus.subscribe((c) => {
-      try {
-        this.apply(c);
-      } catch (err) {
-        this.logger.error('failed to dispatch a change to map sessions', { change: c.type, error: (err as Error).message });
-      }
+      // While a flush is sent in slices its view of the tailnet stays as it began; later changes wait for its end.
+      if (this.job) { this.queued.push(c); return; }
+      this.dispatch(c);
     });
+  }
+
+  private dispatch(c: Change): void {
+    try {
+      this.apply(c);
+    } catch (err) {
+      this.logger.error('failed to dispatch a change to map sessions', { change: c.type, error: (err as Error).message });
+    }
   }
 
   stop(): void {
     this.unsubscribe?.();
+    this.job = undefined;
+    this.queued = [];
     clearTimeout(this.flushTimer);
     clearTimeout(this.opensTimer);
     for (const set of this.byNode.values()) for (const s of set) s.close();
@@ -209,7 +235,7 @@ export class SessionHub {
    */
   begin(session: MapSession, node: Node, writeFull: (node: Node) => void): void {
     const opening = { session, node, writeFull };
-    if ((this.flushTimer || this.opensTimer) && this.mapper.view.stale) {
+    if (this.job || ((this.flushTimer || this.opensTimer) && this.mapper.view.stale)) {
       this.deferredOpens.push(opening);
       this.opensTimer ??= setTimeout(() => this.openDeferredNow(), BATCH_WINDOW_MS);
     } else this.beginNow(opening);
@@ -230,6 +256,8 @@ export class SessionHub {
   openDeferredNow(): void {
     clearTimeout(this.opensTimer);
     this.opensTimer = undefined;
+    // A flush being sent in slices opens them when it ends, with the changes it held back applied.
+    if (this.job) return;
     this.openDeferred();
   }
 
@@ -290,6 +318,11 @@ export class SessionHub {
   /** deferredOpens are new sessions whose full map waits for the pending flush (see begin). */
   private deferredOpens: DeferredOpen[] = [];
   private flushTimer?: NodeJS.Timeout;
+  /** job is the flush being sent in slices (see FLUSH_SLICE_MS); queued the changes that arrived meanwhile. */
+  private job?: FlushJob;
+  private queued: Change[] = [];
+  /** flushAfterJob: the batch timer fired while a flush was still being sent. */
+  private flushAfterJob = false;
   /** opensTimer sends the deferred sessions their full maps if the batch's flush has not by then (see begin). */
   private opensTimer?: NodeJS.Timeout;
   /**
@@ -319,8 +352,9 @@ export class SessionHub {
     this.collectMark = this.loadMeter.mark();
     this.flushTimer = setTimeout(() => {
       this.flushTimer = undefined;
+      if (this.job) { this.flushAfterJob = true; return; }
       try {
-        this.flush();
+        this.flush(FLUSH_SLICE_MS);
       } catch (err) {
         this.logger.error('failed to send a batch of changes to map sessions', { error: (err as Error).message });
       }
@@ -438,9 +472,16 @@ export class SessionHub {
    * names its message by a key that is equal exactly when the text is, and gives the text lazily, so sessions
    * that share a large message (the same PeersChanged) are matched on a short key, not their whole text.
    */
-  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>): void {
-    const frames = new Map<string, Buffer>();
+  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>, frames = new Map<string, Buffer>()): void {
     for (const { s, key: text, json } of targets) {
+      // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
+      // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
+      // the rare match saved.
+      if (text.length > UNSHARED_KEY_LENGTH) {
+        s.send(frame(json(), s.zstd));
+        this.metrics.mapMessages.inc({ kind: 'delta' });
+        continue;
+      }
       const key = `${s.zstd ? 'z' : 'p'}${text}`;
       let buf = frames.get(key);
       if (!buf) { buf = frame(json(), s.zstd); frames.set(key, buf); }
@@ -535,17 +576,20 @@ export class SessionHub {
 
   /**
    * flush turns everything pending into at most one message per session, then sends the sessions still waiting
-   * their full maps (rendered after the batch, so they skip it; see MapSession.renderedAt).
+   * their full maps (rendered after the batch, so they skip it; see MapSession.renderedAt). With sliceMs (the
+   * batch timer) the messages go out in slices of about that much work with the event loop free in between (see
+   * FLUSH_SLICE_MS); the waiting sessions then get their maps when the last slice is sent.
    */
-  private flush(): void {
+  private flush(sliceMs?: number): void {
     try {
-      this.flushChanges();
+      this.flushChanges(sliceMs);
     } finally {
-      this.openDeferred();
+      if (!this.job) this.openDeferred();
     }
   }
 
-  private flushChanges(): void {
+  private flushChanges(sliceMs?: number): void {
+    this.finishJob();
     this.syncPrimaries();
     if (this.pendingPolicyOld) {
       for (const [id, before] of this.pendingPolicyOld) {
@@ -566,13 +610,70 @@ export class SessionHub {
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     // Only a flush that sends something counts for nextBatchWindow.
     this.collectBusy = this.collectMark !== undefined ? this.loadMeter.since(this.collectMark) : 0;
+    const job: FlushJob = { sessions: [...this.sessions()], next: 0, one: this.send(full, fullSeq, self, removed, patches, structural, users), busyMs: 0 };
+    if (sliceMs === undefined) {
+      this.runJob(job, Number.POSITIVE_INFINITY);
+      this.endJob(job);
+      return;
+    }
+    this.job = job;
+    this.continueJob(job, sliceMs);
+  }
+
+  /** continueJob sends the next slice of a flush and, when sessions remain, lets the event loop run before the next. */
+  private continueJob(job: FlushJob, sliceMs: number): void {
+    if (this.job !== job) return;
+    try {
+      if (!this.runJob(job, sliceMs)) {
+        setImmediate(() => this.continueJob(job, sliceMs));
+        return;
+      }
+    } catch (err) {
+      this.logger.error('failed to send a batch of changes to map sessions', { error: (err as Error).message });
+    }
+    this.job = undefined;
+    this.endJob(job);
+    this.openDeferred();
+  }
+
+  /** runJob sends sessions their messages for about sliceMs; true when every session has had its turn. */
+  private runJob(job: FlushJob, sliceMs: number): boolean {
     const started = performance.now();
     try {
-      this.send(full, fullSeq, self, removed, patches, structural, users);
+      while (job.next < job.sessions.length) {
+        const s = job.sessions[job.next++]!;
+        if (!s.closed) job.one(s);
+        if (performance.now() - started >= sliceMs) break;
+      }
     } finally {
-      this.flushEnd = performance.now();
-      this.lastFlushMs = this.flushEnd - started;
-      this.metrics.mapBatches.observe(this.lastFlushMs / 1000);
+      job.busyMs += performance.now() - started;
+    }
+    return job.next >= job.sessions.length;
+  }
+
+  /** finishJob sends what is left of a flush under way at once (a flush that must not wait, e.g. flushNow). */
+  private finishJob(): void {
+    const job = this.job;
+    if (!job) return;
+    this.job = undefined;
+    try {
+      this.runJob(job, Number.POSITIVE_INFINITY);
+    } finally {
+      this.endJob(job);
+    }
+  }
+
+  /** endJob records a flush's cost and applies the changes that arrived while it was being sent. */
+  private endJob(job: FlushJob): void {
+    this.flushEnd = performance.now();
+    this.lastFlushMs = job.busyMs;
+    this.metrics.mapBatches.observe(job.busyMs / 1000);
+    const queued = this.queued;
+    this.queued = [];
+    for (const c of queued) this.dispatch(c);
+    if (this.flushAfterJob) {
+      this.flushAfterJob = false;
+      this.schedule();
     }
   }
 
@@ -581,14 +682,13 @@ export class SessionHub {
    * of the node's latest change: a session whose full map was rendered after it (MapSession.renderedAt) skips it.
    */
   private send(full: Node[], fullSeq: Map<number, number>, self: Map<number, number>, removed: number[],
-    patches: Array<{ patch: Record<string, unknown>; seq: number }>, structural: boolean, users: User[]): void {
+    patches: Array<{ patch: Record<string, unknown>; seq: number }>, structural: boolean, users: User[]): (s: MapSession) => void {
     const userText = new Map(users.map((u) => [u.id, this.mapper.userProfile(u)] as const));
     const profileText = new Map<number, { id: number; json: string }>();
     const profileOf = (n: Node) => profileText.get(n.id) ?? profileText.set(n.id, this.mapper.profile(n)).get(n.id)!;
 
     const peerText = new Map(full.map((n) => [n.id, this.mapper.peer(n)] as const));
     const patchText = new Map(patches.map(({ patch }) => [patch.NodeID as number, JSON.stringify(patch)] as const));
-    const targets: Array<{ s: MapSession; key: string; json: () => string }> = [];
     // A PeersChanged or PeersChangedPatch list is the same text for every session sending the same nodes:
     // built once per flush and keyed by the node ids, so each session costs its ids, not the peers' bytes.
     const shared = new Map<string, string>();
@@ -597,9 +697,11 @@ export class SessionHub {
       if (text === undefined) { text = build(); shared.set(key, text); }
       return text;
     };
-    for (const s of this.sessions()) {
+    // Sessions sending the same text share one frame (see sendAll), across the slices of this flush.
+    const frames = new Map<string, Buffer>();
+    return (s: MapSession): void => {
       const me = this.state.getNode(s.nodeId);
-      if (!me) continue;
+      if (!me) return;
       const parts: string[] = [];
       // keys[i] names parts[i]: its text, or for a shared part 'C'/'P' + node ids (no part text starts with a letter).
       const keys: string[] = [];
@@ -664,8 +766,7 @@ export class SessionHub {
       const rebuilds = selfChanged || parts.some((p) => p.startsWith('"SSHPolicy"'));
       if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s);
-      if (parts.length) targets.push({ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` });
-    }
-    this.sendAll(targets);
+      if (parts.length) this.sendAll([{ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` }], frames);
+    };
   }
 }

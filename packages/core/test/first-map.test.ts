@@ -158,3 +158,55 @@ t.test('a waiting session gets its full map from begin\'s own timer, without a f
   t.equal(c.messages, 1, 'the full map went out');
   t.ok(c.self, 'with the node itself');
 });
+
+/** sliced waits for a flush sent in slices to end, letting the event loop run between its slices. */
+async function sliced(f: Fleet): Promise<void> {
+  while (f.hub.flushing) await new Promise((r) => setImmediate(r));
+}
+
+t.test('a flush sent in slices keeps one view: changes and sessions arriving meanwhile wait for its end', async (t) => {
+  const { f, alice, first } = await withOneSession(t);
+  const others = await joinBurst(f, alice.id, 3);
+  f.hub.flushNow();
+  const open = [first, ...others];
+  const before = new Map(open.map((n) => [n.id, f.connected.get(n.id)!.client.messages]));
+  await f.state.renameNode(first.id, 'renamed');
+  f.hub.flushInSlices(0); // one session a slice
+  t.ok(f.hub.flushing, 'the flush is under way after its first slice');
+  const sent = () => open.filter((n) => f.connected.get(n.id)!.client.messages > before.get(n.id)!).length;
+  t.equal(sent(), 1, 'one session was sent its message');
+
+  // A device joins and connects mid-flush: its change waits, its first map too.
+  const late = await join(f, alice.id, 'late');
+  f.connect(late.id);
+  const lateClient = f.connected.get(late.id)!.client;
+  t.equal(lateClient.messages, 0, 'the new session waits for the flush to end');
+  await sliced(f);
+  t.equal(sent(), open.length, 'every session had its message');
+  for (const n of open) {
+    const c = f.connected.get(n.id)!.client;
+    t.equal(c.messages, before.get(n.id)! + 1, `node ${n.id}: one message for the batch`);
+    t.notOk(c.peers.has(late.id), `node ${n.id}: the batch did not carry the device that joined during it`);
+  }
+  t.equal(lateClient.messages, 1, 'the new session got its full map when the flush ended');
+  t.same([...lateClient.peers.keys()].sort((a, b) => a - b), open.map((n) => n.id).sort((a, b) => a - b), 'with every peer in it');
+
+  f.hub.flushNow();
+  for (const n of open) t.ok(f.connected.get(n.id)!.client.peers.has(late.id), `node ${n.id}: the next batch brought the late device`);
+  t.equal(lateClient.messages, 1, 'and did not send the late session what its full map held');
+  t.match(String((f.connected.get(others[0]!.id)!.client.peers.get(first.id) as { Name?: unknown } | undefined)?.Name), /^renamed\./, 'the rename reached the others');
+});
+
+t.test('flushNow finishes a flush under way at once', async (t) => {
+  const { f, alice, first } = await withOneSession(t);
+  const others = await joinBurst(f, alice.id, 3);
+  f.hub.flushNow();
+  const open = [first, ...others];
+  const before = open.map((n) => f.connected.get(n.id)!.client.messages);
+  await f.state.renameNode(first.id, 'renamed');
+  f.hub.flushInSlices(0);
+  t.ok(f.hub.flushing);
+  f.hub.flushNow();
+  t.notOk(f.hub.flushing, 'nothing left under way');
+  t.same(open.map((n) => f.connected.get(n.id)!.client.messages), before.map((m) => m + 1), 'every session had its one message');
+});

@@ -361,6 +361,16 @@ export class SessionHub {
     }, this.window);
   }
 
+  /** flushInSlices sends what is pending as the batch timer does, in slices of about sliceMs of work (tests: 0, one session a slice). */
+  flushInSlices(sliceMs = FLUSH_SLICE_MS): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    this.flush(sliceMs);
+  }
+
+  /** flushing: a flush is being sent in slices (see FLUSH_SLICE_MS). */
+  get flushing(): boolean { return this.job !== undefined; }
+
   /** flushNow sends whatever is pending at once (shutdown, tests). */
   flushNow(): void {
     clearTimeout(this.flushTimer);

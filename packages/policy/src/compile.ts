@@ -308,7 +308,7 @@ export class TailnetContext {
 
   /**
    * grantsCompiled compiles the policy's grants and merges their rules on first use. A context asked only about
-   * nodes' routes (autoApprovers: routeApprovals) never pays for it.
+   * nodes' routes (approvedRoutesOf) never pays for it.
    */
   private grantsCompiled(): { grants: CompiledGrant[] | null; globalList: PreRule[]; globalByKey: Map<string, PreRule> } {
     if (this.compiledGrants) return this.compiledGrants;
@@ -400,7 +400,7 @@ export class TailnetContext {
     return v;
   }
 
-  /** parse reads one SrcIPs/DstPorts/CapGrant address text, once per context. */
+  /** parse reads one SrcIPs/DstPorts/CapGrant address text (remembered across contexts by parseSetText). */
   private parse(text: string): IPSet {
     return parseSetText(text);
   }

@@ -487,14 +487,12 @@ export class SessionHub {
       // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
       // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
       // the rare match saved.
-      if (text.length > UNSHARED_KEY_LENGTH) {
-        s.send(frame(json(), s.zstd));
-        this.metrics.mapMessages.inc({ kind: 'delta' });
-        continue;
+      const key = text.length > UNSHARED_KEY_LENGTH ? undefined : `${s.zstd ? 'z' : 'p'}${text}`;
+      let buf = key === undefined ? undefined : frames.get(key);
+      if (!buf) {
+        buf = frame(json(), s.zstd);
+        if (key !== undefined) frames.set(key, buf);
       }
-      const key = `${s.zstd ? 'z' : 'p'}${text}`;
-      let buf = frames.get(key);
-      if (!buf) { buf = frame(json(), s.zstd); frames.set(key, buf); }
       s.send(buf);
       this.metrics.mapMessages.inc({ kind: 'delta' });
     }
@@ -620,14 +618,9 @@ export class SessionHub {
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     // Only a flush that sends something counts for nextBatchWindow.
     this.collectBusy = this.collectMark !== undefined ? this.loadMeter.since(this.collectMark) : 0;
-    const job: FlushJob = { sessions: [...this.sessions()], next: 0, one: this.send(full, fullSeq, self, removed, patches, structural, users), busyMs: 0 };
-    if (sliceMs === undefined) {
-      this.runJob(job, Number.POSITIVE_INFINITY);
-      this.endJob(job);
-      return;
-    }
-    this.job = job;
-    this.continueJob(job, sliceMs);
+    this.job = { sessions: [...this.sessions()], next: 0, one: this.send(full, fullSeq, self, removed, patches, structural, users), busyMs: 0 };
+    if (sliceMs === undefined) this.finishJob();
+    else this.continueJob(this.job, sliceMs);
   }
 
   /** continueJob sends the next slice of a flush and, when sessions remain, lets the event loop run before the next. */
@@ -661,7 +654,7 @@ export class SessionHub {
     return job.next >= job.sessions.length;
   }
 
-  /** finishJob sends what is left of a flush under way at once (a flush that must not wait, e.g. flushNow). */
+  /** finishJob sends what is left of a flush under way at once (an unsliced flush, or one that must not wait, e.g. flushNow). */
   private finishJob(): void {
     const job = this.job;
     if (!job) return;

@@ -42,6 +42,7 @@ export * from './control/dns.js';
 export * from './control/derpmap.js';
 export * from './control/netview.js';
 export * from './control/mapper.js';
+export { DEFAULT_FILTER_CHUNKING, setFilterChunking, type FilterChunking } from './control/filter-chunks.js';
 export * from './control/frames.js';
 export * from './control/register.js';
 export * from './control/pages.js';

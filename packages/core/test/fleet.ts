@@ -13,7 +13,10 @@ type Json = Record<string, unknown>;
 export class ClientModel {
   self: Json | undefined;
   peers = new Map<number, Json>();
-  filter: unknown;
+  /** filter is every named filter list concatenated in name order, as tailscaled evaluates them. */
+  filter: unknown[] = [];
+  /** filters are the named lists (PacketFilter is the one named "base"). */
+  filters = new Map<string, unknown[]>();
   ssh: unknown;
   profiles = new Map<number, Json>();
   messages = 0;
@@ -54,10 +57,44 @@ export class ClientModel {
       if (pc.Key !== undefined) next.Key = pc.Key;
       this.peers.set(pc.NodeID as number, next);
     }
-    if (m.PacketFilter !== undefined) this.filter = m.PacketFilter;
+    if (m.PacketFilter != null || m.PacketFilters != null) {
+      if (m.PacketFilter != null) this.filters.set('base', m.PacketFilter as unknown[]);
+      this.filters = applyFilterChunks(this.filters, m.PacketFilters as Record<string, unknown[] | null> | null | undefined);
+      this.filter = concatFilters(this.filters);
+    }
     if (m.SSHPolicy !== undefined) this.ssh = m.SSHPolicy;
     for (const u of (m.UserProfiles as Json[] | undefined) ?? []) this.profiles.set(u.ID as number, u);
   }
+}
+
+/** applyFilterChunks applies MapResponse.PacketFilters as tailscaled's map session does ("*": null drops every name first). */
+export function applyFilterChunks(held: Map<string, unknown[]>, chunks: Record<string, unknown[] | null> | null | undefined): Map<string, unknown[]> {
+  if (chunks == null) return held;
+  const out = '*' in chunks && chunks['*'] == null ? new Map<string, unknown[]>() : new Map(held);
+  for (const [name, rules] of Object.entries(chunks)) {
+    if (name === '*') continue;
+    if (rules != null) out.set(name, rules); else out.delete(name);
+  }
+  return out;
+}
+
+/** concatFilters is the named lists concatenated in name order (Go sorts the names bytewise; these are ASCII). */
+export function concatFilters(held: Map<string, unknown[]>): unknown[] {
+  return [...held.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).flatMap((k) => held.get(k)!);
+}
+
+/**
+ * expandRules is a filter as the set of (one source entry, the rest of the rule) pairs it allows, sorted: cutting a
+ * rule's sources into chunks, or chunks into rules, leaves it unchanged.
+ */
+export function expandRules(rules: readonly unknown[]): string[] {
+  const out: string[] = [];
+  for (const r of rules as Array<Record<string, unknown>>) {
+    const { SrcIPs, ...rest } = r;
+    const head = JSON.stringify(Object.fromEntries(Object.entries(rest).sort(([a], [b]) => (a < b ? -1 : 1))));
+    for (const src of (SrcIPs as string[] | undefined) ?? []) out.push(`${src} ${head}`);
+  }
+  return out.sort();
 }
 
 /** PEER_FIELDS are what a client acts on; Created, LastSeen, Expired and ControlTime are left out (clock-dependent). */

@@ -5,6 +5,7 @@ import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import type { FilterRule } from '@headway/policy';
+import { filterChunksJson } from './filter-chunks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
 function profileJson(o: OwnerIdentity): string {
@@ -215,6 +216,7 @@ export class Mapper {
     };
   }
 
+  /** filterJson is a node's whole packet filter as one list (sessions are sent it in chunks, see filter-chunks.ts). */
   filterJson(id: number): string { return filterRulesJson(this.view.forNode(id).packetFilter); }
   sshJson(id: number): string { return JSON.stringify(this.view.forNode(id).sshPolicy ?? { rules: [] }); }
 
@@ -240,7 +242,7 @@ export class Mapper {
       `"DNSConfig":${JSON.stringify(this.dns.config())}`,
       `"SSHPolicy":${this.sshJson(node.id)}`,
       `"UserProfiles":${this.profilesFor([node, ...peers])}`,
-      `"PacketFilter":${this.filterJson(node.id)}`,
+      `"PacketFilters":${filterChunksJson(compiled.packetFilter)}`,
     ];
     const chunks: Buffer[] = [Buffer.from(`{${parts.join(',')},"Peers":[`)];
     peers.forEach((p, i) => {

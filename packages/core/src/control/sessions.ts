@@ -1,10 +1,11 @@
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
-import type { Policy } from '@headway/policy';
+import type { FilterRule, Policy } from '@headway/policy';
 import type { Node, User } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
+import { filterUpdateJson } from './filter-chunks.js';
 import { frame } from './frames.js';
 import { PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
@@ -114,7 +115,8 @@ export class MapSession {
    * shows as a raw `userid:N` until the client rebuilds its netmap.
    */
   shownOwners = new Set<number>();
-  filter = '';
+  /** filterRules is the compiled packet filter the client was last sent (in chunks: filterUpdateJson diffs against it). */
+  filterRules: readonly FilterRule[] = [];
   ssh = '';
   /**
    * renderedAt is the hub's change sequence number when this session's full map was rendered: a pending change
@@ -281,7 +283,7 @@ export class SessionHub {
     const peers = v.peers.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
     session.profiles = this.mapper.profiles([node, ...peers]);
     session.shownOwners = new Set(session.profiles.keys());
-    session.filter = this.mapper.filterJson(node.id);
+    session.filterRules = v.packetFilter;
     session.ssh = this.mapper.sshJson(node.id);
     (this.byNode.get(node.id) ?? this.byNode.set(node.id, new Set()).get(node.id)!).add(session);
     this.metrics.mapSessions.inc();
@@ -726,9 +728,11 @@ export class SessionHub {
         });
         upsert = changed; // ascending ids, as diff walks them
         s.peers = next;
-        const filter = this.mapper.filterJson(s.nodeId);
+        const rules = this.mapper.view.forNode(s.nodeId).packetFilter;
+        const filter = filterUpdateJson(s.filterRules, rules);
+        s.filterRules = rules;
         const ssh = this.mapper.sshJson(s.nodeId);
-        if (filter !== s.filter) { add(`"PacketFilter":${filter}`); s.filter = filter; }
+        if (filter !== null) add(`"PacketFilters":${filter}`);
         if (ssh !== s.ssh) { add(`"SSHPolicy":${ssh}`); s.ssh = ssh; }
       } else {
         // No visibility change: every node sees every node, or only content changed.

@@ -1,0 +1,115 @@
+/**
+ * Real-client interop for packet filters sent in chunks (MapResponse.PacketFilters, see core's filter-chunks.ts):
+ * a stock tailscaled holding tag:server is sent its filter cut into one chunk per source address, then only the
+ * chunks that change as members join and leave, then whole rules again when the policy changes their destinations
+ * and nulls when it drops them. What the client concatenated (`tailscale debug netmap`, PacketFilterRules) must
+ * admit exactly the members' addresses on exactly the policy's port at every step.
+ */
+import t from 'tap';
+import { setFilterChunking, DEFAULT_FILTER_CHUNKING } from '@headway/core';
+import { TestDevice } from '@headway/testkit';
+import { startTestServer } from '../src/server.js';
+import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
+import { expandIps } from '../src/addresses.js';
+
+interface FilterRule {
+  SrcIPs?: string[];
+  DstPorts?: Array<{ IP: string; Ports: { First: number; Last: number } }>;
+}
+
+const policy = (port: number | null): string => JSON.stringify({
+  tagOwners: { 'tag:server': ['alice@'], 'tag:other': ['alice@'] },
+  acls: port === null
+    ? [{ action: 'accept', src: ['tag:server'], dst: ['autogroup:member:22'] }]
+    : [{ action: 'accept', src: ['autogroup:member'], dst: [`tag:server:${port}`] }],
+});
+
+const rulesOf = (nm: NetworkMapJson | null): FilterRule[] => ((nm?.PacketFilterRules as FilterRule[] | null | undefined) ?? []);
+
+/** admitted is what a filter admits as "source-address port-range" pairs, whatever the ranges and chunks. */
+function admitted(rules: FilterRule[]): string[] {
+  const out = new Set<string>();
+  for (const r of rules) for (const src of expandIps(r.SrcIPs ?? [])) for (const d of r.DstPorts ?? []) out.add(`${src} ${d.Ports.First}-${d.Ports.Last}`);
+  return [...out].sort();
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+const installed = requireTailscale(t);
+for (const binaries of installed) {
+  t.test(binaries.version, async (t) => {
+    // One chunk per source address: every join and leave changes chunks of its own, and no rule stays whole.
+    const was = setFilterChunking({ wholeUpTo: 0, blockBits: 0 });
+    const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
+    const virtual: TestDevice[] = [];
+    let srv: TailscaleDevice | undefined;
+    t.teardown(async () => {
+      for (const d of virtual) await d.close().catch(() => undefined);
+      await srv?.stop().catch(() => undefined);
+      await s.stop();
+      setFilterChunking(was);
+    });
+    await s.policy.set(policy(22));
+    const alice = await s.state.createUser({ name: 'alice' });
+    const memberKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
+    const otherKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:other'] })).secret;
+    const serverKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:server'] })).secret;
+
+    srv = await TailscaleDevice.start({ name: `chunks${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
+    await srv.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'srv', timeoutMs: 60_000 });
+    // Members alternate with tagged devices, so that their addresses are not one range: each is a chunk of its own.
+    const join = async (n: number): Promise<void> => {
+      for (let i = 0; i < 2 * n; i++) {
+        const d = new TestDevice({ serverUrl: s.urls.http, hostname: `dev-${virtual.length}` });
+        await d.connect();
+        const r = await d.register({ authKey: i % 2 ? otherKey : memberKey });
+        if (r.Error) throw new Error(`register: ${r.Error}`);
+        await d.startMap({ stream: true });
+        virtual.push(d);
+      }
+    };
+    /** expected is every member device's addresses on `port`, as the server holds them. */
+    const expected = (port: number | null): string[] => port === null ? [] : s.state.listNodes()
+      .filter((n) => !n.tags.length)
+      .flatMap((n) => [n.ipv4, n.ipv6].filter((a): a is string => !!a).map((a) => `${a} ${port}-${port}`))
+      .sort();
+    const settle = async (port: number | null, what: string): Promise<FilterRule[]> => {
+      const want = expected(port);
+      const deadline = Date.now() + 20_000;
+      let rules: FilterRule[] = [];
+      for (;;) {
+        rules = rulesOf(await srv!.netmap().catch(() => null));
+        if (JSON.stringify(admitted(rules)) === JSON.stringify(want)) break;
+        if (Date.now() > deadline) break;
+        await sleep(100);
+      }
+      t.same(admitted(rules), want, `${what}: the client's filter admits exactly the members on ${port === null ? 'nothing' : `port ${port}`}`);
+      return rules;
+    };
+
+    await join(6);
+    const first = await settle(22, 'six members joined');
+    t.ok(first.length >= 12, `the filter arrived in chunks the client concatenated (${first.length} rules)`);
+    const matches = (await srv.netmap())?.PacketFilter as unknown[] | null | undefined;
+    t.ok((matches ?? []).length >= first.length, 'and parsed into as many matches');
+
+    // Two members (even positions: see join).
+    for (const d of [virtual[2]!, virtual[6]!]) {
+      virtual.splice(virtual.indexOf(d), 1);
+      const node = s.state.nodeByNodeKey(d.nodeKeyText)!;
+      await d.close();
+      await s.state.deleteNode(node.id);
+    }
+    await settle(22, 'two members deleted');
+    await join(3);
+    await settle(22, 'three more joined');
+
+    await s.policy.set(policy(443));
+    const moved = await settle(443, 'the policy moved the rule to port 443');
+    t.notOk(moved.some((r) => (r.DstPorts ?? []).some((d) => d.Ports.First === 22)), 'no chunk for port 22 is left behind');
+    await s.policy.set(policy(null));
+    await settle(null, 'the policy no longer lets members reach the server');
+  });
+}
+
+t.teardown(() => { setFilterChunking(DEFAULT_FILTER_CHUNKING); });

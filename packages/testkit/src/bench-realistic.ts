@@ -229,13 +229,22 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const workersBefore = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const perWorker = Math.max(1, Math.ceil(opts.concurrency / k));
     const joinStart = epochNow();
-    // Progress every 20 s from the server's node count, so a slow size shows how its join cost grows.
+    // Progress every 20 s from the server's node count, so a slow size shows how its join cost grows, with the CPU
+    // the server and the workers have used so far and how the server batched (a size that does not finish prints
+    // no table, and these say where its time went).
     let polling = false;
+    const cpuAtJoin = await server.request<number>({ op: 'cpu' });
     const progress = setInterval(() => {
       if (polling) return;
       polling = true;
-      server.request<{ nodes: number }>({ op: 'stats' }, 60_000).then(
-        (s) => log(`  [${n}] ${s.nodes}/${n} registered after ${((epochNow() - joinStart) / 1000).toFixed(0)} s`),
+      Promise.all([
+        server.request<{ nodes: number; batches?: number; contextsBuilt?: number }>({ op: 'stats' }, 60_000),
+        server.request<number>({ op: 'cpu' }, 60_000),
+        Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' }, 60_000))),
+      ]).then(
+        ([s, cpu, ws]) => log(`  [${n}] ${s.nodes}/${n} registered after ${((epochNow() - joinStart) / 1000).toFixed(0)} s ` +
+          `(server CPU ${((cpu - cpuAtJoin) / 1000).toFixed(1)} s, workers ${((ws.reduce((a, w) => a + w.cpuMs, 0) - workersBefore.reduce((a, w) => a + w.cpuMs, 0)) / 1000).toFixed(1)} s, ` +
+          `${s.batches ?? '?'} batches, ${s.contextsBuilt ?? '?'} policy contexts)`),
         () => undefined,
       ).finally(() => { polling = false; });
     }, 20_000);

@@ -3,7 +3,8 @@
 import t from 'tap';
 import type { FilterRule } from '@headway/policy';
 import { filterChunksJson, filterUpdateJson } from '../src/control/filter-chunks.js';
-import { applyFilterChunks, concatFilters, expandRules } from './fleet.js';
+import { applyPacketFilters, concatPacketFilters, type FilterRule as HeldRule } from '@headway/testkit';
+import { expandRules } from './fleet.js';
 
 type Chunks = Record<string, FilterRule[] | null>;
 
@@ -25,13 +26,13 @@ const ssh = (port: number) => [{ IP: '100.64.9.1', Ports: { First: port, Last: p
 
 /** Client holds what a client makes of the chunks it was sent. */
 class Client {
-  held = new Map<string, unknown[]>();
+  held = new Map<string, HeldRule[]>();
   apply(json: string | null): Chunks {
     const chunks = json === null ? {} : JSON.parse(json) as Chunks;
-    this.held = applyFilterChunks(this.held, chunks);
+    applyPacketFilters(this.held, { PacketFilters: chunks as Record<string, HeldRule[] | null> });
     return chunks;
   }
-  get rules(): unknown[] { return concatFilters(this.held); }
+  get rules(): unknown[] { return concatPacketFilters(this.held); }
 }
 
 t.test('a first map and each update leave the client with the compiled filter, regrouped', async (t) => {

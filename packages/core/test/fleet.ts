@@ -5,6 +5,7 @@ import {
 } from '../src/index.js';
 import { parsePolicy, type Policy } from '@headway/policy';
 import { MapSession, SessionHub } from '../src/control/sessions.js';
+import { applyPacketFilters, concatPacketFilters, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
 type Json = Record<string, unknown>;
@@ -14,9 +15,9 @@ export class ClientModel {
   self: Json | undefined;
   peers = new Map<number, Json>();
   /** filter is every named filter list concatenated in name order, as tailscaled evaluates them. */
-  filter: unknown[] = [];
+  filter: FilterRule[] = [];
   /** filters are the named lists (PacketFilter is the one named "base"). */
-  filters = new Map<string, unknown[]>();
+  filters = new Map<string, FilterRule[]>();
   ssh: unknown;
   profiles = new Map<number, Json>();
   messages = 0;
@@ -57,30 +58,10 @@ export class ClientModel {
       if (pc.Key !== undefined) next.Key = pc.Key;
       this.peers.set(pc.NodeID as number, next);
     }
-    if (m.PacketFilter != null || m.PacketFilters != null) {
-      if (m.PacketFilter != null) this.filters.set('base', m.PacketFilter as unknown[]);
-      this.filters = applyFilterChunks(this.filters, m.PacketFilters as Record<string, unknown[] | null> | null | undefined);
-      this.filter = concatFilters(this.filters);
-    }
+    if (applyPacketFilters(this.filters, m as Pick<MapResponse, 'PacketFilter' | 'PacketFilters'>)) this.filter = concatPacketFilters(this.filters);
     if (m.SSHPolicy !== undefined) this.ssh = m.SSHPolicy;
     for (const u of (m.UserProfiles as Json[] | undefined) ?? []) this.profiles.set(u.ID as number, u);
   }
-}
-
-/** applyFilterChunks applies MapResponse.PacketFilters as tailscaled's map session does ("*": null drops every name first). */
-export function applyFilterChunks(held: Map<string, unknown[]>, chunks: Record<string, unknown[] | null> | null | undefined): Map<string, unknown[]> {
-  if (chunks == null) return held;
-  const out = '*' in chunks && chunks['*'] == null ? new Map<string, unknown[]>() : new Map(held);
-  for (const [name, rules] of Object.entries(chunks)) {
-    if (name === '*') continue;
-    if (rules != null) out.set(name, rules); else out.delete(name);
-  }
-  return out;
-}
-
-/** concatFilters is the named lists concatenated in name order (Go sorts the names bytewise; these are ASCII). */
-export function concatFilters(held: Map<string, unknown[]>): unknown[] {
-  return [...held.keys()].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).flatMap((k) => held.get(k)!);
 }
 
 /**

@@ -4,7 +4,8 @@
 // full map a from-scratch Mapper and NetworkView would build for it right now.
 import t, { type Test } from 'tap';
 import { Mapper, NetworkView, silentLogger } from '../src/index.js';
-import { applyFilterChunks, ClientModel, compiled, concatFilters, essentials, Fleet, POLICIES } from './fleet.js';
+import { applyPacketFilters, concatPacketFilters, type FilterRule } from '@headway/testkit';
+import { ClientModel, compiled, essentials, Fleet, POLICIES } from './fleet.js';
 import { Rng, seedsFromEnv } from './harness.js';
 import { DEFAULT_FILTER_CHUNKING, setFilterChunking } from '../src/control/filter-chunks.js';
 
@@ -30,7 +31,9 @@ function compare(client: ClientModel, ref: Json): string[] {
       out.push(`peer ${id}: ${canon(essentials(mine))}\n   expected ${canon(essentials(p))}`);
     }
   }
-  const refFilter = concatFilters(applyFilterChunks(new Map(), ref.PacketFilters as Record<string, unknown[] | null>));
+  const held = new Map<string, FilterRule[]>();
+  applyPacketFilters(held, { PacketFilters: ref.PacketFilters as Record<string, FilterRule[] | null> });
+  const refFilter = concatPacketFilters(held);
   if (canon(client.filter) !== canon(refFilter)) out.push(`PacketFilter ${canon(client.filter)}, expected ${canon(refFilter)}`);
   if (canon(client.ssh) !== canon(ref.SSHPolicy)) out.push(`SSHPolicy ${canon(client.ssh)}, expected ${canon(ref.SSHPolicy)}`);
   if (canon(pickSelf(client.self ?? {})) !== canon(pickSelf(ref.Node as Json))) {

@@ -6,7 +6,7 @@
  * admit exactly the members' addresses on exactly the policy's port at every step.
  */
 import t from 'tap';
-import { setFilterChunking, DEFAULT_FILTER_CHUNKING } from '@headway/core';
+import { setFilterChunking } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
@@ -111,5 +111,3 @@ for (const binaries of installed) {
     await settle(null, 'the policy no longer lets members reach the server');
   });
 }
-
-t.teardown(() => { setFilterChunking(DEFAULT_FILTER_CHUNKING); });

@@ -44,6 +44,30 @@ export function isKeepAlive(msg: MapResponse): boolean {
 }
 
 /**
+ * applyPacketFilters applies a message's packet filter to the named lists the client holds, as tailscaled's map
+ * session does: PacketFilter replaces the list named "base"; in PacketFilters a null value drops its name, and
+ * `"*": null` drops every name first. True when the message carried a filter.
+ */
+export function applyPacketFilters(named: Map<string, FilterRule[]>, msg: Pick<MapResponse, 'PacketFilter' | 'PacketFilters'>): boolean {
+  if (msg.PacketFilter != null) named.set('base', msg.PacketFilter);
+  const chunks = msg.PacketFilters;
+  if (chunks != null) {
+    if ('*' in chunks && chunks['*'] == null) named.clear();
+    for (const [name, rules] of Object.entries(chunks)) {
+      if (name === '*') continue;
+      if (rules != null) named.set(name, rules);
+      else named.delete(name);
+    }
+  }
+  return msg.PacketFilter != null || chunks != null;
+}
+
+/** concatPacketFilters is the named lists concatenated in name order, the filter the client evaluates. */
+export function concatPacketFilters(named: Map<string, FilterRule[]>): FilterRule[] {
+  return [...named.keys()].sort().flatMap((name) => named.get(name)!);
+}
+
+/**
  * applyMapResponse folds one MapResponse into the netmap with the delta rules of tailscale's
  * control/controlclient/map.go: a non-empty Peers replaces all peers and pre-empts every other peer delta;
  * otherwise PeersRemoved, PeersChanged (whole nodes, no merging), PeerSeenChange, OnlineChange and
@@ -74,23 +98,7 @@ export function applyMapResponse(nm: NetMap, msg: MapResponse, now: Date = new D
     nm.derpMap = next;
   }
 
-  let filterChanged = false;
-  if (msg.PacketFilter != null) {
-    filterChanged = true;
-    nm.packetFilters.set('base', msg.PacketFilter);
-  }
-  if (msg.PacketFilters != null) {
-    filterChanged = true;
-    if ('*' in msg.PacketFilters && msg.PacketFilters['*'] == null) nm.packetFilters.clear();
-    for (const [name, rules] of Object.entries(msg.PacketFilters)) {
-      if (name === '*') continue;
-      if (rules != null) nm.packetFilters.set(name, rules);
-      else nm.packetFilters.delete(name);
-    }
-  }
-  if (filterChanged) {
-    nm.packetFilter = [...nm.packetFilters.keys()].sort().flatMap((name) => nm.packetFilters.get(name) ?? []);
-  }
+  if (applyPacketFilters(nm.packetFilters, msg)) nm.packetFilter = concatPacketFilters(nm.packetFilters);
 
   if (msg.DNSConfig != null) nm.dnsConfig = msg.DNSConfig;
   if (msg.SSHPolicy != null) nm.sshPolicy = msg.SSHPolicy;

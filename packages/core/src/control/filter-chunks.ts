@@ -28,22 +28,30 @@ export const DEFAULT_FILTER_CHUNKING: Readonly<FilterChunking> = { wholeUpTo: 16
 let wholeUpTo = DEFAULT_FILTER_CHUNKING.wholeUpTo;
 let blockBits = BigInt(DEFAULT_FILTER_CHUNKING.blockBits);
 
-/** setFilterChunking changes how rules are cut and returns the previous setting. */
-export function setFilterChunking(next: FilterChunking): FilterChunking {
-  const was = { wholeUpTo, blockBits: Number(blockBits) };
-  wholeUpTo = next.wholeUpTo;
-  blockBits = BigInt(next.blockBits);
-  return was;
-}
-
-/** cutting names the current setting, so that cached cuts made under another one are not reused. */
-const cutting = (): string => `${wholeUpTo}/${blockBits}`;
-
 /** Block is the JSON of a rule's source entries within one block (key '' for a rule kept whole). */
 interface Block { key: string; text: string }
 
 /** blockCache: each compiled SrcIPs list is shared by every node whose filter holds the rule, so it is cut once. */
-const blockCache = new WeakMap<readonly string[], { cut: string; blocks: Block[] }>();
+let blockCache = new WeakMap<readonly string[], Block[]>();
+
+/** BlockChange: a block set to new text, or dropped (block null). */
+interface BlockChange { key: string; block: Block | null }
+
+/**
+ * listDiffs keeps, per old SrcIPs list, its difference from the list that replaced it: every node holding the rule
+ * moves from the same old list to the same new one in a flush, so the blocks are compared once, not per session.
+ */
+let listDiffs = new WeakMap<readonly string[], { next: readonly string[]; changes: BlockChange[] }>();
+
+/** setFilterChunking changes how rules are cut and returns the previous setting; cuts made under the old one are dropped. */
+export function setFilterChunking(next: FilterChunking): FilterChunking {
+  const was = { wholeUpTo, blockBits: Number(blockBits) };
+  wholeUpTo = next.wholeUpTo;
+  blockBits = BigInt(next.blockBits);
+  blockCache = new WeakMap();
+  listDiffs = new WeakMap();
+  return was;
+}
 
 function blockKey(entry: string): string {
   if (entry === '*') return '*';
@@ -58,7 +66,7 @@ function blockKey(entry: string): string {
 /** blocksOf cuts a SrcIPs list by block, sorted by key. */
 function blocksOf(list: readonly string[]): Block[] {
   const known = blockCache.get(list);
-  if (known && known.cut === cutting()) return known.blocks;
+  if (known) return known;
   let blocks: Block[];
   if (list.length <= wholeUpTo) {
     blocks = list.length ? [{ key: '', text: JSON.stringify(list) }] : [];
@@ -71,7 +79,7 @@ function blocksOf(list: readonly string[]): Block[] {
     }
     blocks = [...byKey.keys()].sort().map((key) => ({ key, text: JSON.stringify(byKey.get(key)) }));
   }
-  blockCache.set(list, { cut: cutting(), blocks });
+  blockCache.set(list, blocks);
   return blocks;
 }
 
@@ -91,6 +99,9 @@ function headOf(rule: FilterRule): string {
 
 const nameOf = (rule: number, key: string): string => `${String(rule).padStart(4, '0')}${key ? `.${key}` : ''}`;
 
+/** dropJson removes a chunk the client holds. */
+const dropJson = (rule: number, key: string): string => `"${nameOf(rule, key)}":null`;
+
 function chunkJson(rule: number, block: Block, head: string): string {
   return `"${nameOf(rule, block.key)}":[{"SrcIPs":${block.text}${head ? `,${head}` : ''}}]`;
 }
@@ -105,18 +116,9 @@ export function filterChunksJson(rules: readonly FilterRule[]): string {
   return `{${out.join(',')}}`;
 }
 
-/** BlockChange: a block set to new text, or dropped (text null). */
-interface BlockChange { key: string; block: Block | null }
-
-/**
- * listDiffs keeps, per old SrcIPs list, its difference from the list that replaced it: every node holding the rule
- * moves from the same old list to the same new one in a flush, so the blocks are compared once, not per session.
- */
-const listDiffs = new WeakMap<readonly string[], { next: readonly string[]; cut: string; changes: BlockChange[] }>();
-
 function listDiff(prev: readonly string[], next: readonly string[]): BlockChange[] {
   const known = listDiffs.get(prev);
-  if (known && known.next === next && known.cut === cutting()) return known.changes;
+  if (known && known.next === next) return known.changes;
   const a = blocksOf(prev), b = blocksOf(next);
   const changes: BlockChange[] = [];
   let i = 0, j = 0;
@@ -127,7 +129,7 @@ function listDiff(prev: readonly string[], next: readonly string[]): BlockChange
     if (a[i]!.text !== b[j]!.text) changes.push({ key: kb, block: b[j]! });
     i++; j++;
   }
-  listDiffs.set(prev, { next, cut: cutting(), changes });
+  listDiffs.set(prev, { next, changes });
   return changes;
 }
 
@@ -139,7 +141,7 @@ function listDiff(prev: readonly string[], next: readonly string[]): BlockChange
 export function filterUpdateJson(prev: readonly FilterRule[], next: readonly FilterRule[]): string | null {
   if (prev === next) return null;
   const out: string[] = [];
-  const drop = (i: number, blocks: readonly Block[]): void => { for (const b of blocks) out.push(`"${nameOf(i, b.key)}":null`); };
+  const drop = (i: number, blocks: readonly Block[]): void => { for (const b of blocks) out.push(dropJson(i, b.key)); };
   const n = Math.max(prev.length, next.length);
   for (let i = 0; i < n; i++) {
     const o = prev[i], r = next[i];
@@ -148,7 +150,7 @@ export function filterUpdateJson(prev: readonly FilterRule[], next: readonly Fil
     const head = headOf(r);
     if (o && headOf(o) === head) {
       if (o.SrcIPs === r.SrcIPs) continue;
-      for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunkJson(i, c.block, head) : `"${nameOf(i, c.key)}":null`);
+      for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunkJson(i, c.block, head) : dropJson(i, c.key));
       continue;
     }
     // New destinations (or a new rule): every chunk of the rule again, and the old ones this one does not replace.

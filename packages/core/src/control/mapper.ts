@@ -4,7 +4,6 @@ import type { State } from '../state/state.js';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
-import type { FilterRule } from '@headway/policy';
 import { filterChunksJson } from './filter-chunks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
@@ -217,7 +216,7 @@ export class Mapper {
   }
 
   /** filterJson is a node's whole packet filter as one list (sessions are sent it in chunks, see filter-chunks.ts). */
-  filterJson(id: number): string { return filterRulesJson(this.view.forNode(id).packetFilter); }
+  filterJson(id: number): string { return JSON.stringify(this.view.forNode(id).packetFilter); }
   sshJson(id: number): string { return JSON.stringify(this.view.forNode(id).sshPolicy ?? { rules: [] }); }
 
   /** fullMap is the complete first message of a session (the client requires Node and DERPMap), as text. */
@@ -252,33 +251,4 @@ export class Mapper {
     chunks.push(Buffer.from(`],"ControlTime":${JSON.stringify(new Date().toISOString())}}`));
     return Buffer.concat(chunks);
   }
-}
-
-/**
- * srcListJson caches the JSON of each SrcIPs list by identity. The compiler gives every node whose filter holds a
- * rule that rule's one SrcIPs array (up to one address per source device), so serializing it per node made the
- * filters of a flush cost O(sessions × sources) in JSON.stringify; now each list is serialized once per view.
- */
-const srcListJson = new WeakMap<readonly string[], string>();
-
-/** filterRulesJson is JSON.stringify(rules), with each shared SrcIPs list serialized once (see srcListJson). */
-export function filterRulesJson(rules: readonly FilterRule[]): string {
-  const out: string[] = [];
-  for (const r of rules) {
-    const fields: string[] = [];
-    for (const [k, v] of Object.entries(r)) {
-      if (v === undefined) continue;
-      let json: string;
-      if (k === 'SrcIPs' && Array.isArray(v)) {
-        const list = v as readonly string[];
-        const known = srcListJson.get(list);
-        if (known === undefined) { json = JSON.stringify(list); srcListJson.set(list, json); } else json = known;
-      } else {
-        json = JSON.stringify(v);
-      }
-      fields.push(`${JSON.stringify(k)}:${json}`);
-    }
-    out.push(`{${fields.join(',')}}`);
-  }
-  return `[${out.join(',')}]`;
 }

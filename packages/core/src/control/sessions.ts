@@ -719,7 +719,8 @@ export class SessionHub {
       let upsert: Node[];
       if (structural) {
         // Visibility may have changed: compare what the session has with what it should see.
-        const next = PeerSet.ofList(this.mapper.view.forNode(s.nodeId).peers);
+        const view = this.mapper.view.forNode(s.nodeId);
+        const next = PeerSet.ofList(view.peers);
         const changed: Node[] = [];
         gone = s.peers.diff(next, (id, added) => {
           if (!added && !newer(fullSeq.get(id))) return;
@@ -728,9 +729,8 @@ export class SessionHub {
         });
         upsert = changed; // ascending ids, as diff walks them
         s.peers = next;
-        const rules = this.mapper.view.forNode(s.nodeId).packetFilter;
-        const filter = filterUpdateJson(s.filterRules, rules);
-        s.filterRules = rules;
+        const filter = filterUpdateJson(s.filterRules, view.packetFilter);
+        s.filterRules = view.packetFilter;
         const ssh = this.mapper.sshJson(s.nodeId);
         if (filter !== null) add(`"PacketFilters":${filter}`);
         if (ssh !== s.ssh) { add(`"SSHPolicy":${ssh}`); s.ssh = ssh; }

@@ -142,9 +142,14 @@ interface PreRule {
   entrySets: IPSet[];
   capSets: IPSet[][];
   capUnions: IPSet[];
+  /** sig names the pieces merged into this rule (positions and rule objects): equal sigs, equal PreRules (see extend). */
+  sig: string;
   /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses. */
   hits?: Map<number, number[]>;
   peerSets?: { S: NodeList; D: NodeList };
+  /** hitsSeen and peerSetsSeen: how many nodes (the first of the tailnet) hits and peerSets reflect (see extend). */
+  hitsSeen: number;
+  peerSetsSeen: number;
 }
 
 /**
@@ -165,7 +170,7 @@ class NodeList {
   get size(): number { return this.idx.length; }
   orInto(out: Uint32Array): void {
     if (this.idx.length > out.length) {
-      if (!this.bits) {
+      if (this.bits?.length !== out.length) {
         this.bits = new Uint32Array(out.length);
         for (const x of this.idx) this.bits[x >>> 5]! |= 1 << (x & 31);
       }
@@ -177,6 +182,21 @@ class NodeList {
 }
 
 const EMPTY_LIST = new NodeList(new Int32Array(0));
+/** NO_GRANT stands for a grant that compiles to nothing, so grant indices (and rule positions) never shift. */
+const NO_GRANT: CompiledGrant = { rules: [], self: null, via: null };
+
+/** grantsOf is the policy's grants followed by its acls as grants (an acl's autogroup:self destinations last). */
+function grantsOf(pol: Policy): Grant[] {
+  const grants: Grant[] = [...(pol.grants ?? [])];
+  for (const acl of pol.acls ?? []) {
+    const isSelf = (a: Alias) => a.kind === 'autogroup' && a.name === 'autogroup:self';
+    const ordered = [...acl.dst.filter((d) => !isSelf(d.alias)), ...acl.dst.filter((d) => isSelf(d.alias))];
+    for (const d of ordered) {
+      grants.push({ src: acl.src, dst: [d.alias], ip: [{ protos: acl.proto, ports: d.ports }], app: null, via: [] });
+    }
+  }
+  return grants;
+}
 const V4_ALL = parseRangeText('0.0.0.0/0')!;
 const V6_ALL = parseRangeText('::/0')!;
 
@@ -202,8 +222,34 @@ function exitCover(dsts: IPSet): boolean {
   return dsts.containsRange(V4_ALL) || dsts.containsRange(V6_ALL) || INTERNET.subsetOf(dsts);
 }
 
+const RULE_KEYS = new WeakMap<FilterRule, string>();
 function ruleKey(r: FilterRule): string {
-  return `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
+  let k = RULE_KEYS.get(r);
+  if (k === undefined) {
+    k = `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
+    RULE_KEYS.set(r, k);
+  }
+  return k;
+}
+
+/** RULE_IDS numbers rule objects, so a merged rule is named by the very pieces it was merged from (PreRule.sig). */
+const RULE_IDS = new WeakMap<FilterRule, number>();
+let nextRuleId = 0;
+function ruleId(r: FilterRule): number {
+  let id = RULE_IDS.get(r);
+  if (id === undefined) { id = nextRuleId++; RULE_IDS.set(r, id); }
+  return id;
+}
+
+/**
+ * SRC_SETS holds, for a SrcIPs list rendered from a known set (IPSet.strings of a resolved source), that set:
+ * merging then takes it instead of parsing the list back (thousands of addresses for autogroup:member).
+ */
+const SRC_SETS = new WeakMap<string[], IPSet>();
+function srcList(set: IPSet): string[] {
+  const out = set.strings();
+  SRC_SETS.set(out, set);
+  return out;
 }
 
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
@@ -247,31 +293,32 @@ export class TailnetContext {
   private readonly routers: NodeInfo[] = [];
   private readonly exitNodes: NodeInfo[] = [];
   private readonly resolved = new Map<string, IPSet | null>();
-  private readonly resolvedAll = new WeakMap<Alias[], IPSet>();
-  private readonly addrHits = new WeakMap<IPSet, Int32Array>();
+  /** resolvedAliases: the alias behind each key of `resolved` (extend grows the sets of those the new nodes join). */
+  private readonly resolvedAliases = new Map<string, Alias>();
+  private resolvedAll = new WeakMap<Alias[], IPSet>();
+  private addrHits = new WeakMap<IPSet, Int32Array>();
   private subnetRouteStrings?: string[];
-  private readonly nodeScopes: (Scope | null | undefined)[];
+  private nodeScopes: (Scope | null | undefined)[];
+  /** selfPieces: each user's autogroup:self rules, kept across extensions for users that gained no node. */
+  private readonly selfPieces = new Map<string, Piece[]>();
+  /** grantSpecs are the policy's grants (acls as grants); grantMemo each one compiled, with the alias sets it used. */
+  private grantSpecs?: Grant[];
+  private readonly grantMemo: { deps: (IPSet | null)[]; out: CompiledGrant }[] = [];
+  /** reusable are the merged rules of the context before an extension, by PreRule.sig, until scopes are rebuilt. */
+  private reusable?: Map<string, PreRule>;
   private readonly userScopes = new Map<string, Scope | null>();
   private readonly sshPre = new Map<number, SshPre>();
   private peerIndex?: { classOf: string[]; contrib: Map<string, NodeList>; classes: Map<string, { members: Int32Array; ids: string[] }> };
 
+  /** snapshot is the tailnet the context answers for (extend replaces it with a larger one). */
+  get snapshot(): Snapshot { return this.tailnet; }
+  private tailnet: Snapshot;
+
   /** applyAutoApprovers=false takes approvedRoutes as final (e.g. a capture of a control
    * plane that already applied autoApprovers when the routes were advertised). */
-  constructor(readonly policy: Policy | null, readonly snapshot: Snapshot, readonly applyAutoApprovers = true) {
-    this.infos = snapshot.nodes.map((n, idx) => {
-      const texts = [n.ipv4, n.ipv6].filter((x): x is string => !!x);
-      const addrs = texts.map((s) => {
-        const a = parseAddr(s);
-        if (!a) throw new Error(`node ${n.name}: invalid address ${JSON.stringify(s)}`);
-        return a;
-      });
-      // The same set IPSet.of(...texts) gives, without parsing the addresses a second time.
-      const ips = new IPSet(addrs.map((a) => ({ v6: a.v6, start: a.n, end: a.n })));
-      return {
-        idx, node: n, addrs, addrPrefixes: [], ips, tagged: n.tags.length > 0,
-        approved: [], subnetRoutes: [], subnetSet: new IPSet(), exitRoutes: [],
-      };
-    });
+  constructor(readonly policy: Policy | null, snapshot: Snapshot, readonly applyAutoApprovers = true) {
+    this.tailnet = snapshot;
+    this.infos = snapshot.nodes.map((n, idx) => nodeInfo(n, idx));
     this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
     for (const i of this.infos) this.byId.set(i.node.id, i);
     for (const u of snapshot.users) {
@@ -304,6 +351,78 @@ export class TailnetContext {
       ? { ...policy, grants: [{ src: [{ kind: 'wildcard' as const }], dst: [{ kind: 'wildcard' as const }], ip: [{ protos: null, ports: [{ First: 0, Last: 65535 }] }], app: null, via: [] }] }
       : policy;
     this.effective = effective;
+  }
+
+  /**
+   * extend brings the context up to `snapshot` when all that changed is nodes joining: the same users (the same
+   * array), every node the context knows still in its place and unchanged in what the policy reads (owner, tags,
+   * addresses, routes), and the new nodes after them, advertising no routes. It returns false, changing nothing,
+   * for any other snapshot; build a new context then.
+   *
+   * A join burst used to rebuild the context for every round of first maps and every batch: O(tailnet + rules)
+   * each, and the rules' source lists (autogroup:member lists every member) rendered and parsed again whole.
+   * Extended, the context adds the nodes to its indexes, grows the alias sets they fall in (alias sets only gain
+   * members when nodes join, so a set the new nodes add nothing to keeps its identity), compiles again only the
+   * grants naming a set that grew, and keeps every merged rule made of the same pieces as before, catching up
+   * what it knows of the nodes (hitsOf, peerSetsOf) over the new ones alone. Scopes, the peer index and the
+   * node-derived caches are rebuilt lazily, from those rules. The property tests compare the result with a
+   * context built from scratch.
+   */
+  extend(snapshot: Snapshot): boolean {
+    const before = this.infos.length;
+    if (snapshot.users !== this.tailnet.users || snapshot.nodes.length < before) return false;
+    for (let k = 0; k < before; k++) if (!samePlace(this.infos[k]!.node, snapshot.nodes[k]!)) return false;
+    const added = snapshot.nodes.slice(before);
+    if (added.some((n) => n.availableRoutes.length > 0 || this.byId.has(n.id))) return false;
+    if (new Set(added.map((n) => n.id)).size !== added.length) return false;
+    let fresh: NodeInfo[];
+    try {
+      fresh = added.map((n, k) => nodeInfo(n, before + k));
+    } catch {
+      return false;
+    }
+    this.tailnet = snapshot;
+    if (!fresh.length) return true;
+    // The new nodes alone resolve each alias to what they add to it.
+    const alone = new TailnetContext(this.policy, { users: snapshot.users, nodes: added }, this.applyAutoApprovers);
+    for (const [key, set] of this.resolved) {
+      const more = set && alone.resolve(this.resolvedAliases.get(key)!);
+      if (set && more && !more.isEmpty() && !more.subsetOf(set)) this.resolved.set(key, set.union(more));
+    }
+    for (const i of fresh) {
+      this.infos.push(i);
+      this.byId.set(i.node.id, i);
+      if (!i.tagged && i.node.userId !== undefined) {
+        push(this.nodesByUser, i.node.userId, i);
+        this.selfPieces.delete(i.node.userId);
+      }
+      for (const t of new Set(i.node.tags)) push(this.nodesByTag, t, i);
+      for (const a of i.addrs) {
+        const keys = a.v6 ? this.v6Keys : this.v4Keys;
+        const at = lowerBound(keys, a.n);
+        keys.splice(at, 0, a.n);
+        (a.v6 ? this.v6Idx : this.v4Idx).splice(at, 0, i.idx);
+      }
+      // No routes advertised: only admin approvals, and no router or exit node among the new nodes.
+      i.approved = this.effectiveApproved(i);
+    }
+    // Merged rules are kept by their pieces; everything else that depends on the nodes is rebuilt on use.
+    if (this.compiledGrants) {
+      const reusable = new Map<string, PreRule>();
+      const keep = (list: PreRule[]) => { for (const p of list) reusable.set(p.sig, p); };
+      keep(this.compiledGrants.globalList);
+      for (const sc of this.userScopes.values()) if (sc) keep(sc.extras);
+      this.reusable = reusable;
+      this.compiledGrants = undefined;
+    }
+    this.userScopes.clear();
+    this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
+    this.resolvedAll = new WeakMap();
+    this.addrHits = new WeakMap();
+    this.sshPre.clear();
+    this.inboundCache.clear();
+    this.peerIndex = undefined;
+    return true;
   }
 
   /**
@@ -353,6 +472,7 @@ export class TailnetContext {
         if (v === undefined) {
           v = this.resolveUncached(a);
           this.resolved.set(key, v);
+          this.resolvedAliases.set(key, a);
         }
         return v;
       }
@@ -476,8 +596,9 @@ export class TailnetContext {
   private srcStrings(srcAliases: Alias[], resolved: IPSet): string[] {
     if (srcAliases.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:danger-all')) return ['*'];
     if (resolved.isEmpty()) return [];
+    if (!srcAliases.some((a) => a.kind === 'wildcard')) return srcList(resolved);
     const out = resolved.strings();
-    if (srcAliases.some((a) => a.kind === 'wildcard')) {
+    {
       // "*" also covers every approved subnet route, listed route by route.
       const seen = new Set(out);
       const add = (s: string) => { if (!seen.has(s)) { seen.add(s); out.push(s); } };
@@ -490,16 +611,21 @@ export class TailnetContext {
     return out;
   }
 
+  /**
+   * compileGrants compiles each grant (acls as grants) in order. A grant compiled before in this context (before an
+   * extension) whose aliases resolve to the very same sets is not compiled again: its rules are the same objects,
+   * so merging keeps the rules made from them (see mergePieces) and what they know of the nodes.
+   */
   private compileGrants(pol: Policy): CompiledGrant[] {
-    const grants: Grant[] = [...(pol.grants ?? [])];
-    for (const acl of pol.acls ?? []) {
-      const isSelf = (a: Alias) => a.kind === 'autogroup' && a.name === 'autogroup:self';
-      const ordered = [...acl.dst.filter((d) => !isSelf(d.alias)), ...acl.dst.filter((d) => isSelf(d.alias))];
-      for (const d of ordered) {
-        grants.push({ src: acl.src, dst: [d.alias], ip: [{ protos: acl.proto, ports: d.ports }], app: null, via: [] });
-      }
-    }
-    return grants.map((g) => this.compileGrant(g)).filter((g): g is CompiledGrant => g !== null);
+    this.grantSpecs ??= grantsOf(pol);
+    return this.grantSpecs.map((g, k) => {
+      const deps = [...g.src, ...g.dst].map((a) => this.resolve(a));
+      const memo = this.grantMemo[k];
+      if (memo && memo.deps.length === deps.length && memo.deps.every((d, j) => d === deps[j])) return memo.out;
+      const out = this.compileGrant(g) ?? NO_GRANT;
+      this.grantMemo[k] = { deps, out };
+      return out;
+    });
   }
 
   private compileGrant(g: Grant): CompiledGrant | null {
@@ -571,15 +697,19 @@ export class TailnetContext {
       }
     }
     return groups.map((g) => {
+      const sig = g.pieces.map((p) => `${p.pos}:${ruleId(p.rule)}`).join(',');
+      // The same pieces merge into the same rule: an extended context keeps it, and what it knows of the nodes.
+      const kept = this.reusable?.get(sig);
+      if (kept) return kept;
       const rule = g.key === null ? g.first.rule : { ...g.first.rule, DstPorts: g.dstPorts };
       const entrySets = (rule.DstPorts ?? []).map((d) => this.parse(d.IP));
       const capSets = (rule.CapGrant ?? []).map((c) => c.Dsts.map((d) => this.parse(d)));
       const capUnions = capSets.map((sets) => new IPSet(sets.flatMap((s) => s.ranges)));
       return {
-        rule, key: g.key, firstPos: g.first.pos, pieces: g.pieces,
-        srcs: this.parseAll(rule.SrcIPs),
+        rule, key: g.key, firstPos: g.first.pos, pieces: g.pieces, sig,
+        srcs: SRC_SETS.get(rule.SrcIPs) ?? this.parseAll(rule.SrcIPs),
         dsts: new IPSet([...entrySets, ...capUnions].flatMap((s) => s.ranges)),
-        entrySets, capSets, capUnions,
+        entrySets, capSets, capUnions, hitsSeen: 0, peerSetsSeen: 0,
       };
     });
   }
@@ -597,10 +727,16 @@ export class TailnetContext {
         const uid = i.node.userId;
         s = this.userScopes.get(uid);
         if (s === undefined) {
-          const pieces: Piece[] = [];
-          this.grants.forEach((g, gi) => {
-            if (g.self) this.selfRules(g.self, i).forEach((rule, k) => pieces.push({ pos: piecePos(gi, 1, k), rule }));
-          });
+          // A user's autogroup:self rules change only with the user's own nodes (alias sets grow by new nodes'
+          // addresses only, never by this user's), so an extension keeps them for users that gained no node.
+          let pieces = this.selfPieces.get(uid);
+          if (!pieces) {
+            const own: Piece[] = [];
+            this.grants.forEach((g, gi) => {
+              if (g.self) this.selfRules(g.self, i).forEach((rule, k) => own.push({ pos: piecePos(gi, 1, k), rule }));
+            });
+            this.selfPieces.set(uid, pieces = own);
+          }
           s = pieces.length ? this.makeScope(pieces, (this.nodesByUser.get(uid) ?? []).map((n) => n.idx)) : null;
           this.userScopes.set(uid, s);
         }
@@ -656,11 +792,11 @@ export class TailnetContext {
     for (const pp of s.ip) {
       const dstPorts: NetPortRange[] = [];
       for (const n of same) for (const p of pp.ports) for (const ip of n.ips.strings()) dstPorts.push({ IP: ip, Ports: p });
-      if (dstPorts.length > 0) rules.push(withProto({ SrcIPs: src.strings(), DstPorts: dstPorts }, pp.protos));
+      if (dstPorts.length > 0) rules.push(withProto({ SrcIPs: srcList(src), DstPorts: dstPorts }, pp.protos));
     }
     if (s.app) {
       const caps = same.map((n) => ({ Dsts: prefixesWithBits(n.ips), CapMap: s.app! }));
-      rules.push({ SrcIPs: src.strings(), CapGrant: caps });
+      rules.push({ SrcIPs: srcList(src), CapGrant: caps });
       rules.push(...companionRules(same.flatMap((n) => n.ips.strings()), prefixesWithBits(src), s.app));
     }
     return rules;
@@ -689,7 +825,17 @@ export class TailnetContext {
         }
       });
       p.hits = hits;
+    } else {
+      // A rule kept by extend: index the nodes that joined since (each new node's entries, in order).
+      for (let x = p.hitsSeen; x < this.infos.length; x++) {
+        const i = this.infos[x]!;
+        if (!i.addrs.some((a) => p.dsts.containsAddr(a))) continue;
+        const es: number[] = [];
+        p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
+        if (es.length) p.hits.set(x, es);
+      }
     }
+    p.hitsSeen = this.infos.length;
     return p.hits;
   }
 
@@ -758,7 +904,22 @@ export class TailnetContext {
   }
 
   private peerSetsOf(p: PreRule): { S: NodeList; D: NodeList } {
-    p.peerSets ??= { S: new NodeList(this.srcNodes(p.srcs)), D: new NodeList(this.dstNodes(p.dsts)) };
+    const n = this.infos.length;
+    if (!p.peerSets) p.peerSets = { S: new NodeList(this.srcNodes(p.srcs)), D: new NodeList(this.dstNodes(p.dsts)) };
+    else if (p.peerSetsSeen < n) {
+      // A rule kept by extend: the nodes that joined since come after every node it holds (and route nothing).
+      const more = (set: IPSet, list: NodeList): NodeList => {
+        const extra: number[] = [];
+        for (let x = p.peerSetsSeen; x < n; x++) if (this.infos[x]!.addrs.some((a) => set.containsAddr(a))) extra.push(x);
+        if (!extra.length) return list;
+        const idx = new Int32Array(list.size + extra.length);
+        idx.set(list.idx);
+        idx.set(extra, list.size);
+        return new NodeList(idx);
+      };
+      p.peerSets = { S: more(p.srcs, p.peerSets.S), D: more(p.dsts, p.peerSets.D) };
+    }
+    p.peerSetsSeen = n;
     return p.peerSets;
   }
 
@@ -818,6 +979,8 @@ export class TailnetContext {
       });
       si++;
     }
+    // Every scope is built by now: the rules kept over from before an extension are no longer needed.
+    this.reusable = undefined;
     return { classOf: parts.map((p) => p.join(' ')), contrib, classes: new Map() };
   }
 
@@ -1010,6 +1173,29 @@ export class TailnetContext {
     }
     return out;
   }
+}
+
+/** nodeInfo is a snapshot node with its addresses parsed; routes are filled in by the context. */
+function nodeInfo(n: PolicyNode, idx: number): NodeInfo {
+  const texts = [n.ipv4, n.ipv6].filter((x): x is string => !!x);
+  const addrs = texts.map((s) => {
+    const a = parseAddr(s);
+    if (!a) throw new Error(`node ${n.name}: invalid address ${JSON.stringify(s)}`);
+    return a;
+  });
+  // The same set IPSet.of(...texts) gives, without parsing the addresses a second time.
+  const ips = new IPSet(addrs.map((a) => ({ v6: a.v6, start: a.n, end: a.n })));
+  return {
+    idx, node: n, addrs, addrPrefixes: [], ips, tagged: n.tags.length > 0,
+    approved: [], subnetRoutes: [], subnetSet: new IPSet(), exitRoutes: [],
+  };
+}
+
+/** samePlace: the node is the same, unchanged in everything the policy reads of it (see extend). */
+function samePlace(a: PolicyNode, b: PolicyNode): boolean {
+  const same = (x: string[], y: string[]) => x.length === y.length && x.every((v, k) => v === y[k]);
+  return a.id === b.id && a.userId === b.userId && a.ipv4 === b.ipv4 && a.ipv6 === b.ipv6
+    && same(a.tags, b.tags) && same(a.availableRoutes, b.availableRoutes) && same(a.approvedRoutes, b.approvedRoutes);
 }
 
 function addressPrefixes(i: NodeInfo): string[] {

@@ -289,6 +289,107 @@ t.test('rare peer paths: routes over tailnet addresses and app-only via grants',
   t.same(differences(policy, snap), [], 'every node equals the reference');
 });
 
+/** viewOf is everything a context says about a snapshot's nodes: each node's compile, unreduced rules and routes seen. */
+function viewOf(policy: Policy | null, ctx: TailnetContext): string[] {
+  const snap = ctx.snapshot;
+  const out: string[] = [];
+  for (const n of snap.nodes) {
+    out.push(`${n.name} ${canon(compilePolicy(policy, snap, n.id, ctx))} ${canon(ctx.unreducedRules(ctx.info(n.id)))}`);
+  }
+  for (const v of snap.nodes) {
+    for (const r of ctx.infos.filter((i) => i.subnetRoutes.length || i.exitRoutes.length)) {
+      for (const route of [...r.subnetRoutes, ...r.exitRoutes]) {
+        for (const via of [true, false]) out.push(`${v.name}->${r.node.name} ${route} ${via} ${ctx.routeVisible(ctx.info(v.id), r, route, undefined, via)}`);
+      }
+    }
+  }
+  return out;
+}
+
+t.test('a context extended by joining nodes answers as one built from scratch', async (t) => {
+  // Random tailnets join in random steps of 1-4 nodes. Before each step some nodes are compiled, so the extended
+  // context has cached indexes to catch up (hits, peer sets, scopes); after it every node, its unreduced rules
+  // and every route's visibility must be what a new context over the same snapshot gives. Nodes advertising
+  // routes cannot join by extension (extend says no and a new context is built), and so are placed first.
+  const stats = { steps: 0, extended: 0, refused: 0, nodes: 0 };
+  for (const seed of seedList()) {
+    const rng = new PlanRng(seed);
+    const full = snapshotFor(rng);
+    const text = policyFor(rng, full);
+    const policy = text === null ? null : parsePolicy(text);
+    const routed = full.nodes.filter((n) => n.availableRoutes.length);
+    // Most joiners advertise nothing; now and then a router joins late, which extend must refuse.
+    const late = rng.chance(0.3) ? routed.splice(0, 1) : [];
+    const rest = [...full.nodes.filter((n) => !n.availableRoutes.length)];
+    if (late.length) rest.splice(rng.int(rest.length + 1), 0, ...late);
+    const order = [...routed, ...rest];
+    let have = Math.min(order.length, routed.length + rng.int(3));
+    let ctx = new TailnetContext(policy, { users: full.users, nodes: order.slice(0, have) });
+    let failed = false;
+    while (have < order.length && !failed) {
+      for (const n of ctx.snapshot.nodes) if (rng.chance(0.5)) compilePolicy(policy, ctx.snapshot, n.id, ctx);
+      have = Math.min(order.length, have + 1 + rng.int(4));
+      const next: Snapshot = { users: full.users, nodes: order.slice(0, have) };
+      stats.steps++;
+      const routedJoin = next.nodes.slice(ctx.snapshot.nodes.length).some((n) => n.availableRoutes.length);
+      const extended = ctx.extend(next);
+      if (extended === routedJoin) {
+        t.fail(`seed ${seed}: extend ${extended ? 'accepted' : 'refused'} a step ${routedJoin ? 'with' : 'without'} a router joining`);
+        failed = true;
+        break;
+      }
+      if (!extended) { stats.refused++; ctx = new TailnetContext(policy, next); continue; }
+      stats.extended++;
+      const got = viewOf(policy, ctx);
+      const want = viewOf(policy, new TailnetContext(policy, next));
+      const at = got.findIndex((line, k) => line !== want[k]);
+      if (at >= 0 || got.length !== want.length) {
+        // Where the two lines part, with a little before it: a whole node's compile can run to kilobytes.
+        const [g, w] = [got[at] ?? '', want[at] ?? ''];
+        let c = 0;
+        while (c < g.length && g[c] === w[c]) c++;
+        const near = (x: string) => `${x.slice(0, x.indexOf(' '))} …${x.slice(Math.max(0, c - 120), c + 120)}…`;
+        t.fail(`seed ${seed}, ${have} nodes: the extended context differs\n  extended ${near(g)}\n  fresh    ${near(w)}`);
+        failed = true;
+      }
+      stats.nodes += have;
+    }
+    if (!failed) t.pass(`seed ${seed}: ${order.length} nodes joined in steps`);
+  }
+  t.comment(JSON.stringify(stats));
+  if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.extended > stats.refused && stats.refused > 0, 'most steps extend, and some are refused');
+});
+
+t.test('extend refuses what is not a join and changes nothing', async (t) => {
+  const users = [{ id: '1', name: 'ann', email: 'ann@example.com' }, { id: '2', name: 'bob', email: 'bob@example.com' }];
+  const node = (id: string, ip: string, extra: Partial<Snapshot['nodes'][number]> = {}) => ({
+    id, name: `n${id}`, userId: '1', tags: [], ipv4: ip, availableRoutes: [], approvedRoutes: [], ...extra,
+  });
+  const policy = parsePolicy(`{"acls": [{"action": "accept", "src": ["ann@example.com"], "dst": ["ann@example.com:22"]}]}`);
+  const base: Snapshot = { users, nodes: [node('1', '100.64.0.1'), node('2', '100.64.0.2')] };
+  const ctx = new TailnetContext(policy, base);
+  const before = viewOf(policy, ctx);
+  const refused: Array<[string, Snapshot]> = [
+    ['other users (a new array)', { users: [...users], nodes: [...base.nodes, node('3', '100.64.0.3')] }],
+    ['a node removed', { users, nodes: [base.nodes[0]!] }],
+    ['a node re-tagged', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.2', { tags: ['tag:x'], userId: undefined })] }],
+    ['a node moved to another user', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.2', { userId: '2' })] }],
+    ['a node readdressed', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.9')] }],
+    ['nodes reordered', { users, nodes: [base.nodes[1]!, base.nodes[0]!] }],
+    ['a new node advertising routes', { users, nodes: [...base.nodes, node('3', '100.64.0.3', { availableRoutes: ['10.0.0.0/24'] })] }],
+    ['a new node with an id already there', { users, nodes: [...base.nodes, node('2', '100.64.0.3')] }],
+    ['a new node with a bad address', { users, nodes: [...base.nodes, node('3', '100.64.0.x')] }],
+  ];
+  for (const [what, snap] of refused) {
+    t.equal(ctx.extend(snap), false, `refused: ${what}`);
+    t.same(viewOf(policy, ctx), before, `unchanged after: ${what}`);
+  }
+  const grown: Snapshot = { users, nodes: [...base.nodes, node('3', '100.64.0.3')] };
+  t.equal(ctx.extend(grown), true, 'a node joining extends');
+  t.same(compilePolicy(policy, grown, '1', ctx).peers, ['2', '3'], 'and is a peer of its owner\'s other devices');
+  t.same(viewOf(policy, ctx), viewOf(policy, new TailnetContext(policy, grown)), 'as a new context says');
+});
+
 /** naive* are the linear IPSet scans the binary searches replaced. */
 function naiveContainsAddr(s: IPSet, a: Addr): boolean { return s.ranges.some((r) => r.v6 === a.v6 && r.start <= a.n && a.n <= r.end); }
 function naiveContainsRange(s: IPSet, x: IPRange): boolean { return s.ranges.some((r) => r.v6 === x.v6 && r.start <= x.start && x.end <= r.end); }

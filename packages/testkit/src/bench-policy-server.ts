@@ -81,9 +81,10 @@ async function main(): Promise<void> {
         const count = batches.find((v) => v.metricName === 'headway_map_batch_seconds_count')?.value ?? 0;
         const sum = batches.find((v) => v.metricName === 'headway_map_batch_seconds_sum')?.value ?? 0;
         const contexts = (await read('headway_policy_contexts_built'))[0]?.value ?? 0;
+        const extended = (await read('headway_policy_contexts_extended'))[0]?.value ?? 0;
         return {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
-          batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts,
+          batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended,
         };
       }
       case 'stop': await stop(); return null;

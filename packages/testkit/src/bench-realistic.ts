@@ -238,13 +238,13 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       if (polling) return;
       polling = true;
       Promise.all([
-        server.request<{ nodes: number; batches?: number; contextsBuilt?: number }>({ op: 'stats' }, 60_000),
+        server.request<{ nodes: number; batches?: number; contextsBuilt?: number; contextsExtended?: number }>({ op: 'stats' }, 60_000),
         server.request<number>({ op: 'cpu' }, 60_000),
         Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' }, 60_000))),
       ]).then(
         ([s, cpu, ws]) => log(`  [${n}] ${s.nodes}/${n} registered after ${((epochNow() - joinStart) / 1000).toFixed(0)} s ` +
           `(server CPU ${((cpu - cpuAtJoin) / 1000).toFixed(1)} s, workers ${((ws.reduce((a, w) => a + w.cpuMs, 0) - workersBefore.reduce((a, w) => a + w.cpuMs, 0)) / 1000).toFixed(1)} s, ` +
-          `${s.batches ?? '?'} batches, ${s.contextsBuilt ?? '?'} policy contexts)`),
+          `${s.batches ?? '?'} batches, ${s.contextsBuilt ?? '?'} policy contexts built, ${s.contextsExtended ?? '?'} extended)`),
         () => undefined,
       ).finally(() => { polling = false; });
     }, 20_000);

@@ -15,6 +15,9 @@ import type { State } from '../state/state.js';
 export class NetworkView {
   private policy: Policy | null = null;
   private ctx?: TailnetContext;
+  /** ctxUsers is the State.usersVersion the context's users were read at; joined: nodes joined since it was built. */
+  private ctxUsers = -1;
+  private joined = false;
   private readonly compiled = new Map<number, CompiledNode>();
   private allIds?: number[];
   /** route → node id; sticky while the primary stays online. */
@@ -43,6 +46,19 @@ export class NetworkView {
     this.invalidate();
   }
 
+  /**
+   * nodeAdded drops what a join changes (every node's compiled view) but keeps the tailnet context: the next
+   * compile extends it with the nodes that joined (TailnetContext.extend) instead of building it again, which
+   * in a join burst happened for every round of first maps and every batch.
+   */
+  nodeAdded(): void {
+    if (!this.ctx) return this.invalidate();
+    this.joined = true;
+    this.drive = undefined;
+    this.compiled.clear();
+    this.allIds = undefined;
+  }
+
   /** nodeRemoved forgets what was kept about a deleted node. */
   nodeRemoved(id: number): void {
     this.approvals.delete(id);
@@ -52,7 +68,7 @@ export class NetworkView {
   get hasPolicy(): boolean { return this.policy !== null; }
   /** stale: a policy or drive grants apply and the tailnet context they need was dropped since it was last built. */
   get stale(): boolean {
-    return (this.policy !== null && this.ctx === undefined) || (this.drive === undefined && this.hasDriveGrants);
+    return (this.policy !== null && (this.ctx === undefined || this.joined)) || (this.drive === undefined && this.hasDriveGrants);
   }
   /** hasDriveGrants: drive adapters grant something, so filters and CapMaps depend on the tailnet. */
   get hasDriveGrants(): boolean { return this.driveGrants().length > 0; }
@@ -62,16 +78,27 @@ export class NetworkView {
 
   invalidate(): void {
     this.ctx = undefined;
+    this.joined = false;
     this.drive = undefined;
     this.compiled.clear();
     this.allIds = undefined;
   }
 
-  /** contextBuilds counts tailnet contexts built (each costs O(tailnet + rules)); for metrics and tests. */
+  /** contextBuilds counts tailnet contexts built (each costs O(tailnet + rules)), contextExtensions those extended by joins; for metrics and tests. */
   contextBuilds = 0;
+  contextExtensions = 0;
 
   private context(): TailnetContext {
+    if (this.ctx && this.joined) {
+      this.joined = false;
+      // The same users (the context keeps its array), every node as the context knows it, and the joiners.
+      const extended = this.state.usersVersion === this.ctxUsers
+        && this.ctx.extend({ users: this.ctx.snapshot.users, nodes: this.state.listNodes().map((n) => snapshotNode(this.state, n)) });
+      if (extended) this.contextExtensions++;
+      else this.ctx = undefined;
+    }
     if (!this.ctx) {
+      this.ctxUsers = this.state.usersVersion;
       this.ctx = new TailnetContext(this.policy, snapshotOf(this.state));
       this.contextBuilds++;
     }

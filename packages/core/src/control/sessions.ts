@@ -391,7 +391,7 @@ export class SessionHub {
       case 'node-added':
         this.deleted.delete(c.node.machineKey);
         this.shapes.set(c.node.id, shapeOf(c.node));
-        this.mapper.view.invalidate();
+        this.mapper.view.nodeAdded();
         this.pendingFull.set(c.node.id, seq);
         this.pendingPrimaries = true;
         if (policy) this.pendingStructural = true;

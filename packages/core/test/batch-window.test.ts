@@ -2,7 +2,7 @@
 // after the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
 // message per session instead of one message per join per session.
 import t from 'tap';
-import { BATCH_WINDOW_MS, FLUSH_SHARE, MAX_BATCH_WINDOW_MS, nextBatchWindow } from '../src/control/sessions.js';
+import { BATCH_WINDOW_MS, FLUSH_SHARE, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, OPEN_SHARE, nextBatchWindow, openWait } from '../src/control/sessions.js';
 import { Fleet } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
@@ -72,4 +72,11 @@ t.test('changes made one after another on a quiet server do not double the windo
   }
   t.ok(measured >= 5, `the hub measured the load of each sent batch (${measured})`);
   t.same(windows, floors, `every change waited the base window or the flush-cost floor, never a doubled one (${windows.join(', ')} ms)`);
+});
+
+t.test('new sessions wait for their first maps in proportion to what preparing the view last cost', async (t) => {
+  t.equal(openWait(0), BATCH_WINDOW_MS, 'a cheap view (or none prepared yet): the base window');
+  t.equal(openWait(3), BATCH_WINDOW_MS, 'a few milliseconds: still the base window');
+  t.equal(openWait(40), OPEN_SHARE * 40, 'a 40 ms preparation: first maps wait twice that, so it takes a third of the time');
+  t.equal(openWait(10_000), MAX_OPEN_WAIT_MS, 'never above the cap');
 });

@@ -4,6 +4,7 @@
 import t, { type Test } from 'tap';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
+import { openWait } from '../src/control/sessions.js';
 
 const POLICY = POLICIES[1]!; // everyone sees everyone: each new node is every session's peer
 
@@ -160,6 +161,28 @@ t.test('a waiting session gets its full map from begin\'s own timer, without a f
   for (let i = 0; i < 100 && c.messages === 0; i++) await new Promise((r) => setTimeout(r, 20));
   t.equal(c.messages, 1, 'the full map went out');
   t.ok(c.self, 'with the node itself');
+});
+
+t.test('under a long batch window a waiting session waits in proportion to what preparing the view last cost', async (t) => {
+  const f = await Fleet.start(t, POLICY);
+  const [alice] = f.users();
+  // The previous flush just ended and cost 300 ms: the batch the join starts waits over a second (nextBatchWindow).
+  f.hub.flushNow();
+  const hub = f.hub as unknown as { flushEnd: number; lastFlushMs: number };
+  hub.flushEnd = performance.now();
+  hub.lastFlushMs = 300;
+  f.view.lastPrepareMs = 100;
+  const a = await join(f, alice!.id, 'a');
+  const started = performance.now();
+  f.connect(a.id);
+  t.ok(f.hub.batchWindow > 1000, `the batch waits ${f.hub.batchWindow} ms`);
+  const c = f.connected.get(a.id)!.client;
+  await new Promise((r) => setTimeout(r, 60));
+  t.equal(c.messages, 0, 'after 60 ms the session still waits: preparing the view cost 100 ms, so first maps wait 200');
+  for (let i = 0; i < 100 && c.messages === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  t.equal(c.messages, 1, 'then its full map went out');
+  t.ok(performance.now() - started >= openWait(100) - 5, `not before openWait (${openWait(100)} ms)`);
+  t.ok(f.hub.batchWindow > 1000 && c.self, 'from begin\'s timer, the batch still pending');
 });
 
 /** sliced waits for a flush sent in slices to end, letting the event loop run between its slices. */

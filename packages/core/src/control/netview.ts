@@ -87,6 +87,11 @@ export class NetworkView {
   /** contextBuilds counts tailnet contexts built (each costs O(tailnet + rules)), contextExtensions those extended by joins; for metrics and tests. */
   contextBuilds = 0;
   contextExtensions = 0;
+  /**
+   * lastPrepareMs is what the last compile that found the context stale took: building or extending it, the rules
+   * and peer index it builds on first use, and that one node (what a round of first maps shares, see openWait).
+   */
+  lastPrepareMs = 0;
 
   private context(): TailnetContext {
     if (this.ctx && this.joined) {
@@ -117,10 +122,13 @@ export class NetworkView {
         approvedRoutes: node ? node.approvedRoutes : [],
       };
     } else {
+      const preparing = this.ctx === undefined || this.joined;
+      const started = preparing ? performance.now() : 0;
       try {
         // The context's own snapshot: building a fresh one here cost O(N) per node, O(N²) per tailnet recompute.
         const ctx = this.context();
         c = compilePolicy(this.policy, ctx.snapshot, String(id), ctx);
+        if (preparing) this.lastPrepareMs = performance.now() - started;
       } catch (err) {
         // A policy that was valid can fail against a node it never saw; deny rather than open up.
         this.logger.error('policy compile failed for node; sending an empty filter', { node: id, error: (err as Error).message });

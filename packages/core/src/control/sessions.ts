@@ -66,6 +66,19 @@ export const FLUSH_SHARE = 4;
  * map request for that long, and joins (each several round trips) slowed to a few per second at 2,000 devices.
  */
 export const FLUSH_SLICE_MS = 20;
+/**
+ * OPEN_SHARE: new sessions wait for their first maps (while a batch is pending and joins left the policy's view
+ * stale, see begin) at least this many times what the last preparation of that view cost, so that in a join burst
+ * preparing it (extending the tailnet context, which grows with the tailnet: ~30 ms at 1,000 devices, ~150 ms at
+ * 5,000) takes at most about a third of the server's time, however many devices join meanwhile. A cheap view
+ * keeps BATCH_WINDOW_MS; the wait never exceeds MAX_OPEN_WAIT_MS.
+ */
+export const OPEN_SHARE = 2;
+export const MAX_OPEN_WAIT_MS = 250;
+/** openWait is how long new sessions wait for their first maps when the view's last preparation took prepareMs. */
+export function openWait(prepareMs: number): number {
+  return Math.min(MAX_OPEN_WAIT_MS, Math.max(BATCH_WINDOW_MS, OPEN_SHARE * prepareMs));
+}
 /** UNSHARED_KEY_LENGTH: a message key longer than this names a message only its session receives (see sendAll). */
 const UNSHARED_KEY_LENGTH = 2048;
 
@@ -229,7 +242,7 @@ export class SessionHub {
 
   /**
    * begin sends a new session its full map (writeFull) and registers it. While a batch is pending and the policy's
-   * view of the tailnet is stale (a join invalidates it), the full map waits up to BATCH_WINDOW_MS (or the batch's
+   * view of the tailnet is stale (a join invalidates it), the full map waits up to openWait (or the batch's
    * flush, if sooner) so that every session opening meanwhile shares one rebuild of the view: in a join burst each
    * join used to rebuild it for its own first map, O(tailnet) per join. The wait does not grow with the batch
    * window, so under load joining devices get their maps promptly while the fan-out of the burst to connected
@@ -239,7 +252,7 @@ export class SessionHub {
     const opening = { session, node, writeFull };
     if (this.job || ((this.flushTimer || this.opensTimer) && this.mapper.view.stale)) {
       this.deferredOpens.push(opening);
-      this.opensTimer ??= setTimeout(() => this.openDeferredNow(), BATCH_WINDOW_MS);
+      this.opensTimer ??= setTimeout(() => this.openDeferredNow(), openWait(this.mapper.view.lastPrepareMs));
     } else this.beginNow(opening);
   }
 

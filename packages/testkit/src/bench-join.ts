@@ -24,7 +24,7 @@ export async function joinDevice(first: TestDevice, register: RegisterOptions): 
         throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
       }
       await d.close().catch(() => undefined);
-      d = new TestDevice({ serverUrl: d.serverUrl, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey });
+      d = new TestDevice({ serverUrl: d.serverUrl, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey, ...(d.keep ? { keep: d.keep } : {}) });
       await new Promise((r) => setTimeout(r, 250 * attempt));
     }
   }

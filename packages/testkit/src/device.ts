@@ -22,6 +22,12 @@ export interface TestDeviceOptions {
   /** machineKey may be supplied to simulate a device restarting with its stored identity. */
   machineKey?: KeyPair;
   nodeKey?: KeyPair;
+  /**
+   * keep is what the device keeps of each MapResponse it applies (all of it by default). The benchmark's workers
+   * keep of peers only what they check: thousands of devices each holding thousands of whole peers made the load
+   * generator's garbage collector, not the server, the bottleneck (see bench-worker.ts).
+   */
+  keep?: (msg: MapResponse) => MapResponse;
   discoKey?: KeyPair;
 }
 
@@ -87,6 +93,7 @@ export class TestDevice extends EventEmitter {
   readonly machineKey: KeyPair;
   nodeKey: KeyPair;
   discoKey: KeyPair;
+  readonly keep: ((msg: MapResponse) => MapResponse) | undefined;
   /** previousNodeKey is the key replaced by the last rotateNodeKey, sent as OldNodeKey until a register succeeds. */
   previousNodeKey: KeyPair | undefined;
   controlPublicKey: Buffer | undefined;
@@ -113,6 +120,7 @@ export class TestDevice extends EventEmitter {
     this.machineKey = opts.machineKey ?? generateKeyPair();
     this.nodeKey = opts.nodeKey ?? generateKeyPair();
     this.discoKey = opts.discoKey ?? generateKeyPair();
+    this.keep = opts.keep;
   }
 
   get machineKeyText(): string {
@@ -328,7 +336,7 @@ export class TestDevice extends EventEmitter {
         }
         for (const raw of messages) {
           const msg = raw as MapResponse;
-          applyMapResponse(this.netmap, msg);
+          applyMapResponse(this.netmap, this.keep ? this.keep(msg) : msg);
           if (isKeepAlive(msg)) {
             this.emit('keepalive', msg);
             continue;

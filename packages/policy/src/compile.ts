@@ -597,16 +597,14 @@ export class TailnetContext {
     if (srcAliases.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:danger-all')) return ['*'];
     if (resolved.isEmpty()) return [];
     if (!srcAliases.some((a) => a.kind === 'wildcard')) return srcList(resolved);
+    // "*" also covers every approved subnet route, listed route by route.
     const out = resolved.strings();
-    {
-      // "*" also covers every approved subnet route, listed route by route.
-      const seen = new Set(out);
-      const add = (s: string) => { if (!seen.has(s)) { seen.add(s); out.push(s); } };
-      for (const r of this.approvedSubnetRouteStrings()) add(r);
-      for (const a of srcAliases) {
-        if (a.kind === 'wildcard') continue;
-        for (const s of (this.resolve(a) ?? new IPSet()).strings()) add(s);
-      }
+    const seen = new Set(out);
+    const add = (s: string) => { if (!seen.has(s)) { seen.add(s); out.push(s); } };
+    for (const r of this.approvedSubnetRouteStrings()) add(r);
+    for (const a of srcAliases) {
+      if (a.kind === 'wildcard') continue;
+      for (const s of (this.resolve(a) ?? new IPSet()).strings()) add(s);
     }
     return out;
   }
@@ -621,7 +619,7 @@ export class TailnetContext {
     return this.grantSpecs.map((g, k) => {
       const deps = [...g.src, ...g.dst].map((a) => this.resolve(a));
       const memo = this.grantMemo[k];
-      if (memo && memo.deps.length === deps.length && memo.deps.every((d, j) => d === deps[j])) return memo.out;
+      if (memo?.deps.every((d, j) => d === deps[j])) return memo.out;
       const out = this.compileGrant(g) ?? NO_GRANT;
       this.grantMemo[k] = { deps, out };
       return out;

@@ -54,9 +54,7 @@ export class NetworkView {
   nodeAdded(): void {
     if (!this.ctx) return this.invalidate();
     this.joined = true;
-    this.drive = undefined;
-    this.compiled.clear();
-    this.allIds = undefined;
+    this.dropCompiled();
   }
 
   /** nodeRemoved forgets what was kept about a deleted node. */
@@ -79,6 +77,11 @@ export class NetworkView {
   invalidate(): void {
     this.ctx = undefined;
     this.joined = false;
+    this.dropCompiled();
+  }
+
+  /** dropCompiled forgets every node's compiled view and the drive grants' context (kept: the tailnet context). */
+  private dropCompiled(): void {
     this.drive = undefined;
     this.compiled.clear();
     this.allIds = undefined;
@@ -98,7 +101,7 @@ export class NetworkView {
       this.joined = false;
       // The same users (the context keeps its array), every node as the context knows it, and the joiners.
       const extended = this.state.usersVersion === this.ctxUsers
-        && this.ctx.extend({ users: this.ctx.snapshot.users, nodes: this.state.listNodes().map((n) => snapshotNode(this.state, n)) });
+        && this.ctx.extend(snapshotOf(this.state, this.ctx.snapshot.users));
       if (extended) this.contextExtensions++;
       else this.ctx = undefined;
     }

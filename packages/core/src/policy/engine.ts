@@ -3,9 +3,9 @@ import { ownedByTags, type Node } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { PolicyEngine } from './service.js';
 
-/** snapshotOf presents live users and nodes to the policy compiler. */
-export function snapshotOf(state: State): Snapshot {
-  return { users: snapshotUsers(state), nodes: state.listNodes().map((n) => snapshotNode(state, n)) };
+/** snapshotOf presents live users and nodes to the policy compiler (`users`: the users already read, unchanged since). */
+export function snapshotOf(state: State, users: PolicyUser[] = snapshotUsers(state)): Snapshot {
+  return { users, nodes: state.listNodes().map((n) => snapshotNode(state, n)) };
 }
 
 /** snapshotUsers are the tailnet's users as the policy compiler sees them. */

@@ -11,7 +11,7 @@ import { compilePolicy, parsePolicy, TailnetContext } from '@headway/policy';
 import { Mapper, NetworkView, silentLogger, snapshotOf } from '../src/index.js';
 import { DEFAULT_FILTER_CHUNKING, setFilterChunking } from '../src/control/filter-chunks.js';
 import { ClientModel, essentials, expandRules, Fleet } from './fleet.js';
-import { Rng, seedsFromEnv } from './harness.js';
+import { machineKey, nodeKey, Rng, seedsFromEnv } from './harness.js';
 
 type Json = Record<string, unknown>;
 
@@ -74,11 +74,29 @@ function problemsOf(f: Fleet, mapper: Mapper, id: number, client: ClientModel): 
   return out;
 }
 
+/** sessionProblems checks every live session against a fresh view and Mapper (problemsOf), and deleted nodes' sessions. */
+function sessionProblems(f: Fleet): string[] {
+  const shadow = new NetworkView(f.state, silentLogger);
+  shadow.setPolicy(parsePolicy(f.policyText!));
+  // The primary router of a route is history, not a function of the tailnet (it stays while online, no
+  // flapping): the fresh view starts from the live election's choices and re-elects from there.
+  const primaries = (v: NetworkView): Map<string, number> => (v as unknown as { primaries: Map<string, number> }).primaries;
+  for (const [route, id] of primaries(f.view)) primaries(shadow).set(route, id);
+  shadow.updatePrimaries();
+  const mapper = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
+  const problems: string[] = [];
+  for (const [id, c] of f.connected) {
+    for (const p of problemsOf(f, mapper, id, c.client)) problems.push(`session of node ${id}: ${p}`);
+  }
+  for (const r of f.retired) if (!r.loggedOut) problems.push('a deleted node\'s session was not told it is logged out');
+  return problems;
+}
+
 const SEEDS = seedsFromEnv(Number(process.env.HEADWAY_TEST_RUNS ?? 16));
 const STEPS = 60;
 
 t.test('incremental maps equal a from-scratch compile under a realistic policy', async (t) => {
-  let checks = 0, messages = 0, bytes = 0, strict = 0, extended = 0;
+  let checks = 0, messages = 0, bytes = 0, strict = 0, extended = 0, retagExtended = 0;
   const started = performance.now();
   for (const seed of SEEDS) {
     await t.test(`seed ${seed}`, async (t) => {
@@ -91,6 +109,7 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
       const f = await Fleet.start(t, REALISTIC[current]);
       const ops: string[] = [];
       for (let i = 0; i < STEPS; i++) {
+        const extensions = f.view.contextExtensions;
         let op = await f.step(rng);
         if (op.startsWith('policy')) {
           // Fleet's own policy list is replaced by the realistic ones: switch to another of them.
@@ -101,22 +120,13 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
         }
         ops.push(op);
         f.hub.flushNow();
-        const shadow = new NetworkView(f.state, silentLogger);
-        shadow.setPolicy(parsePolicy(f.policyText!));
-        // The primary router of a route is history, not a function of the tailnet (it stays while online, no
-        // flapping): the fresh view starts from the live election's choices and re-elects from there.
-        const primaries = (v: NetworkView): Map<string, number> => (v as unknown as { primaries: Map<string, number> }).primaries;
-        for (const [route, id] of primaries(f.view)) primaries(shadow).set(route, id);
-        shadow.updatePrimaries();
-        const mapper = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
-        const problems: string[] = [];
+        if (op.startsWith('tags') && f.view.contextExtensions > extensions) retagExtended++;
         const total = f.state.listNodes().length;
-        for (const [id, c] of f.connected) {
+        for (const c of f.connected.values()) {
           checks++;
           if (c.client.peers.size < total - 1) strict++;
-          for (const p of problemsOf(f, mapper, id, c.client)) problems.push(`session of node ${id}: ${p}`);
         }
-        for (const r of f.retired) if (!r.loggedOut) problems.push('a deleted node\'s session was not told it is logged out');
+        const problems = sessionProblems(f);
         if (problems.length) {
           t.fail(`seed ${seed} (replay: HEADWAY_TEST_SEED=${seed}), policy ${current}, step ${i + 1}: ${problems[0]!.split('\n')[0]}`);
           t.comment(`last ops:\n  ${ops.slice(-15).join('\n  ')}\nproblems:\n  ${problems.slice(0, 4).join('\n  ')}`);
@@ -129,8 +139,45 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
     });
   }
   t.ok(strict > 0, 'the policies hide part of the tailnet from some sessions (the test is not all-see-all)');
-  // Joins extend the live context (TailnetContext.extend) while the shadow view builds its own: the fast path ran.
-  t.ok(extended > 0, `joins extended the live policy context (${extended} times)`);
+  // Joins and tag changes extend the live context (TailnetContext.extend) while the shadow view builds its own:
+  // the fast path ran, for both.
+  t.ok(extended > 0, `joins and tag changes extended the live policy context (${extended} times)`);
+  t.ok(retagExtended > 0, `tag changes extended it (${retagExtended} times)`);
   t.comment(`${SEEDS.length} seeds x ${STEPS} steps: ${checks} session checks (${strict} with a strict subset of peers), ` +
     `${messages} messages, ${bytes} bytes, ${((performance.now() - started) / 1000).toFixed(1)} s`);
+});
+
+t.test('tag and owner changes extend the live policy context, and every session then holds a fresh compile', async (t) => {
+  // The random steps above rarely re-tag a node without routes (most of its nodes advertise some, which extend
+  // does not follow); here every change is one extend follows, on a fleet of owned and tagged devices.
+  const f = await Fleet.start(t, REALISTIC[0]);
+  const [alice, bob, carol] = f.users();
+  const made: Record<string, number[]> = {};
+  for (const u of [alice!, bob!, carol!]) {
+    for (const tags of [[], [], ['tag:web'], ['tag:db']]) {
+      const n = await f.state.createNode({
+        machineKey: machineKey(), nodeKey: nodeKey(), hostname: `${u.name}-${tags.join('') || 'laptop'}`,
+        userId: tags.length ? null : u.id, tags, registerMethod: 'authkey',
+      });
+      f.connect(n.id);
+      (made[`${u.name}${tags.join('')}`] ??= []).push(n.id);
+    }
+  }
+  f.hub.flushNow();
+  t.same(sessionProblems(f), [], 'every session holds a fresh compile before the changes');
+  const changes: Array<[string, () => Promise<unknown>]> = [
+    ['a web server becomes a database', () => f.state.setTags(made['alicetag:web']![0]!, ['tag:db'])],
+    ["alice's laptop is tagged web", () => f.state.setTags(made['alice']![0]!, ['tag:web'])],
+    ["bob's laptop moves to carol", () => f.state.updateNode(made['bob']![1]!, { userId: carol!.id })],
+    ['a database gets both tags', () => f.state.setTags(made['carol' + 'tag:db']![0]!, ['tag:db', 'tag:web'])],
+  ];
+  for (const [what, change] of changes) {
+    const builds = f.view.contextBuilds;
+    const extensions = f.view.contextExtensions;
+    await change();
+    f.hub.flushNow();
+    t.equal(f.view.contextBuilds, builds, `${what}: no policy context built`);
+    t.equal(f.view.contextExtensions, extensions + 1, `${what}: the live context extended once`);
+    t.same(sessionProblems(f), [], `${what}: every session holds a fresh compile`);
+  }
 });

@@ -299,7 +299,7 @@ export class TailnetContext {
   private addrHits = new WeakMap<IPSet, Int32Array>();
   private subnetRouteStrings?: string[];
   private nodeScopes: (Scope | null | undefined)[];
-  /** selfPieces: each user's autogroup:self rules, kept across extensions for users that gained no node. */
+  /** selfPieces: each user's autogroup:self rules, kept across extensions for users that gained or lost no node. */
   private readonly selfPieces = new Map<string, Piece[]>();
   /** grantSpecs are the policy's grants (acls as grants); grantMemo each one compiled, with the alias sets it used. */
   private grantSpecs?: Grant[];
@@ -354,24 +354,33 @@ export class TailnetContext {
   }
 
   /**
-   * extend brings the context up to `snapshot` when all that changed is nodes joining: the same users (the same
-   * array), every node the context knows still in its place and unchanged in what the policy reads (owner, tags,
-   * addresses, routes), and the new nodes after them, advertising no routes. It returns false, changing nothing,
-   * for any other snapshot; build a new context then.
+   * extend brings the context up to `snapshot` when all that changed is nodes joining or nodes changing owner or
+   * tags: the same users (the same array), every node the context knows still in its place, either unchanged in
+   * what the policy reads (owner, tags, addresses, routes) or "moved" (same addresses, new owner or tags, and no
+   * routes advertised before or after), and the new nodes after them, advertising no routes. It returns false,
+   * changing nothing, for any other snapshot; build a new context then.
    *
-   * A join burst used to rebuild the context for every round of first maps and every batch: O(tailnet + rules)
-   * each, and the rules' source lists (autogroup:member lists every member) rendered and parsed again whole.
-   * Extended, the context adds the nodes to its indexes, grows the alias sets they fall in (alias sets only gain
-   * members when nodes join, so a set the new nodes add nothing to keeps its identity), compiles again only the
-   * grants naming a set that grew, and keeps every merged rule made of the same pieces as before, catching up
-   * what it knows of the nodes (hitsOf, peerSetsOf) over the new ones alone. Scopes, the peer index and the
-   * node-derived caches are rebuilt lazily, from those rules. The property tests compare the result with a
-   * context built from scratch.
+   * A join burst used to rebuild the context for every round of first maps and every batch, and a tag change
+   * rebuilt it once per change: O(tailnet + rules) each, and the rules' source lists (autogroup:member lists
+   * every member) rendered and parsed again whole. Extended, the context updates its indexes, recomputes only the
+   * alias sets the changes touch (a join grows the sets it falls in; a moved node's old and new memberships name
+   * the sets to resolve again; a set nothing touches keeps its identity), compiles again only the grants naming a
+   * set that changed, and keeps every merged rule made of the same pieces as before. What a kept rule knows of
+   * the nodes (hitsOf, peerSetsOf) turns on addresses and routes alone, which a moved node keeps, so it only
+   * catches up over the new nodes. Scopes, the peer index and the node-derived caches are rebuilt lazily, from
+   * those rules. The property tests compare the result with a context built from scratch.
    */
   extend(snapshot: Snapshot): boolean {
     const before = this.infos.length;
     if (snapshot.users !== this.tailnet.users || snapshot.nodes.length < before) return false;
-    for (let k = 0; k < before; k++) if (!samePlace(this.infos[k]!.node, snapshot.nodes[k]!)) return false;
+    const moved: number[] = [];
+    for (let k = 0; k < before; k++) {
+      const was = this.infos[k]!.node;
+      const now = snapshot.nodes[k]!;
+      if (samePlace(was, now)) continue;
+      if (!movedInPlace(was, now)) return false;
+      moved.push(k);
+    }
     const added = snapshot.nodes.slice(before);
     if (added.some((n) => n.availableRoutes.length > 0 || this.byId.has(n.id))) return false;
     if (new Set(added.map((n) => n.id)).size !== added.length) return false;
@@ -381,11 +390,42 @@ export class TailnetContext {
     } catch {
       return false;
     }
+    const old = this.tailnet;
     this.tailnet = snapshot;
-    if (!fresh.length) return true;
+    if (!fresh.length && !moved.length) return true;
+    // The alias sets a moved node leaves or enters: those its old and its new self resolve differently.
+    const dirty = new Set<string>();
+    if (moved.length) {
+      const was = new TailnetContext(this.policy, { users: snapshot.users, nodes: moved.map((k) => old.nodes[k]!) }, this.applyAutoApprovers);
+      const now = new TailnetContext(this.policy, { users: snapshot.users, nodes: moved.map((k) => snapshot.nodes[k]!) }, this.applyAutoApprovers);
+      for (const [key, alias] of this.resolvedAliases) {
+        const a = was.resolve(alias);
+        const b = now.resolve(alias);
+        if (a && b && !(a.subsetOf(b) && b.subsetOf(a))) dirty.add(key);
+      }
+    }
+    for (const k of moved) {
+      const gone = this.infos[k]!;
+      const i = nodeInfo(snapshot.nodes[k]!, k);
+      this.infos[k] = i;
+      this.byId.set(i.node.id, i);
+      if (!gone.tagged && gone.node.userId !== undefined) {
+        drop(this.nodesByUser, gone.node.userId, gone);
+        this.selfPieces.delete(gone.node.userId);
+      }
+      for (const t of new Set(gone.node.tags)) drop(this.nodesByTag, t, gone);
+      if (!i.tagged && i.node.userId !== undefined) {
+        insertByIdx(this.nodesByUser, i.node.userId, i);
+        this.selfPieces.delete(i.node.userId);
+      }
+      for (const t of new Set(i.node.tags)) insertByIdx(this.nodesByTag, t, i);
+      // No routes advertised, before or after: only admin approvals.
+      i.approved = this.effectiveApproved(i);
+    }
     // The new nodes alone resolve each alias to what they add to it.
-    const alone = new TailnetContext(this.policy, { users: snapshot.users, nodes: added }, this.applyAutoApprovers);
+    const alone = fresh.length ? new TailnetContext(this.policy, { users: snapshot.users, nodes: added }, this.applyAutoApprovers) : null;
     for (const [key, set] of this.resolved) {
+      if (dirty.has(key) || !alone) continue;
       const more = set && alone.resolve(this.resolvedAliases.get(key)!);
       if (set && more && !more.isEmpty() && !more.subsetOf(set)) this.resolved.set(key, set.union(more));
     }
@@ -406,6 +446,8 @@ export class TailnetContext {
       // No routes advertised: only admin approvals, and no router or exit node among the new nodes.
       i.approved = this.effectiveApproved(i);
     }
+    // Every index holds the moved and the new nodes now: resolve what the moves touched again, whole.
+    for (const key of dirty) this.resolved.set(key, this.resolveUncached(this.resolvedAliases.get(key)!));
     // Merged rules are kept by their pieces; everything else that depends on the nodes is rebuilt on use.
     if (this.compiledGrants) {
       const reusable = new Map<string, PreRule>();
@@ -725,8 +767,9 @@ export class TailnetContext {
         const uid = i.node.userId;
         s = this.userScopes.get(uid);
         if (s === undefined) {
-          // A user's autogroup:self rules change only with the user's own nodes (alias sets grow by new nodes'
-          // addresses only, never by this user's), so an extension keeps them for users that gained no node.
+          // A user's autogroup:self rules read only the user's own nodes (and whether each is in the grant's
+          // source sets), so an extension keeps them for users that gained or lost no node: the sets change only
+          // by the new and the moved nodes' memberships.
           let pieces = this.selfPieces.get(uid);
           if (!pieces) {
             const own: Piece[] = [];
@@ -1196,6 +1239,14 @@ function samePlace(a: PolicyNode, b: PolicyNode): boolean {
     && same(a.tags, b.tags) && same(a.availableRoutes, b.availableRoutes) && same(a.approvedRoutes, b.approvedRoutes);
 }
 
+/**
+ * movedInPlace: the same node at the same addresses with another owner or other tags, advertising no routes before
+ * or after (routes decide who routes what, which extend does not follow). See extend.
+ */
+function movedInPlace(a: PolicyNode, b: PolicyNode): boolean {
+  return a.id === b.id && a.ipv4 === b.ipv4 && a.ipv6 === b.ipv6 && a.availableRoutes.length === 0 && b.availableRoutes.length === 0;
+}
+
 function addressPrefixes(i: NodeInfo): string[] {
   if (i.addrPrefixes.length !== i.addrs.length) i.addrPrefixes = i.addrs.map((a) => addrText(a) + (a.v6 ? '/128' : '/32'));
   return i.addrPrefixes;
@@ -1204,6 +1255,21 @@ function addressPrefixes(i: NodeInfo): string[] {
 function push<K, V>(m: Map<K, V[]>, k: K, v: V): void {
   const l = m.get(k);
   if (l) l.push(v); else m.set(k, [v]);
+}
+
+/** drop takes `v` out of its list under `k` (and the key with an emptied list, as a fresh context never has one). */
+function drop<K, V>(m: Map<K, V[]>, k: K, v: V): void {
+  const l = m.get(k)?.filter((x) => x !== v);
+  if (l?.length) m.set(k, l); else m.delete(k);
+}
+
+/** insertByIdx puts a node into its list under `k` in tailnet order, where a fresh context would have it. */
+function insertByIdx<K>(m: Map<K, NodeInfo[]>, k: K, i: NodeInfo): void {
+  const l = m.get(k);
+  if (!l) { m.set(k, [i]); return; }
+  let at = l.length;
+  while (at > 0 && l[at - 1]!.idx > i.idx) at--;
+  l.splice(at, 0, i);
 }
 
 const FUNNEL_COMPANIONS = [

@@ -306,19 +306,20 @@ function viewOf(policy: Policy | null, ctx: TailnetContext): string[] {
   return out;
 }
 
-t.test('a context extended by joining nodes answers as one built from scratch', async (t) => {
-  // Random tailnets join in random steps of 1-4 nodes. Before each step some nodes are compiled, so the extended
-  // context has cached indexes to catch up (hits, peer sets, scopes); after it every node, its unreduced rules
-  // and every route's visibility must be what a new context over the same snapshot gives. Nodes advertising
-  // routes cannot join by extension (extend says no and a new context is built), and so are placed first.
-  const stats = { steps: 0, extended: 0, refused: 0, nodes: 0 };
+t.test('a context extended by joining and moved nodes answers as one built from scratch', async (t) => {
+  // Random tailnets join in random steps of 1-4 nodes, and between steps some nodes already there move: new tags,
+  // tags dropped for an owner, another owner. Before each step some nodes are compiled, so the extended context
+  // has cached indexes to catch up (hits, peer sets, scopes, alias sets, compiled grants); after it every node,
+  // its unreduced rules and every route's visibility must be what a new context over the same snapshot gives.
+  // Nodes advertising routes cannot join or move by extension (extend says no and a new context is built), and
+  // so are placed first; now and then one joins late, or one of them changes tags, which extend must refuse.
+  const stats = { steps: 0, extended: 0, refused: 0, nodes: 0, moved: 0 };
   for (const seed of seedList()) {
     const rng = new PlanRng(seed);
     const full = snapshotFor(rng);
     const text = policyFor(rng, full);
     const policy = text === null ? null : parsePolicy(text);
     const routed = full.nodes.filter((n) => n.availableRoutes.length);
-    // Most joiners advertise nothing; now and then a router joins late, which extend must refuse.
     const late = rng.chance(0.3) ? routed.splice(0, 1) : [];
     const rest = [...full.nodes.filter((n) => !n.availableRoutes.length)];
     if (late.length) rest.splice(rng.int(rest.length + 1), 0, ...late);
@@ -328,13 +329,23 @@ t.test('a context extended by joining nodes answers as one built from scratch', 
     let failed = false;
     while (have < order.length && !failed) {
       for (const n of ctx.snapshot.nodes) if (rng.chance(0.5)) compilePolicy(policy, ctx.snapshot, n.id, ctx);
-      have = Math.min(order.length, have + 1 + rng.int(4));
+      // Moves: each node there may change owner or tags (a router too, rarely: that must be refused).
+      let routedMove = false;
+      for (let k = 0; k < have; k++) {
+        const n = order[k]!;
+        if (!rng.chance(n.availableRoutes.length ? 0.03 : 0.15)) continue;
+        const m = order[k] = moveOf(rng, n, full.users);
+        // A move to the very tags and owner it had is no change at all.
+        routedMove ||= n.availableRoutes.length > 0 && (m.userId !== n.userId || m.tags.join() !== n.tags.join());
+        stats.moved++;
+      }
+      have = Math.min(order.length, have + rng.int(4) + (rng.chance(0.2) ? 0 : 1));
       const next: Snapshot = { users: full.users, nodes: order.slice(0, have) };
       stats.steps++;
-      const routedJoin = next.nodes.slice(ctx.snapshot.nodes.length).some((n) => n.availableRoutes.length);
+      const routedJoin = routedMove || next.nodes.slice(ctx.snapshot.nodes.length).some((n) => n.availableRoutes.length);
       const extended = ctx.extend(next);
       if (extended === routedJoin) {
-        t.fail(`seed ${seed}: extend ${extended ? 'accepted' : 'refused'} a step ${routedJoin ? 'with' : 'without'} a router joining`);
+        t.fail(`seed ${seed}: extend ${extended ? 'accepted' : 'refused'} a step ${routedJoin ? 'with' : 'without'} a router joining or moving`);
         failed = true;
         break;
       }
@@ -357,10 +368,20 @@ t.test('a context extended by joining nodes answers as one built from scratch', 
     if (!failed) t.pass(`seed ${seed}: ${order.length} nodes joined in steps`);
   }
   t.comment(JSON.stringify(stats));
-  if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.extended > stats.refused && stats.refused > 0, 'most steps extend, and some are refused');
+  if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.extended > stats.refused && stats.refused > 0 && stats.moved > stats.steps / 2, 'most steps extend, many nodes move, and some steps are refused');
 });
 
-t.test('extend refuses what is not a join and changes nothing', async (t) => {
+/** moveOf is `n` with other tags or another owner (same addresses and routes): what a tag or owner change does. */
+function moveOf(rng: PlanRng, n: Snapshot['nodes'][number], users: Snapshot['users']): Snapshot['nodes'][number] {
+  const userId = users[rng.int(users.length)]!.id;
+  switch (rng.int(3)) {
+    case 0: return { ...n, tags: [TAGS[rng.int(TAGS.length)]!], userId: n.userId };
+    case 1: return { ...n, tags: [...new Set([TAGS[rng.int(TAGS.length)]!, TAGS[rng.int(TAGS.length)]!])].sort(), userId: undefined };
+    default: return { ...n, tags: [], userId };
+  }
+}
+
+t.test('extend refuses what it cannot follow and changes nothing', async (t) => {
   const users = [{ id: '1', name: 'ann', email: 'ann@example.com' }, { id: '2', name: 'bob', email: 'bob@example.com' }];
   const node = (id: string, ip: string, extra: Partial<Snapshot['nodes'][number]> = {}) => ({
     id, name: `n${id}`, userId: '1', tags: [], ipv4: ip, availableRoutes: [], approvedRoutes: [], ...extra,
@@ -372,8 +393,8 @@ t.test('extend refuses what is not a join and changes nothing', async (t) => {
   const refused: Array<[string, Snapshot]> = [
     ['other users (a new array)', { users: [...users], nodes: [...base.nodes, node('3', '100.64.0.3')] }],
     ['a node removed', { users, nodes: [base.nodes[0]!] }],
-    ['a node re-tagged', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.2', { tags: ['tag:x'], userId: undefined })] }],
-    ['a node moved to another user', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.2', { userId: '2' })] }],
+    ['a node starting to advertise routes', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.2', { availableRoutes: ['10.0.0.0/24'] })] }],
+    ['a node re-tagged with another id', { users, nodes: [base.nodes[0]!, node('9', '100.64.0.2', { tags: ['tag:x'], userId: undefined })] }],
     ['a node readdressed', { users, nodes: [base.nodes[0]!, node('2', '100.64.0.9')] }],
     ['nodes reordered', { users, nodes: [base.nodes[1]!, base.nodes[0]!] }],
     ['a new node advertising routes', { users, nodes: [...base.nodes, node('3', '100.64.0.3', { availableRoutes: ['10.0.0.0/24'] })] }],
@@ -388,6 +409,10 @@ t.test('extend refuses what is not a join and changes nothing', async (t) => {
   t.equal(ctx.extend(grown), true, 'a node joining extends');
   t.same(compilePolicy(policy, grown, '1', ctx).peers, ['2', '3'], 'and is a peer of its owner\'s other devices');
   t.same(viewOf(policy, ctx), viewOf(policy, new TailnetContext(policy, grown)), 'as a new context says');
+  const moved: Snapshot = { users, nodes: [grown.nodes[0]!, node('2', '100.64.0.2', { userId: '2' }), grown.nodes[2]!] };
+  t.equal(ctx.extend(moved), true, 'a node moving to another owner extends');
+  t.same(compilePolicy(policy, moved, '1', ctx).peers, ['3'], 'and leaves its old owner\'s peers');
+  t.same(viewOf(policy, ctx), viewOf(policy, new TailnetContext(policy, moved)), 'as a new context says');
 });
 
 /** naive* are the linear IPSet scans the binary searches replaced. */

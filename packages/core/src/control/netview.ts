@@ -15,9 +15,9 @@ import type { State } from '../state/state.js';
 export class NetworkView {
   private policy: Policy | null = null;
   private ctx?: TailnetContext;
-  /** ctxUsers is the State.usersVersion the context's users were read at; joined: nodes joined since it was built. */
+  /** ctxUsers is the State.usersVersion the context's users were read at; grown: nodes joined or changed since. */
   private ctxUsers = -1;
-  private joined = false;
+  private grown = false;
   private readonly compiled = new Map<number, CompiledNode>();
   private allIds?: number[];
   /** route → node id; sticky while the primary stays online. */
@@ -47,13 +47,15 @@ export class NetworkView {
   }
 
   /**
-   * nodeAdded drops what a join changes (every node's compiled view) but keeps the tailnet context: the next
-   * compile extends it with the nodes that joined (TailnetContext.extend) instead of building it again, which
-   * in a join burst happened for every round of first maps and every batch.
+   * nodeChanged drops what a join or a changed node changes (every node's compiled view) but keeps the tailnet
+   * context: the next compile extends it (TailnetContext.extend) with the nodes that joined and those with a new
+   * owner or new tags, instead of building it again, which a join burst did for every round of first maps and
+   * every batch, and a tag change once per change. A change extend does not follow (routes, addresses) makes
+   * it say no, and the context is built again then.
    */
-  nodeAdded(): void {
+  nodeChanged(): void {
     if (!this.ctx) return this.invalidate();
-    this.joined = true;
+    this.grown = true;
     this.dropCompiled();
   }
 
@@ -66,7 +68,7 @@ export class NetworkView {
   get hasPolicy(): boolean { return this.policy !== null; }
   /** stale: a policy or drive grants apply and the tailnet context they need was dropped since it was last built. */
   get stale(): boolean {
-    return (this.policy !== null && (this.ctx === undefined || this.joined)) || (this.drive === undefined && this.hasDriveGrants);
+    return (this.policy !== null && (this.ctx === undefined || this.grown)) || (this.drive === undefined && this.hasDriveGrants);
   }
   /** hasDriveGrants: drive adapters grant something, so filters and CapMaps depend on the tailnet. */
   get hasDriveGrants(): boolean { return this.driveGrants().length > 0; }
@@ -76,7 +78,7 @@ export class NetworkView {
 
   invalidate(): void {
     this.ctx = undefined;
-    this.joined = false;
+    this.grown = false;
     this.dropCompiled();
   }
 
@@ -97,8 +99,8 @@ export class NetworkView {
   lastPrepareMs = 0;
 
   private context(): TailnetContext {
-    if (this.ctx && this.joined) {
-      this.joined = false;
+    if (this.ctx && this.grown) {
+      this.grown = false;
       // The same users (the context keeps its array), every node as the context knows it, and the joiners.
       const extended = this.state.usersVersion === this.ctxUsers
         && this.ctx.extend(snapshotOf(this.state, this.ctx.snapshot.users));
@@ -125,7 +127,7 @@ export class NetworkView {
         approvedRoutes: node ? node.approvedRoutes : [],
       };
     } else {
-      const preparing = this.ctx === undefined || this.joined;
+      const preparing = this.ctx === undefined || this.grown;
       const started = preparing ? performance.now() : 0;
       try {
         // The context's own snapshot: building a fresh one here cost O(N) per node, O(N²) per tailnet recompute.

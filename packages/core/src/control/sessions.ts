@@ -404,7 +404,7 @@ export class SessionHub {
       case 'node-added':
         this.deleted.delete(c.node.machineKey);
         this.shapes.set(c.node.id, shapeOf(c.node));
-        this.mapper.view.nodeAdded();
+        this.mapper.view.nodeChanged();
         this.pendingFull.set(c.node.id, seq);
         this.pendingPrimaries = true;
         if (policy) this.pendingStructural = true;
@@ -431,7 +431,7 @@ export class SessionHub {
         this.pendingFull.set(c.node.id, seq);
         this.pendingSelf.set(c.node.id, seq);
         if (!same) {
-          this.mapper.view.invalidate();
+          this.mapper.view.nodeChanged();
           this.pendingPrimaries = true;
           if (policy) this.pendingStructural = true;
         }

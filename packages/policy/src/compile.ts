@@ -144,8 +144,12 @@ interface PreRule {
   capUnions: IPSet[];
   /** sig names the pieces merged into this rule (positions and rule objects): equal sigs, equal PreRules (see extend). */
   sig: string;
-  /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses. */
+  /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses; hitLists interns those lists. */
   hits?: Map<number, number[]>;
+  hitLists?: Map<string, number[]>;
+  /** plain: the rule narrowed to a node's entries, by those entries' text (see plainRule); one map per key in a
+   * context (TailnetContext.plainBySource). */
+  plain?: Map<string, FilterRule>;
   peerSets?: { S: NodeList; D: NodeList };
   /** hitsSeen and peerSetsSeen: how many nodes (the first of the tailnet) hits and peerSets reflect (see extend). */
   hitsSeen: number;
@@ -252,6 +256,34 @@ function srcList(set: IPSet): string[] {
   return out;
 }
 
+/**
+ * PLAIN_RULES holds, per entry list of a PreRule's hits (interned, see hitsOf), the rule narrowed to those entries
+ * (plainRule). Every node the same entries serve gets the same object, in this context and in every context
+ * extended from it: sessions then hold one shared rule, and a session's filter update skips a rule by identity
+ * when it is the object the session was sent before (filterUpdateJson). Nobody may modify it.
+ */
+const PLAIN_RULES = new WeakMap<number[], FilterRule>();
+/** PLAIN_KEPT_MAX bounds how many narrowed forms of one rule (PreRule.plain) an extension keeps. */
+const PLAIN_KEPT_MAX = 4096;
+
+function plainRule(p: PreRule, es: number[]): FilterRule {
+  let out = PLAIN_RULES.get(es);
+  if (out) return out;
+  const entries = p.rule.DstPorts!;
+  const dsts = es.map((e) => entries[e]!);
+  // The same sources, protocols and entries are the same rule: take the object made before, by this rule or by
+  // another of the same key (one it replaced in an extension, or a scope's), so unchanged filters stay equal by identity.
+  const key = dsts.map((d) => `${d.IP} ${d.Ports.First}-${d.Ports.Last}`).join(',');
+  const plain = (p.plain ??= new Map());
+  out = plain.get(key);
+  if (!out) {
+    out = { ...p.rule, DstPorts: dsts };
+    plain.set(key, out);
+  }
+  PLAIN_RULES.set(es, out);
+  return out;
+}
+
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {
   src: IPSet;
@@ -306,6 +338,13 @@ export class TailnetContext {
   private readonly grantMemo: { deps: (IPSet | null)[]; out: CompiledGrant }[] = [];
   /** reusable are the merged rules of the context before an extension, by PreRule.sig, until scopes are rebuilt. */
   private reusable?: Map<string, PreRule>;
+  /**
+   * plainBySource: per PreRule.key (sources and protocols), the rule narrowed to a node's entries, by those entries'
+   * text (see plainRule), shared by every rule of that key in this context and kept over an extension for the keys
+   * in use before it, so a rule that is merged again (a grant in it compiled again) hands its nodes the objects
+   * they had when their entries did not change.
+   */
+  private plainBySource = new Map<string, Map<string, FilterRule>>();
   private readonly userScopes = new Map<string, Scope | null>();
   private readonly sshPre = new Map<number, SshPre>();
   private peerIndex?: { classOf: string[]; contrib: Map<string, NodeList>; classes: Map<string, { members: Int32Array; ids: string[] }> };
@@ -456,6 +495,13 @@ export class TailnetContext {
       for (const sc of this.userScopes.values()) if (sc) keep(sc.extras);
       this.reusable = reusable;
       this.compiledGrants = undefined;
+      // Only the keys in use stay, and none grown past PLAIN_KEPT_MAX forms.
+      const plain = new Map<string, Map<string, FilterRule>>();
+      for (const p of reusable.values()) {
+        const m = p.key === null ? undefined : this.plainBySource.get(p.key);
+        if (m && m.size <= PLAIN_KEPT_MAX) plain.set(p.key!, m);
+      }
+      this.plainBySource = plain;
     }
     this.userScopes.clear();
     this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
@@ -750,8 +796,15 @@ export class TailnetContext {
         srcs: SRC_SETS.get(rule.SrcIPs) ?? this.parseAll(rule.SrcIPs),
         dsts: new IPSet([...entrySets, ...capUnions].flatMap((s) => s.ranges)),
         entrySets, capSets, capUnions, hitsSeen: 0, peerSetsSeen: 0,
+        plain: g.key === null ? undefined : this.plainFor(g.key),
       };
     });
+  }
+
+  private plainFor(key: string): Map<string, FilterRule> {
+    let m = this.plainBySource.get(key);
+    if (!m) this.plainBySource.set(key, m = new Map());
+    return m;
   }
 
   /**
@@ -855,8 +908,19 @@ export class TailnetContext {
     }, pp.protos));
   }
 
-  /** hitsOf indexes, once per PreRule, which DstPorts entries hold an address of each node. */
+  /**
+   * hitsOf indexes, once per PreRule, which DstPorts entries hold an address of each node. Equal entry lists are
+   * one array (see plainRule), so nodes served by the same entries share one filter rule object.
+   */
   private hitsOf(p: PreRule): Map<number, number[]> {
+    const lists = (p.hitLists ??= new Map());
+    const shared = (es: number[]): number[] => {
+      const key = es.join(',');
+      const known = lists.get(key);
+      if (known) return known;
+      lists.set(key, es);
+      return es;
+    };
     if (!p.hits) {
       const hits = new Map<number, number[]>();
       p.entrySets.forEach((set, e) => {
@@ -865,6 +929,7 @@ export class TailnetContext {
           if (l) l.push(e); else hits.set(x, [e]);
         }
       });
+      for (const [x, es] of hits) hits.set(x, shared(es));
       p.hits = hits;
     } else {
       // A rule kept by extend: index the nodes that joined since (each new node's entries, in order).
@@ -873,7 +938,7 @@ export class TailnetContext {
         if (!i.addrs.some((a) => p.dsts.containsAddr(a))) continue;
         const es: number[] = [];
         p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
-        if (es.length) p.hits.set(x, es);
+        if (es.length) p.hits.set(x, shared(es));
       }
     }
     p.hitsSeen = this.infos.length;
@@ -907,18 +972,17 @@ export class TailnetContext {
         if (caps.length > 0) out.push({ SrcIPs: r.SrcIPs, CapGrant: caps });
         continue;
       }
-      const entries = r.DstPorts ?? [];
-      let dsts: NetPortRange[];
       if (plain) {
-        dsts = (this.hitsOf(p).get(i.idx) ?? []).map((e) => entries[e]!);
-      } else {
-        dsts = entries.filter((_, e) => {
-          const set = p.entrySets[e]!;
-          if (i.addrs.some((a) => set.containsAddr(a))) return true;
-          if (set.overlaps(i.subnetSet)) return true;
-          return i.exitRoutes.length > 0 && set.subsetOf(INTERNET);
-        });
+        const es = this.hitsOf(p).get(i.idx);
+        if (es) out.push(plainRule(p, es));
+        continue;
       }
+      const dsts = (r.DstPorts ?? []).filter((_, e) => {
+        const set = p.entrySets[e]!;
+        if (i.addrs.some((a) => set.containsAddr(a))) return true;
+        if (set.overlaps(i.subnetSet)) return true;
+        return i.exitRoutes.length > 0 && set.subsetOf(INTERNET);
+      });
       if (dsts.length > 0) out.push({ ...r, DstPorts: dsts });
     }
     return out;

@@ -4,7 +4,8 @@
  * and one reusable pre-auth key per user and per tag set the plan uses. It answers the driver over IPC, including
  * the changes the driver times (rename, tag change, policy change). Forked with --expose-gc.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sampleMemory, startBenchServer } from './bench-core.js';
@@ -19,6 +20,8 @@ export type PolicyServerCommand =
   | { op: 'setTags'; nodeId: number; tags: string[] }
   | { op: 'setPolicy'; variant: 0 | 1 }
   | { op: 'stats' }
+  | { op: 'profileStart'; intervalUs: number }
+  | { op: 'profileStop'; file: string }
   | { op: 'stop' };
 
 /** PolicyServerReady is sent once the server listens with users, policy and keys in place. */
@@ -56,6 +59,9 @@ async function main(): Promise<void> {
     await server.close();
     rmSync(dataDir, { recursive: true, force: true });
   };
+  // BENCH_CHANGE_PROF: one CPU profile per measured change, from just before it is applied until every affected
+  // device has it (the whole run's --cpu-prof mixes a 150 ms change into a minute of joins).
+  let profiler: Session | undefined;
   const timed = async (work: () => Promise<unknown>): Promise<number> => {
     const t0 = performance.now();
     await work();
@@ -86,6 +92,20 @@ async function main(): Promise<void> {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
           batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended,
         };
+      }
+      case 'profileStart':
+        profiler ??= new Session();
+        profiler.connect();
+        await profiler.post('Profiler.enable');
+        await profiler.post('Profiler.setSamplingInterval', { interval: req.intervalUs });
+        await profiler.post('Profiler.start');
+        return null;
+      case 'profileStop': {
+        if (!profiler) throw new Error('profileStop without profileStart');
+        const { profile } = await profiler.post('Profiler.stop');
+        profiler.disconnect();
+        writeFileSync(req.file, JSON.stringify(profile));
+        return req.file;
       }
       case 'stop': await stop(); return null;
     }

@@ -11,10 +11,14 @@
  *        [--workers K] [--seed S]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
- *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof),
- *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers).
+ *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof; BENCH_CPU_PROF_INTERVAL_US to sample
+ *      more often than every 1,000 µs),
+ *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
+ *      one server profile per measured change, <devices>-<change>.cpuprofile, sampled every 100 µs).
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { availableParallelism, cpus, totalmem } from 'node:os';
 import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
@@ -129,7 +133,9 @@ class Child<C extends { op: string }> {
 
 function startServer(n: number, opts: RealisticOptions): Promise<{ server: Child<PolicyServerCommand>; ready: PolicyServerReady }> {
   const profileDir = process.env.BENCH_CPU_PROF;
-  const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`] : [])];
+  // BENCH_CPU_PROF_INTERVAL_US samples more often than V8's 1 ms default: a single change's flush is ~100 ms.
+  const interval = process.env.BENCH_CPU_PROF_INTERVAL_US;
+  const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
   const proc = fork(new URL('./bench-policy-server.js', import.meta.url), [], {
     execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, BENCH_PLAN_SIZE: String(n), BENCH_PLAN_SEED: String(opts.seed), BENCH_PLAN_POLICY: opts.policy },
@@ -274,11 +280,20 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const measure = async (change: Change, apply: PolicyServerCommand): Promise<void> => {
       const timeoutMs = opts.changeTimeoutSeconds * 1000;
       await Promise.all(workers.map((c) => c.request({ op: 'arm', change, timeoutMs }, 600_000)));
+      const changeProf = process.env.BENCH_CHANGE_PROF;
+      if (changeProf) {
+        mkdirSync(changeProf, { recursive: true });
+        await server.request({ op: 'profileStart', intervalUs: 100 });
+      }
       const cpu0 = await server.request<number>({ op: 'cpu' });
       const t0 = epochNow();
       const serverApplyMs = await server.request<number>(apply, timeoutMs + 60_000);
       const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; wrong: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
       const cpu1 = await server.request<number>({ op: 'cpu' });
+      if (changeProf) {
+        const file = await server.request<string>({ op: 'profileStop', file: join(resolve(changeProf), `${n}-${change.kind}.cpuprofile`) }, 120_000);
+        log(`  [${n}] ${change.kind}: server profile ${file}`);
+      }
       const affected = got.reduce((s, g) => s + g.affected, 0);
       const bytes = got.reduce((s, g) => s + g.bytes, 0);
       const r: ChangeResult = {

@@ -498,20 +498,32 @@ export class SessionHub {
    * that share a large message (the same PeersChanged) are matched on a short key, not their whole text.
    */
   private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>, frames = new Map<string, Buffer>()): void {
-    for (const { s, key: text, json } of targets) {
-      // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
-      // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
-      // the rare match saved.
-      const key = text.length > UNSHARED_KEY_LENGTH ? undefined : `${s.zstd ? 'z' : 'p'}${text}`;
-      let buf = key === undefined ? undefined : frames.get(key);
-      if (!buf) {
-        buf = frame(json(), s.zstd);
-        if (key !== undefined) frames.set(key, buf);
-      }
-      s.send(buf);
-      this.metrics.mapMessages.inc({ kind: 'delta' });
-    }
+    for (const { s, key, json } of targets) this.sendOne(s, key, json, frames);
+    this.countDeltas();
   }
+
+  /** sendOne is sendAll for one target; the message is counted at the next countDeltas (a flush's end). */
+  private sendOne(s: MapSession, text: string, json: () => string, frames: Map<string, Buffer>): void {
+    // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
+    // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
+    // the rare match saved.
+    const key = text.length > UNSHARED_KEY_LENGTH ? undefined : `${s.zstd ? 'z' : 'p'}${text}`;
+    let buf = key === undefined ? undefined : frames.get(key);
+    if (!buf) {
+      buf = frame(json(), s.zstd);
+      if (key !== undefined) frames.set(key, buf);
+    }
+    s.send(buf);
+    this.deltasSent++;
+  }
+
+  /** countDeltas adds the messages sent since to the metric at once: a labelled counter hashes its labels on every
+   * inc, which was 7 ms of a 120 ms flush to 951 sessions. */
+  private countDeltas(): void {
+    if (this.deltasSent) this.metrics.mapMessages.inc({ kind: 'delta' }, this.deltasSent);
+    this.deltasSent = 0;
+  }
+  private deltasSent = 0;
 
   /**
    * broadcast sends every session one message (the same text, or one per session, e.g.
@@ -683,6 +695,7 @@ export class SessionHub {
 
   /** endJob records a flush's cost and applies the changes that arrived while it was being sent. */
   private endJob(job: FlushJob): void {
+    this.countDeltas();
     this.flushEnd = performance.now();
     this.lastFlushMs = job.busyMs;
     this.metrics.mapBatches.observe(job.busyMs / 1000);
@@ -786,7 +799,7 @@ export class SessionHub {
       const rebuilds = selfChanged || parts.some((p) => p.startsWith('"SSHPolicy"'));
       if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s);
-      if (parts.length) this.sendAll([{ s, key: keys.join('\n'), json: () => `{${parts.join(',')}}` }], frames);
+      if (parts.length) this.sendOne(s, keys.join('\n'), () => `{${parts.join(',')}}`, frames);
     };
   }
 }

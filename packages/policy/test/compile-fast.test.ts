@@ -139,7 +139,8 @@ function differences(policy: Policy | null, snap: Snapshot, mutate?: (peers: str
   const fast = new TailnetContext(policy, snap);
   const ref = new ReferenceTailnetContext(policy, snap);
   for (const n of snap.nodes) {
-    const got = compilePolicy(policy, snap, n.id, fast);
+    // A copy: peers is computed on each read, so a mutation must go to a list read once.
+    const got = { ...compilePolicy(policy, snap, n.id, fast) };
     const want = referenceCompilePolicy(policy, snap, n.id, ref);
     if (mutate) mutate(got.peers);
     for (const k of ['peers', 'packetFilter', 'sshPolicy', 'capMap', 'approvedRoutes', 'randomizeClientPort'] as const) {

@@ -6,6 +6,7 @@
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
+import { writeHeapSnapshot } from 'node:v8';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sampleMemory, startBenchServer } from './bench-core.js';
@@ -22,6 +23,7 @@ export type PolicyServerCommand =
   | { op: 'stats' }
   | { op: 'profileStart'; intervalUs: number }
   | { op: 'profileStop'; file: string }
+  | { op: 'heapSnapshot'; file: string }
   | { op: 'stop' };
 
 /** PolicyServerReady is sent once the server listens with users, policy and keys in place. */
@@ -107,6 +109,7 @@ async function main(): Promise<void> {
         writeFileSync(req.file, JSON.stringify(profile));
         return req.file;
       }
+      case 'heapSnapshot': return writeHeapSnapshot(req.file);
       case 'stop': await stop(); return null;
     }
   };

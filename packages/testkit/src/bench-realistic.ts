@@ -14,7 +14,8 @@
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof; BENCH_CPU_PROF_INTERVAL_US to sample
  *      more often than every 1,000 µs),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
- *      one server profile per measured change, <devices>-<change>.cpuprofile, sampled every 100 µs).
+ *      one server profile per measured change, <devices>-<change>.cpuprofile, sampled every 100 µs),
+ *      BENCH_HEAP_SNAPSHOT (a directory: the server's heap after the changes, <devices>.heapsnapshot).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -320,6 +321,12 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     if (opts.policy === 'realistic') await measure({ kind: 'policy', variant: 1 }, { op: 'setPolicy', variant: 1 });
 
     const serverAfter = await server.request<MemorySample>({ op: 'memory' });
+    // BENCH_HEAP_SNAPSHOT=<dir>: the server's heap with every session idle, to see what a session keeps.
+    const heapDir = process.env.BENCH_HEAP_SNAPSHOT;
+    if (heapDir) {
+      mkdirSync(heapDir, { recursive: true });
+      log(`  [${n}] heap snapshot ${await server.request<string>({ op: 'heapSnapshot', file: join(resolve(heapDir), `${n}.heapsnapshot`) }, 300_000)}`);
+    }
     const closed = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'close' }, 120_000)));
     return {
       devices: n, workers: k, policyRules: opts.policy === 'realistic' ? plan.rules : 0, peers,

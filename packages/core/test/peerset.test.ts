@@ -57,6 +57,12 @@ t.test('PeerSet.ofList and diff agree with Set arithmetic (fixed seeds)', async 
     t.same(seen, [...after].sort((a, b) => a - b).map((id) => [id, !before.includes(id)]), `seed ${seed}: every next id once, ascending, flagged new when not held`);
     next.add(1_000_000);
     t.notOk(PeerSet.ofList(list).has(1_000_000), `seed ${seed}: each ofList is a copy of its own (a session's later add does not leak)`);
+    // A class member's own copy of the shared list leaves itself out, and the shared parse keeps it.
+    if (after.length) {
+      const self = after[rng.int(after.length)]!;
+      t.same([...PeerSet.ofList(list, self)], [...after].filter((id) => id !== self).sort((a, b) => a - b), `seed ${seed}: ofList(list, self) leaves self out`);
+      t.ok(PeerSet.ofList(list).has(self), `seed ${seed}: and the next copy of the list still holds it`);
+    }
   }
 });
 

@@ -914,6 +914,8 @@ export class TailnetContext {
    * one array (see plainRule), so nodes served by the same entries share one filter rule object.
    */
   private hitsOf(p: PreRule): Map<number, number[]> {
+    // Asked for every rule of every node compiled: answer at once when nothing joined since.
+    if (p.hits && p.hitsSeen === this.infos.length) return p.hits;
     const lists = (p.hitLists ??= new Map());
     const shared = (es: number[]): number[] => {
       const key = es.join(',');
@@ -978,11 +980,22 @@ export class TailnetContext {
         if (es) out.push(plainRule(p, es));
         continue;
       }
-      const dsts = (r.DstPorts ?? []).filter((_, e) => {
+      // A router or exit node: the entries holding its own addresses (the index), those overlapping its routes and,
+      // for an exit node, those within the internet. A rule reaching none of that is skipped whole: testing every
+      // entry of every rule (autogroup:member lists hundreds) was most of a flush's compile for the few routers.
+      const own = this.hitsOf(p).get(i.idx);
+      const routed = !i.subnetSet.isEmpty() && p.dsts.overlaps(i.subnetSet);
+      const exits = i.exitRoutes.length > 0 && p.dsts.overlaps(INTERNET);
+      if (!routed && !exits) {
+        if (own) out.push(plainRule(p, own));
+        continue;
+      }
+      const dsts: NetPortRange[] = [];
+      let k = 0;
+      (r.DstPorts ?? []).forEach((d, e) => {
+        if (own && own[k] === e) { k++; dsts.push(d); return; }
         const set = p.entrySets[e]!;
-        if (i.addrs.some((a) => set.containsAddr(a))) return true;
-        if (set.overlaps(i.subnetSet)) return true;
-        return i.exitRoutes.length > 0 && set.subsetOf(INTERNET);
+        if ((routed && set.overlaps(i.subnetSet)) || (exits && set.subsetOf(INTERNET))) dsts.push(d);
       });
       if (dsts.length > 0) out.push({ ...r, DstPorts: dsts });
     }
@@ -1108,6 +1121,12 @@ export class TailnetContext {
     // consumers can key per-list work on it (PeerSet.ofList parses each shared list once).
     if (at < 0) return ids;
     return [...ids.slice(0, at), ...ids.slice(at + 1)];
+  }
+
+  /** peerClassIds is the shared id list of the node's peer class: its peers, plus the node itself when it is a
+   * member (see peerListOf). Callers never modify it. */
+  peerClassIds(i: NodeInfo): readonly string[] {
+    return this.peerClass(i).ids;
   }
 
   /** peerClass is the peer list shared by every node gaining the same contributions (see buildPeerIndex). */
@@ -1397,7 +1416,7 @@ export function approvedRoutesOf(policy: Policy | null, users: PolicyUser[], nod
 export function compilePolicy(policy: Policy | null, snapshot: Snapshot, nodeId: string, ctx = new TailnetContext(policy, snapshot)): CompiledNode {
   const i = ctx.info(nodeId);
   const ssh = ctx.sshRules(i);
-  return {
+  const out: CompiledNode = {
     packetFilter: ctx.packetFilter(i),
     sshPolicy: ssh === null ? null : { rules: ssh },
     capMap: ctx.capMap(i),
@@ -1408,4 +1427,20 @@ export function compilePolicy(policy: Policy | null, snapshot: Snapshot, nodeId:
     approvedRoutes: i.approved,
     randomizeClientPort: policy?.randomizeClientPort ?? false,
   };
+  // Not enumerable: a copy ({...c}, mergeCompiled) has its own peers and no class list.
+  Object.defineProperty(out, PEER_LIST, { value: () => ({ ids: ctx.peerClassIds(i), self: nodeId }) });
+  return out;
+}
+
+const PEER_LIST = Symbol('peerList');
+
+/**
+ * peerListOf is a compiled node's peers as its class's shared list and the node's own id, which the list holds
+ * when the node is a member of its class: a reader that parses lists can parse each shared list once (per class,
+ * not per node) and drop the node itself from its own copy. Undefined for results not made by compilePolicy
+ * (or copied): read `peers` then.
+ */
+export function peerListOf(c: CompiledNode): { ids: readonly string[]; self: string } | undefined {
+  const f = (c as unknown as Record<symbol, (() => { ids: readonly string[]; self: string }) | undefined>)[PEER_LIST];
+  return f?.();
 }

@@ -8,7 +8,7 @@
 // and the users alone) are compared too. Replay one seed with
 // HEADWAY_TEST_SEED=<seed>; run more seeds with HEADWAY_TEST_RUNS=<count>.
 import t from 'tap';
-import { IPSet, TailnetContext, approvedRoutesOf, compilePolicy, parsePolicy, type FilterRule, type Policy, type Snapshot } from '../src/index.js';
+import { IPSet, TailnetContext, approvedRoutesOf, compilePolicy, parsePolicy, peerListOf, type FilterRule, type Policy, type Snapshot } from '../src/index.js';
 import type { Addr, IPRange } from '../src/ip.js';
 // testkit's mulberry32: the same seed gives the same tailnet and policy everywhere.
 import { PlanRng } from '@headway/testkit';
@@ -139,8 +139,15 @@ function differences(policy: Policy | null, snap: Snapshot, mutate?: (peers: str
   const fast = new TailnetContext(policy, snap);
   const ref = new ReferenceTailnetContext(policy, snap);
   for (const n of snap.nodes) {
-    // A copy: peers is computed on each read, so a mutation must go to a list read once.
-    const got = { ...compilePolicy(policy, snap, n.id, fast) };
+    const compiled = compilePolicy(policy, snap, n.id, fast);
+    // The class list and the node's own id give its peers (what sessions parse once per class).
+    const list = peerListOf(compiled);
+    if (!list || list.self !== n.id || canon(list.ids.filter((id) => id !== n.id)) !== canon(compiled.peers)) {
+      out.push(`node ${n.name} peerListOf: ${canon(list)} against peers ${canon(compiled.peers)}`);
+    }
+    // A copy: peers is computed on each read, so a mutation must go to a list read once; a copy has no class list.
+    const got = { ...compiled };
+    if (peerListOf(got)) out.push(`node ${n.name}: a copy still answers peerListOf`);
     const want = referenceCompilePolicy(policy, snap, n.id, ref);
     if (mutate) mutate(got.peers);
     for (const k of ['peers', 'packetFilter', 'sshPolicy', 'capMap', 'approvedRoutes', 'randomizeClientPort'] as const) {

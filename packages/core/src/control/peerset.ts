@@ -22,11 +22,12 @@ export class PeerSet implements Iterable<number> {
   }
 
   /**
-   * ofList is the set of a compiled peer list (ids as text, as the policy compiler gives them). The parsed ids
-   * are kept per list: nodes of one class share one list, so a structural flush parses it once, and each
-   * session gets its own copy (a memcpy) because sessions change their sets independently afterwards.
+   * ofList is the set of a compiled peer list (ids as text, as the policy compiler gives them), less `except` when
+   * given. The parsed ids are kept per list: nodes of one class share one list (with each member itself in it, see
+   * peerListOf), so a structural flush parses it once, and each session gets its own copy (a memcpy, skipping its
+   * own id) because sessions change their sets independently afterwards.
    */
-  static ofList(list: readonly string[]): PeerSet {
+  static ofList(list: readonly string[], except?: number): PeerSet {
     let parsed = PARSED.get(list);
     if (!parsed) {
       parsed = parseAscending(list);
@@ -39,6 +40,7 @@ export class PeerSet implements Iterable<number> {
     const out = new PeerSet();
     out.ids = parsed.slice();
     out.count = parsed.length;
+    if (except !== undefined) out.delete(except);
     return out;
   }
 
@@ -93,6 +95,11 @@ export class PeerSet implements Iterable<number> {
     this.ids.copyWithin(i, i + 1, this.count);
     this.count--;
     return true;
+  }
+
+  /** forEach calls fn with each id in ascending order (a plain loop: the iterator is a generator, slow in hot paths). */
+  forEach(fn: (id: number) => void): void {
+    for (let i = 0; i < this.count; i++) fn(this.ids[i]!);
   }
 
   *[Symbol.iterator](): IterableIterator<number> {

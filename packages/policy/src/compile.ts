@@ -145,9 +145,9 @@ interface PreRule {
   capUnions: IPSet[];
   /** sig names the pieces merged into this rule (positions and rule objects): equal sigs, equal PreRules (see extend). */
   sig: string;
-  /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses; hitLists interns those lists. */
-  hits?: Map<number, number[]>;
-  hitLists?: Map<string, number[]>;
+  /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses; hitLists interns them. */
+  hits?: Map<number, Hit>;
+  hitLists?: Map<string, Hit>;
   /** plain: the rule narrowed to a node's entries, by those entries' text (see plainRule); one map per key in a
    * context (TailnetContext.plainBySource). */
   plain?: Map<string, FilterRule>;
@@ -258,20 +258,21 @@ function srcList(set: IPSet): string[] {
 }
 
 /**
- * PLAIN_RULES holds, per entry list of a PreRule's hits (interned, see hitsOf), the rule narrowed to those entries
- * (plainRule). Every node the same entries serve gets the same object, in this context and in every context
- * extended from it: sessions then hold one shared rule, and a session's filter update skips a rule by identity
- * when it is the object the session was sent before (filterUpdateJson). Nobody may modify it.
+ * Hit is one entry list of a PreRule's hits (interned: nodes served by the same entries share it, see hitsOf) with
+ * the rule narrowed to those entries (plainRule), made on first use. Every node the same entries serve gets the
+ * same object, in this context and in every context extended from it: sessions then hold one shared rule, and a
+ * session's filter update skips a rule by identity when it is the object the session was sent before
+ * (filterUpdateJson). Nobody may modify it.
  */
-const PLAIN_RULES = new WeakMap<number[], FilterRule>();
+interface Hit { es: number[]; rule?: FilterRule }
 /** PLAIN_KEPT_MAX bounds how many narrowed forms of one rule (PreRule.plain) an extension keeps. */
 const PLAIN_KEPT_MAX = 4096;
 
-function plainRule(p: PreRule, es: number[]): FilterRule {
-  let out = PLAIN_RULES.get(es);
+function plainRule(p: PreRule, hit: Hit): FilterRule {
+  let out = hit.rule;
   if (out) return out;
   const entries = p.rule.DstPorts!;
-  const dsts = es.map((e) => entries[e]!);
+  const dsts = hit.es.map((e) => entries[e]!);
   // The same sources, protocols and entries are the same rule: take the object made before, by this rule or by
   // another of the same key (one it replaced in an extension, or a scope's), so unchanged filters stay equal by identity.
   const key = dsts.map((d) => `${d.IP} ${d.Ports.First}-${d.Ports.Last}`).join(',');
@@ -281,7 +282,7 @@ function plainRule(p: PreRule, es: number[]): FilterRule {
     out = { ...p.rule, DstPorts: dsts };
     plain.set(key, out);
   }
-  PLAIN_RULES.set(es, out);
+  hit.rule = out;
   return out;
 }
 
@@ -913,26 +914,26 @@ export class TailnetContext {
    * hitsOf indexes, once per PreRule, which DstPorts entries hold an address of each node. Equal entry lists are
    * one array (see plainRule), so nodes served by the same entries share one filter rule object.
    */
-  private hitsOf(p: PreRule): Map<number, number[]> {
+  private hitsOf(p: PreRule): Map<number, Hit> {
     // Asked for every rule of every node compiled: answer at once when nothing joined since.
     if (p.hits && p.hitsSeen === this.infos.length) return p.hits;
     const lists = (p.hitLists ??= new Map());
-    const shared = (es: number[]): number[] => {
+    const shared = (es: number[]): Hit => {
       const key = es.join(',');
-      const known = lists.get(key);
-      if (known) return known;
-      lists.set(key, es);
-      return es;
+      let hit = lists.get(key);
+      if (!hit) lists.set(key, hit = { es });
+      return hit;
     };
     if (!p.hits) {
-      const hits = new Map<number, number[]>();
+      const byNode = new Map<number, number[]>();
       p.entrySets.forEach((set, e) => {
         for (const x of this.nodesWithAddrIn(set)) {
-          const l = hits.get(x);
-          if (l) l.push(e); else hits.set(x, [e]);
+          const l = byNode.get(x);
+          if (l) l.push(e); else byNode.set(x, [e]);
         }
       });
-      for (const [x, es] of hits) hits.set(x, shared(es));
+      const hits = new Map<number, Hit>();
+      for (const [x, es] of byNode) hits.set(x, shared(es));
       p.hits = hits;
     } else {
       // A rule kept by extend: index the nodes that joined since (each new node's entries, in order).
@@ -976,8 +977,8 @@ export class TailnetContext {
         continue;
       }
       if (plain) {
-        const es = this.hitsOf(p).get(i.idx);
-        if (es) out.push(plainRule(p, es));
+        const hit = this.hitsOf(p).get(i.idx);
+        if (hit) out.push(plainRule(p, hit));
         continue;
       }
       // A router or exit node: the entries holding its own addresses (the index), those overlapping its routes and,
@@ -993,7 +994,7 @@ export class TailnetContext {
       const dsts: NetPortRange[] = [];
       let k = 0;
       (r.DstPorts ?? []).forEach((d, e) => {
-        if (own && own[k] === e) { k++; dsts.push(d); return; }
+        if (own && own.es[k] === e) { k++; dsts.push(d); return; }
         const set = p.entrySets[e]!;
         if ((routed && set.overlaps(i.subnetSet)) || (exits && set.subsetOf(INTERNET))) dsts.push(d);
       });

@@ -75,3 +75,24 @@ t.test('PeerSet.ofList reads an ascending list in one pass and anything else thr
   t.throws(() => PeerSet.ofList(['1', 'x']), /non-negative integer/, 'a non-number is refused, not read as 0');
   t.throws(() => PeerSet.ofList(['1', '2.5']), /non-negative integer/);
 });
+
+t.test('a quiet map stream gets a keep-alive each interval, and every message restarts the wait', async (t) => {
+  const sent: string[] = [];
+  let keepalives = 0;
+  const session = new MapSession(1, 130, false, (buf) => sent.push(buf.subarray(4).toString()), () => keepalives++, 40);
+  const hold = setInterval(() => undefined, 10); // the session's timer does not keep the process alive
+  t.teardown(() => { clearInterval(hold); session.close(); });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  session.armKeepAlive();
+  await sleep(30);
+  session.send(Buffer.from('\x02\x00\x00\x00{}'));
+  await sleep(30);
+  t.equal(keepalives, 0, 'a message 30 ms in pushed the first keep-alive past 60 ms');
+  await sleep(250);
+  t.ok(keepalives >= 2, `the timer re-armed after firing: ${keepalives} keep-alives in the next 250 ms`);
+  t.ok(sent.filter((m) => m === '{"KeepAlive":true}').length === keepalives, 'each one sent as a KeepAlive message');
+  session.close();
+  const after = keepalives;
+  await sleep(100);
+  t.equal(keepalives, after, 'none after the session closed');
+});

@@ -145,6 +145,8 @@ export class MapSession {
     readonly zstd: boolean,
     private readonly writeFrame: (buf: Buffer) => void,
     private readonly onKeepAlive: () => void,
+    /** keepAliveMs: how long a quiet stream waits for a keep-alive (default 50 s plus a per-session jitter of up to 9 s). */
+    private readonly keepAliveMs = KEEPALIVE_BASE_MS + KEEPALIVE_STEP_MS * Math.floor(Math.random() * (KEEPALIVE_JITTER_MS / KEEPALIVE_STEP_MS)),
   ) {}
 
   send(buf: Buffer): void {
@@ -154,12 +156,14 @@ export class MapSession {
   }
 
   armKeepAlive(): void {
-    clearTimeout(this.keepalive);
     if (this.closed) return;
+    // One timer per session, its jittered delay drawn once, restarted by every message (refresh also re-arms it
+    // after it fired): a new timer per message was an allocation and two timer-list operations per session per flush.
+    if (this.keepalive) { this.keepalive.refresh(); return; }
     this.keepalive = setTimeout(() => {
       this.onKeepAlive();
       this.send(frame('{"KeepAlive":true}', this.zstd));
-    }, KEEPALIVE_BASE_MS + KEEPALIVE_STEP_MS * Math.floor(Math.random() * (KEEPALIVE_JITTER_MS / KEEPALIVE_STEP_MS)));
+    }, this.keepAliveMs);
     this.keepalive.unref();
   }
 

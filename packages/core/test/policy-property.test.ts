@@ -181,3 +181,31 @@ t.test('tag and owner changes extend the live policy context, and every session 
     t.same(sessionProblems(f), [], `${what}: every session holds a fresh compile`);
   }
 });
+
+t.test("a netmap rebuild records every owner the session's client now shows, itself and all its peers'", async (t) => {
+  // The flush walks a session's peers for their owners only until every owner in the tailnet is in: check it
+  // against the owners counted from scratch, after a policy change marks every session rebuilt.
+  const f = await Fleet.start(t, REALISTIC[0]);
+  const users = f.users();
+  for (const [k, u] of users.entries()) {
+    for (const tags of k === 0 ? [[], ['tag:web'], ['tag:db']] : [[], []]) {
+      const n = await f.state.createNode({
+        machineKey: machineKey(), nodeKey: nodeKey(), hostname: `${u.name}-${tags.join('') || 'laptop'}`,
+        userId: tags.length ? null : u.id, tags, registerMethod: 'authkey',
+      });
+      f.connect(n.id);
+    }
+  }
+  f.hub.flushNow();
+  f.policyText = REALISTIC[1];
+  f.state.bus.publish({ type: 'policy-changed' });
+  f.hub.flushNow();
+  const ownerOf = (id: number) => f.mapper.ownerId(f.state.requireNode(id));
+  let checked = 0;
+  for (const [id, c] of f.connected) {
+    const want = new Set([ownerOf(id), ...[...c.session.peers].map(ownerOf)]);
+    t.same([...c.session.shownOwners].sort(), [...want].sort(), `session of node ${id}: the owners it shows`);
+    checked++;
+  }
+  t.ok(checked > 5, `${checked} sessions checked`);
+});

@@ -97,9 +97,11 @@ export class PeerSet implements Iterable<number> {
     return true;
   }
 
-  /** forEach calls fn with each id in ascending order (a plain loop: the iterator is a generator, slow in hot paths). */
-  forEach(fn: (id: number) => void): void {
-    for (let i = 0; i < this.count; i++) fn(this.ids[i]!);
+  /** some calls fn with each id in ascending order until it returns true (a plain loop: the iterator is a
+   * generator, slow in hot paths); true when it did. */
+  some(fn: (id: number) => boolean): boolean {
+    for (let i = 0; i < this.count; i++) if (fn(this.ids[i]!)) return true;
+    return false;
   }
 
   *[Symbol.iterator](): IterableIterator<number> {

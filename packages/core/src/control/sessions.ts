@@ -546,23 +546,30 @@ export class SessionHub {
   /**
    * rebuilt records that the session's client rebuilt its netmap: it now shows its own and its peers' owners.
    * ownerOf is one flush's memo of node → owner: a policy change marks every session rebuilt, and building each
-   * peer's owner anew for every session (O(sessions × peers)) was 10% of that change at 1,000 devices.
+   * peer's owner anew for every session (O(sessions × peers)) was 10% of that change at 1,000 devices. The walk
+   * stops once every owner in the tailnet is in (a handful of users, met within a few dozen peers).
    */
   private rebuilt(s: MapSession, ownerOf = this.ownerMemo()): void {
     const owners = new Set<number>();
     const mine = ownerOf(s.nodeId);
     if (mine !== undefined) owners.add(mine);
-    s.peers.forEach((id) => {
-      const o = ownerOf(id);
-      if (o !== undefined) owners.add(o);
-    });
+    const all = ownerOf.count();
+    if (owners.size < all) {
+      s.peers.some((id) => {
+        const o = ownerOf(id);
+        if (o !== undefined) owners.add(o);
+        return owners.size >= all;
+      });
+    }
     s.shownOwners = owners;
   }
 
-  /** ownerMemo answers a node's owner id (undefined for a node gone), each node looked up once. */
-  private ownerMemo(): (id: number) => number | undefined {
+  /** ownerMemo answers a node's owner id (undefined for a node gone), each node looked up once; count() is how
+   * many distinct owners the tailnet's nodes have. */
+  private ownerMemo(): ((id: number) => number | undefined) & { count: () => number } {
     const memo = new Map<number, number | undefined>();
-    return (id) => {
+    let distinct: number | undefined;
+    const ownerOf = (id: number): number | undefined => {
       let o = memo.get(id);
       if (o === undefined && !memo.has(id)) {
         const n = this.state.getNode(id);
@@ -571,6 +578,9 @@ export class SessionHub {
       }
       return o;
     };
+    return Object.assign(ownerOf, {
+      count: () => (distinct ??= new Set(this.state.listNodes().map((n) => this.mapper.ownerId(n))).size),
+    });
   }
 
   /** deletedNode is a node deleted since start-up that had this machine key (its device may still ask for a map). */

@@ -469,7 +469,10 @@ export class SessionHub {
         this.pendingPolicySeq = seq;
         this.mapper.view.setPolicy(this.policy());
         this.mapper.forgetAll();
-        for (const n of this.state.listNodes()) this.pendingSelf.set(n.id, seq);
+        // A node's own entry is sent again only if the policy changed it, judged at the flush like its peer entry
+        // (they differ in the session's capability version and the fixed self capabilities alone): sent to every
+        // session, it made every message distinct and every client rebuild its netmap (at 2,000 devices, 2,000
+        // messages for 556 devices whose view changed).
         this.pendingStructural = true;
         this.pendingPrimaries = true;
         break;
@@ -662,7 +665,10 @@ export class SessionHub {
     if (this.pendingPolicyOld) {
       for (const [id, before] of this.pendingPolicyOld) {
         const n = this.state.getNode(id);
-        if (n && this.mapper.peer(n) !== before) this.pendingFull.set(id, Math.max(this.pendingFull.get(id) ?? 0, this.pendingPolicySeq));
+        if (n && this.mapper.peer(n) !== before) {
+          this.pendingFull.set(id, Math.max(this.pendingFull.get(id) ?? 0, this.pendingPolicySeq));
+          this.pendingSelf.set(id, Math.max(this.pendingSelf.get(id) ?? 0, this.pendingPolicySeq));
+        }
       }
       this.pendingPolicyOld = undefined;
     }

@@ -55,6 +55,7 @@ t.test('PeerSet.ofList and diff agree with Set arithmetic (fixed seeds)', async 
     const gone = new PeerSet(before).diff(next, (id, added) => seen.push([id, added]));
     t.same(gone, before.filter((id) => !after.includes(id)).sort((a, b) => a - b), `seed ${seed}: gone are the ids only held before`);
     t.same(seen, [...after].sort((a, b) => a - b).map((id) => [id, !before.includes(id)]), `seed ${seed}: every next id once, ascending, flagged new when not held`);
+    t.same(new PeerSet(before).changes(next), { gone, added: after.filter((id) => !before.includes(id)).sort((a, b) => a - b) }, `seed ${seed}: changes gives diff's gone and its new ids`);
     next.add(1_000_000);
     t.notOk(PeerSet.ofList(list).has(1_000_000), `seed ${seed}: each ofList is a copy of its own (a session's later add does not leak)`);
     // A class member's own copy of the shared list leaves itself out, and the shared parse keeps it.

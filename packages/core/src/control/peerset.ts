@@ -63,6 +63,24 @@ export class PeerSet implements Iterable<number> {
     return gone;
   }
 
+  /**
+   * changes is diff without a call per id: the ids only here (gone) and the ids only in `next` (added), both
+   * ascending. O(size + next.size).
+   */
+  changes(next: PeerSet): { gone: number[]; added: number[] } {
+    const gone: number[] = [];
+    const added: number[] = [];
+    let i = 0;
+    for (let j = 0; j < next.count; j++) {
+      const id = next.ids[j]!;
+      while (i < this.count && this.ids[i]! < id) gone.push(this.ids[i++]!);
+      if (i < this.count && this.ids[i] === id) i++;
+      else added.push(id);
+    }
+    while (i < this.count) gone.push(this.ids[i++]!);
+    return { gone, added };
+  }
+
   get size(): number { return this.count; }
 
   /** byteLength is what the ids take (tests and memory accounting). */

@@ -789,13 +789,28 @@ export class SessionHub {
         // The peer class's shared list, parsed once per class, less the node itself; a copied result has its own.
         const list = peerListOf(view);
         const next = list ? PeerSet.ofList(list.ids, Number(list.self)) : PeerSet.ofList(view.peers);
-        const changed: Node[] = [];
-        gone = s.peers.diff(next, (id, added) => {
-          if (!added && !newer(fullSeq.get(id))) return;
+        // To send: the peers new to the session, and those it holds whose entry changed since its map. The batch's
+        // changed nodes are usually few: look those up in the two sets rather than every peer in the batch's map
+        // (a lookup per peer per session was most of a tag change's per-session assembly).
+        let ids: number[];
+        if (fullSeq.size < next.size) {
+          const d = s.peers.changes(next);
+          gone = d.gone;
+          ids = d.added;
+          let held = false;
+          for (const [id, seq] of fullSeq) {
+            if (newer(seq) && next.has(id) && s.peers.has(id)) { ids.push(id); held = true; }
+          }
+          if (held) ids.sort((a, b) => a - b);
+        } else {
+          ids = [];
+          gone = s.peers.diff(next, (id, added) => { if (added || newer(fullSeq.get(id))) ids.push(id); });
+        }
+        upsert = [];
+        for (const id of ids) {
           const n = this.state.getNode(id);
-          if (n) changed.push(n);
-        });
-        upsert = changed; // ascending ids, as diff walks them
+          if (n) upsert.push(n);
+        }
         s.peers = next;
         const filter = filterUpdateJson(s.filterRules, view.packetFilter);
         s.filterRules = view.packetFilter;

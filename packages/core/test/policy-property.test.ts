@@ -140,9 +140,9 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
   }
   t.ok(strict > 0, 'the policies hide part of the tailnet from some sessions (the test is not all-see-all)');
   // Joins and tag changes extend the live context (TailnetContext.extend) while the shadow view builds its own:
-  // the fast path ran, for both.
-  t.ok(extended > 0, `joins and tag changes extended the live policy context (${extended} times)`);
-  t.ok(retagExtended > 0, `tag changes extended it (${retagExtended} times)`);
+  // the fast path ran. Tag changes here rarely extend (most random nodes advertise routes, which extend does not
+  // follow, and the seeds are random): the fleet test below re-tags on purpose.
+  t.ok(extended > 0, `joins and tag changes extended the live policy context (${extended} times, ${retagExtended} after a tag change)`);
   t.comment(`${SEEDS.length} seeds x ${STEPS} steps: ${checks} session checks (${strict} with a strict subset of peers), ` +
     `${messages} messages, ${bytes} bytes, ${((performance.now() - started) / 1000).toFixed(1)} s`);
 });

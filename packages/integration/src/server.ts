@@ -33,14 +33,21 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
   if (bad.length) throw new Error(`test config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
   const logs: string[] = [];
   const logger: Logger = createLogger({ level: opts.logLevel ?? 'debug', write: (l) => logs.push(l) });
-  // The server URL must be the real port; a fixed one is picked after listening, so bind first.
+  // The server URL must be the real port; a fixed one is picked after listening, so bind first. Between closing
+  // and binding again another test's listener may take that port (tests run in parallel): then start over.
   let server = await startServer({ config, logger, configSource: 'test', engine: opts.engine });
-  if (!raw.server_url) {
+  for (let attempt = 1; !raw.server_url; attempt++) {
     const url = server.urls.http;
     const port = new URL(url).port;
     await server.close();
     const again = resolveConfig({ ...merged, listen_addr: `127.0.0.1:${port}`, server_url: url }, { env: opts.env ?? {}, baseDir: dataDir });
-    server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test', engine: opts.engine });
+    try {
+      server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test', engine: opts.engine });
+      break;
+    } catch (err) {
+      if (attempt >= 5 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+      server = await startServer({ config, logger, configSource: 'test', engine: opts.engine });
+    }
   }
   return Object.assign(server, {
     dataDir,

@@ -94,7 +94,7 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   // A second writer commits user+node pairs in single transactions for the whole backup.
   let writing = true;
   let written = 0;
-  const writer = (async () => {
+  const write = async () => {
     while (writing) {
       await a!.storage.transaction(async (tx) => {
         const u = await tx.users.create({ name: `writer-${written}` });
@@ -109,17 +109,25 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
       // better-sqlite3 answers synchronously: without a turn of the event loop this would starve every timer.
       await new Promise((r) => setImmediate(r));
     }
-  })();
+  };
+  let writer = write();
   await new Promise((r) => setTimeout(r, 200));
-  await a.state.createUser({ name: 'just-before' });
 
   if (source.label === 'sqlite') {
-    // What the native backup is for: a plain copy of the file misses writes still in the WAL.
+    // What the native backup is for: a plain copy of the file misses writes still in the WAL. The writer pauses
+    // for the copy: its next commits could checkpoint the WAL into the file first (SQLite does at 1,000 pages).
+    writing = false;
+    await writer;
+    await a.state.createUser({ name: 'just-before' });
     const path = (source.block.sqlite as { path: string }).path;
     const plain = join(dataDir, 'plain-copy.sqlite');
     copyFileSync(path, plain);
     const copied = await readSqliteBackup(plain);
     t.notOk(copied.users.some((u) => u.name === 'just-before'), 'cp db.sqlite misses the write made just before (it is in the WAL)');
+    writing = true;
+    writer = write();
+  } else {
+    await a.state.createUser({ name: 'just-before' });
   }
 
   // With no --format, SQLite gets its native file and the others JSON.

@@ -70,6 +70,8 @@ for (const db of databases) {
     const id1 = a.state.nodeByNodeKey(r1.nodeKeyText)!.id;
     const id2 = b.state.nodeByNodeKey(r2.nodeKeyText)!.id;
     t.ok(id1 < id2, 'r1 has the lower id');
+    // r2 registered on B: A approves it once it has heard of it (the instances share the database, not the moment).
+    await until('A knows r2', () => Boolean(a.state.getNode(id2)));
     await a.routes.approve(id1, [route]);
     await a.routes.approve(id2, [route]);
     const all = [a, b, c];

@@ -442,7 +442,7 @@ export class TailnetContext {
       for (const [key, alias] of this.resolvedAliases) {
         const a = was.resolve(alias);
         const b = now.resolve(alias);
-        if (a && b && !(a.subsetOf(b) && b.subsetOf(a))) dirty.add(key);
+        if (a && b && !a.equals(b)) dirty.add(key);
       }
     }
     for (const k of moved) {

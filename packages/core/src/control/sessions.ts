@@ -552,7 +552,7 @@ export class SessionHub {
    * peer's owner anew for every session (O(sessions × peers)) was 10% of that change at 1,000 devices. The walk
    * stops once every owner in the tailnet is in (a handful of users, met within a few dozen peers).
    */
-  private rebuilt(s: MapSession, ownerOf = this.ownerMemo()): void {
+  private rebuilt(s: MapSession, ownerOf: ReturnType<SessionHub['ownerMemo']>): void {
     const owners = new Set<number>();
     const mine = ownerOf(s.nodeId);
     if (mine !== undefined) owners.add(mine);

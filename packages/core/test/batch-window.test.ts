@@ -1,14 +1,19 @@
 // nextBatchWindow: how long the SessionHub collects changes before sending them. A quiet server sends a change
-// after the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
+// after the short quiet window, changes right behind a flush wait the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
 // message per session instead of one message per join per session.
 import t from 'tap';
-import { BATCH_WINDOW_MS, FLUSH_SHARE, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, OPEN_SHARE, nextBatchWindow, openWait } from '../src/control/sessions.js';
+import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
 import { Fleet } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
-t.test('a quiet event loop keeps the base window', async (t) => {
-  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 30), BATCH_WINDOW_MS);
-  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.2, 30), BATCH_WINDOW_MS, 'load gone: back to the base window at once');
+t.test('a change finding the hub quiet waits only the quiet window', async (t) => {
+  t.ok(QUIET_WINDOW_MS < BATCH_WINDOW_MS);
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 30), QUIET_WINDOW_MS);
+  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.2, 500), QUIET_WINDOW_MS, 'load gone: back to the quiet window at once');
+  t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 2), BATCH_WINDOW_MS, 'a change right behind a flush waits the base window');
+  t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 500, 0, 5), BATCH_WINDOW_MS, 'and so does one right behind another change (a burst under way)');
+  t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 500, 0, BATCH_WINDOW_MS), QUIET_WINDOW_MS);
+  t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.95, 2), BATCH_WINDOW_MS, 'and never less on a busy loop');
 });
 
 t.test('a busy event loop doubles the window up to the cap', async (t) => {
@@ -26,12 +31,12 @@ t.test('on a busy loop with changes back to back the window is at least FLUSH_SH
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 10_000), MAX_BATCH_WINDOW_MS, 'never above the cap');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 2, 100), FLUSH_SHARE * 100, 'the floor holds on a loop measured quiet too (contended by other processes)');
   t.equal(nextBatchWindow(160, 0.1, 2, 1), BATCH_WINDOW_MS, 'a quiet loop does not double');
-  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100), BATCH_WINDOW_MS, 'a lone change after a quiet spell goes out after the base window');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100), QUIET_WINDOW_MS, 'a lone change after a quiet spell goes out after the quiet window');
 });
 
-t.test('a change that did not queue up behind the previous flush starts from the base window, however busy the loop', async (t) => {
-  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 1, 5000), BATCH_WINDOW_MS);
-  t.equal(nextBatchWindow(160, 1, BATCH_WINDOW_MS), BATCH_WINDOW_MS, 'a base window after the flush ended: a lone change');
+t.test('a change that did not queue up behind the previous flush waits the quiet window, however busy the loop', async (t) => {
+  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 1, 5000), QUIET_WINDOW_MS);
+  t.equal(nextBatchWindow(160, 1, BATCH_WINDOW_MS), QUIET_WINDOW_MS, 'a base window after the flush ended: a lone change');
   t.equal(nextBatchWindow(160, 1, 3), 320, 'right behind a flush on a busy loop: longer');
 });
 
@@ -66,12 +71,12 @@ t.test('changes made one after another on a quiet server do not double the windo
     const floor = Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, FLUSH_SHARE * f.hub.lastFlushCost));
     await f.state.renameNode(nodes[0]!.id, `renamed-${i}`);
     windows.push(f.hub.batchWindow);
-    floors.push(f.hub.batchWindow === BATCH_WINDOW_MS ? BATCH_WINDOW_MS : floor);
+    floors.push(f.hub.batchWindow === QUIET_WINDOW_MS || f.hub.batchWindow === BATCH_WINDOW_MS ? f.hub.batchWindow : floor);
     // The next rename is made the moment this one reaches the other device.
     while (viewer.messages === before) await new Promise((r) => setTimeout(r, 1));
   }
   t.ok(measured >= 5, `the hub measured the load of each sent batch (${measured})`);
-  t.same(windows, floors, `every change waited the base window or the flush-cost floor, never a doubled one (${windows.join(', ')} ms)`);
+  t.same(windows, floors, `every change waited the quiet or base window or the flush-cost floor, never a doubled one (${windows.join(', ')} ms)`);
 });
 
 t.test('new sessions wait for their first maps in proportion to what preparing the view last cost', async (t) => {
@@ -79,4 +84,55 @@ t.test('new sessions wait for their first maps in proportion to what preparing t
   t.equal(openWait(3), BATCH_WINDOW_MS, 'a few milliseconds: still the base window');
   t.equal(openWait(40), OPEN_SHARE * 40, 'a 40 ms preparation: first maps wait twice that, so it takes a third of the time');
   t.equal(openWait(10_000), MAX_OPEN_WAIT_MS, 'never above the cap');
+});
+
+// Regression: a burst's last flush set a long window (FLUSH_SHARE times its cost), a trailing change started a batch
+// under it, and a rename made a moment later waited that batch out (1.3 s at 1,000 devices, bench).
+t.test('a change after a lull sends a batch waiting a long window soon; changes back to back do not', async (t) => {
+  const f = await Fleet.start(t);
+  const [alice] = f.users();
+  const nodes = [];
+  for (let i = 0; i < 3; i++) {
+    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' });
+    f.connect(n.id);
+    nodes.push(n);
+  }
+  f.hub.flushNow();
+  const viewer = f.connected.get(nodes[1]!.id)!.client;
+  const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number };
+  // As if a 400 ms flush had just ended: the next change waits FLUSH_SHARE times that, capped.
+  const afterBurst = (): void => { hub.lastFlushMs = 400; hub.flushEnd = performance.now(); };
+
+  afterBurst();
+  await f.state.renameNode(nodes[2]!.id, 'trailing');
+  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS, 'the trailing change waits the long window');
+  await f.state.renameNode(nodes[0]!.id, 'right-behind');
+  t.equal(f.hub.hurried, 0, 'a change right behind it joins the batch as it is');
+  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS);
+  f.hub.flushNow();
+
+  afterBurst();
+  const before = viewer.messages;
+  const scheduled = performance.now();
+  await f.state.renameNode(nodes[2]!.id, 'trailing-2');
+  await new Promise((r) => setTimeout(r, HURRY_GAP_MS + 20));
+  t.equal(viewer.messages, before, 'the trailing change is still waiting');
+  await f.state.renameNode(nodes[0]!.id, 'after-a-lull');
+  t.equal(f.hub.hurried, 1, 'a change after a lull hurries the batch');
+  t.equal(f.hub.batchWindow, QUIET_WINDOW_MS, 'which now waits the quiet window');
+  // Not a speed figure: the batch must go out before the window it was waiting would have ended.
+  while (viewer.messages === before && performance.now() < scheduled + MAX_BATCH_WINDOW_MS) await new Promise((r) => setTimeout(r, 1));
+  t.ok(viewer.messages > before && performance.now() < scheduled + MAX_BATCH_WINDOW_MS, 'the viewer got the batch before the long window would have ended');
+
+  // The same lull on a loop busy all along (a gap in a join burst): the batch keeps its window.
+  const meter = f.hub.loadMeter;
+  f.hub.loadMeter = { mark: () => 0, since: () => 0.9 };
+  afterBurst();
+  await f.state.renameNode(nodes[2]!.id, 'trailing-3');
+  await new Promise((r) => setTimeout(r, HURRY_GAP_MS + 20));
+  await f.state.renameNode(nodes[0]!.id, 'in-a-burst');
+  t.equal(f.hub.hurried, 1, 'a lull on a busy loop does not hurry the batch');
+  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS);
+  f.hub.loadMeter = meter;
+  f.hub.flushNow();
 });

@@ -1,8 +1,9 @@
 // Packet filters in chunks (filter-chunks.ts): what a client holds after the first map and each update is the
-// compiled filter, regrouped; an update carries only the blocks that changed.
+// compiled filter, regrouped and in order; an update carries only the blocks that changed, and a rule inserted or
+// removed elsewhere in the filter does not resend the rules around it.
 import t from 'tap';
 import type { FilterRule } from '@headway/policy';
-import { filterChunksJson, filterUpdateJson } from '../src/control/filter-chunks.js';
+import { filterChunksJson, filterUpdate, nameAt } from '../src/control/filter-chunks.js';
 import { applyPacketFilters, concatPacketFilters, type FilterRule as HeldRule } from '@headway/testkit';
 import { expandRules } from './fleet.js';
 
@@ -24,15 +25,46 @@ const range = (b: number, from: number, to: number, step = 2): Array<[number, nu
 
 const ssh = (port: number) => [{ IP: '100.64.9.1', Ports: { First: port, Last: port } }];
 
-/** Client holds what a client makes of the chunks it was sent. */
+const RULE_FIELDS = new Set(['SrcIPs', 'DstPorts', 'IP', 'Ports', 'First', 'Last', 'IPProto', 'Bits', 'CapGrant', 'Dsts', 'CapMap']);
+
+/** Client holds what a client makes of the chunks it was sent; the server's side is held (rules) and names. */
 class Client {
   held = new Map<string, HeldRule[]>();
+  rules_: readonly FilterRule[] = [];
+  names: readonly string[] | undefined = undefined;
   apply(json: string | null): Chunks {
     const chunks = json === null ? {} : JSON.parse(json) as Chunks;
     applyPacketFilters(this.held, { PacketFilters: chunks as Record<string, HeldRule[] | null> });
     return chunks;
   }
+  first(rules: readonly FilterRule[]): Chunks {
+    this.rules_ = rules;
+    this.names = undefined;
+    return this.apply(filterChunksJson(rules));
+  }
+  /** update sends the update to next and returns its chunks, or null when the server sent nothing. */
+  update(next: readonly FilterRule[]): Chunks | null {
+    const u = filterUpdate(this.rules_, this.names, next);
+    this.rules_ = next;
+    this.names = u.names;
+    if (u.json === null) return null;
+    // JSON.parse keeps the last of two equal keys, so count the names in the text (less the rules' own fields).
+    const named = [...u.json.matchAll(/"([^"]+)":/g)].map((m) => m[1]!).filter((k) => !RULE_FIELDS.has(k));
+    if (new Set(named).size !== named.length) throw new Error(`a chunk is named twice in one update: ${u.json}`);
+    return this.apply(u.json);
+  }
   get rules(): unknown[] { return concatPacketFilters(this.held); }
+}
+
+/** headsInOrder is a filter's destinations in order, each run of equal ones once (chunks of one rule, or of rules alike). */
+function headsInOrder(rules: readonly unknown[]): string[] {
+  const out: string[] = [];
+  for (const r of rules as Array<Record<string, unknown>>) {
+    const { SrcIPs: _, ...rest } = r;
+    const head = JSON.stringify(Object.fromEntries(Object.entries(rest).sort(([a], [b]) => (a < b ? -1 : 1))));
+    if (out.at(-1) !== head) out.push(head);
+  }
+  return out;
 }
 
 t.test('a first map and each update leave the client with the compiled filter, regrouped', async (t) => {
@@ -40,51 +72,133 @@ t.test('a first map and each update leave the client with the compiled filter, r
   const b: FilterRule = { SrcIPs: ['100.64.0.7', 'fd7a:115c:a1e0::7'], DstPorts: ssh(80), IPProto: [6] };
   const client = new Client();
   let held: FilterRule[] = [a, b];
-  const first = client.apply(filterChunksJson(held));
+  const first = client.first(held);
   t.ok(Object.hasOwn(first, '*') && first['*'] === null, 'the first map drops whatever the client held');
   t.same(expandRules(client.rules), expandRules(held), 'the client holds the filter');
   const names = Object.keys(first).filter((k) => k !== '*');
   t.same(names, [...names].sort(), 'names are written in the order the client concatenates them');
-  t.equal(names.filter((n) => n.startsWith('0000.')).length, 6, 'a long rule is cut into its three /24s and their IPv6 blocks');
-  t.same(names.filter((n) => n.startsWith('0001')), ['0001'], 'a short rule stays whole');
+  t.equal(names.filter((n) => n.startsWith(`${nameAt(0)}.`)).length, 6, 'a long rule is cut into its three /24s and their IPv6 blocks');
+  t.same(names.filter((n) => n.startsWith(nameAt(1))), [nameAt(1)], 'a short rule stays whole');
   t.same(client.rules.slice(-1), [b], 'and is sent as it was compiled');
 
   const step = (next: FilterRule[], what: string): Chunks => {
-    const update = client.apply(filterUpdateJson(held, next));
+    const update = client.update(next) ?? {};
     held = next;
     t.same(expandRules(client.rules), expandRules(next), `${what}: the client holds the filter`);
+    t.same(headsInOrder(client.rules), headsInOrder(next), `${what}: in the compiled order`);
     return update;
   };
 
   // One more source in the second block: that block's chunks alone.
   const joined = step([{ ...a, SrcIPs: hosts([...range(0, 1, 99), ...range(1, 3, 51), [1, 200], ...range(2, 0, 9)]) }, b], 'a source joined');
-  t.same(Object.keys(joined).sort(), ['0000.4644001', '0000.60000000000000001'], 'only the blocks the new source is in');
+  t.same(Object.keys(joined).sort(), [`${nameAt(0)}.4644001`, `${nameAt(0)}.60000000000000001`], 'only the blocks the new source is in');
 
   // The same filter compiled again (new arrays and rule objects, same text): nothing.
-  t.equal(filterUpdateJson(held, held.map((r) => ({ ...r, SrcIPs: [...r.SrcIPs] }))), null, 'a recompiled, unchanged filter sends nothing');
+  t.equal(filterUpdate(held, undefined, held.map((r) => ({ ...r, SrcIPs: [...r.SrcIPs] }))).json, null, 'a recompiled, unchanged filter sends nothing');
 
   // Every source of the third block leaves: its chunks are dropped.
   const left = step([{ ...a, SrcIPs: hosts([...range(0, 1, 99), ...range(1, 3, 51), [1, 200]]) }, b], 'a block emptied');
-  t.same(left, { '0000.4644002': null, '0000.60000000000000002': null }, 'the emptied blocks are dropped, nothing else sent');
+  t.same(left, { [`${nameAt(0)}.4644002`]: null, [`${nameAt(0)}.60000000000000002`]: null }, 'the emptied blocks are dropped, nothing else sent');
 
   // New destinations: the rule is sent again whole, under the same names.
   const moved = step([{ ...held[0]!, DstPorts: ssh(443) }, b], 'the destinations changed');
   t.equal(Object.keys(moved).length, 4, 'every chunk of the rule again');
   t.notOk(JSON.stringify(client.rules).includes('"First":22'), 'no chunk with the old destination is left');
 
-  // A rule goes away, another comes: the first rule's chunks become the second's names.
-  step([b], 'a rule removed');
-  t.same([...client.held.keys()], ['0000'], 'only the remaining rule is held');
-  step([b, a], 'a rule added');
+  // The first rule goes away: its chunks are dropped, the other keeps its name and is not sent again.
+  const removed = step([b], 'a rule removed');
+  t.ok(Object.values(removed).every((v) => v === null), 'only drops');
+  t.same([...client.held.keys()], [nameAt(1)], 'only the remaining rule is held, under its name');
+  const added = step([b, a], 'a rule added');
+  t.notOk(Object.keys(added).some((k) => k === nameAt(1)), 'the rule already held is not sent again');
   step([], 'everything denied');
   t.same(client.rules, [], 'an empty filter leaves the client nothing');
-  t.equal(filterUpdateJson([], []), null);
+  t.equal(filterUpdate([], undefined, []).json, null);
+});
+
+t.test('a rule inserted or removed in the middle sends that rule alone', async (t) => {
+  const rule = (port: number, b: number): FilterRule => ({ SrcIPs: hosts(range(b, 1, 60)), DstPorts: ssh(port) });
+  const rules = [rule(22, 0), rule(80, 1), rule(443, 2), rule(5432, 3), rule(8080, 4)];
+  const client = new Client();
+  client.first(rules);
+  const inserted = rule(3000, 5);
+  const next = [...rules.slice(0, 2), inserted, ...rules.slice(2)];
+  const u = client.update(next)!;
+  t.same(expandRules(client.rules), expandRules(next), 'the client holds the filter');
+  t.same(headsInOrder(client.rules), headsInOrder(next), 'in the compiled order');
+  const names = Object.keys(u);
+  t.ok(names.length > 0 && names.every((n) => u[n] !== null && n > nameAt(1) && n < nameAt(2)), `only the new rule's chunks, named between its neighbours (${names.join(' ')})`);
+  t.same(client.names, [nameAt(0), nameAt(1), names[0]!.split('.')[0], nameAt(2), nameAt(3), nameAt(4)], 'the others keep their names');
+
+  const back = client.update(rules)!;
+  t.ok(Object.values(back).every((v) => v === null) && Object.keys(back).every((n) => n.startsWith(names[0]!.split('.')[0]!)), 'removing it drops its chunks alone');
+  t.same(expandRules(client.rules), expandRules(rules));
+  t.equal(client.names, undefined, 'back to positional names');
+  const sizeBefore = filterUpdate(rules, undefined, next).json!.length;
+  t.ok(sizeBefore < filterChunksJson([inserted]).length + 64, `an insertion costs about the inserted rule (${sizeBefore} bytes)`);
+});
+
+t.test('names stay short: insertions at one place past the limit resend the filter whole', async (t) => {
+  const rule = (port: number): FilterRule => ({ SrcIPs: ['100.64.0.1', 'fd7a:115c:a1e0::1'], DstPorts: ssh(port) });
+  let rules = [rule(1), rule(2)];
+  const client = new Client();
+  client.first(rules);
+  let whole = 0;
+  for (let k = 0; k < 100; k++) {
+    rules = [rules[0]!, rule(100 + k), ...rules.slice(1)];
+    const u = client.update(rules)!;
+    if (Object.hasOwn(u, '*')) whole++;
+    t.ok((client.names ?? []).every((n) => n.length <= 12), 'every name within the limit');
+    t.same(headsInOrder(client.rules), headsInOrder(rules), `insertion ${k}: in order`);
+  }
+  t.ok(whole >= 1 && whole <= 3, `the filter went out whole ${whole} times in 100 insertions at one place`);
+});
+
+t.test('random edits: the client always holds the compiled filter, in order', async (t) => {
+  const seeds = Number(process.env.HEADWAY_TEST_RUNS ?? 60);
+  let inserts = 0, cheapInserts = 0;
+  for (let seed = 1; seed <= seeds; seed++) {
+    let x = seed * 2654435761 % 4294967296;
+    const rnd = (n: number): number => { x = (x * 1103515245 + 12345) % 2147483648; return x % n; };
+    const head = (): Pick<FilterRule, 'DstPorts' | 'IPProto'> => rnd(4) === 0 ? { DstPorts: ssh(rnd(6)), IPProto: [6] } : { DstPorts: ssh(rnd(6)) };
+    const sources = (): string[] => hosts(Array.from({ length: 1 + rnd(40) }, () => [rnd(4), rnd(250)] as [number, number]))
+      .filter((v, i, all) => all.indexOf(v) === i);
+    let rules: FilterRule[] = Array.from({ length: rnd(8) }, () => ({ SrcIPs: sources(), ...head() }));
+    const client = new Client();
+    client.first(rules);
+    for (let step = 0; step < 25; step++) {
+      const next = [...rules];
+      const kind = rnd(5);
+      const at = rnd(next.length + 1);
+      let fresh: FilterRule | undefined;
+      if (kind === 0 || next.length === 0) next.splice(at, 0, fresh = { SrcIPs: sources(), ...head() });
+      else if (kind === 1) next.splice(at % next.length, 1);
+      else if (kind === 2) { const r = next[at % next.length]!; next[at % next.length] = { ...r, SrcIPs: sources() }; }
+      else if (kind === 3) { const r = next[at % next.length]!; next[at % next.length] = { ...r, ...head() }; }
+      else { const [r] = next.splice(at % next.length, 1); next.splice(rnd(next.length + 1), 0, r!); }
+      const heldBefore = new Set(client.held.keys());
+      const u = client.update(next);
+      // An inserted rule with destinations of its own: where its destinations are another rule's too, the
+      // alignment may as well keep that rule's name for it and name the other anew (as correct, not as cheap).
+      const own = (r: FilterRule): string => JSON.stringify([r.DstPorts, r.IPProto]);
+      if (fresh && rules.length > 0 && next.filter((r) => own(r) === own(fresh)).length === 1) {
+        inserts++;
+        if (u && Object.keys(u).every((n) => !heldBefore.has(n) && u[n] !== null)) cheapInserts++;
+      }
+      rules = next;
+      const ok = JSON.stringify(expandRules(client.rules)) === JSON.stringify(expandRules(next))
+        && JSON.stringify(headsInOrder(client.rules)) === JSON.stringify(headsInOrder(next));
+      if (!ok) { t.fail(`seed ${seed} step ${step} (edit ${kind}): the client's filter differs from the compiled one`); break; }
+    }
+  }
+  t.pass(`${seeds} seeds × 25 edits: the client held the compiled filter after each`);
+  t.ok(inserts > 0 && cheapInserts === inserts, `every insertion of new destinations sent only new chunks (${cheapInserts} of ${inserts})`);
 });
 
 t.test('a wildcard source is a block of its own', async (t) => {
   const client = new Client();
   const rules: FilterRule[] = [{ SrcIPs: ['*', ...hosts(range(0, 1, 60))], DstPorts: ssh(22) }];
-  client.apply(filterChunksJson(rules));
-  t.ok(client.held.has('0000.*'), 'the "*" entry is one chunk');
+  client.first(rules);
+  t.ok(client.held.has(`${nameAt(0)}.*`), 'the "*" entry is one chunk');
   t.same(expandRules(client.rules), expandRules(rules));
 });

@@ -58,7 +58,7 @@ export type WorkerCommand =
 export type Change =
   | { kind: 'rename'; index: number; nodeId: number; name: string }
   | { kind: 'tags'; index: number; nodeId: number; tags: string[] }
-  | { kind: 'policy'; variant: 1 };
+  | { kind: 'policy'; variant: 0 | 1 };
 
 export interface WorkerStats { cpuMs: number; rss: number; heapUsed: number; mapBytes: number; devices: number }
 
@@ -69,7 +69,7 @@ let devices: TestDevice[] = [];
 let keys: Record<string, string> = {};
 let url = '';
 let withPolicy = true;
-/** variant is the policy variant in force (1 after the measured policy change). */
+/** variant is the policy variant in force (the measured policy changes alternate 1 and 0). */
 let variant: 0 | 1 = 0;
 /** expected[i - from]: the device indices device i must see; undefined without a policy (everyone). */
 let expected: Wanted[] | undefined;

@@ -1,4 +1,6 @@
 import { parseAddr, type FilterRule } from '@headway/policy';
+import { diffArrays } from 'diff';
+import { generateNKeysBetween } from 'fractional-indexing';
 
 /**
  * A node's packet filter is sent as MapResponse.PacketFilters: named lists of rules that the client concatenates in
@@ -9,10 +11,18 @@ import { parseAddr, type FilterRule } from '@headway/policy';
  * filters). Here each rule's sources are cut by address block, and a session is sent only the chunks that changed
  * since its last message: a join touches the one block its addresses fall in.
  *
- * A chunk is named `RRRR` (rule RRRR whole) or `RRRR.K` (the sources of rule RRRR in block K): the rule's position in
- * the compiled filter, zero-padded so that names sort in rule order, and the block, 4 + the IPv4 /24 or 6 + the
- * IPv6 /120 (low 64 bits of the block number), in hex, so that blocks sort in address order. Splitting a rule's sources into several
- * rules with the same destinations matches exactly the packets, and grants exactly the capabilities, the rule does.
+ * A chunk is named `R` (rule R whole) or `R.K` (the sources of rule R in block K): R is the rule's name, which sorts
+ * in rule order, and K the block, 4 + the IPv4 /24 or 6 + the IPv6 /120 (low 64 bits of the block number), in hex,
+ * so that blocks sort in address order ('.' sorts before every character of a rule name, so a rule's chunks stay
+ * together even when another rule's name extends its own). Splitting a rule's sources into several rules with the
+ * same destinations matches exactly the packets, and grants exactly the capabilities, the rule does.
+ *
+ * Rule names are fractional-indexing order keys ("a0", "a1", …). A first map names rules by position (nameAt); an
+ * update aligns the old and new rules by their destinations (a Myers diff of the rules' heads), keeps the names of
+ * the rules it finds in both and names an inserted rule between its neighbours. Matched by position instead, a
+ * policy change inserting one rule in the middle of a node's filter resent every rule after it whole: at 1,000
+ * devices 19 KB per changed filter, two thirds of it unchanged rules under new names.
+ * The client sorts names bytewise (Go's sort of the map's keys); these keys compare the same way in JavaScript.
  */
 
 /**
@@ -97,13 +107,28 @@ function headOf(rule: FilterRule): string {
   return h;
 }
 
-const nameOf = (rule: number, key: string): string => `${String(rule).padStart(4, '0')}${key ? `.${key}` : ''}`;
+/** positional holds the names of rules sent whole, by position ("a0" … "az", "b00" …), made as far as needed. */
+const positional: string[] = [];
+
+/** nameAt is the name of the rule at position i of a filter sent whole (a first map). */
+export function nameAt(i: number): string {
+  if (i >= positional.length) positional.push(...generateNKeysBetween(positional.at(-1) ?? null, null, i + 64 - positional.length));
+  return positional[i]!;
+}
+
+/**
+ * MAX_NAME_LENGTH: an update whose names would grow past this resends the filter whole under positional names.
+ * Each insertion between the same two rules lengthens a name by about one character (30 in a row: 7 characters).
+ */
+const MAX_NAME_LENGTH = 12;
+
+const chunkName = (rule: string, key: string): string => key ? `${rule}.${key}` : rule;
 
 /** dropJson removes a chunk the client holds. */
-const dropJson = (rule: number, key: string): string => `"${nameOf(rule, key)}":null`;
+const dropJson = (rule: string, key: string): string => `"${chunkName(rule, key)}":null`;
 
-function chunkJson(rule: number, block: Block, head: string): string {
-  return `"${nameOf(rule, block.key)}":[{"SrcIPs":${block.text}${head ? `,${head}` : ''}}]`;
+function chunkJson(rule: string, block: Block, head: string): string {
+  return `"${chunkName(rule, block.key)}":[{"SrcIPs":${block.text}${head ? `,${head}` : ''}}]`;
 }
 
 /** filterChunksJson is a whole filter as the PacketFilters of a first map: everything the client held is dropped ("*"). */
@@ -111,7 +136,7 @@ export function filterChunksJson(rules: readonly FilterRule[]): string {
   const out = ['"*":null'];
   rules.forEach((r, i) => {
     const head = headOf(r);
-    for (const b of blocksOf(r.SrcIPs)) out.push(chunkJson(i, b, head));
+    for (const b of blocksOf(r.SrcIPs)) out.push(chunkJson(nameAt(i), b, head));
   });
   return `{${out.join(',')}}`;
 }
@@ -134,32 +159,69 @@ function listDiff(prev: readonly string[], next: readonly string[]): BlockChange
 }
 
 /**
- * filterUpdateJson is the PacketFilters that take a client holding `prev` (as sent by filterChunksJson and earlier
- * updates) to `next`: the chunks that changed or appeared, and null for those that are gone. Null when nothing
- * changed. Rules are matched by position; a rule whose destinations changed is sent whole again.
+ * FilterUpdate is the PacketFilters that take a client from one filter to the next (null: nothing changed) and the
+ * names its rules then have (undefined: positional, nameAt).
  */
-export function filterUpdateJson(prev: readonly FilterRule[], next: readonly FilterRule[]): string | null {
-  if (prev === next) return null;
+export interface FilterUpdate { json: string | null; names: readonly string[] | undefined }
+
+/**
+ * filterUpdate is the PacketFilters that take a client holding `prev` under `prevNames` (undefined: positional; as
+ * sent by filterChunksJson and earlier updates) to `next`: the chunks that changed or appeared, and null for those
+ * that are gone. Rules keep their names where the alignment finds them in both filters; one whose sources changed
+ * sends the blocks that changed, one whose destinations changed is sent whole again.
+ */
+export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly string[] | undefined, next: readonly FilterRule[]): FilterUpdate {
+  if (prev === next) return { json: null, names: prevNames };
   const out: string[] = [];
-  const drop = (i: number, blocks: readonly Block[]): void => { for (const b of blocks) out.push(dropJson(i, b.key)); };
-  const n = Math.max(prev.length, next.length);
-  for (let i = 0; i < n; i++) {
-    const o = prev[i], r = next[i];
-    if (o === r) continue;
-    if (!r) { drop(i, blocksOf(o!.SrcIPs)); continue; }
+  const prevName = prevNames ? (i: number) => prevNames[i]! : nameAt;
+  /** kept: the same destinations under the same name; only changed source blocks go out. */
+  const kept = (o: FilterRule, r: FilterRule, name: string): void => {
+    if (o === r || o.SrcIPs === r.SrcIPs) return;
     const head = headOf(r);
-    if (o && headOf(o) === head) {
-      if (o.SrcIPs === r.SrcIPs) continue;
-      for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunkJson(i, c.block, head) : dropJson(i, c.key));
+    for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunkJson(name, c.block, head) : dropJson(name, c.key));
+  };
+  /** replaced: new destinations (or a new rule) under an old name: every chunk again, and drops for the old ones left. */
+  const replaced = (o: FilterRule | undefined, r: FilterRule, name: string): void => {
+    const head = headOf(r);
+    const blocks = blocksOf(r.SrcIPs);
+    for (const b of blocks) out.push(chunkJson(name, b, head));
+    if (o) {
+      const have = new Set(blocks.map((b) => b.key));
+      for (const b of blocksOf(o.SrcIPs)) if (!have.has(b.key)) out.push(dropJson(name, b.key));
+    }
+  };
+  const dropped = (o: FilterRule, name: string): void => { for (const b of blocksOf(o.SrcIPs)) out.push(dropJson(name, b.key)); };
+  const done = (names: readonly string[] | undefined): FilterUpdate => ({ json: out.length ? `{${out.join(',')}}` : null, names });
+
+  // Most updates keep every rule in place (sources joined or left): compare by position.
+  if (prev.length === next.length && next.every((r, i) => r === prev[i] || headOf(r) === headOf(prev[i]!))) {
+    next.forEach((r, i) => kept(prev[i]!, r, prevName(i)));
+    return done(prevNames);
+  }
+  const names: string[] = [];
+  let i = 0;
+  const changes = diffArrays(prev.map(headOf), next.map(headOf));
+  for (let c = 0; c < changes.length; c++) {
+    const ch = changes[c]!;
+    if (!ch.added && !ch.removed) {
+      for (let x = 0; x < ch.count; x++, i++) { const name = prevName(i); kept(prev[i]!, next[names.length]!, name); names.push(name); }
       continue;
     }
-    // New destinations (or a new rule): every chunk of the rule again, and the old ones this one does not replace.
-    const blocks = blocksOf(r.SrcIPs);
-    for (const b of blocks) out.push(chunkJson(i, b, head));
-    if (o) {
-      const kept = new Set(blocks.map((b) => b.key));
-      drop(i, blocksOf(o.SrcIPs).filter((b) => !kept.has(b.key)));
+    // A run of removed rules and the run of added ones beside it: pair them up under the old names, drop the
+    // removed ones left over, and name the added ones left over between their neighbours.
+    let removed = ch.removed ? ch.count : 0, added = ch.added ? ch.count : 0;
+    const other = changes[c + 1];
+    if (other && (ch.removed ? other.added : other.removed)) {
+      if (other.added) added = other.count; else removed = other.count;
+      c++;
+    }
+    for (; removed > 0 && added > 0; removed--, added--, i++) { const name = prevName(i); replaced(prev[i], next[names.length]!, name); names.push(name); }
+    for (; removed > 0; removed--, i++) dropped(prev[i]!, prevName(i));
+    if (added > 0) {
+      const fresh = generateNKeysBetween(names.at(-1) ?? null, i < prev.length ? prevName(i) : null, added);
+      for (const name of fresh) { replaced(undefined, next[names.length]!, name); names.push(name); }
     }
   }
-  return out.length ? `{${out.join(',')}}` : null;
+  if (names.some((n) => n.length > MAX_NAME_LENGTH)) return { json: filterChunksJson(next), names: undefined };
+  return done(names.every((n, k) => n === nameAt(k)) ? undefined : names);
 }

@@ -46,7 +46,8 @@ t.test('a change that did not queue up behind the previous flush waits the quiet
 // The load meter here counts only a flush's own work as load (messages delivered to devices): nothing else runs,
 // so a window measured correctly (collection only) is always quiet, whatever the machine's speed. With the old
 // measure every interval held the previous flush's deliveries, and the window doubled.
-t.test('changes made one after another on a quiet server do not double the window', async (t) => {
+/** threeConnected is a fleet of three nodes of one user, each with a live map session. */
+async function threeConnected(t: Parameters<typeof Fleet.start>[0]) {
   const f = await Fleet.start(t);
   const [alice] = f.users();
   const nodes = [];
@@ -55,6 +56,11 @@ t.test('changes made one after another on a quiet server do not double the windo
     f.connect(n.id);
     nodes.push(n);
   }
+  return { f, nodes };
+}
+
+t.test('changes made one after another on a quiet server do not double the window', async (t) => {
+  const { f, nodes } = await threeConnected(t);
   const delivered = () => [...f.connected.values()].reduce((sum, c) => sum + c.client.messages, 0);
   let measured = 0;
   f.hub.loadMeter = {
@@ -89,14 +95,7 @@ t.test('new sessions wait for their first maps in proportion to what preparing t
 // Regression: a burst's last flush set a long window (FLUSH_SHARE times its cost), a trailing change started a batch
 // under it, and a rename made a moment later waited that batch out (1.3 s at 1,000 devices, bench).
 t.test('a change after a lull sends a batch waiting a long window soon; changes back to back do not', async (t) => {
-  const f = await Fleet.start(t);
-  const [alice] = f.users();
-  const nodes = [];
-  for (let i = 0; i < 3; i++) {
-    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' });
-    f.connect(n.id);
-    nodes.push(n);
-  }
+  const { f, nodes } = await threeConnected(t);
   f.hub.flushNow();
   const viewer = f.connected.get(nodes[1]!.id)!.client;
   const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number };

@@ -4,8 +4,9 @@ import {
   DerpMapSource, DnsConfigSource, Mapper, Metrics, NetworkView, silentLogger, type Node,
 } from '../src/index.js';
 import { parsePolicy, type Policy } from '@headway/policy';
-import { MapSession, SessionHub } from '../src/control/sessions.js';
-import { applyPacketFilters, concatPacketFilters, type FilterRule, type MapResponse } from '@headway/testkit';
+import { MapSession, SessionHub, setSharedFrameMin } from '../src/control/sessions.js';
+import { frame } from '../src/control/frames.js';
+import { applyPacketFilters, concatPacketFilters, zstdDecompress, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
 type Json = Record<string, unknown>;
@@ -28,9 +29,13 @@ export class ClientModel {
   /** problems are messages a client would find odd (a patch for a peer it does not hold). */
   problems: string[] = [];
 
+  /** zstd: the client asked for compressed messages (a body may hold several frames, see frameSegments). */
+  constructor(readonly zstd = false) {}
+
   apply(buf: Buffer): void {
     const len = buf.readUInt32LE(0);
-    const text = buf.subarray(4, 4 + len).toString();
+    const body = buf.subarray(4, 4 + len);
+    const text = (this.zstd ? zstdDecompress(body) : body).toString();
     this.messages++;
     this.bytes += buf.length;
     const m = JSON.parse(text) as Json;
@@ -160,6 +165,10 @@ export class Fleet {
   static async start(t: { teardown(fn: () => void | Promise<void>): void }, policy?: string): Promise<Fleet> {
     const s = await startState(t);
     const f = new Fleet(s);
+    // Shared parts from a few hundred bytes go out as frames of their own (one peer's entry is about 600), so the
+    // zstd sessions' messages are mostly several frames.
+    const wasFrameMin = setSharedFrameMin(256);
+    t.teardown(() => { setSharedFrameMin(wasFrameMin); });
     f.policyText = policy;
     const { state, config } = s;
     f.view = new NetworkView(state, silentLogger);
@@ -189,16 +198,12 @@ export class Fleet {
    */
   connect(id: number): void {
     const { state } = this;
-    const client = new ClientModel();
-    const session = new MapSession(id, 106, false, (buf) => client.apply(buf), () => undefined);
+    // Every other node asks for zstd, as real clients do: their messages may hold several frames.
+    const zstd = id % 2 === 0;
+    const client = new ClientModel(zstd);
+    const session = new MapSession(id, 106, zstd, (buf) => client.apply(buf), () => undefined);
     state.sessionOpened(id);
-    this.hub.begin(session, state.requireNode(id), (node) => {
-      const full = this.mapper.fullMap(node, 106);
-      const buf = Buffer.alloc(4 + Buffer.byteLength(full));
-      buf.writeUInt32LE(Buffer.byteLength(full), 0);
-      buf.write(full, 4);
-      client.apply(buf);
-    });
+    this.hub.begin(session, state.requireNode(id), (node) => client.apply(frame(this.mapper.fullMap(node, 106), zstd)));
     this.connected.set(id, { session, client });
   }
 

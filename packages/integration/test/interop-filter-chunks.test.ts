@@ -2,11 +2,13 @@
  * Real-client interop for packet filters sent in chunks (MapResponse.PacketFilters, see core's filter-chunks.ts):
  * a stock tailscaled holding tag:server is sent its filter cut into one chunk per source address, then only the
  * chunks that change as members join and leave, then whole rules again when the policy changes their destinations
- * and nulls when it drops them. What the client concatenated (`tailscale debug netmap`, PacketFilterRules) must
- * admit exactly the members' addresses on exactly the policy's port at every step.
+ * and nulls when it drops them; a rule the policy inserts before the others goes out alone, under a name that sorts
+ * before theirs. What the client concatenated (`tailscale debug netmap`, PacketFilterRules) must admit exactly the
+ * members' addresses on exactly the policy's port at every step. Every shared part of a message (the new peers) goes
+ * out as a zstd frame of its own (setSharedFrameMin(1)): the client must decode messages of several frames.
  */
 import t from 'tap';
-import { setFilterChunking } from '@headway/core';
+import { setFilterChunking, setSharedFrameMin } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
@@ -17,11 +19,15 @@ interface FilterRule {
   DstPorts?: Array<{ IP: string; Ports: { First: number; Last: number } }>;
 }
 
-const policy = (port: number | null): string => JSON.stringify({
+const policy = (port: number | null, othersPort?: number): string => JSON.stringify({
   tagOwners: { 'tag:server': ['alice@'], 'tag:other': ['alice@'] },
   acls: port === null
     ? [{ action: 'accept', src: ['tag:server'], dst: ['autogroup:member:22'] }]
-    : [{ action: 'accept', src: ['autogroup:member'], dst: [`tag:server:${port}`] }],
+    : [
+      // othersPort: a rule for the tagged devices, before the members' one.
+      ...(othersPort === undefined ? [] : [{ action: 'accept', src: ['tag:other'], dst: [`tag:server:${othersPort}`] }]),
+      { action: 'accept', src: ['autogroup:member'], dst: [`tag:server:${port}`] },
+    ],
 });
 
 const rulesOf = (nm: NetworkMapJson | null): FilterRule[] => ((nm?.PacketFilterRules as FilterRule[] | null | undefined) ?? []);
@@ -40,6 +46,7 @@ for (const binaries of installed) {
   t.test(binaries.version, async (t) => {
     // One chunk per source address: every join and leave changes chunks of its own, and no rule stays whole.
     const was = setFilterChunking({ wholeUpTo: 0, blockBits: 0 });
+    const wasFrameMin = setSharedFrameMin(1);
     const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
     const virtual: TestDevice[] = [];
     let srv: TailscaleDevice | undefined;
@@ -48,6 +55,7 @@ for (const binaries of installed) {
       await srv?.stop().catch(() => undefined);
       await s.stop();
       setFilterChunking(was);
+      setSharedFrameMin(wasFrameMin);
     });
     await s.policy.set(policy(22));
     const alice = await s.state.createUser({ name: 'alice' });
@@ -57,6 +65,12 @@ for (const binaries of installed) {
 
     srv = await TailscaleDevice.start({ name: `chunks${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
     await srv.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'srv', timeoutMs: 60_000 });
+    // A client that cannot decode a message drops its map stream and opens another, whose full map (one frame) would
+    // hide the failure: count the streams the server opens for srv from here on.
+    const srvId = s.state.listNodes().find((n) => n.hostname === 'srv')!.id;
+    let reopened = 0;
+    const opened = s.state.sessionOpened.bind(s.state);
+    s.state.sessionOpened = (id: number): void => { if (id === srvId) reopened++; opened(id); };
     // Members alternate with tagged devices, so that their addresses are not one range: each is a chunk of its own.
     const join = async (n: number): Promise<void> => {
       for (let i = 0; i < 2 * n; i++) {
@@ -68,13 +82,15 @@ for (const binaries of installed) {
         virtual.push(d);
       }
     };
-    /** expected is every member device's addresses on `port`, as the server holds them. */
-    const expected = (port: number | null): string[] => port === null ? [] : s.state.listNodes()
-      .filter((n) => !n.tags.length)
-      .flatMap((n) => [n.ipv4, n.ipv6].filter((a): a is string => !!a).map((a) => `${a} ${port}-${port}`))
+    /** expected is every member device's addresses on `port` (and the tag:other devices' on othersPort), as the server holds them. */
+    const expected = (port: number | null, othersPort?: number): string[] => port === null ? [] : s.state.listNodes()
+      .flatMap((n) => {
+        const p = n.tags.includes('tag:other') ? othersPort : n.tags.length ? undefined : port;
+        return p === undefined ? [] : [n.ipv4, n.ipv6].filter((a): a is string => !!a).map((a) => `${a} ${p}-${p}`);
+      })
       .sort();
-    const settle = async (port: number | null, what: string): Promise<FilterRule[]> => {
-      const want = expected(port);
+    const settle = async (port: number | null, what: string, othersPort?: number): Promise<FilterRule[]> => {
+      const want = expected(port, othersPort);
       const deadline = Date.now() + 20_000;
       let rules: FilterRule[] = [];
       for (;;) {
@@ -89,6 +105,15 @@ for (const binaries of installed) {
 
     await join(6);
     const first = await settle(22, 'six members joined');
+    const members = s.state.listNodes().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
+    const peerKeys = async (): Promise<string[]> => (((await srv!.netmap())?.Peers as Array<{ Key?: string }> | null | undefined) ?? [])
+      .map((p) => p.Key ?? '').sort();
+    let held: string[] = [];
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(100)) {
+      held = await peerKeys().catch(() => []);
+      if (members.every((k) => held.includes(k))) break;
+    }
+    t.ok(members.every((k) => held.includes(k)), `the client holds every member as a peer (new peers came as frames of their own; ${held.length} peers)`);
     t.ok(first.length >= 12, `the filter arrived in chunks the client concatenated (${first.length} rules)`);
     const matches = (await srv.netmap())?.PacketFilter as unknown[] | null | undefined;
     t.ok((matches ?? []).length >= first.length, 'and parsed into as many matches');
@@ -107,7 +132,13 @@ for (const binaries of installed) {
     await s.policy.set(policy(443));
     const moved = await settle(443, 'the policy moved the rule to port 443');
     t.notOk(moved.some((r) => (r.DstPorts ?? []).some((d) => d.Ports.First === 22)), 'no chunk for port 22 is left behind');
+    await s.policy.set(policy(443, 80));
+    const inserted = await settle(443, 'a rule for tag:other inserted before the members\' one', 80);
+    t.same(inserted.map((r) => r.DstPorts?.[0]?.Ports.First).filter((p, i, all) => p !== all[i - 1]), [80, 443], 'the client sorted the new rule\'s chunks before the others');
+    await s.policy.set(policy(443));
+    await settle(443, 'the inserted rule removed');
     await s.policy.set(policy(null));
     await settle(null, 'the policy no longer lets members reach the server');
+    t.equal(reopened, 0, 'srv kept its first map stream throughout: it decoded every message of several frames');
   });
 }

@@ -186,6 +186,8 @@ export interface ChangeResult {
   wrong: number;
   serverApplyMs: number;
   serverCpuMs: number;
+  /** workersCpuMs: the load generator's CPU over the change (decoding and checking what the devices received). */
+  workersCpuMs: number;
   bytesPerSession: number;
   bytesPerAffected: number;
 }
@@ -308,6 +310,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
 
     const changes: ChangeResult[] = [];
+    const workersCpu = async (): Promise<number> => (await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })))).reduce((a, w) => a + w.cpuMs, 0);
     const measure = async (round: number, change: Change, apply: PolicyServerCommand): Promise<void> => {
       const timeoutMs = opts.changeTimeoutSeconds * 1000;
       await Promise.all(workers.map((c) => c.request({ op: 'arm', change, timeoutMs }, 600_000)));
@@ -317,10 +320,12 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
         await server.request({ op: 'profileStart', intervalUs: 100 });
       }
       const cpu0 = await server.request<number>({ op: 'cpu' });
+      const wcpu0 = await workersCpu();
       const t0 = epochNow();
       const serverApplyMs = await server.request<number>(apply, timeoutMs + 60_000);
       const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; wrong: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
       const cpu1 = await server.request<number>({ op: 'cpu' });
+      const wcpu1 = await workersCpu();
       if (changeProf) {
         const file = await server.request<string>({ op: 'profileStop', file: join(resolve(changeProf), `${n}-${change.kind}-${round}.cpuprofile`) }, 120_000);
         log(`  [${n}] ${change.kind}: server profile ${file}`);
@@ -330,12 +335,12 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       const r: ChangeResult = {
         kind: change.kind, round, affected, latency: summarize(got.flatMap((g) => g.seen.map((x) => x - t0))),
         timeouts: got.reduce((s, g) => s + g.timeouts, 0), wrong: got.reduce((s, g) => s + g.wrong, 0),
-        serverApplyMs: round2(serverApplyMs), serverCpuMs: round2(cpu1 - cpu0),
+        serverApplyMs: round2(serverApplyMs), serverCpuMs: round2(cpu1 - cpu0), workersCpuMs: round2(wcpu1 - wcpu0),
         bytesPerSession: Math.round(bytes / n), bytesPerAffected: affected ? Math.round(bytes / affected) : 0,
       };
       changes.push(r);
       log(`  [${n}] ${r.kind}${opts.rounds > 1 ? ` (round ${round + 1})` : ''}: ${r.affected} devices affected, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, max ${r.latency.max} ms, ` +
-        `${r.timeouts} timeouts, ${r.wrong} wrong afterwards, server apply ${r.serverApplyMs} ms, server CPU ${r.serverCpuMs} ms, ${r.bytesPerAffected} B per affected device`);
+        `${r.timeouts} timeouts, ${r.wrong} wrong afterwards, server apply ${r.serverApplyMs} ms, server CPU ${r.serverCpuMs} ms, workers' CPU ${r.workersCpuMs} ms, ${r.bytesPerAffected} B per affected device`);
     };
     const nodeIdOf = (i: number): Promise<number> => server.request<number>({ op: 'nodeId', nodeKey: nodeKeys[i]! });
     // Rename a user's device (device 0 belongs to a user in every plan).

@@ -11,8 +11,59 @@ const WASM_MAX_BODY = 8 * 1024;
 
 await initWasmZstd();
 
-/** zstdDecompress decodes one zstd frame (with or without a content-size header) with libzstd. */
+/**
+ * zstdFrameLength is the length of the zstd frame (RFC 8878 §3.1) at the start of data, or undefined when it is
+ * cut short or not a frame. A map message may hold several frames (the server compresses a part many sessions
+ * share once, see frameSegments), and Tailscale's client decodes them all; neither node:zlib nor zstd-wasm reports
+ * where a frame ends (node:zlib stops after the first, zstd-wasm sizes its output by the first frame's header).
+ */
+export function zstdFrameLength(data: Uint8Array): number | undefined {
+  if (data.length < 8) return undefined;
+  const magic = (data[0]! | (data[1]! << 8) | (data[2]! << 16) | (data[3]! << 24)) >>> 0;
+  if ((magic & 0xfffffff0) === 0x184d2a50) {
+    // A skippable frame: magic, a u32 little-endian size, that many bytes.
+    const size = (data[4]! | (data[5]! << 8) | (data[6]! << 16) | (data[7]! << 24)) >>> 0;
+    return 8 + size <= data.length ? 8 + size : undefined;
+  }
+  if (magic !== 0xfd2fb528) return undefined;
+  const descriptor = data[4]!;
+  const singleSegment = (descriptor >> 5) & 1;
+  const fcsFlag = descriptor >> 6;
+  const checksum = (descriptor >> 2) & 1;
+  const dictionaryIdLength = [0, 1, 2, 4][descriptor & 3]!;
+  const contentSizeLength = fcsFlag === 0 ? singleSegment : [0, 2, 4, 8][fcsFlag]!;
+  let at = 5 + (singleSegment ? 0 : 1) + dictionaryIdLength + contentSizeLength;
+  for (;;) {
+    if (at + 3 > data.length) return undefined;
+    const header = data[at]! | (data[at + 1]! << 8) | (data[at + 2]! << 16);
+    const last = header & 1, type = (header >> 1) & 3, size = header >>> 3;
+    if (type === 3) return undefined; // reserved block type
+    at += 3 + (type === 1 ? 1 : size); // an RLE block holds one byte, repeated size times
+    if (at > data.length) return undefined;
+    if (last) break;
+  }
+  at += checksum ? 4 : 0;
+  return at <= data.length ? at : undefined;
+}
+
+/** zstdDecompress decodes a zstd body: one frame, or several whose contents follow one another. */
 export function zstdDecompress(data: Uint8Array): Buffer {
+  const first = zstdFrameLength(data);
+  if (first !== undefined && first < data.length) {
+    const out: Buffer[] = [];
+    for (let at = 0; at < data.length;) {
+      const n = zstdFrameLength(data.subarray(at));
+      if (n === undefined) throw new Error(`zstd frame at byte ${at} of ${data.length} is cut short or not a frame`);
+      if (data[at + 3] !== 0x18) out.push(zstdDecompressOne(data.subarray(at, at + n))); // not a skippable frame
+      at += n;
+    }
+    return Buffer.concat(out);
+  }
+  return zstdDecompressOne(data);
+}
+
+/** zstdDecompressOne decodes one zstd frame (with or without a content-size header) with libzstd. */
+function zstdDecompressOne(data: Uint8Array): Buffer {
   if (data.length <= WASM_MAX_BODY) {
     try {
       const out = wasmDecompress(data);

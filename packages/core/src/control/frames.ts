@@ -28,6 +28,24 @@ export function compressJson(text: Buffer): Uint8Array {
 }
 
 /**
+ * frameSegments encodes one MapResponse given as consecutive pieces of its JSON text, each either text to compress
+ * now or a zstd frame compressed earlier (a part many sessions share, compressed once per flush): a body of several
+ * frames, which Tailscale's client decodes as their contents one after another (zstdframe.AppendDecode takes zero
+ * or more frames). Each session's own parts (its packet filter changes, profiles) are compressed for it alone, the
+ * shared peers not again per session: compressing every session's whole message was most of a policy change's
+ * flush when it gave each device new peers (1,411 sessions at 5,000 devices, 48 KB each).
+ */
+export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buffer {
+  const bodies = segments.map((s) => (typeof s === 'string' ? compressJson(Buffer.from(s)) : s));
+  const length = bodies.reduce((n, b) => n + b.length, 0);
+  const out = Buffer.allocUnsafe(4 + length);
+  out.writeUInt32LE(length, 0);
+  let at = 4;
+  for (const b of bodies) { out.set(b, at); at += b.length; }
+  return out;
+}
+
+/**
  * frame encodes one MapResponse as the client reads it: u32 little-endian length
  * then the zstd-compressed JSON (or plain JSON when the client asked for none).
  * The frame carries its content size.

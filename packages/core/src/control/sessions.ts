@@ -6,7 +6,7 @@ import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { filterUpdate } from './filter-chunks.js';
-import { frame } from './frames.js';
+import { compressJson, frame, frameSegments } from './frames.js';
 import { PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
@@ -99,6 +99,19 @@ export const MAX_OPEN_WAIT_MS = 250;
 /** openWait is how long new sessions wait for their first maps when the view's last preparation took prepareMs. */
 export function openWait(prepareMs: number): number {
   return Math.min(MAX_OPEN_WAIT_MS, Math.max(BATCH_WINDOW_MS, OPEN_SHARE * prepareMs));
+}
+/**
+ * SHARED_FRAME_MIN: a shared part (a PeersChanged or PeersChangedPatch list) at least this long is compressed once per
+ * flush and sent to zstd sessions as a frame of its own within their messages (see frameSegments); shorter ones are
+ * compressed with the rest of each message (a frame costs about 12 bytes, and a call per session).
+ */
+export const SHARED_FRAME_MIN = 2048;
+let sharedFrameMin = SHARED_FRAME_MIN;
+/** setSharedFrameMin changes SHARED_FRAME_MIN in force and returns the previous value (tests: 1 frames every shared part). */
+export function setSharedFrameMin(n: number): number {
+  const was = sharedFrameMin;
+  sharedFrameMin = n;
+  return was;
 }
 /** UNSHARED_KEY_LENGTH: a message key longer than this names a message only its session receives (see sendAll). */
 const UNSHARED_KEY_LENGTH = 2048;
@@ -557,15 +570,18 @@ export class SessionHub {
     this.countDeltas();
   }
 
-  /** sendOne is sendAll for one target; the message is counted at the next countDeltas (a flush's end). */
-  private sendOne(s: MapSession, text: string, json: () => string, frames: Map<string, Buffer>): void {
+  /**
+   * sendOne is sendAll for one target; the message is counted at the next countDeltas (a flush's end). build, when
+   * given, makes the frame in place of compressing json() whole (a zstd session's message with a large shared part).
+   */
+  private sendOne(s: MapSession, text: string, json: () => string, frames: Map<string, Buffer>, build?: () => Buffer): void {
     // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
     // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
     // the rare match saved.
     const key = text.length > UNSHARED_KEY_LENGTH ? undefined : `${s.zstd ? 'z' : 'p'}${text}`;
     let buf = key === undefined ? undefined : frames.get(key);
     if (!buf) {
-      buf = frame(json(), s.zstd);
+      buf = build ? build() : frame(json(), s.zstd);
       if (key !== undefined) frames.set(key, buf);
     }
     s.send(buf);
@@ -818,6 +834,14 @@ export class SessionHub {
     };
     // Sessions sending the same text share one frame (see sendAll), across the slices of this flush.
     const frames = new Map<string, Buffer>();
+    // A large shared part, compressed once for every zstd session that sends it (see frameSegments).
+    const sharedFrames = new Map<string, Uint8Array>();
+    const sharedFrame = (key: string, text: string): Uint8Array => {
+      let f = sharedFrames.get(key);
+      if (!f) { f = compressJson(Buffer.from(text)); sharedFrames.set(key, f); }
+      return f;
+    };
+    const isShared = (key: string, text: string): boolean => (key[0] === 'C' || key[0] === 'P') && text.length >= sharedFrameMin;
     return (s: MapSession): void => {
       const me = this.state.getNode(s.nodeId);
       if (!me) return;
@@ -905,7 +929,19 @@ export class SessionHub {
       const rebuilds = selfChanged || parts.some((p) => p.startsWith('"SSHPolicy"'));
       if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s, ownerOf);
-      if (parts.length) this.sendOne(s, keys.join('\n'), () => `{${parts.join(',')}}`, frames);
+      if (!parts.length) return;
+      const segmented = s.zstd && keys.some((k, i) => isShared(k, parts[i]!));
+      this.sendOne(s, keys.join('\n'), () => `{${parts.join(',')}}`, frames, segmented ? () => {
+        // The message's text, cut around its large shared parts: what lies between is this session's own.
+        const segments: Array<string | Uint8Array> = [];
+        let own = '{';
+        parts.forEach((p, i) => {
+          if (i) own += ',';
+          if (isShared(keys[i]!, p)) { segments.push(own, sharedFrame(keys[i]!, p)); own = ''; } else own += p;
+        });
+        segments.push(`${own}}`);
+        return frameSegments(segments);
+      } : undefined);
     };
   }
 }

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { constants, zstdCompressSync } from 'node:zlib';
-import { zstdDecompress, zstdFrameLength } from '../src/index.js';
+import { zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
 
 const compress = (data: Buffer, params: Record<number, number> = {}): Buffer =>
   zstdCompressSync(data, { params: { [constants.ZSTD_c_compressionLevel]: 1, ...params } });
@@ -46,5 +46,9 @@ t.test('a body of several frames decodes to their contents one after another', a
   const json = ['{"PeersChanged":[', '{"ID":1},{"ID":2}', '],"Domain":"a"}'].map((p) => compress(Buffer.from(p)));
   t.same(JSON.parse(zstdDecompress(Buffer.concat(json)).toString()), { PeersChanged: [{ ID: 1 }, { ID: 2 }], Domain: 'a' }, 'a message cut into frames mid-JSON');
   t.ok(zstdDecompress(frames[0]!).equals(pieces[0]![1]), 'a single frame, as before');
+  const text = Buffer.from('{"Name":"café-ü-😀"}');
+  const cut = [text.subarray(0, 13), text.subarray(13, 20), text.subarray(20)].map((p) => compress(p)); // inside 'é' and '😀'
+  t.equal(zstdDecompressText(Buffer.concat(cut)), text.toString(), 'as text: a character cut between frames joins up');
+  t.equal(zstdDecompressText(frames[0]!), pieces[0]![1].toString(), 'as text: a single frame');
   t.throws(() => zstdDecompress(Buffer.concat([frames[0]!, frames[1]!.subarray(0, 20)])), /cut short/, 'a body whose last frame is cut short is refused');
 });

@@ -8,8 +8,8 @@ import { machineKey, nodeKey } from './harness.js';
 
 t.test('a change finding the hub quiet waits only the quiet window', async (t) => {
   t.ok(QUIET_WINDOW_MS < BATCH_WINDOW_MS);
-  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 30), QUIET_WINDOW_MS);
-  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.2, 500), QUIET_WINDOW_MS, 'load gone: back to the quiet window at once');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 30, 0, 30), QUIET_WINDOW_MS);
+  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.2, 500, 0, 500), QUIET_WINDOW_MS, 'load gone: back to the quiet window at once');
   t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 2), BATCH_WINDOW_MS, 'a change right behind a flush waits the base window');
   t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 500, 0, 5), BATCH_WINDOW_MS, 'and so does one right behind another change (a burst under way)');
   t.equal(nextBatchWindow(QUIET_WINDOW_MS, 0.1, 500, 0, BATCH_WINDOW_MS), QUIET_WINDOW_MS);
@@ -31,12 +31,14 @@ t.test('on a busy loop with changes back to back the window is at least FLUSH_SH
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 10_000), MAX_BATCH_WINDOW_MS, 'never above the cap');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 2, 100), FLUSH_SHARE * 100, 'the floor holds on a loop measured quiet too (contended by other processes)');
   t.equal(nextBatchWindow(160, 0.1, 2, 1), BATCH_WINDOW_MS, 'a quiet loop does not double');
-  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100), QUIET_WINDOW_MS, 'a lone change after a quiet spell goes out after the quiet window');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100, 500), QUIET_WINDOW_MS, 'a lone change after a quiet spell goes out after the quiet window');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 100, HURRY_GAP_MS), BATCH_WINDOW_MS, 'right behind a costly flush but after a lull in changes: the base window, not the floor');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 100, 30), FLUSH_SHARE * 100, 'a gap of a few tens of ms in a burst keeps the floor');
 });
 
 t.test('a change that did not queue up behind the previous flush waits the quiet window, however busy the loop', async (t) => {
-  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 1, 5000), QUIET_WINDOW_MS);
-  t.equal(nextBatchWindow(160, 1, BATCH_WINDOW_MS), QUIET_WINDOW_MS, 'a base window after the flush ended: a lone change');
+  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 1, 5000, 0, 5000), QUIET_WINDOW_MS);
+  t.equal(nextBatchWindow(160, 1, BATCH_WINDOW_MS, 0, BATCH_WINDOW_MS), QUIET_WINDOW_MS, 'a base window after the flush ended: a lone change');
   t.equal(nextBatchWindow(160, 1, 3), 320, 'right behind a flush on a busy loop: longer');
 });
 

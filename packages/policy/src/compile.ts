@@ -262,7 +262,7 @@ function srcList(set: IPSet): string[] {
  * the rule narrowed to those entries (plainRule), made on first use. Every node the same entries serve gets the
  * same object, in this context and in every context extended from it: sessions then hold one shared rule, and a
  * session's filter update skips a rule by identity when it is the object the session was sent before
- * (filterUpdateJson). Nobody may modify it.
+ * (filterUpdate). Nobody may modify it.
  */
 interface Hit { es: number[]; rule?: FilterRule }
 /** PLAIN_KEPT_MAX bounds how many narrowed forms of one rule (PreRule.plain) an extension keeps. */

@@ -36,7 +36,11 @@ export function compressJson(text: Buffer): Uint8Array {
  * flush when it gave each device new peers (1,411 sessions at 5,000 devices, 48 KB each).
  */
 export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buffer {
-  const bodies = segments.map((s) => (typeof s === 'string' ? compressJson(Buffer.from(s)) : s));
+  return lengthPrefixed(segments.map((s) => (typeof s === 'string' ? compressJson(Buffer.from(s)) : s)));
+}
+
+/** lengthPrefixed is a message as it goes on the stream: u32 little-endian length of the bodies, then the bodies. */
+function lengthPrefixed(bodies: readonly Uint8Array[]): Buffer {
   const length = bodies.reduce((n, b) => n + b.length, 0);
   const out = Buffer.allocUnsafe(4 + length);
   out.writeUInt32LE(length, 0);
@@ -52,9 +56,5 @@ export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buf
  */
 export function frame(json: string | Buffer, zstd: boolean): Buffer {
   const text = typeof json === 'string' ? Buffer.from(json) : json;
-  const body = zstd ? compressJson(text) : text;
-  const out = Buffer.allocUnsafe(4 + body.length);
-  out.writeUInt32LE(body.length, 0);
-  out.set(body, 4);
-  return out;
+  return lengthPrefixed([zstd ? compressJson(text) : text]);
 }

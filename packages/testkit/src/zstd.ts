@@ -165,11 +165,131 @@ function parseBody(body: Buffer): unknown {
   }
 }
 
+/**
+ * MEMBERS_MIN_FRAME: a frame of a body of several frames this large or larger is looked up among the decoded
+ * member lists (decodeFrame) before being decoded. The server gives a large part many sessions share (a
+ * PeersChanged list, say) a frame of its own and sends every session the same bytes of it, around each session's
+ * own parts; decoding and parsing that list once for every device holding it was half of what the benchmark's
+ * workers spent on a join burst's messages.
+ */
+const MEMBERS_MIN_FRAME = 256;
+const membersCache = new Map<string, { frame: Buffer; members: Record<string, unknown> }>();
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** cacheKey is a body's length, middle and last bytes (see DECODED_CACHE_KEY_TAIL). */
+function cacheKey(body: Uint8Array): string {
+  const b = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  const mid = b.length >> 1;
+  return `${b.length}:${b.toString('latin1', mid, mid + DECODED_CACHE_KEY_TAIL)}:${b.toString('latin1', Math.max(0, b.length - DECODED_CACHE_KEY_TAIL))}`;
+}
+
+/**
+ * decodeFrame is one frame of a body of several: its text parsed as the members of an object (`"PeersChanged":[…]`),
+ * shared (frozen) between every message holding that frame, or else its text (a piece of a session's own text).
+ * Only member lists are kept: each session's own frames are its own, and keeping them would evict the lists.
+ * Undefined when the frame is not whole UTF-8 (a character cut at its edge).
+ */
+function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | { text: string } | undefined {
+  const large = frame.length >= MEMBERS_MIN_FRAME;
+  const key = large ? cacheKey(frame) : '';
+  const hit = large ? membersCache.get(key) : undefined;
+  if (hit && hit.frame.equals(frame)) return { members: hit.members };
+  let text: string;
+  try { text = strictUtf8.decode(zstdDecompressOne(frame)); } catch { return undefined; }
+  if (!large || !text.startsWith('"')) return { text };
+  let members: Record<string, unknown>;
+  try { members = JSON.parse(`{${text}}`) as Record<string, unknown>; } catch { return { text }; }
+  deepFreeze(members);
+  if (membersCache.size >= DECODED_CACHE_ENTRIES) membersCache.delete(membersCache.keys().next().value!);
+  membersCache.set(key, { frame: Buffer.from(frame), members });
+  return { members };
+}
+
+/**
+ * depthAtEnd is how deep in objects and arrays the end of a JSON text is (strings skipped); -1 if it closes more
+ * than it opens or ends inside a string.
+ */
+function depthAtEnd(text: string): number {
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) { // a string: skip to its closing quote, past escapes
+      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
+      if (i >= text.length) return -1;
+    } else if (c === 0x7b || c === 0x5b) depth++;
+    else if (c === 0x7d || c === 0x5d) { if (--depth < 0) return -1; }
+  }
+  return depth;
+}
+
+/**
+ * parseSegmented parses a body of several frames whose large frames are member lists of the top-level object
+ * (decodeFrame), each parsed once however many messages hold it, and the rest, the message's own text, here.
+ * The whole text must have been valid JSON: each list sits between `{` or `,` and `,` or `}` at the top level,
+ * its neighbours' comma is taken out once, and the lists' keys are not among the own text's. Undefined when a
+ * body is not cut that way (parseBody decodes it whole then, and names what is wrong).
+ */
+function parseSegmented(frames: Uint8Array[]): unknown {
+  let own = '';
+  const lists: Array<Record<string, unknown>> = [];
+  let hole = false; // a list was cut out right before the next own text
+  let needMember = false; // a comma after `{` was taken out: a member must come next
+  for (const f of frames) {
+    const piece = decodeFrame(f);
+    if (!piece) return undefined;
+    if ('members' in piece) {
+      // A list follows `{`, or a value and `,`, at depth 1: its comma is taken out (the list keeps the next one).
+      if (hole) return undefined;
+      const last = own.trimEnd();
+      if (last.endsWith(',')) {
+        own = last.slice(0, -1).trimEnd();
+        if (own.endsWith('{') || own.endsWith(',') || needMember) return undefined;
+      } else if (last.endsWith('{')) own = last;
+      else return undefined;
+      if (depthAtEnd(own) !== 1) return undefined;
+      lists.push(piece.members);
+      hole = true;
+      needMember = false;
+      continue;
+    }
+    // Leading blanks go only where they are between tokens (after a list, or a comma): a frame may begin inside a string.
+    let text = hole || needMember ? piece.text.trimStart() : piece.text;
+    if (hole) {
+      // What follows a list is `,` or `}`; right after `{` the comma goes too, and a member must follow it.
+      if (!(text.startsWith(',') || text.startsWith('}'))) return undefined;
+      if (own.endsWith('{') && text.startsWith(',')) { text = text.slice(1).trimStart(); needMember = true; }
+      hole = false;
+    }
+    if (needMember && text) {
+      if (!text.startsWith('"')) return undefined;
+      needMember = false;
+    }
+    own += text;
+  }
+  if (hole || needMember || !lists.length) return undefined;
+  let value: unknown;
+  try { value = JSON.parse(own); } catch { return undefined; }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
+  const out = value as Record<string, unknown>;
+  for (const members of lists) {
+    for (const k of Object.keys(members)) {
+      if (Object.hasOwn(out, k)) return undefined;
+      out[k] = members[k];
+    }
+  }
+  return out;
+}
+
 /** decodeBody is the message one frame body holds, shared (frozen) between devices that received the same bytes. */
 function decodeBody(body: Buffer): unknown {
+  let frames: Uint8Array[] | undefined;
+  try { frames = framesOf(body); } catch { frames = undefined; } // parseBody names what is wrong
+  if (frames) {
+    const v = parseSegmented(frames);
+    if (v !== undefined) return v;
+  }
   if (body.length > DECODED_CACHE_MAX_BODY) return parseBody(body);
-  const mid = body.length >> 1;
-  const key = `${body.length}:${body.toString('latin1', mid, mid + DECODED_CACHE_KEY_TAIL)}:${body.toString('latin1', Math.max(0, body.length - DECODED_CACHE_KEY_TAIL))}`;
+  const key = cacheKey(body);
   const hit = decodedCache.get(key);
   if (hit && hit.body.equals(body)) return hit.value;
   const value = deepFreeze(parseBody(body));

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { constants, zstdCompressSync } from 'node:zlib';
-import { zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
+import { MapFrameDecoder, PlanRng, zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
 
 const compress = (data: Buffer, params: Record<number, number> = {}): Buffer =>
   zstdCompressSync(data, { params: { [constants.ZSTD_c_compressionLevel]: 1, ...params } });
@@ -51,4 +51,103 @@ t.test('a body of several frames decodes to their contents one after another', a
   t.equal(zstdDecompressText(Buffer.concat(cut)), text.toString(), 'as text: a character cut between frames joins up');
   t.equal(zstdDecompressText(frames[0]!), pieces[0]![1].toString(), 'as text: a single frame');
   t.throws(() => zstdDecompress(Buffer.concat([frames[0]!, frames[1]!.subarray(0, 20)])), /cut short/, 'a body whose last frame is cut short is refused');
+});
+
+// A message the server cuts around a large shared part: its own text, the shared members as a frame of their own,
+// the rest of its own text. The decoder parses the shared frame once for every message holding it (decodeFrame),
+// and whatever it does must come out as JSON.parse of the whole text would: the same value, or an error.
+const hex = (rng: PlanRng, n: number): string => Array.from({ length: n }, () => rng.int(16).toString(16)).join('');
+const peerList = (rng: PlanRng, key: string): string =>
+  `"${key}":[${Array.from({ length: 8 + rng.int(12) }, (_, i) => JSON.stringify({ ID: i, Key: `nodekey:${hex(rng, 64)}`, Name: `d${i}.é😀 x` })).join(',')}]`;
+const ownMember = (rng: PlanRng, key: string): string =>
+  rng.pick([`"${key}":${rng.int(1000)}`, `"${key}":{"a":[1,{"b":"} ] \\" ,{"}],"c":"  x"}`, `"${key}":"ü 😀, {"`, `"${key}":[]`]);
+
+/** cutText cuts a text into frames at random places, inside strings and characters too. */
+function cutText(rng: PlanRng, text: string): Buffer[] {
+  const bytes = Buffer.from(text);
+  if (!bytes.length) return [compress(bytes)];
+  const out: Buffer[] = [];
+  let at = 0;
+  while (at < bytes.length) {
+    const n = rng.chance(0.5) ? bytes.length - at : 1 + rng.int(bytes.length - at);
+    out.push(compress(bytes.subarray(at, at + n)));
+    at += n;
+  }
+  return out;
+}
+
+/** body is the length-prefixed message of these frames, as one map frame on the stream. */
+function framed(frames: Buffer[]): Buffer {
+  const body = Buffer.concat(frames);
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(body.length, 0);
+  return Buffer.concat([head, body]);
+}
+
+const decodeOne = (frames: Buffer[]): unknown => new MapFrameDecoder().push(framed(frames))[0];
+const wholeOf = (frames: Buffer[]): string => zstdDecompressText(Buffer.concat(frames));
+
+t.test('a message of own text around shared member frames decodes as its whole text parses', async (t) => {
+  let checked = 0, refused = 0, shared = 0;
+  for (let seed = 1; seed <= 300; seed++) {
+    const rng = new PlanRng(seed);
+    // Members in order; some are shared lists (a frame each), the rest own text cut anywhere.
+    const members = Array.from({ length: 1 + rng.int(5) }, (_, i) => (rng.chance(0.5) ? { shared: true, text: peerList(rng, `L${i}`) } : { shared: false, text: ownMember(rng, `o${i}`) }));
+    // Damage at a cut now and then: what the whole text then is, the decoder must say.
+    const damage = rng.chance(0.3) ? rng.pick(['comma-before', 'comma-after', 'no-comma', 'nested', 'duplicate', 'trailing']) : '';
+    const frames: Buffer[] = [];
+    let own = '{';
+    members.forEach((m, i) => {
+      let sep = i ? ',' : '';
+      if (damage === 'comma-before' && m.shared) sep += ',';
+      if (damage === 'no-comma' && m.shared && i) sep = '';
+      if (m.shared) {
+        own += sep;
+        if (damage === 'nested' && m.shared) own += '"n":{';
+        frames.push(...cutText(rng, own));
+        frames.push(compress(Buffer.from(m.text)));
+        own = damage === 'nested' ? '}' : '';
+        if (damage === 'comma-after') own += ',';
+        if (damage === 'duplicate') own += `,${m.text.slice(0, m.text.indexOf(':'))}:1`;
+      } else own += sep + m.text;
+    });
+    own += damage === 'trailing' ? ',}' : '}';
+    frames.push(...cutText(rng, own));
+    const text = wholeOf(frames);
+    let expected: unknown;
+    try { expected = JSON.parse(text); } catch { expected = undefined; }
+    if (expected === undefined) {
+      t.throws(() => decodeOne(frames), /not valid JSON/, `seed ${seed} (${damage}): refused as its whole text is`);
+      refused++;
+    } else {
+      const got = decodeOne(frames) as Record<string, unknown>;
+      t.same(got, expected, `seed ${seed} (${damage || 'intact'}): ${text.length} characters in ${frames.length} frames`);
+      checked++;
+      // Another message around the same shared frames gets the very lists this one got.
+      if (!damage && members.some((m) => m.shared)) {
+        const first = zstdDecompress(frames[0]!); // '{' and whatever own text came with it
+        const other = decodeOne([compress(Buffer.concat([Buffer.from('{"Other":1,'), first.subarray(1)])), ...frames.slice(1)]) as Record<string, unknown>;
+        if (other && members.every((m) => !m.shared || got[m.text.slice(1, m.text.indexOf('"', 1))] === other[m.text.slice(1, m.text.indexOf('"', 1))])) shared++;
+      }
+    }
+  }
+  t.ok(checked > 150 && refused > 20, `both kinds seen (${checked} decoded, ${refused} refused)`);
+  t.ok(shared > 80, `messages sharing frames shared their lists (${shared})`);
+});
+
+t.test('messages holding the same shared frame share its parsed members, frozen', async (t) => {
+  const rng = new PlanRng(7);
+  const list = compress(Buffer.from(peerList(rng, 'PeersChanged')));
+  t.ok(list.length >= 256, 'large enough to be looked up as shared');
+  const a = decodeOne([compress(Buffer.from('{"PacketFilters":{"a0":[]},')), list, compress(Buffer.from('}'))]) as Record<string, Array<{ ID: number }>>;
+  const b = decodeOne([compress(Buffer.from('{')), list, compress(Buffer.from(',"Domain":"x"}'))]) as Record<string, Array<{ ID: number }>>;
+  t.same(new Set(Object.keys(a)), new Set(['PacketFilters', 'PeersChanged']));
+  t.same(new Set(Object.keys(b)), new Set(['Domain', 'PeersChanged']));
+  t.equal(a.PeersChanged, b.PeersChanged, 'one parsed list for both messages');
+  t.ok(Object.isFrozen(a.PeersChanged![0]), 'frozen, so no device changes what another holds');
+  // Own text that stops inside a string with a comma in it, and picks up after the list with `,"}`: cut out, the
+  // list would leave '{"A":"x,"}', valid; whole, the text is not.
+  t.throws(() => decodeOne([compress(Buffer.from('{"A":"x,')), list, compress(Buffer.from(',"}'))]), /not valid JSON/, 'a list inside a string is no list');
+  t.same((decodeOne([compress(Buffer.from('{"PeersChanged":1,')), list, compress(Buffer.from('}'))]) as Record<string, unknown>).PeersChanged, a.PeersChanged,
+    'as JSON.parse does: the last of a repeated key wins');
 });

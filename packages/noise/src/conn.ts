@@ -70,7 +70,7 @@ export class NoiseConn extends Duplex {
   private readonly receive: CipherState;
   private pending: Buffer = EMPTY;
   private peeking: boolean;
-  private peeked: Buffer = Buffer.alloc(0);
+  private peeked: Buffer = EMPTY;
   private resolveEarly!: (value: object | undefined) => void;
   private rejectEarly!: (err: Error) => void;
   private readonly onSocketData = (chunk: Buffer): void => this.receiveBytes(chunk);
@@ -184,7 +184,7 @@ export class NoiseConn extends Duplex {
 
   private endPeek(payload: object | undefined, rest: Buffer): void {
     this.peeking = false;
-    this.peeked = Buffer.alloc(0);
+    this.peeked = EMPTY;
     this.resolveEarly(payload);
     if (rest.length > 0 && !this.push(rest)) this.socket.pause();
   }

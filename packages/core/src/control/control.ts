@@ -78,7 +78,7 @@ export class ControlServer {
   /** mismatchLog reports TLS handshakes that reach a plain-HTTP listener, rate-limited. */
   private readonly mismatchLog: HandshakeFailureLog;
   private readonly conns = new Map<string, Set<Duplex>>();
-  private readonly streams = new Map<number, Set<http2.Http2ServerResponse>>();
+  private readonly streams = new Map<number, Set<http2.ServerHttp2Stream>>();
   /** limits guard /ts2021 against unauthenticated exhaustion (handshake rate, replays, session caps). */
   readonly limits: Ts2021Limits;
   /** sourceByMachineKey remembers where each machine's latest session came from (pending-login quotas). */
@@ -144,19 +144,24 @@ export class ControlServer {
     const deadline = this.o.config.noise.handshake_timeout;
     if (deadline > 0) {
       // Keyed by peer address and port: with TLS, 'connection' sees the TCP socket, requests the TLS one.
-      const waiting = new Map<string, NodeJS.Timeout>();
+      // Only this map holds a timer: a listener closing over it would keep a cleared timer for as long as
+      // the connection lives (each idle device's).
+      const waiting = new Map<string, { socket: Socket; timer: NodeJS.Timeout }>();
       const peer = (s: { remoteAddress?: string; remotePort?: number }) => `${s.remoteAddress}|${s.remotePort}`;
       const arrived = (s: Duplex) => {
         const key = peer(s as never);
-        const t = waiting.get(key);
-        if (t) { clearTimeout(t); waiting.delete(key); }
+        const w = waiting.get(key);
+        if (w) { clearTimeout(w.timer); waiting.delete(key); }
       };
       server.on('connection', (socket: Socket) => {
         const key = peer(socket);
-        const t = setTimeout(() => { waiting.delete(key); socket.destroy(); }, deadline);
-        t.unref();
-        waiting.set(key, t);
-        socket.once('close', () => { if (waiting.get(key) === t) { clearTimeout(t); waiting.delete(key); } });
+        const timer = setTimeout(() => { waiting.delete(key); socket.destroy(); }, deadline);
+        timer.unref();
+        waiting.set(key, { socket, timer });
+        socket.once('close', () => {
+          const w = waiting.get(key);
+          if (w?.socket === socket) { clearTimeout(w.timer); waiting.delete(key); }
+        });
       });
       server.prependListener('request', (req: http.IncomingMessage) => arrived(req.socket));
       server.prependListener('upgrade', (req: http.IncomingMessage) => arrived(req.socket));
@@ -211,10 +216,12 @@ export class ControlServer {
     const set = this.conns.get(info.machineKey) ?? this.conns.set(info.machineKey, new Set()).get(info.machineKey)!;
     set.add(conn);
     this.sourceByMachineKey.set(info.machineKey, info.source);
+    // A cleared timer is dropped, not kept: this closure lives as long as the connection.
     let timer: NodeJS.Timeout | undefined;
     let session: http2.ServerHttp2Session | undefined;
+    const disarm = () => { clearTimeout(timer); timer = undefined; };
     const arm = (ms: number) => {
-      clearTimeout(timer);
+      disarm();
       if (ms <= 0) return;
       timer = setTimeout(() => {
         // GOAWAY first so a client learns the connection is done; destroy regardless of what it does next.
@@ -225,7 +232,7 @@ export class ControlServer {
     };
     arm(this.o.config.noise.first_request_timeout);
     conn.on('close', () => {
-      clearTimeout(timer);
+      disarm();
       set.delete(conn);
       if (!set.size) { this.conns.delete(info.machineKey); this.sourceByMachineKey.delete(info.machineKey); }
     });
@@ -241,13 +248,14 @@ export class ControlServer {
         let open = 0;
         s.on('stream', (stream) => {
           open++;
-          clearTimeout(timer);
+          disarm();
           // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
           const bodyDeadline = this.o.config.noise.first_request_timeout;
-          const slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
+          let slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
           slow?.unref();
-          stream.once('end', () => clearTimeout(slow));
-          stream.once('close', () => { clearTimeout(slow); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+          const bodyDone = () => { clearTimeout(slow); slow = undefined; };
+          stream.once('end', bodyDone);
+          stream.once('close', () => { bodyDone(); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
         });
       },
     };
@@ -274,13 +282,20 @@ export class ControlServer {
       this.h2Sessions.set(s, arriving);
       arriving.onSession(s);
     });
-    h2.on('request', (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => {
-      const info = this.h2Sessions.get(req.stream.session as http2.ServerHttp2Session)?.info;
-      if (!info) { res.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR); return; }
-      this.o.logger.trace('control request', { machine_key: info.machineKey, method: req.method, path: (req.url ?? '').split('?')[0] });
-      this.handle(req, res, info).catch((err: Error) => {
-        this.o.logger.error('control request failed', { path: req.url, error: err.message });
-        if (!res.headersSent) { res.writeHead(500); res.end('internal error\n'); } else res.end();
+    // Requests are served on their streams (the core API), not through the compatibility layer's request and
+    // response objects: those two stay with every open map poll, with the request's headers twice (parsed and
+    // raw) and listeners of their own, about 2 KiB per idle device (a heap snapshot at 1,000 devices).
+    h2.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
+      // The compatibility layer swallowed stream errors (a reset, a write after the peer left); so does this.
+      stream.on('error', () => undefined);
+      const info = this.h2Sessions.get(stream.session as http2.ServerHttp2Session)?.info;
+      if (!info) { stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR); return; }
+      const method = String(headers[':method'] ?? '');
+      const path = String(headers[':path'] ?? '').split('?')[0]!;
+      this.o.logger.trace('control request', { machine_key: info.machineKey, method, path });
+      this.handle(stream, method, path, info).catch((err: Error) => {
+        this.o.logger.error('control request failed', { path, error: err.message });
+        if (!stream.headersSent) reply(stream, 500, 'internal error'); else finish(stream);
       });
     });
     h2.on('sessionError', (_err: Error, s: http2.ServerHttp2Session) => this.h2Sessions.get(s)?.conn.destroy());
@@ -288,21 +303,35 @@ export class ControlServer {
     return h2;
   }
 
-  private async body(req: http2.Http2ServerRequest): Promise<Buffer> {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const c of req) {
-      size += (c as Buffer).length;
-      if (size > H2_BODY_LIMIT) throw Object.assign(new Error('body too large'), { status: 413 });
-      chunks.push(c as Buffer);
-    }
-    return Buffer.concat(chunks);
+  /**
+   * body reads a request's body, refusing one over H2_BODY_LIMIT with a 413. Read by events, not `for await`:
+   * leaving that loop early destroys the stream, and the refusal could not be sent on it. The rest of a refused
+   * body is read and dropped, and no listener stays on a map stream once its body is in.
+   */
+  private body(stream: http2.ServerHttp2Stream): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const done = (): void => {
+        stream.off('data', onData);
+        stream.off('end', onEnd);
+        stream.off('close', onClose);
+      };
+      const onData = (c: Buffer): void => {
+        size += c.length;
+        if (size <= H2_BODY_LIMIT) { chunks.push(c); return; }
+        done();
+        stream.resume(); // flowing with no reader: the rest is dropped
+        reject(Object.assign(new Error('body too large'), { status: 413 }));
+      };
+      const onEnd = (): void => { done(); resolve(Buffer.concat(chunks)); };
+      const onClose = (): void => { done(); reject(new Error('the stream closed before its request body ended')); };
+      stream.on('data', onData);
+      stream.once('end', onEnd);
+      stream.once('close', onClose);
+    });
   }
 
-  private reply(res: http2.Http2ServerResponse, status: number, text: string): void {
-    res.writeHead(status, { 'content-type': 'text/plain; charset=utf-8' });
-    res.end(text + '\n');
-  }
 
   /**
    * handle serves one HTTP/2 request inside a Noise session. Every body is checked
@@ -311,24 +340,23 @@ export class ControlServer {
    * when it comes from the database driver, whose text quotes the SQL and so the
    * client's values.
    */
-  private async handle(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse, info: { machineKey: string }): Promise<void> {
-    const path = (req.url ?? '').split('?')[0];
-    if (req.method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
-      return this.reply(res, 501, `${req.method} ${path} is not implemented by Headway`);
+  private async handle(res: http2.ServerHttp2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
+    if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
+      return reply(res, 501, `${method} ${path} is not implemented by Headway`);
     }
     let parsed: unknown;
     try {
-      const raw = await this.body(req);
+      const raw = await this.body(res);
       parsed = JSON.parse(raw.toString('utf8') || '{}');
     } catch (err) {
       // JSON.parse quotes the input in its message: say only that it is not JSON.
       const status = (err as { status?: number }).status;
-      return this.reply(res, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
+      return reply(res, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return this.reply(res, 400, 'request body must be a JSON object');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return reply(res, 400, 'request body must be a JSON object');
     const version = (parsed as { Version?: unknown }).Version ?? 0;
     if (typeof version === 'number' && Number.isInteger(version) && version < MIN_CAPABILITY_VERSION) {
-      return this.reply(res, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
+      return reply(res, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
     }
     try {
       if (path === '/machine/register') {
@@ -337,42 +365,42 @@ export class ControlServer {
         res.on('close', () => abort.abort());
         const out = await this.registrar.handle(rr, info.machineKey, abort.signal);
         if (abort.signal.aborted) return;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(out));
+        respond(res, 200, 'application/json');
+        finish(res, JSON.stringify(out));
         return;
       }
       return await this.map(parseMapRequest(parsed), res, info.machineKey);
     } catch (err) {
       if (err instanceof HeadwayError && err.status < 500) {
         this.o.logger.debug('control request refused', { path, field: err.field, error: err.message });
-        if (!res.headersSent) return this.reply(res, err.status, err.message);
-        res.end();
+        if (!res.headersSent) return reply(res, err.status, err.message);
+        finish(res);
         return;
       }
       this.o.logger.error('control request failed', { path, error: safeErrorText(err) });
-      if (!res.headersSent) this.reply(res, 500, 'internal error');
-      else res.end();
+      if (!res.headersSent) reply(res, 500, 'internal error');
+      else finish(res);
     }
   }
 
-  private async map(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string): Promise<void> {
+  private async map(mr: MapRequest, res: http2.ServerHttp2Stream, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     // A cluster instance that lost its database sends devices on to another instance.
-    if (mr.Stream && !state.serving) return this.reply(res, 503, 'this instance has lost its database; try another');
+    if (mr.Stream && !state.serving) return reply(res, 503, 'this instance has lost its database; try another');
     const found = mr.NodeKey ? await state.findStoredNode(mr.NodeKey) : undefined;
     if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
     if (!mr.Stream) {
-      if (mr.OmitPeers) { res.writeHead(200); res.end(); return; }
+      if (mr.OmitPeers) { finish(res); return; }
       this.hub.syncPrimaries();
-      res.writeHead(200, { 'content-type': 'application/octet-stream' });
-      res.end(frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
+      respond(res, 200, 'application/octet-stream');
+      finish(res, frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
       return;
     }
-    res.writeHead(200, { 'content-type': 'application/octet-stream' });
-    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    respond(res, 200, 'application/octet-stream');
+    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { write(res, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     state.sessionOpened(node.id);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
     streams.add(res);
@@ -383,7 +411,7 @@ export class ControlServer {
       void state.sessionClosed(node.id);
     });
     this.hub.begin(session, node, (current) => {
-      res.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
+      write(res, frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
     });
   }
@@ -398,13 +426,13 @@ export class ControlServer {
    * A node key of another machine, or a stale key of a machine that has a node,
    * stays a 404.
    */
-  private nodeNotFound(mr: MapRequest, res: http2.Http2ServerResponse, machineKey: string, found: Node | undefined): void {
+  private nodeNotFound(mr: MapRequest, res: http2.ServerHttp2Stream, machineKey: string, found: Node | undefined): void {
     const { state, metrics, logger } = this.o;
     // mr passed parseMapRequest: NodeKey is a lower-case nodekey:<hex>, Hostinfo an object or absent.
     const nodeKey = mr.NodeKey;
-    if (found || state.nodeByMachineKey(machineKey)) return this.reply(res, 404, 'node not found');
+    if (found || state.nodeByMachineKey(machineKey)) return reply(res, 404, 'node not found');
     // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
-    if (!mr.Stream && mr.OmitPeers) { res.writeHead(200); res.end(); return; }
+    if (!mr.Stream && mr.OmitPeers) { finish(res); return; }
     const gone = this.hub.deletedNode(machineKey);
     const hostinfo = (mr.Hostinfo ?? null) as Record<string, unknown> | null;
     const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
@@ -413,28 +441,53 @@ export class ControlServer {
       : { id: 0, name: `${hostname}.`, userId: 0, nodeKey, machineKey, hostinfo };
     logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
     const zstd = mr.Compress === 'zstd';
-    res.writeHead(200, { 'content-type': 'application/octet-stream' });
+    respond(res, 200, 'application/octet-stream');
     const first = frame(this.mapper.loggedOutMap(self, mr.Version, { first: true }), zstd);
     metrics.mapMessages.inc({ kind: 'full' });
-    if (!mr.Stream) { res.end(first); return; }
-    res.write(first);
-    const session = new MapSession(0, mr.Version, zstd, (buf) => { res.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    if (!mr.Stream) { finish(res, first); return; }
+    write(res, first);
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { write(res, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     session.armKeepAlive();
     res.on('close', () => session.close());
   }
 
   private endStreams(nodeId: number): void {
-    for (const res of [...(this.streams.get(nodeId) ?? [])]) res.end();
+    for (const res of [...(this.streams.get(nodeId) ?? [])]) finish(res);
   }
 
   /** endAllStreams ends every map stream (a cluster instance that lost its database), leaving Noise connections open. */
   endAllStreams(): void {
-    for (const set of [...this.streams.values()]) for (const res of [...set]) res.end();
+    for (const set of [...this.streams.values()]) for (const res of [...set]) finish(res);
   }
 
   /** close ends every map stream and Noise connection. */
   async close(): Promise<void> {
-    for (const set of this.streams.values()) for (const res of set) res.end();
+    for (const set of this.streams.values()) for (const res of set) finish(res);
     for (const set of this.conns.values()) for (const c of set) c.destroy();
   }
+}
+
+/** respond sends a response's headers, once, on a stream still open (the stream API throws on a closed one). */
+function respond(stream: http2.ServerHttp2Stream, status: number, contentType?: string): void {
+  if (stream.headersSent || stream.destroyed || stream.closed) return;
+  stream.respond(contentType ? { ':status': status, 'content-type': contentType } : { ':status': status });
+}
+
+/** write sends response bytes on a stream still open (a map stream whose device left is skipped). */
+function write(stream: http2.ServerHttp2Stream, data: Uint8Array): void {
+  if (!stream.destroyed && !stream.closed && stream.writable) stream.write(data);
+}
+
+/** finish ends a response, with a 200 and no content type if nothing was sent yet. */
+function finish(stream: http2.ServerHttp2Stream, data?: string | Uint8Array): void {
+  if (stream.destroyed || stream.closed) return;
+  respond(stream, 200);
+  if (stream.writableEnded) return;
+  if (data === undefined) stream.end(); else stream.end(data);
+}
+
+/** reply answers with a status and a line of text. */
+function reply(stream: http2.ServerHttp2Stream, status: number, text: string): void {
+  respond(stream, status, 'text/plain; charset=utf-8');
+  finish(stream, text + '\n');
 }

@@ -143,15 +143,31 @@ export class Mapper {
   /** ownerId is the id of the UserProfile a node's `User` field points at. */
   ownerId(node: Node): number { return this.owner(node).id; }
 
+  /**
+   * profileTexts hold the latest UserProfile text of each owner id, so equal texts are one string: every idle
+   * session keeps the texts it sent (MapSession.profiles), and a fresh copy of each per session was a few hundred
+   * bytes a device. Only the latest text per owner is held (owners are few: users and tag sets).
+   */
+  private readonly profileTexts = new Map<number, string>();
+
+  /** profileText is profileJson of an owner, as the one string held for equal texts. */
+  private profileText(o: OwnerIdentity): string {
+    const text = profileJson(o);
+    const held = this.profileTexts.get(o.id);
+    if (held === text) return held;
+    this.profileTexts.set(o.id, text);
+    return text;
+  }
+
   /** profile is the UserProfile JSON of a node's owner, keyed by its id (a session compares the text it last sent). */
   profile(node: Node): { id: number; json: string } {
     const o = this.owner(node);
-    return { id: o.id, json: profileJson(o) };
+    return { id: o.id, json: this.profileText(o) };
   }
 
   /** userProfile is the UserProfile JSON of a user as the owner of untagged nodes (after a rename, say). */
   userProfile(user: User): string {
-    return profileJson(ownerIdentity({ tags: [], userId: user.id }, user));
+    return this.profileText(ownerIdentity({ tags: [], userId: user.id }, user));
   }
 
   /** profiles is every distinct owner profile of nodes, by owner id; each owner is serialized once, not once per node. */
@@ -159,7 +175,7 @@ export class Mapper {
     const out = new Map<number, string>();
     for (const n of nodes) {
       const o = this.owner(n);
-      if (!out.has(o.id)) out.set(o.id, profileJson(o));
+      if (!out.has(o.id)) out.set(o.id, this.profileText(o));
     }
     return out;
   }

@@ -32,6 +32,9 @@ export const BATCH_WINDOW_MS = 20;
  * the base window or longer.
  */
 export const QUIET_WINDOW_MS = 2;
+
+/** OWNER_SETS_MAX bounds the table of shared shownOwners sets (SessionHub.ownerSet); a tailnet shows far fewer. */
+const OWNER_SETS_MAX = 4096;
 /**
  * MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). New sessions'
  * full maps do not wait for it (see begin), so the cap delays only what already-connected peers learn of a burst.
@@ -166,7 +169,7 @@ export class MapSession {
    * applied incrementally leaves it untouched, so a peer whose owner is not here
    * shows as a raw `userid:N` until the client rebuilds its netmap.
    */
-  shownOwners = new Set<number>();
+  shownOwners: ReadonlySet<number> = new Set<number>();
   /**
    * filterRules is the compiled packet filter the client was last sent, in chunks (filterUpdate diffs against it);
    * filterNames the names of its rules' chunks, undefined while they are positional (see filter-chunks.ts).
@@ -342,7 +345,7 @@ export class SessionHub {
     session.peers = PeerSet.ofList(v.peers);
     const peers = v.peers.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
     session.profiles = this.mapper.profiles([node, ...peers]);
-    session.shownOwners = new Set(session.profiles.keys());
+    session.shownOwners = this.ownerSet(session.profiles.keys());
     session.filterRules = v.packetFilter;
     session.filterNames = undefined;
     session.ssh = this.mapper.sshJson(node.id);
@@ -633,7 +636,27 @@ export class SessionHub {
         return owners.size >= all;
       });
     }
-    s.shownOwners = owners;
+    s.shownOwners = this.ownerSet(owners);
+  }
+
+  /**
+   * ownerSets are the distinct shownOwners sets, shared by every session showing the same owners (a session's set
+   * is replaced, never changed): each idle device kept a Set of its own, and devices of one class show the same few.
+   */
+  private readonly ownerSets = new Map<string, ReadonlySet<number>>();
+
+  /** ownerSet is the shared set of these owner ids. */
+  private ownerSet(ids: Iterable<number>): ReadonlySet<number> {
+    const sorted = [...ids].sort((a, b) => a - b);
+    const key = sorted.join(',');
+    let set = this.ownerSets.get(key);
+    if (!set) {
+      // Kept while in use, bounded: past the bound the table starts over (sessions keep the sets they hold).
+      if (this.ownerSets.size >= OWNER_SETS_MAX) this.ownerSets.clear();
+      set = new Set(sorted);
+      this.ownerSets.set(key, set);
+    }
+    return set;
   }
 
   /** ownerMemo answers a node's owner id (undefined for a node gone), each node looked up once; count() is how

@@ -32,13 +32,23 @@ function slimPeer(n: Node): Node {
   }
   return s;
 }
+/**
+ * slimLists: a peer list many devices received as one shared frame is one parsed array (the decoder shares it, see
+ * decodeFrame in zstd.ts), slimmed once for all of them.
+ */
+const slimLists = new WeakMap<readonly Node[], Node[]>();
+function slimList(list: readonly Node[]): Node[] {
+  let out = slimLists.get(list);
+  if (!out) { out = list.map(slimPeer); slimLists.set(list, out); }
+  return out;
+}
 /** NO_RULES stands for a packet filter list the worker does not check (the chunk names are kept). */
 const NO_RULES: FilterRule[] = [];
 function keepChecked(msg: MapResponse): MapResponse {
   if (!msg.Peers && !msg.PeersChanged && !msg.PacketFilter && !msg.PacketFilters) return msg;
   const out: MapResponse = { ...msg };
   if (msg.Peers) out.Peers = msg.Peers.map(slimPeer);
-  if (msg.PeersChanged) out.PeersChanged = msg.PeersChanged.map(slimPeer);
+  if (msg.PeersChanged) out.PeersChanged = slimList(msg.PeersChanged);
   if (msg.PacketFilter) out.PacketFilter = NO_RULES;
   if (msg.PacketFilters) out.PacketFilters = Object.fromEntries(Object.entries(msg.PacketFilters).map(([k, v]) => [k, v && NO_RULES]));
   return out;

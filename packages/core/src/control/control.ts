@@ -146,22 +146,23 @@ export class ControlServer {
       // Keyed by peer address and port: with TLS, 'connection' sees the TCP socket, requests the TLS one.
       // Only this map holds a timer: a listener closing over it would keep a cleared timer for as long as
       // the connection lives (each idle device's).
-      const waiting = new Map<string, { socket: Socket; timer: NodeJS.Timeout }>();
+      const waiting = new Map<string, { socket: Socket; timer: NodeJS.Timeout; onClose: () => void }>();
       const peer = (s: { remoteAddress?: string; remotePort?: number }) => `${s.remoteAddress}|${s.remotePort}`;
       const arrived = (s: Duplex) => {
         const key = peer(s as never);
         const w = waiting.get(key);
-        if (w) { clearTimeout(w.timer); waiting.delete(key); }
+        if (w) { clearTimeout(w.timer); w.socket.off('close', w.onClose); waiting.delete(key); }
       };
       server.on('connection', (socket: Socket) => {
         const key = peer(socket);
         const timer = setTimeout(() => { waiting.delete(key); socket.destroy(); }, deadline);
         timer.unref();
-        waiting.set(key, { socket, timer });
-        socket.once('close', () => {
+        const onClose = (): void => {
           const w = waiting.get(key);
           if (w?.socket === socket) { clearTimeout(w.timer); waiting.delete(key); }
-        });
+        };
+        waiting.set(key, { socket, timer, onClose });
+        socket.once('close', onClose);
       });
       server.prependListener('request', (req: http.IncomingMessage) => arrived(req.socket));
       server.prependListener('upgrade', (req: http.IncomingMessage) => arrived(req.socket));

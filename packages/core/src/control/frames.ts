@@ -1,5 +1,5 @@
 import { constants, zstdCompressSync } from 'node:zlib';
-import { compressUsingDict, createCCtx, init as initWasmZstd } from '@bokuweb/zstd-wasm';
+import { compress as wasmCompress, init as initWasmZstd } from '@bokuweb/zstd-wasm';
 
 /**
  * ZSTD_LEVEL is zstd's fastest standard level (1), what headscale and Tailscale's own test control servers use
@@ -13,27 +13,23 @@ const ZSTD_LEVEL = 1;
  * WASM_MAX_INPUT: JSON up to this size is compressed with @bokuweb/zstd-wasm, larger JSON with node:zlib. Both are
  * libzstd and write the same frames (one frame, content size in the header); what differs is the cost per call.
  * node:zlib's one-shot call builds a Transform stream and a fresh native context every time (51 µs for a 158-byte
- * patch, 44 µs for a 17 KB packet filter), and a batch sends one small message per session; the WASM build reuses
- * one compression context (WASM_CCTX) for every call. From about 16 KB on the native code is faster (26 KB of
- * peers: 113 µs against 148 µs; 214 KB: 372 µs against 532 µs).
+ * patch, 44 µs for a 17 KB packet filter), and a batch sends one small message per session; the WASM build calls
+ * ZSTD_compress directly (10 µs and 37 µs). On a 114 KB full map the native code is faster (233 µs against 310 µs).
  */
-export const WASM_MAX_INPUT = 16 * 1024;
+export const WASM_MAX_INPUT = 32 * 1024;
 
 // Top-level await: the WASM module is instantiated once, before any frame can be asked for.
-await initWasmZstd();
+// Every frame is made by ZSTD_compress with a context of its own, not with one context kept across calls (which
+// was measured faster for small frames): zstd-wasm's init() instantiates the module again each time anyone calls
+// it (the testkit does, in the same process as the server in tests; a plugin might), and a context made on the
+// previous instance then points into memory that is no longer its own ("memory access out of bounds" in a test
+// run under load, and silent corruption is as possible).
 
-/**
- * WASM_CCTX is the one zstd compression context every small frame is made with (ZSTD_compress_usingDict with no
- * dictionary: the frame ZSTD_compress writes). ZSTD_compress sets up a context of its own on every call, which was
- * a third to a half of compressing a session's own few hundred bytes in a flush (1.1 KB of packet filter: 14.4 µs
- * against 8.6 µs; 5.7 KB: 32.7 against 13.0 µs). JavaScript runs one call at a time, so one context serves all.
- */
-const WASM_CCTX = createCCtx();
-const NO_DICTIONARY = new Uint8Array(0);
+await initWasmZstd();
 
 /** compressJson is one zstd frame of `text` at ZSTD_LEVEL, from whichever codec is cheaper at its size. */
 export function compressJson(text: Buffer): Uint8Array {
-  if (text.length <= WASM_MAX_INPUT) return compressUsingDict(WASM_CCTX, text, NO_DICTIONARY, ZSTD_LEVEL);
+  if (text.length <= WASM_MAX_INPUT) return wasmCompress(text, ZSTD_LEVEL);
   return zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } });
 }
 

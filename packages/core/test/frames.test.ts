@@ -3,7 +3,7 @@
 // frame header properties those clients rely on, with a map the size of a big tailnet.
 import t from 'tap';
 import { zstdDecompressSync } from 'node:zlib';
-import { frame, WASM_MAX_INPUT } from '../src/control/frames.js';
+import { frame, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/control/frames.js';
 
 const ZSTD_MAGIC = 0xfd2fb528;
 
@@ -57,4 +57,20 @@ t.test('uncompressed frame: the JSON as it is, after the length', async (t) => {
   const out = frame(json, false);
   t.equal(out.readUInt32LE(0), Buffer.byteLength(json));
   t.equal(out.subarray(4).toString(), json);
+});
+
+t.test('zstd-wasm is instantiated once, however many parts of the process ask for it', async (t) => {
+  // Its init() instantiates the module anew on every call and returns before the new instance is in place: a frame
+  // made right after came out corrupt. The server and the testkit ask through one global promise (zstdWasmReady).
+  const json = bigMap(40);
+  const before = frame(json, true);
+  const ready = zstdWasmReady();
+  for (let round = 0; round < 3; round++) {
+    t.equal(zstdWasmReady(), ready, 'the same instantiation');
+    await zstdWasmReady();
+    const after = frame(json, true);
+    t.ok(after.equals(before), `asked again (${round + 1}): the same frame`);
+    t.equal(zstdDecompressSync(after.subarray(4)).toString(), json, 'and it decodes to the map');
+  }
+  t.equal((globalThis as unknown as Record<symbol, unknown>)[ZSTD_WASM_READY], ready, 'under the name the testkit reads');
 });

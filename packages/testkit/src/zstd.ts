@@ -9,7 +9,10 @@ import { decompress as wasmDecompress, init as initWasmZstd } from '@bokuweb/zst
  */
 const WASM_MAX_BODY = 8 * 1024;
 
-await initWasmZstd();
+// One instantiation per process, shared with the server's frames.ts (same global name): zstd-wasm's init()
+// instantiates its module anew on every call, which corrupts what the server compresses meanwhile.
+const zstdReady = globalThis as unknown as Record<symbol, Promise<void> | undefined>;
+await (zstdReady[Symbol.for('headway.zstd-wasm.ready')] ??= initWasmZstd());
 
 /**
  * zstdFrameLength is the length of the zstd frame (RFC 8878 §3.1) at the start of data, or undefined when it is

@@ -18,14 +18,24 @@ const ZSTD_LEVEL = 1;
  */
 export const WASM_MAX_INPUT = 32 * 1024;
 
-// Top-level await: the WASM module is instantiated once, before any frame can be asked for.
-// Every frame is made by ZSTD_compress with a context of its own, not with one context kept across calls (which
-// was measured faster for small frames): zstd-wasm's init() instantiates the module again each time anyone calls
-// it (the testkit does, in the same process as the server in tests; a plugin might), and a context made on the
-// previous instance then points into memory that is no longer its own ("memory access out of bounds" in a test
-// run under load, and silent corruption is as possible).
+/**
+ * ZSTD_WASM_READY names, on globalThis, the one instantiation of zstd-wasm's module in this process. Its init()
+ * instantiates the module anew on every call and resolves before the new instance is in place: a frame made in
+ * that gap came out corrupt (a test calling init() again saw "Unknown frame descriptor"), and anything kept from
+ * the previous instance (a compression context, once) points into memory no longer its own. The testkit, which
+ * runs in one process with the server in tests, asks through the same name (testkit/src/zstd.ts). Every frame is
+ * made by ZSTD_compress with a context of its own, so nothing is kept from one call to the next.
+ */
+export const ZSTD_WASM_READY = Symbol.for('headway.zstd-wasm.ready');
 
-await initWasmZstd();
+/** zstdWasmReady instantiates zstd-wasm's module the first time any part of the process asks, and never again. */
+export function zstdWasmReady(): Promise<void> {
+  const g = globalThis as unknown as Record<symbol, Promise<void> | undefined>;
+  return (g[ZSTD_WASM_READY] ??= initWasmZstd());
+}
+
+// Top-level await: the module is ready before any frame can be asked for.
+await zstdWasmReady();
 
 /** compressJson is one zstd frame of `text` at ZSTD_LEVEL, from whichever codec is cheaper at its size. */
 export function compressJson(text: Buffer): Uint8Array {

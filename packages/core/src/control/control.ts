@@ -296,7 +296,7 @@ export class ControlServer {
       this.o.logger.trace('control request', { machine_key: info.machineKey, method, path });
       this.handle(stream, method, path, info).catch((err: Error) => {
         this.o.logger.error('control request failed', { path, error: err.message });
-        if (!stream.headersSent) reply(stream, 500, 'internal error'); else finish(stream);
+        refuse(stream, 500, 'internal error');
       });
     });
     h2.on('sessionError', (_err: Error, s: http2.ServerHttp2Session) => this.h2Sessions.get(s)?.conn.destroy());
@@ -333,7 +333,6 @@ export class ControlServer {
     });
   }
 
-
   /**
    * handle serves one HTTP/2 request inside a Noise session. Every body is checked
    * against the protocol schemas (validate.ts) before any use: bad input gets a 400
@@ -341,78 +340,75 @@ export class ControlServer {
    * when it comes from the database driver, whose text quotes the SQL and so the
    * client's values.
    */
-  private async handle(res: http2.ServerHttp2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
+  private async handle(stream: http2.ServerHttp2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
     if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
-      return reply(res, 501, `${method} ${path} is not implemented by Headway`);
+      return reply(stream, 501, `${method} ${path} is not implemented by Headway`);
     }
     let parsed: unknown;
     try {
-      const raw = await this.body(res);
+      const raw = await this.body(stream);
       parsed = JSON.parse(raw.toString('utf8') || '{}');
     } catch (err) {
       // JSON.parse quotes the input in its message: say only that it is not JSON.
       const status = (err as { status?: number }).status;
-      return reply(res, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
+      return reply(stream, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return reply(res, 400, 'request body must be a JSON object');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return reply(stream, 400, 'request body must be a JSON object');
     const version = (parsed as { Version?: unknown }).Version ?? 0;
     if (typeof version === 'number' && Number.isInteger(version) && version < MIN_CAPABILITY_VERSION) {
-      return reply(res, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
+      return reply(stream, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
     }
     try {
       if (path === '/machine/register') {
         const rr = parseRegisterRequest(parsed);
         const abort = new AbortController();
-        res.on('close', () => abort.abort());
+        stream.on('close', () => abort.abort());
         const out = await this.registrar.handle(rr, info.machineKey, abort.signal);
         if (abort.signal.aborted) return;
-        respond(res, 200, 'application/json');
-        finish(res, JSON.stringify(out));
+        respond(stream, 200, 'application/json');
+        finish(stream, JSON.stringify(out));
         return;
       }
-      return await this.map(parseMapRequest(parsed), res, info.machineKey);
+      return await this.map(parseMapRequest(parsed), stream, info.machineKey);
     } catch (err) {
       if (err instanceof HeadwayError && err.status < 500) {
         this.o.logger.debug('control request refused', { path, field: err.field, error: err.message });
-        if (!res.headersSent) return reply(res, err.status, err.message);
-        finish(res);
-        return;
+        return refuse(stream, err.status, err.message);
       }
       this.o.logger.error('control request failed', { path, error: safeErrorText(err) });
-      if (!res.headersSent) reply(res, 500, 'internal error');
-      else finish(res);
+      refuse(stream, 500, 'internal error');
     }
   }
 
-  private async map(mr: MapRequest, res: http2.ServerHttp2Stream, machineKey: string): Promise<void> {
+  private async map(mr: MapRequest, stream: http2.ServerHttp2Stream, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     // A cluster instance that lost its database sends devices on to another instance.
-    if (mr.Stream && !state.serving) return reply(res, 503, 'this instance has lost its database; try another');
+    if (mr.Stream && !state.serving) return reply(stream, 503, 'this instance has lost its database; try another');
     const found = mr.NodeKey ? await state.findStoredNode(mr.NodeKey) : undefined;
-    if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, res, machineKey, found);
+    if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, stream, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
     if (!mr.Stream) {
-      if (mr.OmitPeers) { finish(res); return; }
+      if (mr.OmitPeers) { finish(stream); return; }
       this.hub.syncPrimaries();
-      respond(res, 200, 'application/octet-stream');
-      finish(res, frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
+      respond(stream, 200, 'application/octet-stream');
+      finish(stream, frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
       return;
     }
-    respond(res, 200, 'application/octet-stream');
-    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { write(res, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    respond(stream, 200, 'application/octet-stream');
+    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { write(stream, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     state.sessionOpened(node.id);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
-    streams.add(res);
-    res.on('close', () => {
-      streams.delete(res);
+    streams.add(stream);
+    stream.on('close', () => {
+      streams.delete(stream);
       if (!streams.size) this.streams.delete(node.id);
       this.hub.close(session);
       void state.sessionClosed(node.id);
     });
     this.hub.begin(session, node, (current) => {
-      write(res, frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
+      write(stream, frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
     });
   }
@@ -427,13 +423,13 @@ export class ControlServer {
    * A node key of another machine, or a stale key of a machine that has a node,
    * stays a 404.
    */
-  private nodeNotFound(mr: MapRequest, res: http2.ServerHttp2Stream, machineKey: string, found: Node | undefined): void {
+  private nodeNotFound(mr: MapRequest, stream: http2.ServerHttp2Stream, machineKey: string, found: Node | undefined): void {
     const { state, metrics, logger } = this.o;
     // mr passed parseMapRequest: NodeKey is a lower-case nodekey:<hex>, Hostinfo an object or absent.
     const nodeKey = mr.NodeKey;
-    if (found || state.nodeByMachineKey(machineKey)) return reply(res, 404, 'node not found');
+    if (found || state.nodeByMachineKey(machineKey)) return reply(stream, 404, 'node not found');
     // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
-    if (!mr.Stream && mr.OmitPeers) { finish(res); return; }
+    if (!mr.Stream && mr.OmitPeers) { finish(stream); return; }
     const gone = this.hub.deletedNode(machineKey);
     const hostinfo = (mr.Hostinfo ?? null) as Record<string, unknown> | null;
     const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
@@ -442,14 +438,14 @@ export class ControlServer {
       : { id: 0, name: `${hostname}.`, userId: 0, nodeKey, machineKey, hostinfo };
     logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
     const zstd = mr.Compress === 'zstd';
-    respond(res, 200, 'application/octet-stream');
+    respond(stream, 200, 'application/octet-stream');
     const first = frame(this.mapper.loggedOutMap(self, mr.Version, { first: true }), zstd);
     metrics.mapMessages.inc({ kind: 'full' });
-    if (!mr.Stream) { finish(res, first); return; }
-    write(res, first);
-    const session = new MapSession(0, mr.Version, zstd, (buf) => { write(res, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    if (!mr.Stream) { finish(stream, first); return; }
+    write(stream, first);
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { write(stream, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     session.armKeepAlive();
-    res.on('close', () => session.close());
+    stream.on('close', () => session.close());
   }
 
   private endStreams(nodeId: number): void {
@@ -491,4 +487,10 @@ function finish(stream: http2.ServerHttp2Stream, data?: string | Uint8Array): vo
 function reply(stream: http2.ServerHttp2Stream, status: number, text: string): void {
   respond(stream, status, 'text/plain; charset=utf-8');
   finish(stream, text + '\n');
+}
+
+/** refuse answers a failed request with reply, or only ends it once its response has begun (a map stream). */
+function refuse(stream: http2.ServerHttp2Stream, status: number, text: string): void {
+  if (stream.headersSent) finish(stream);
+  else reply(stream, status, text);
 }

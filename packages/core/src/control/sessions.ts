@@ -32,9 +32,6 @@ export const BATCH_WINDOW_MS = 20;
  * the base window or longer.
  */
 export const QUIET_WINDOW_MS = 2;
-
-/** OWNER_SETS_MAX bounds the table of shared shownOwners sets (SessionHub.ownerSet); a tailnet shows far fewer. */
-const OWNER_SETS_MAX = 4096;
 /**
  * MAX_BATCH_WINDOW_MS caps the window under sustained load (headscale's batcher waits 800 ms always). New sessions'
  * full maps do not wait for it (see begin), so the cap delays only what already-connected peers learn of a burst.
@@ -123,6 +120,8 @@ export function setSharedFrameMin(n: number): number {
 }
 /** UNSHARED_KEY_LENGTH: a message key longer than this names a message only its session receives (see sendAll). */
 const UNSHARED_KEY_LENGTH = 2048;
+/** OWNER_SETS_MAX bounds the table of shared shownOwners sets (SessionHub.ownerSet); a tailnet shows far fewer. */
+const OWNER_SETS_MAX = 4096;
 
 /** FlushJob is one flush being sent: its sessions, the next to send, the per-session step and the time spent. */
 interface FlushJob {

@@ -19,10 +19,11 @@ COPY package.json package-lock.json .npmrc tsconfig.base.json tsconfig.json ./
 COPY scripts/build-sqlite.sh scripts/build-sqlite.sh
 COPY packages packages
 COPY examples examples
-# Install scripts stay off (as in CI): the one native module is compiled below, from source.
+# Install scripts stay off (as in CI): the native modules are compiled below, from source.
 RUN npm ci --ignore-scripts --no-audit --no-fund --no-update-notifier \
  && bash scripts/build-sqlite.sh \
- && rm -rf node_modules/better-sqlite3/build/Release/obj.target node_modules/better-sqlite3/build/Release/.deps
+ && rm -rf node_modules/better-sqlite3/build/Release/obj.target node_modules/better-sqlite3/build/Release/.deps \
+    packages/memtrim/build/Release/obj.target packages/memtrim/build/Release/.deps
 RUN npx tsc -b \
  && npm prune --omit=dev --ignore-scripts --no-audit --no-fund --no-update-notifier \
  && rm -rf packages/*/dist/test packages/*/test packages/*/*.tsbuildinfo examples/*/test \

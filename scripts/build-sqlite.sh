@@ -4,16 +4,25 @@
 # npm tarball; force_build=1 compiles ours instead, and its loader prefers
 # build/Release over the bundled prebuilds. node-gyp is called directly with its own
 # flags: passed as npm_config_* variables, nodedir made every npm command warn.
+# It then compiles @headway/memtrim's small addon (glibc malloc_trim; the server runs
+# without it, keeping freed C memory resident, where it is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 node_gyp="$(npm root -g)/npm/node_modules/node-gyp/bin/node-gyp.js"
 [ -f "$node_gyp" ] || node_gyp="$(dirname "$(command -v npm)")/../lib/node_modules/npm/node_modules/node-gyp/bin/node-gyp.js"
 [ -f "$node_gyp" ] || node_gyp="$(command -v node-gyp)"
 nodedir="${npm_config_nodedir:-$(dirname "$(dirname "$(command -v node)")")}"
-cd node_modules/better-sqlite3
-log=$(mktemp)
-if ! node "$node_gyp" rebuild --release --nodedir="$nodedir" --force_build=1 >"$log" 2>&1; then
-  tail -n 40 "$log" >&2; rm -f "$log"; echo "build-sqlite: node-gyp failed (see above)" >&2; exit 1
-fi
-rm -f "$log"
+root=$PWD
+gyp() {
+  local log; log=$(mktemp)
+  if ! node "$node_gyp" rebuild --release --nodedir="$nodedir" "$@" >"$log" 2>&1; then
+    tail -n 40 "$log" >&2; rm -f "$log"; echo "build-sqlite: node-gyp failed in $PWD (see above)" >&2; exit 1
+  fi
+  rm -f "$log"
+}
+cd "$root/node_modules/better-sqlite3"
+gyp --force_build=1
 node -e 'new (require("./lib"))(":memory:").close()'
+cd "$root/packages/memtrim"
+gyp
+node -e 'if (typeof require("./build/Release/memtrim.node").trim !== "function") process.exit(1)'

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Installs Node 24 when needed and the dependencies (the one native module,
-# better-sqlite3, built from source against Node's headers), builds, and starts
+# Installs Node 24 when needed and the dependencies (the native modules,
+# better-sqlite3 and @headway/memtrim, built from source against Node's headers), builds, and starts
 # `headway serve` on the embedded SQLite default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Node 24 LTS is the supported runtime; an older `node` gets one installed next to it.
 eval "$(bash scripts/node-runtime.sh)"
 if [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ] \
+  || [ ! -f packages/memtrim/build/Release/memtrim.node ] \
   || [ "$(cat node_modules/.headway-node-abi 2>/dev/null)" != "$(node -p process.versions.modules)" ]; then
   npm ci --no-audit --no-fund --ignore-scripts
   bash scripts/build-sqlite.sh

@@ -3,6 +3,7 @@
  * of @headway/core they call (testkit has no compile-time core dependency), starting the real server on a free
  * port with its server_url set, and the memory/CPU sample they answer the driver with.
  */
+import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { MemorySample } from './bench-ipc.js';
 
@@ -21,6 +22,8 @@ export interface CoreServer {
   policy: { set(text: string): Promise<unknown> };
   /** metrics: the server's prom-client registry (batch timings, contexts built). */
   metrics: { registry: { getSingleMetric(name: string): { get(): Promise<{ values: Array<{ metricName?: string; value: number }> }> } | undefined } };
+  /** memoryTrimmer: absent where @headway/memtrim was not built or the C library is not glibc. */
+  memoryTrimmer?: { trimNow(): number };
   close(): Promise<void>;
 }
 
@@ -67,17 +70,19 @@ loopDelay.enable();
 /**
  * sampleMemory collects garbage twice (weak refs and finalizers settle after the first), then once more as
  * V8's memory reducer does on its own within ~10 s of an idle process (a last-resort collection: it gives
- * back the young generation grown to 64 MiB by the join burst and compacts), and reads usage and CPU, with
- * the event-loop delay since the previous sample. Without that last collection the figure per idle session
- * was mostly that transient young generation divided by N.
+ * back the young generation grown to 64 MiB by the join burst and compacts), then gives the C heap's free
+ * pages back as the server's MemoryTrimmer does within 10 s of a collection, and reads usage and CPU, with
+ * the event-loop delay since the previous sample. Without the last collection the figure per idle session
+ * was mostly that transient young generation divided by N; without the trim, the join burst's C memory.
  */
-export function sampleMemory(): MemorySample {
+export function sampleMemory(server?: CoreServer): MemorySample {
   const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
   if (gc) {
     gc();
     gc();
     gc({ type: 'major', execution: 'sync', flavor: 'last-resort' });
   }
+  server?.memoryTrimmer?.trimNow();
   const m = process.memoryUsage();
   const cpu = process.cpuUsage();
   const out = {
@@ -86,5 +91,27 @@ export function sampleMemory(): MemorySample {
     loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6,
   };
   loopDelay.reset();
+  // BENCH_SMAPS: print where resident memory is, by kind of mapping, to see what RSS holds beyond the heap.
+  if (process.env.BENCH_SMAPS) process.stderr.write(`resident by mapping: ${residentByMapping()}\n`);
   return out;
+}
+
+/** residentByMapping sums /proc/self/smaps' Rss by mapping: the brk heap, anonymous mappings by size, files, stacks. */
+function residentByMapping(): string {
+  const sums = new Map<string, number>();
+  let kind = '';
+  for (const line of readFileSync('/proc/self/smaps', 'utf8').split('\n')) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      const kib = (parseInt(head[2], 16) - parseInt(head[1], 16)) / 1024;
+      const name = head[3];
+      kind = name.startsWith('/') ? 'files' : name ? name
+        : kib === 65536 ? 'anon 64 MiB (malloc arena)' : kib === 256 ? 'anon 256 KiB (V8 page)'
+        : `anon ${kib >= 1024 ? '>=1 MiB' : kib >= 128 ? '128 KiB-1 MiB' : '<128 KiB'}`;
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (rss) sums.set(kind, (sums.get(kind) ?? 0) + Number(rss[1]));
+  }
+  return [...sums].sort((a, b) => b[1] - a[1]).map(([k, v]) => `${k} ${(v / 1024).toFixed(1)} MiB`).join(', ');
 }

@@ -71,7 +71,7 @@ async function main(): Promise<void> {
   };
   const handle = async (req: PolicyServerCommand): Promise<unknown> => {
     switch (req.op) {
-      case 'memory': return sampleMemory();
+      case 'memory': return sampleMemory(server);
       case 'cpu': { const c = process.cpuUsage(); return (c.user + c.system) / 1000; }
       case 'nodeId': {
         const node = server.state.nodeByNodeKey(req.nodeKey);
@@ -90,9 +90,13 @@ async function main(): Promise<void> {
         const sum = batches.find((v) => v.metricName === 'headway_map_batch_seconds_sum')?.value ?? 0;
         const contexts = (await read('headway_policy_contexts_built'))[0]?.value ?? 0;
         const extended = (await read('headway_policy_contexts_extended'))[0]?.value ?? 0;
+        const trims = await read('headway_memory_trim_seconds');
+        const trimCount = trims.find((v) => v.metricName === 'headway_memory_trim_seconds_count')?.value ?? 0;
+        const trimSum = trims.find((v) => v.metricName === 'headway_memory_trim_seconds_sum')?.value ?? 0;
         return {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
           batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended,
+          memoryTrims: trimCount, memoryTrimMs: Math.round(trimSum * 1e4) / 10,
         };
       }
       case 'profileStart':

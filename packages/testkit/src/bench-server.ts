@@ -41,7 +41,7 @@ async function main(): Promise<void> {
   const handle = async (req: ServerRequest): Promise<unknown> => {
     switch (req.op) {
       case 'memory': {
-        const sample = sampleMemory();
+        const sample = sampleMemory(server);
         // BENCH_HEAP_SNAPSHOT (a directory): write a heap snapshot at every sample, to see where session memory goes.
         if (process.env.BENCH_HEAP_SNAPSHOT) {
           const { writeHeapSnapshot, getHeapSpaceStatistics } = await import('node:v8');

@@ -11,6 +11,9 @@ export class Metrics {
   /** mapBatches times each batch of changes sent to map sessions (SessionHub's flush), its fan-out included. */
   readonly mapBatches: Histogram;
   readonly mapBatchWindow: Gauge;
+  /** memoryTrim* measure the C heap trims after garbage collections (server/memory.ts). */
+  readonly memoryTrimSeconds: Histogram;
+  readonly memoryTrimmedBytes: Counter;
 
   constructor(state: State) {
     collectDefaultMetrics({ register: this.registry, prefix: 'headway_' });
@@ -23,6 +26,11 @@ export class Metrics {
       registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     });
     this.mapBatchWindow = new Gauge({ name: 'headway_map_batch_window_seconds', help: 'How long changes are collected before they are sent (longer under load)', registers: [this.registry] });
+    this.memoryTrimSeconds = new Histogram({
+      name: 'headway_memory_trim_seconds', help: 'Time to give the C heap\'s free pages back to the system (glibc malloc_trim)',
+      registers: [this.registry], buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],
+    });
+    this.memoryTrimmedBytes = new Counter({ name: 'headway_memory_trimmed_bytes_total', help: 'Resident memory given back to the system by C heap trims', registers: [this.registry] });
     this.watch('headway_users', 'Users', () => state.listUsers().length);
     this.watch('headway_nodes', 'Nodes', () => state.listNodes().length);
     this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());

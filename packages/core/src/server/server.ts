@@ -22,6 +22,7 @@ import type { Registrar } from '../control/register.js';
 import { createApp } from './app.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
+import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
 import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
@@ -51,6 +52,8 @@ export interface RunningServer {
   /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
   identity?: IdentityPort;
   controlPublicKey: Buffer;
+  /** memoryTrimmer gives the C heap's free pages back after collections; absent without @headway/memtrim or glibc. */
+  memoryTrimmer?: MemoryTrimmer;
   /** urls: where each listener is; grpc is grpcs://host:port (TLS) or grpc://host:port. */
   urls: { http: string; metrics?: string; socket?: string; grpc?: string };
   close(): Promise<void>;
@@ -206,10 +209,13 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       urls.grpc = g.url;
     }
 
+    const trimmer = await startMemoryTrimmer(logger, metrics);
+    if (trimmer) cleanups.push(() => trimmer.stop());
+
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity,
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity, memoryTrimmer: trimmer,
       registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
       async close() {
         if (closed) return;

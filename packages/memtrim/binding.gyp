@@ -1,0 +1,8 @@
+{
+  "targets": [
+    {
+      "target_name": "memtrim",
+      "sources": ["native/memtrim.c"]
+    }
+  ]
+}

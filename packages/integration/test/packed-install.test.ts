@@ -21,7 +21,7 @@ const root = repoRoot();
 const CI = process.env.CI === 'true';
 /** PUBLISHED is the decision of what goes to the registry; the metadata test pins it. */
 const PUBLISHED = [
-  'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'noise', 'policy', 'policy-db', 'policy-file',
+  'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
   'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
 ].map((p) => `@headway/${p}`).sort();
 
@@ -148,6 +148,11 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
     t.notOk(existsSync(join(sqlite, 'build')), 'nothing was compiled at install time (no build/ directory)');
     t.comment(`better-sqlite3 prebuilds: ${readdirSync(join(sqlite, 'prebuilds')).join(', ')}`);
   }
+
+  // @headway/memtrim is optional: npm compiles it at install where a C compiler is (as here), else goes on.
+  const memtrim = [join(installed, 'node_modules', '@headway', 'memtrim'), join(prefix, 'lib', 'node_modules', '@headway', 'memtrim'),
+    join(installed, 'node_modules', '@headway', 'core', 'node_modules', '@headway', 'memtrim')].find((p) => existsSync(p));
+  t.ok(memtrim && existsSync(join(memtrim, 'build', 'Release', 'memtrim.node')), 'npm compiled the optional @headway/memtrim at install');
 
   // 4. Start the installed server on ephemeral loopback ports with a temporary config.
   const home = join(work, 'home');

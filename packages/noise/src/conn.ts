@@ -32,6 +32,20 @@ export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer 
   return at === out.length ? out : out.subarray(0, at);
 }
 
+/**
+ * SCRATCH_MAX bounds the plaintext buffer writeRecords joins parts in before sealing. One per process, reused:
+ * sealing reads it and writes a new buffer, so it is free again on return. Larger writes get one of their own.
+ */
+const SCRATCH_MAX = 256 * 1024;
+let scratch = Buffer.allocUnsafeSlow(16 * 1024);
+
+function scratchOf(size: number): Buffer {
+  if (size <= scratch.length) return scratch;
+  if (size > SCRATCH_MAX) return Buffer.allocUnsafeSlow(size);
+  scratch = Buffer.allocUnsafeSlow(Math.min(SCRATCH_MAX, Math.max(size, scratch.length * 2)));
+  return scratch;
+}
+
 /** encodeEarlyPayload frames a JSON object as the early payload plaintext (magic, u32 BE length, JSON). */
 export function encodeEarlyPayload(payload: object): Buffer {
   const json = Buffer.from(JSON.stringify(payload), 'utf8');
@@ -239,6 +253,28 @@ export class NoiseConn extends Duplex {
     }
     if (frames.length === 0) { callback(); return; }
     this.socket.write(frames, (err) => callback(err ?? null));
+  }
+
+  /**
+   * writeRecords seals parts, in order, as one run of records and gives the socket one buffer, bypassing the
+   * Writable side (its buffering, callbacks and per-write state): for a caller that is this connection's only
+   * writer, such as the control server's HTTP/2, which writes a frame header and its payload together. The
+   * parts are read before it returns, so a caller may reuse them. Nothing is written once the connection ends.
+   */
+  writeRecords(parts: readonly Uint8Array[]): void {
+    if (this.destroyed || this.writableEnded) return;
+    let total = 0;
+    for (const p of parts) total += p.length;
+    if (total === 0) return;
+    let plaintext: Uint8Array;
+    if (parts.length === 1) plaintext = parts[0]!;
+    else {
+      plaintext = scratchOf(total);
+      let at = 0;
+      for (const p of parts) { (plaintext as Buffer).set(p, at); at += p.length; }
+      plaintext = plaintext.subarray(0, total);
+    }
+    this.socket.write(sealRecords(this.send, plaintext));
   }
 
   override _final(callback: (error?: Error | null) => void): void {

@@ -1,10 +1,9 @@
 import http from 'node:http';
-import http2 from 'node:http2';
 import https from 'node:https';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
-import { handleTs2021Upgrade, Ts2021Limits, type RefusalKind, type Ts2021ConnectionInfo } from '@headway/noise';
+import { handleTs2021Upgrade, Ts2021Limits, type NoiseConn, type RefusalKind, type Ts2021ConnectionInfo } from '@headway/noise';
 import { HandshakeFailureLog } from '@headway/derp';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Node } from '../domain.js';
@@ -16,6 +15,7 @@ import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import type { Relay } from '../server/relay.js';
 import { frame } from './frames.js';
+import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
 import { PAGE_HEADERS, expiredRegistrationPage, registerPage } from './pages.js';
 import type { Registrar } from './register.js';
@@ -39,13 +39,6 @@ export interface ControlOptions {
   hostinfo: HostinfoService;
   /** relay takes /derp upgrades on the main listener (the embedded relay, when enabled). */
   relay: Relay;
-}
-
-/** H2Connection is what the shared HTTP/2 server needs to know about one Noise connection. */
-interface H2Connection {
-  info: Ts2021ConnectionInfo;
-  conn: Duplex;
-  onSession: (s: http2.ServerHttp2Session) => void;
 }
 
 /**
@@ -78,16 +71,11 @@ export class ControlServer {
   /** mismatchLog reports TLS handshakes that reach a plain-HTTP listener, rate-limited. */
   private readonly mismatchLog: HandshakeFailureLog;
   private readonly conns = new Map<string, Set<Duplex>>();
-  private readonly streams = new Map<number, Set<http2.ServerHttp2Stream>>();
+  private readonly streams = new Map<number, Set<H2Stream>>();
   /** limits guard /ts2021 against unauthenticated exhaustion (handshake rate, replays, session caps). */
   readonly limits: Ts2021Limits;
   /** sourceByMachineKey remembers where each machine's latest session came from (pending-login quotas). */
   private readonly sourceByMachineKey = new Map<string, string>();
-  /** h2 is the HTTP/2 server shared by every Noise connection (h2Server); h2Sessions maps its sessions to their connection. */
-  private h2?: http2.Http2Server;
-  private readonly h2Sessions = new WeakMap<http2.ServerHttp2Session, H2Connection>();
-  /** h2Arriving is the connection being handed to h2, for the 'session' event emitted during that call. */
-  private h2Arriving?: H2Connection;
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
@@ -209,24 +197,24 @@ export class ControlServer {
   }
 
   /**
-   * serveConnection runs HTTP/2 over a finished Noise handshake. A connection must send its first request
-   * within noise.first_request_timeout and is closed after noise.idle_timeout without an open stream (a map
-   * long-poll stays open), so handshaken connections that never speak HTTP/2 cannot pile up.
+   * serveConnection runs HTTP/2 (h2.ts) over a finished Noise handshake. A connection must send its first
+   * request within noise.first_request_timeout, a request's body must end within it too, and a connection is
+   * closed after noise.idle_timeout without an open stream (a map long-poll stays open), so handshaken
+   * connections that never speak HTTP/2 cannot pile up.
    */
-  private serveConnection(conn: Duplex, info: Ts2021ConnectionInfo): void {
+  private serveConnection(conn: NoiseConn, info: Ts2021ConnectionInfo): void {
     const set = this.conns.get(info.machineKey) ?? this.conns.set(info.machineKey, new Set()).get(info.machineKey)!;
     set.add(conn);
     this.sourceByMachineKey.set(info.machineKey, info.source);
     // A cleared timer is dropped, not kept: this closure lives as long as the connection.
     let timer: NodeJS.Timeout | undefined;
-    let session: http2.ServerHttp2Session | undefined;
     const disarm = () => { clearTimeout(timer); timer = undefined; };
     const arm = (ms: number) => {
       disarm();
       if (ms <= 0) return;
       timer = setTimeout(() => {
         // GOAWAY first so a client learns the connection is done; destroy regardless of what it does next.
-        if (session && !session.destroyed) session.close();
+        session.close();
         setImmediate(() => conn.destroy());
       }, ms);
       timer.unref();
@@ -239,97 +227,26 @@ export class ControlServer {
     });
     conn.on('error', () => undefined);
     this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion });
-    // The shared server makes this connection's session synchronously inside emit('connection'): claim it there.
-    this.h2Arriving = {
-      info,
-      conn,
-      onSession: (s) => {
-        session = s;
-        s.on('error', () => undefined);
-        let open = 0;
-        s.on('stream', (stream) => {
-          open++;
-          disarm();
-          // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
-          const bodyDeadline = this.o.config.noise.first_request_timeout;
-          let slow = bodyDeadline > 0 ? setTimeout(() => { if (!stream.readableEnded) stream.close(http2.constants.NGHTTP2_CANCEL); }, bodyDeadline) : undefined;
-          slow?.unref();
-          const bodyDone = () => { clearTimeout(slow); slow = undefined; };
-          stream.once('end', bodyDone);
-          stream.once('close', () => { bodyDone(); if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+    let open = 0;
+    const session = new H2Session(conn, {
+      bodyLimit: H2_BODY_LIMIT,
+      // An open stream keeps the connection; one whose request body never finishes must not keep it forever.
+      bodyTimeoutMs: this.o.config.noise.first_request_timeout,
+      // Go's HTTP/2 server default; a client uses a handful (map poll, register, lite updates).
+      maxConcurrentStreams: 250,
+      onError: (err) => this.o.logger.debug('control connection ended on an HTTP/2 error', { machine_key: info.machineKey, code: err.code, error: err.message }),
+      onStream: (stream) => {
+        open++;
+        disarm();
+        stream.onClose(() => { if (--open === 0) arm(this.o.config.noise.idle_timeout); });
+        const { method } = stream;
+        const path = stream.path.split('?')[0]!;
+        this.o.logger.trace('control request', { machine_key: info.machineKey, method, path });
+        this.handle(stream, method, path, info).catch((err: Error) => {
+          this.o.logger.error('control request failed', { path, error: err.message });
+          refuse(stream, 500, 'internal error');
         });
       },
-    };
-    try {
-      this.h2Server().emit('connection', conn);
-    } finally {
-      this.h2Arriving = undefined;
-    }
-    if (!session) conn.destroy();
-  }
-
-  /**
-   * h2Server is the one HTTP/2 server every Noise connection is handed to. One server per connection cost
-   * each idle device an Http2Server (a net.Server with its options, listeners and session set) for nothing:
-   * sessions are per connection anyway, and each request finds its connection through its session.
-   */
-  private h2Server(): http2.Http2Server {
-    if (this.h2) return this.h2;
-    // Go's HTTP/2 server default; a client uses a handful (map poll, register, lite updates).
-    const h2 = http2.createServer({ settings: { enablePush: false, maxConcurrentStreams: 250 } });
-    h2.on('session', (s: http2.ServerHttp2Session) => {
-      const arriving = this.h2Arriving;
-      if (!arriving) { s.destroy(); return; }
-      this.h2Sessions.set(s, arriving);
-      arriving.onSession(s);
-    });
-    // Requests are served on their streams (the core API), not through the compatibility layer's request and
-    // response objects: those two stay with every open map poll, with the request's headers twice (parsed and
-    // raw) and listeners of their own, about 2 KiB per idle device (a heap snapshot at 1,000 devices).
-    h2.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders) => {
-      // The compatibility layer swallowed stream errors (a reset, a write after the peer left); so does this.
-      stream.on('error', () => undefined);
-      const info = this.h2Sessions.get(stream.session as http2.ServerHttp2Session)?.info;
-      if (!info) { stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR); return; }
-      const method = String(headers[':method'] ?? '');
-      const path = String(headers[':path'] ?? '').split('?')[0]!;
-      this.o.logger.trace('control request', { machine_key: info.machineKey, method, path });
-      this.handle(stream, method, path, info).catch((err: Error) => {
-        this.o.logger.error('control request failed', { path, error: err.message });
-        refuse(stream, 500, 'internal error');
-      });
-    });
-    h2.on('sessionError', (_err: Error, s: http2.ServerHttp2Session) => this.h2Sessions.get(s)?.conn.destroy());
-    this.h2 = h2;
-    return h2;
-  }
-
-  /**
-   * body reads a request's body, refusing one over H2_BODY_LIMIT with a 413. Read by events, not `for await`:
-   * leaving that loop early destroys the stream, and the refusal could not be sent on it. The rest of a refused
-   * body is read and dropped, and no listener stays on a map stream once its body is in.
-   */
-  private body(stream: http2.ServerHttp2Stream): Promise<Buffer> {
-    return new Promise((resolve, reject) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      const done = (): void => {
-        stream.off('data', onData);
-        stream.off('end', onEnd);
-        stream.off('close', onClose);
-      };
-      const onData = (c: Buffer): void => {
-        size += c.length;
-        if (size <= H2_BODY_LIMIT) { chunks.push(c); return; }
-        done();
-        stream.resume(); // flowing with no reader: the rest is dropped
-        reject(Object.assign(new Error('body too large'), { status: 413 }));
-      };
-      const onEnd = (): void => { done(); resolve(Buffer.concat(chunks)); };
-      const onClose = (): void => { done(); reject(new Error('the stream closed before its request body ended')); };
-      stream.on('data', onData);
-      stream.once('end', onEnd);
-      stream.once('close', onClose);
     });
   }
 
@@ -340,33 +257,33 @@ export class ControlServer {
    * when it comes from the database driver, whose text quotes the SQL and so the
    * client's values.
    */
-  private async handle(stream: http2.ServerHttp2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
+  private async handle(stream: H2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
     if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
-      return reply(stream, 501, `${method} ${path} is not implemented by Headway`);
+      return stream.reply(501, `${method} ${path} is not implemented by Headway`);
     }
     let parsed: unknown;
     try {
-      const raw = await this.body(stream);
+      const raw = await stream.body();
       parsed = JSON.parse(raw.toString('utf8') || '{}');
     } catch (err) {
       // JSON.parse quotes the input in its message: say only that it is not JSON.
       const status = (err as { status?: number }).status;
-      return reply(stream, status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
+      return stream.reply(status ?? 400, status ? `invalid request body: ${(err as Error).message}` : 'invalid request body: not valid JSON');
     }
-    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return reply(stream, 400, 'request body must be a JSON object');
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return stream.reply(400, 'request body must be a JSON object');
     const version = (parsed as { Version?: unknown }).Version ?? 0;
     if (typeof version === 'number' && Number.isInteger(version) && version < MIN_CAPABILITY_VERSION) {
-      return reply(stream, 400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
+      return stream.reply(400, `unsupported client version ${version}: Headway needs Tailscale 1.80 or newer (capability version ${MIN_CAPABILITY_VERSION})`);
     }
     try {
       if (path === '/machine/register') {
         const rr = parseRegisterRequest(parsed);
         const abort = new AbortController();
-        stream.on('close', () => abort.abort());
+        stream.onClose(() => abort.abort());
         const out = await this.registrar.handle(rr, info.machineKey, abort.signal);
         if (abort.signal.aborted) return;
-        respond(stream, 200, 'application/json');
-        finish(stream, JSON.stringify(out));
+        stream.respond(200, 'application/json');
+        stream.end(JSON.stringify(out));
         return;
       }
       return await this.map(parseMapRequest(parsed), stream, info.machineKey);
@@ -380,35 +297,35 @@ export class ControlServer {
     }
   }
 
-  private async map(mr: MapRequest, stream: http2.ServerHttp2Stream, machineKey: string): Promise<void> {
+  private async map(mr: MapRequest, stream: H2Stream, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     // A cluster instance that lost its database sends devices on to another instance.
-    if (mr.Stream && !state.serving) return reply(stream, 503, 'this instance has lost its database; try another');
+    if (mr.Stream && !state.serving) return stream.reply(503, 'this instance has lost its database; try another');
     const found = mr.NodeKey ? await state.findStoredNode(mr.NodeKey) : undefined;
     if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, stream, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
     if (!mr.Stream) {
-      if (mr.OmitPeers) { finish(stream); return; }
+      if (mr.OmitPeers) { stream.end(); return; }
       this.hub.syncPrimaries();
-      respond(stream, 200, 'application/octet-stream');
-      finish(stream, frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
+      stream.respond(200, 'application/octet-stream');
+      stream.end(frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
       return;
     }
-    respond(stream, 200, 'application/octet-stream');
-    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { write(stream, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    stream.respond(200, 'application/octet-stream');
+    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     state.sessionOpened(node.id);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
     streams.add(stream);
-    stream.on('close', () => {
+    stream.onClose(() => {
       streams.delete(stream);
       if (!streams.size) this.streams.delete(node.id);
       this.hub.close(session);
       void state.sessionClosed(node.id);
     });
     this.hub.begin(session, node, (current) => {
-      write(stream, frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
+      stream.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
       metrics.mapMessages.inc({ kind: 'full' });
     });
   }
@@ -423,13 +340,13 @@ export class ControlServer {
    * A node key of another machine, or a stale key of a machine that has a node,
    * stays a 404.
    */
-  private nodeNotFound(mr: MapRequest, stream: http2.ServerHttp2Stream, machineKey: string, found: Node | undefined): void {
+  private nodeNotFound(mr: MapRequest, stream: H2Stream, machineKey: string, found: Node | undefined): void {
     const { state, metrics, logger } = this.o;
     // mr passed parseMapRequest: NodeKey is a lower-case nodekey:<hex>, Hostinfo an object or absent.
     const nodeKey = mr.NodeKey;
-    if (found || state.nodeByMachineKey(machineKey)) return reply(stream, 404, 'node not found');
+    if (found || state.nodeByMachineKey(machineKey)) return stream.reply(404, 'node not found');
     // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
-    if (!mr.Stream && mr.OmitPeers) { finish(stream); return; }
+    if (!mr.Stream && mr.OmitPeers) { stream.end(); return; }
     const gone = this.hub.deletedNode(machineKey);
     const hostinfo = (mr.Hostinfo ?? null) as Record<string, unknown> | null;
     const hostname = String(hostinfo?.Hostname ?? '').replace(/[^A-Za-z0-9-]/g, '').slice(0, 63) || 'node';
@@ -438,59 +355,34 @@ export class ControlServer {
       : { id: 0, name: `${hostname}.`, userId: 0, nodeKey, machineKey, hostinfo };
     logger.info('map request from a machine with no node: answered logged out', { node: gone?.id, name: gone?.givenName });
     const zstd = mr.Compress === 'zstd';
-    respond(stream, 200, 'application/octet-stream');
+    stream.respond(200, 'application/octet-stream');
     const first = frame(this.mapper.loggedOutMap(self, mr.Version, { first: true }), zstd);
     metrics.mapMessages.inc({ kind: 'full' });
-    if (!mr.Stream) { finish(stream, first); return; }
-    write(stream, first);
-    const session = new MapSession(0, mr.Version, zstd, (buf) => { write(stream, buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    if (!mr.Stream) { stream.end(first); return; }
+    stream.write(first);
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
     session.armKeepAlive();
-    stream.on('close', () => session.close());
+    stream.onClose(() => session.close());
   }
 
   private endStreams(nodeId: number): void {
-    for (const res of [...(this.streams.get(nodeId) ?? [])]) finish(res);
+    for (const stream of [...(this.streams.get(nodeId) ?? [])]) stream.end();
   }
 
   /** endAllStreams ends every map stream (a cluster instance that lost its database), leaving Noise connections open. */
   endAllStreams(): void {
-    for (const set of [...this.streams.values()]) for (const res of [...set]) finish(res);
+    for (const set of [...this.streams.values()]) for (const stream of [...set]) stream.end();
   }
 
   /** close ends every map stream and Noise connection. */
   async close(): Promise<void> {
-    for (const set of this.streams.values()) for (const res of set) finish(res);
+    for (const set of this.streams.values()) for (const stream of set) stream.end();
     for (const set of this.conns.values()) for (const c of set) c.destroy();
   }
 }
 
-/** respond sends a response's headers, once, on a stream still open (the stream API throws on a closed one). */
-function respond(stream: http2.ServerHttp2Stream, status: number, contentType?: string): void {
-  if (stream.headersSent || stream.destroyed || stream.closed) return;
-  stream.respond(contentType ? { ':status': status, 'content-type': contentType } : { ':status': status });
-}
-
-/** write sends response bytes on a stream still open (a map stream whose device left is skipped). */
-function write(stream: http2.ServerHttp2Stream, data: Uint8Array): void {
-  if (!stream.destroyed && !stream.closed && stream.writable) stream.write(data);
-}
-
-/** finish ends a response, with a 200 and no content type if nothing was sent yet. */
-function finish(stream: http2.ServerHttp2Stream, data?: string | Uint8Array): void {
-  if (stream.destroyed || stream.closed) return;
-  respond(stream, 200);
-  if (stream.writableEnded) return;
-  if (data === undefined) stream.end(); else stream.end(data);
-}
-
-/** reply answers with a status and a line of text. */
-function reply(stream: http2.ServerHttp2Stream, status: number, text: string): void {
-  respond(stream, status, 'text/plain; charset=utf-8');
-  finish(stream, text + '\n');
-}
-
-/** refuse answers a failed request with reply, or only ends it once its response has begun (a map stream). */
-function refuse(stream: http2.ServerHttp2Stream, status: number, text: string): void {
-  if (stream.headersSent) finish(stream);
-  else reply(stream, status, text);
+/** refuse answers a failed request with a status and a line of text, or only ends it once its response has begun (a map stream). */
+function refuse(stream: H2Stream, status: number, text: string): void {
+  if (stream.headersSent) stream.end();
+  else stream.reply(status, text);
 }

@@ -1,0 +1,669 @@
+import { COMPRESSION_ERROR, encodeResponseHeaders, H2Error, HpackDecoder } from './hpack.js';
+
+/**
+ * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
+ *
+ * Why not node:http2: nghttp2 keeps about 28 KiB of C memory with every session, idle or not (a 16 KiB output
+ * buffer, HPACK tables, the session and stream objects), and a session over a JavaScript stream copies every
+ * frame it sends into a new buffer for that stream to encrypt. With thousands of idle map polls that was the
+ * largest part of the server's memory per device. A control connection needs a small part of HTTP/2: requests
+ * from one client with small bodies, and responses whose bodies are written as the server has them. This
+ * server does that part completely (flow control both ways, HPACK decoding, CONTINUATION, padding, PING,
+ * SETTINGS, GOAWAY, RST_STREAM) and answers anything else with the error RFC 9113 names.
+ */
+
+/** H2_ERROR holds HTTP/2's error codes (RFC 9113 §7). */
+export const H2_ERROR = {
+  NO_ERROR: 0x0, PROTOCOL_ERROR: 0x1, INTERNAL_ERROR: 0x2, FLOW_CONTROL_ERROR: 0x3, STREAM_CLOSED: 0x5,
+  FRAME_SIZE_ERROR: 0x6, REFUSED_STREAM: 0x7, CANCEL: 0x8, COMPRESSION_ERROR, ENHANCE_YOUR_CALM: 0xb,
+} as const;
+
+export { H2Error };
+
+const DATA = 0x0;
+const HEADERS = 0x1;
+const PRIORITY = 0x2;
+const RST_STREAM = 0x3;
+const SETTINGS = 0x4;
+const PUSH_PROMISE = 0x5;
+const PING = 0x6;
+const GOAWAY = 0x7;
+const WINDOW_UPDATE = 0x8;
+const CONTINUATION = 0x9;
+
+const FLAG_END_STREAM = 0x1;
+const FLAG_ACK = 0x1;
+const FLAG_END_HEADERS = 0x4;
+const FLAG_PADDED = 0x8;
+const FLAG_PRIORITY = 0x20;
+
+const SETTINGS_ENABLE_PUSH = 0x2;
+const SETTINGS_MAX_CONCURRENT_STREAMS = 0x3;
+const SETTINGS_INITIAL_WINDOW_SIZE = 0x4;
+const SETTINGS_MAX_FRAME_SIZE = 0x5;
+const SETTINGS_MAX_HEADER_LIST_SIZE = 0x6;
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+const FRAME_HEADER_LENGTH = 9;
+/** DEFAULT_WINDOW is HTTP/2's initial flow-control window; this server announces no other for receiving. */
+const DEFAULT_WINDOW = 65_535;
+const MAX_WINDOW = 2 ** 31 - 1;
+/** MAX_FRAME_SIZE is SETTINGS_MAX_FRAME_SIZE's default, which this server keeps for what it receives. */
+const MAX_FRAME_SIZE = 16_384;
+const MIN_PEER_FRAME_SIZE = 16_384;
+const MAX_PEER_FRAME_SIZE = 16_777_215;
+/** A receive window is topped up once this much of it is used. */
+const WINDOW_REFRESH = 32_768;
+/** MAX_HEADER_LIST_SIZE is announced; a request over it is answered 431. */
+export const MAX_HEADER_LIST_SIZE = 16_384;
+/** MAX_HEADER_BLOCK bounds one header block with its CONTINUATION frames: a longer one ends the connection. */
+const MAX_HEADER_BLOCK = 64 * 1024;
+/** MAX_BUFFERED caps request body bytes held per connection: past it the connection window is not topped up. */
+const MAX_BUFFERED = 4 * 1024 * 1024;
+/** A connection that sent GOAWAY or failed is destroyed this long after, if the peer has not closed it. */
+const CLOSE_GRACE_MS = 1_000;
+
+const EMPTY = Buffer.alloc(0);
+
+/** H2Transport is what the server needs of a connection: a Noise connection (NoiseConn) is one. */
+export interface H2Transport {
+  /** writeRecords sends bytes, in order, as one write; the parts may be reused once it returns. */
+  writeRecords(parts: readonly Uint8Array[]): void;
+  on(event: 'data', listener: (chunk: Buffer) => void): unknown;
+  on(event: 'close' | 'end', listener: () => void): unknown;
+  end(): unknown;
+  destroy(): unknown;
+  readonly destroyed: boolean;
+}
+
+export interface H2SessionOptions {
+  /** onStream is called for each request once its headers are in; its body may still be arriving. */
+  onStream: (stream: H2Stream) => void;
+  /** onError hears connection errors this side detected, before the GOAWAY that reports them goes out. */
+  onError?: (err: H2Error) => void;
+  maxConcurrentStreams?: number;
+  /** bodyLimit is the largest request body kept; past it body() is refused with status 413. */
+  bodyLimit?: number;
+  /** bodyTimeoutMs cancels (RST_STREAM CANCEL) a request whose body has not ended this long after its headers. */
+  bodyTimeoutMs?: number;
+}
+
+/**
+ * H2Session is the server side of one HTTP/2 connection. It sends its SETTINGS at once, then reads the
+ * client's preface and frames from the transport's 'data' events. Frames it sends within one tick go out as
+ * one write.
+ */
+export class H2Session {
+  readonly streams = new Map<number, H2Stream>();
+  private readonly hpack = new HpackDecoder();
+  private pending: Buffer = EMPTY;
+  private prefaceSeen = false;
+  private settingsSeen = false;
+  private lastStreamId = 0;
+  private goawaySent = false;
+  private peerGone = false;
+  private closed = false;
+  /** sendWindow is the connection's flow-control window for what this side sends. */
+  private sendWindow = DEFAULT_WINDOW;
+  private peerInitialWindow = DEFAULT_WINDOW;
+  private peerMaxFrame = MIN_PEER_FRAME_SIZE;
+  /** recvWindow is what the peer may still send on the connection before the next WINDOW_UPDATE. */
+  private recvWindow = DEFAULT_WINDOW;
+  /** buffered counts request body bytes held by streams (MAX_BUFFERED). */
+  private buffered = 0;
+  private continuation?: { id: number; flags: number; parts: Buffer[]; size: number };
+  private blocked?: Set<H2Stream>;
+  private outbox?: Uint8Array[];
+  private readonly flush = (): void => {
+    const parts = this.outbox;
+    this.outbox = undefined;
+    if (parts && !this.transport.destroyed) this.transport.writeRecords(parts);
+  };
+
+  constructor(private readonly transport: H2Transport, readonly opts: H2SessionOptions) {
+    const settings = Buffer.alloc(12);
+    settings.writeUInt16BE(SETTINGS_MAX_CONCURRENT_STREAMS, 0);
+    settings.writeUInt32BE(opts.maxConcurrentStreams ?? 250, 2);
+    settings.writeUInt16BE(SETTINGS_MAX_HEADER_LIST_SIZE, 6);
+    settings.writeUInt32BE(MAX_HEADER_LIST_SIZE, 8);
+    this.frameOut(SETTINGS, 0, 0, settings);
+    transport.on('data', (chunk) => this.receive(chunk));
+    transport.on('close', () => this.end());
+    // The peer closed its side: HTTP/2 has no use for a half-open connection (nothing more can be asked).
+    transport.on('end', () => this.finish());
+  }
+
+  /** close sends GOAWAY (no error): no new requests are taken, and the connection ends once its streams have. */
+  close(): void {
+    if (this.closed || this.goawaySent) return;
+    this.goaway(H2_ERROR.NO_ERROR);
+    if (this.streams.size === 0) this.finish();
+  }
+
+  private receive(chunk: Buffer): void {
+    if (this.closed) return;
+    const buf = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
+    let at = 0;
+    try {
+      if (!this.prefaceSeen) {
+        const n = Math.min(buf.length, PREFACE.length);
+        if (!buf.subarray(0, n).equals(PREFACE.subarray(0, n))) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'the connection does not begin with the HTTP/2 client preface');
+        if (n < PREFACE.length) { this.pending = Buffer.from(buf); return; }
+        this.prefaceSeen = true;
+        at = PREFACE.length;
+      }
+      while (buf.length - at >= FRAME_HEADER_LENGTH) {
+        const length = buf.readUIntBE(at, 3);
+        if (length > MAX_FRAME_SIZE) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `a frame of ${length} bytes exceeds SETTINGS_MAX_FRAME_SIZE (${MAX_FRAME_SIZE})`);
+        if (buf.length - at < FRAME_HEADER_LENGTH + length) break;
+        const type = buf[at + 3]!;
+        const flags = buf[at + 4]!;
+        const id = buf.readUInt32BE(at + 5) & 0x7fffffff;
+        const payload = buf.subarray(at + FRAME_HEADER_LENGTH, at + FRAME_HEADER_LENGTH + length);
+        at += FRAME_HEADER_LENGTH + length;
+        this.frame(type, flags, id, payload);
+        if (this.closed) return;
+      }
+    } catch (err) {
+      this.fail(err instanceof H2Error ? err : new H2Error(H2_ERROR.INTERNAL_ERROR, (err as Error).message));
+      return;
+    }
+    // A partial frame is copied: a view would keep the whole chunk it came in.
+    this.pending = at === buf.length ? EMPTY : Buffer.from(buf.subarray(at));
+  }
+
+  private frame(type: number, flags: number, id: number, payload: Buffer): void {
+    if (this.continuation && (type !== CONTINUATION || id !== this.continuation.id)) {
+      throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `expected CONTINUATION for stream ${this.continuation.id}, got frame type ${type} on stream ${id}`);
+    }
+    if (!this.settingsSeen) {
+      if (type !== SETTINGS || (flags & FLAG_ACK)) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'the client preface must be followed by a SETTINGS frame');
+      this.settingsSeen = true;
+    }
+    switch (type) {
+      case DATA: return this.onData(flags, id, payload);
+      case HEADERS: return this.onHeaders(flags, id, payload);
+      case PRIORITY:
+        if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+        if (payload.length !== 5) this.resetStream(id, H2_ERROR.FRAME_SIZE_ERROR);
+        return;
+      case RST_STREAM: {
+        if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
+        if (payload.length !== 4) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `RST_STREAM of ${payload.length} bytes`);
+        if (id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `RST_STREAM on idle stream ${id}`);
+        const s = this.streams.get(id);
+        if (s) this.closeStream(s);
+        return;
+      }
+      case SETTINGS: return this.onSettings(flags, id, payload);
+      case PUSH_PROMISE: throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'a client sent PUSH_PROMISE');
+      case PING:
+        if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'PING on a stream');
+        if (payload.length !== 8) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `PING of ${payload.length} bytes`);
+        if (!(flags & FLAG_ACK)) this.frameOut(PING, FLAG_ACK, 0, Buffer.from(payload));
+        return;
+      case GOAWAY:
+        if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'GOAWAY on a stream');
+        if (payload.length < 8) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `GOAWAY of ${payload.length} bytes`);
+        this.peerGone = true;
+        if (this.streams.size === 0) this.finish();
+        return;
+      case WINDOW_UPDATE: return this.onWindowUpdate(id, payload);
+      case CONTINUATION: {
+        const c = this.continuation;
+        if (!c) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `CONTINUATION on stream ${id} without HEADERS before it`);
+        c.size += payload.length;
+        if (c.size > MAX_HEADER_BLOCK) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `a header block over ${MAX_HEADER_BLOCK} bytes`);
+        c.parts.push(payload);
+        if (flags & FLAG_END_HEADERS) {
+          this.continuation = undefined;
+          this.onHeaderBlock(c.id, c.flags, Buffer.concat(c.parts));
+        }
+        return;
+      }
+      default:
+        return; // unknown frame types are ignored (RFC 9113 §4.1)
+    }
+  }
+
+  private onSettings(flags: number, id: number, payload: Buffer): void {
+    if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'SETTINGS on a stream');
+    if (flags & FLAG_ACK) {
+      if (payload.length !== 0) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, 'SETTINGS acknowledgement with a payload');
+      return;
+    }
+    if (payload.length % 6 !== 0) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `SETTINGS of ${payload.length} bytes is not a multiple of 6`);
+    for (let at = 0; at < payload.length; at += 6) {
+      const key = payload.readUInt16BE(at);
+      const value = payload.readUInt32BE(at + 2);
+      if (key === SETTINGS_ENABLE_PUSH && value > 1) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `SETTINGS_ENABLE_PUSH ${value}`);
+      if (key === SETTINGS_INITIAL_WINDOW_SIZE) {
+        if (value > MAX_WINDOW) throw new H2Error(H2_ERROR.FLOW_CONTROL_ERROR, `SETTINGS_INITIAL_WINDOW_SIZE ${value} exceeds 2^31-1`);
+        const delta = value - this.peerInitialWindow;
+        this.peerInitialWindow = value;
+        for (const s of this.streams.values()) {
+          s.sendWindow += delta;
+          if (s.sendWindow > MAX_WINDOW) throw new H2Error(H2_ERROR.FLOW_CONTROL_ERROR, `stream ${s.id}'s window exceeds 2^31-1`);
+        }
+      }
+      if (key === SETTINGS_MAX_FRAME_SIZE) {
+        if (value < MIN_PEER_FRAME_SIZE || value > MAX_PEER_FRAME_SIZE) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `SETTINGS_MAX_FRAME_SIZE ${value}`);
+        this.peerMaxFrame = value;
+      }
+    }
+    this.frameOut(SETTINGS, FLAG_ACK, 0);
+    this.pumpBlocked();
+  }
+
+  private onWindowUpdate(id: number, payload: Buffer): void {
+    if (payload.length !== 4) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `WINDOW_UPDATE of ${payload.length} bytes`);
+    const increment = payload.readUInt32BE(0) & 0x7fffffff;
+    if (id === 0) {
+      if (increment === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'WINDOW_UPDATE of 0 on the connection');
+      this.sendWindow += increment;
+      if (this.sendWindow > MAX_WINDOW) throw new H2Error(H2_ERROR.FLOW_CONTROL_ERROR, 'the connection window exceeds 2^31-1');
+      this.pumpBlocked();
+      return;
+    }
+    if (id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `WINDOW_UPDATE on idle stream ${id}`);
+    const s = this.streams.get(id);
+    if (!s) return; // a stream that closed a moment ago
+    if (increment === 0) { this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
+    s.sendWindow += increment;
+    if (s.sendWindow > MAX_WINDOW) { this.resetStream(id, H2_ERROR.FLOW_CONTROL_ERROR); return; }
+    if (s.queue) this.pump(s);
+  }
+
+  private onData(flags: number, id: number, payload: Buffer): void {
+    if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'DATA on stream 0');
+    // Padding counts against flow control like data.
+    if (payload.length > this.recvWindow) throw new H2Error(H2_ERROR.FLOW_CONTROL_ERROR, `DATA of ${payload.length} bytes past the connection window (${this.recvWindow})`);
+    this.recvWindow -= payload.length;
+    const data = unpad(flags, payload);
+    const s = this.streams.get(id);
+    if (!s) {
+      if (id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `DATA on idle stream ${id}`);
+      this.resetStream(id, H2_ERROR.STREAM_CLOSED);
+    } else if (s.requestEnded) {
+      this.resetStream(id, H2_ERROR.STREAM_CLOSED);
+    } else if (payload.length > s.recvWindow) {
+      this.resetStream(id, H2_ERROR.FLOW_CONTROL_ERROR);
+    } else {
+      s.recvWindow -= payload.length;
+      this.buffered += s.received(data);
+      if (flags & FLAG_END_STREAM) this.requestEnded(s);
+      else if (s.recvWindow <= DEFAULT_WINDOW - WINDOW_REFRESH && !s.overflowed) {
+        this.windowUpdate(id, DEFAULT_WINDOW - s.recvWindow);
+        s.recvWindow = DEFAULT_WINDOW;
+      }
+    }
+    this.refreshWindow();
+  }
+
+  /** refreshWindow tops up the connection's receive window, unless streams already hold MAX_BUFFERED. */
+  private refreshWindow(): void {
+    if (this.recvWindow > DEFAULT_WINDOW - WINDOW_REFRESH || this.buffered >= MAX_BUFFERED || this.closed) return;
+    this.windowUpdate(0, DEFAULT_WINDOW - this.recvWindow);
+    this.recvWindow = DEFAULT_WINDOW;
+  }
+
+  /** released is told when a stream lets go of body bytes it held. */
+  released(bytes: number): void {
+    this.buffered -= bytes;
+    this.refreshWindow();
+  }
+
+  private onHeaders(flags: number, id: number, payload: Buffer): void {
+    if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'HEADERS on stream 0');
+    let block = unpad(flags, payload);
+    if (flags & FLAG_PRIORITY) {
+      if (block.length < 5) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, 'HEADERS too short for its priority fields');
+      block = block.subarray(5);
+    }
+    if (flags & FLAG_END_HEADERS) { this.onHeaderBlock(id, flags, block); return; }
+    if (block.length > MAX_HEADER_BLOCK) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `a header block over ${MAX_HEADER_BLOCK} bytes`);
+    this.continuation = { id, flags, parts: [Buffer.from(block)], size: block.length };
+  }
+
+  /** onHeaderBlock decodes a whole header block (always: the decoder's table must stay in step) and acts on it. */
+  private onHeaderBlock(id: number, flags: number, block: Buffer): void {
+    const request = new RequestHeaders();
+    this.hpack.decode(block, (name, value) => request.add(name, value));
+    const endStream = (flags & FLAG_END_STREAM) !== 0;
+    const existing = this.streams.get(id);
+    if (existing) {
+      // Trailers: they must end the request; their fields are not used.
+      if (existing.requestEnded || !endStream) { this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
+      this.requestEnded(existing);
+      return;
+    }
+    if (id % 2 === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `a client opened even-numbered stream ${id}`);
+    if (id <= this.lastStreamId) throw new H2Error(H2_ERROR.STREAM_CLOSED, `HEADERS on closed stream ${id}`);
+    this.lastStreamId = id;
+    if (this.goawaySent) return; // after GOAWAY new streams are ignored (RFC 9113 §6.8)
+    if (this.streams.size >= (this.opts.maxConcurrentStreams ?? 250)) { this.resetStream(id, H2_ERROR.REFUSED_STREAM); return; }
+    const problem = request.problem();
+    if (problem) { this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
+    const s = new H2Stream(this, id, request.method, request.path, this.peerInitialWindow);
+    this.streams.set(id, s);
+    if (endStream) s.requestEnded = true;
+    if (request.size > MAX_HEADER_LIST_SIZE) {
+      s.reply(431, 'request header fields too large');
+      return;
+    }
+    if (!endStream && this.opts.bodyTimeoutMs && this.opts.bodyTimeoutMs > 0) s.armBodyTimeout(this.opts.bodyTimeoutMs);
+    this.opts.onStream(s);
+  }
+
+  private requestEnded(s: H2Stream): void {
+    s.requestEnded = true;
+    s.requestEnd();
+    if (s.endSent) this.closeStream(s);
+  }
+
+  // --- sending ------------------------------------------------------------------------------------------
+
+  /** frameOut queues one frame; everything queued in a tick is written together. */
+  frameOut(type: number, flags: number, id: number, payload?: Uint8Array): void {
+    if (this.closed) return;
+    const header = Buffer.allocUnsafe(FRAME_HEADER_LENGTH);
+    header.writeUIntBE(payload?.length ?? 0, 0, 3);
+    header[3] = type;
+    header[4] = flags;
+    header.writeUInt32BE(id, 5);
+    if (!this.outbox) { this.outbox = []; process.nextTick(this.flush); }
+    this.outbox.push(header);
+    if (payload && payload.length) this.outbox.push(payload);
+  }
+
+  sendHeaders(s: H2Stream, block: Buffer, endStream: boolean): void {
+    this.frameOut(HEADERS, FLAG_END_HEADERS | (endStream ? FLAG_END_STREAM : 0), s.id, block);
+    if (endStream) this.sentEnd(s);
+  }
+
+  /** pump sends what a stream has queued, as far as both flow-control windows allow, ending it if it asked to. */
+  pump(s: H2Stream): void {
+    const q = s.queue;
+    if (!q || s.closed) return;
+    while (q.length) {
+      const item = q[0]!;
+      let at = 0;
+      while (at < item.length) {
+        const n = Math.min(item.length - at, this.peerMaxFrame, this.sendWindow, s.sendWindow);
+        if (n <= 0) {
+          q[0] = item.subarray(at);
+          (this.blocked ??= new Set()).add(s);
+          return;
+        }
+        const last = s.endQueued && q.length === 1 && at + n === item.length;
+        this.frameOut(DATA, last ? FLAG_END_STREAM : 0, s.id, item.subarray(at, at + n));
+        at += n;
+        this.sendWindow -= n;
+        s.sendWindow -= n;
+        if (last) { s.queue = undefined; this.blocked?.delete(s); this.sentEnd(s); return; }
+      }
+      q.shift();
+    }
+    s.queue = undefined;
+    this.blocked?.delete(s);
+    if (s.endQueued) {
+      this.frameOut(DATA, FLAG_END_STREAM, s.id);
+      this.sentEnd(s);
+    }
+  }
+
+  private pumpBlocked(): void {
+    if (!this.blocked?.size) return;
+    for (const s of [...this.blocked]) {
+      if (this.sendWindow <= 0) return;
+      this.pump(s);
+    }
+  }
+
+  /** sentEnd: END_STREAM went out; a request still sending is told to stop (RFC 9113 §8.1), else the stream is done. */
+  private sentEnd(s: H2Stream): void {
+    s.endSent = true;
+    if (!s.requestEnded) this.resetStream(s.id, H2_ERROR.NO_ERROR);
+    else this.closeStream(s);
+  }
+
+  resetStream(id: number, code: number): void {
+    const payload = Buffer.allocUnsafe(4);
+    payload.writeUInt32BE(code, 0);
+    this.frameOut(RST_STREAM, 0, id, payload);
+    const s = this.streams.get(id);
+    if (s) this.closeStream(s);
+  }
+
+  private windowUpdate(id: number, increment: number): void {
+    const payload = Buffer.allocUnsafe(4);
+    payload.writeUInt32BE(increment, 0);
+    this.frameOut(WINDOW_UPDATE, 0, id, payload);
+  }
+
+  closeStream(s: H2Stream): void {
+    if (s.closed) return;
+    this.streams.delete(s.id);
+    this.blocked?.delete(s);
+    s.closedNow();
+    if (this.streams.size === 0 && (this.goawaySent || this.peerGone)) this.finish();
+  }
+
+  private goaway(code: number, debug?: string): void {
+    const text = debug ? Buffer.from(debug.slice(0, 200), 'utf8') : EMPTY;
+    const payload = Buffer.allocUnsafe(8 + text.length);
+    payload.writeUInt32BE(this.lastStreamId, 0);
+    payload.writeUInt32BE(code, 4);
+    text.copy(payload, 8);
+    this.frameOut(GOAWAY, 0, 0, payload);
+    this.goawaySent = true;
+  }
+
+  /** fail reports a connection error with GOAWAY and ends the connection. */
+  private fail(err: H2Error): void {
+    if (this.closed) return;
+    this.opts.onError?.(err);
+    this.goaway(err.code, err.message);
+    this.finish();
+  }
+
+  /** finish writes what is queued, ends the transport and closes every stream; destroyed if not closed soon after. */
+  private finish(): void {
+    if (this.closed) return;
+    this.flush();
+    this.closed = true;
+    this.end();
+    this.transport.end();
+    setTimeout(() => this.transport.destroy(), CLOSE_GRACE_MS).unref();
+  }
+
+  /** end closes every stream: the transport closed or the session finished. */
+  private end(): void {
+    this.closed = true;
+    this.outbox = undefined;
+    for (const s of [...this.streams.values()]) this.closeStream(s);
+  }
+}
+
+/**
+ * H2Stream is one request and its response. The request's method and path are kept (the control protocol
+ * needs nothing else of its headers); its body is read with body(). The response is sent with respond(),
+ * write() and end(), or refused with reset().
+ */
+export class H2Stream {
+  requestEnded = false;
+  headersSent = false;
+  /** ended: end() was called; endSent: END_STREAM has gone out. */
+  ended = false;
+  endSent = false;
+  closed = false;
+  overflowed = false;
+  recvWindow = DEFAULT_WINDOW;
+  queue?: Uint8Array[];
+  endQueued = false;
+  private chunks?: Buffer[];
+  private size = 0;
+  private waiter?: { resolve: (b: Buffer) => void; reject: (e: Error) => void };
+  private onCloseFns?: Array<() => void>;
+  private bodyTimer?: NodeJS.Timeout;
+
+  constructor(private readonly session: H2Session, readonly id: number, readonly method: string, readonly path: string, public sendWindow: number) {}
+
+  /** received keeps a piece of the request body (up to the session's bodyLimit) and returns the bytes it kept. */
+  received(data: Buffer): number {
+    if (this.overflowed || data.length === 0) return 0;
+    const limit = this.session.opts.bodyLimit ?? 1024 * 1024;
+    if (this.size + data.length > limit) {
+      this.overflowed = true;
+      const held = this.size;
+      this.chunks = undefined;
+      this.size = 0;
+      this.session.released(held);
+      this.waiter?.reject(Object.assign(new Error('body too large'), { status: 413 }));
+      this.waiter = undefined;
+      return 0;
+    }
+    (this.chunks ??= []).push(data);
+    this.size += data.length;
+    return data.length;
+  }
+
+  /** requestEnd: the whole body is in. */
+  requestEnd(): void {
+    clearTimeout(this.bodyTimer);
+    this.bodyTimer = undefined;
+    if (this.waiter) this.settle();
+  }
+
+  /** body resolves with the request body once it has ended; refused with status 413 past the session's bodyLimit. */
+  body(): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject };
+      if (this.overflowed) this.settle();
+      else if (this.requestEnded) this.settle();
+      else if (this.closed) this.settle();
+    });
+  }
+
+  private settle(): void {
+    const w = this.waiter!;
+    this.waiter = undefined;
+    if (this.overflowed) { w.reject(Object.assign(new Error('body too large'), { status: 413 })); return; }
+    if (!this.requestEnded) { w.reject(new Error('the stream closed before its request body ended')); return; }
+    const chunks = this.chunks ?? [];
+    const held = this.size;
+    this.chunks = undefined;
+    this.size = 0;
+    this.session.released(held);
+    w.resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+  }
+
+  armBodyTimeout(ms: number): void {
+    this.bodyTimer = setTimeout(() => { if (!this.requestEnded) this.reset(H2_ERROR.CANCEL); }, ms);
+    this.bodyTimer.unref();
+  }
+
+  /** onClose calls fn once the stream has closed (at once if it has). */
+  onClose(fn: () => void): void {
+    if (this.closed) { fn(); return; }
+    (this.onCloseFns ??= []).push(fn);
+  }
+
+  /** respond sends the response headers, once. */
+  respond(status: number, contentType?: string): void {
+    if (this.headersSent || this.closed) return;
+    this.headersSent = true;
+    this.session.sendHeaders(this, encodeResponseHeaders(status, contentType), false);
+  }
+
+  /** write sends response bytes (a 200 first if nothing was sent), queued while flow control holds them back. */
+  write(data: Uint8Array): void {
+    if (this.closed || this.ended || data.length === 0) return;
+    this.respond(200);
+    (this.queue ??= []).push(data);
+    if (this.queue.length === 1) this.session.pump(this);
+  }
+
+  /** end sends the last bytes, if any, and ends the response (a 200 with no body if nothing was sent). */
+  end(data?: string | Uint8Array): void {
+    if (this.closed || this.ended) return;
+    this.ended = true;
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    if (!this.headersSent && !bytes?.length) {
+      this.headersSent = true;
+      this.session.sendHeaders(this, encodeResponseHeaders(200), true);
+      return;
+    }
+    this.respond(200);
+    this.endQueued = true;
+    if (bytes?.length) (this.queue ??= []).push(bytes);
+    else this.queue ??= [];
+    if (this.queue.length <= 1) this.session.pump(this);
+  }
+
+  /** reply answers with a status and a line of text. */
+  reply(status: number, text: string): void {
+    this.respond(status, 'text/plain; charset=utf-8');
+    this.end(text + '\n');
+  }
+
+  /** reset ends the stream with RST_STREAM and an error code. */
+  reset(code: number): void {
+    if (this.closed) return;
+    this.session.resetStream(this.id, code);
+  }
+
+  closedNow(): void {
+    this.closed = true;
+    clearTimeout(this.bodyTimer);
+    this.bodyTimer = undefined;
+    this.queue = undefined;
+    if (this.size) { const held = this.size; this.size = 0; this.chunks = undefined; this.session.released(held); }
+    if (this.waiter) this.settle();
+    const fns = this.onCloseFns;
+    this.onCloseFns = undefined;
+    if (fns) for (const fn of fns) fn();
+  }
+}
+
+/** RequestHeaders checks a request's header fields as they are decoded, keeping the pseudo-headers it needs. */
+class RequestHeaders {
+  method = '';
+  path = '';
+  scheme = '';
+  size = 0;
+  private regularSeen = false;
+  private bad?: string;
+
+  add(name: string, value: string): void {
+    this.size += name.length + value.length + 32;
+    if (this.bad) return;
+    if (name.startsWith(':')) {
+      if (this.regularSeen) { this.bad = `pseudo-header ${name} after a regular header`; return; }
+      if (name === ':method' && !this.method) this.method = value;
+      else if (name === ':path' && !this.path) this.path = value;
+      else if (name === ':scheme' && !this.scheme) this.scheme = value;
+      else if (name !== ':authority') this.bad = `pseudo-header ${name} unknown or repeated`;
+      return;
+    }
+    this.regularSeen = true;
+    if (/[A-Z]/.test(name)) this.bad = `header name ${name} has upper-case letters`;
+    else if (name === 'connection' || name === 'keep-alive' || name === 'proxy-connection' || name === 'transfer-encoding' || name === 'upgrade') this.bad = `connection-specific header ${name}`;
+    else if (name === 'te' && value !== 'trailers') this.bad = 'te other than trailers';
+  }
+
+  problem(): string | undefined {
+    if (this.bad) return this.bad;
+    if (!this.method || !this.path || !this.scheme) return 'a request without :method, :path or :scheme';
+    return undefined;
+  }
+}
+
+/** unpad strips a PADDED frame's padding (RFC 9113 §6.1). */
+function unpad(flags: number, payload: Buffer): Buffer {
+  if (!(flags & FLAG_PADDED)) return payload;
+  if (payload.length < 1) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, 'a padded frame without its pad length');
+  const pad = payload[0]!;
+  if (pad >= payload.length) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `padding of ${pad} bytes fills the frame`);
+  return payload.subarray(1, payload.length - pad);
+}

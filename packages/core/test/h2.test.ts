@@ -1,0 +1,231 @@
+import t, { type Test } from 'tap';
+import http2 from 'node:http2';
+import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+import { H2_ERROR, H2Session, type H2SessionOptions, type H2Stream, type H2Transport } from '../src/control/h2.js';
+import { decodeHuffman, HpackDecoder } from '../src/control/hpack.js';
+
+// The control server's own HTTP/2 (h2.ts, hpack.ts), checked against nghttp2's client (node:http2) over TCP,
+// and against hand-made frames for what a well-behaved client never sends.
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+/** transportOf adapts a TCP socket to what H2Session needs (the server runs it over a Noise connection). */
+function transportOf(socket: Socket): H2Transport {
+  return {
+    writeRecords: (parts) => { socket.write(Buffer.concat(parts)); },
+    on: (event: 'data' | 'close' | 'end', fn: (chunk: Buffer) => void) => socket.on(event, fn),
+    end: () => socket.end(),
+    destroy: () => socket.destroy(),
+    get destroyed() { return socket.destroyed; },
+  } as H2Transport;
+}
+
+interface Served { port: number; sessions: H2Session[]; server: Server }
+
+async function serve(t: Test, onStream: (s: H2Stream) => void, opts: Partial<H2SessionOptions> = {}): Promise<Served> {
+  const sessions: H2Session[] = [];
+  const sockets: Socket[] = [];
+  const server = createServer((socket) => {
+    socket.on('error', () => undefined);
+    sockets.push(socket);
+    sessions.push(new H2Session(transportOf(socket), { onStream, ...opts }));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => { server.close(); for (const s of sockets) s.destroy(); });
+  return { port: (server.address() as AddressInfo).port, sessions, server };
+}
+
+function client(t: Test, port: number, options: http2.ClientSessionOptions = {}): http2.ClientHttp2Session {
+  const c = http2.connect(`http://127.0.0.1:${port}`, options);
+  c.on('error', () => undefined);
+  t.teardown(() => { c.destroy(); });
+  return c;
+}
+
+interface Response { status: number; headers: http2.IncomingHttpHeaders; body: Buffer; rstCode?: number }
+
+function request(c: http2.ClientHttp2Session, headers: http2.OutgoingHttpHeaders, body?: Buffer | string): Promise<Response> {
+  return new Promise((resolve, reject) => {
+    const req = c.request(headers, { endStream: body === undefined });
+    const chunks: Buffer[] = [];
+    let status = 0;
+    let got: http2.IncomingHttpHeaders = {};
+    req.on('response', (h) => { status = Number(h[':status']); got = h; });
+    req.on('data', (d: Buffer) => chunks.push(d));
+    req.on('error', () => undefined);
+    req.on('close', () => resolve({ status, headers: got, body: Buffer.concat(chunks), rstCode: req.rstCode }));
+    if (body !== undefined) req.end(body);
+    setTimeout(() => reject(new Error('request timed out')), 20_000).unref();
+  });
+}
+
+/** echo answers with the method, path and body it got. */
+function echo(s: H2Stream): void {
+  s.body().then((body) => {
+    s.respond(201, 'application/x-echo');
+    s.write(Buffer.from(`${s.method} ${s.path} `));
+    s.end(body);
+  }, (err: Error & { status?: number }) => s.reply(err.status ?? 400, err.message));
+}
+
+t.test('HPACK: RFC 7541 C.4 (Huffman, dynamic table across three requests)', async (t) => {
+  const d = new HpackDecoder();
+  const decode = (hex: string) => { const out: string[] = []; d.decode(Buffer.from(hex, 'hex'), (n, v) => out.push(`${n}: ${v}`)); return out; };
+  t.same(decode('828684418cf1e3c2e5f23a6ba0ab90f4ff'), [':method: GET', ':scheme: http', ':path: /', ':authority: www.example.com']);
+  t.same(decode('828684be5886a8eb10649cbf'), [':method: GET', ':scheme: http', ':path: /', ':authority: www.example.com', 'cache-control: no-cache']);
+  t.same(decode('828785bf408825a849e95ba97d7f8925a849e95bb8e8b4bf'), [':method: GET', ':scheme: https', ':path: /index.html', ':authority: www.example.com', 'custom-key: custom-value']);
+});
+
+t.test('HPACK: malformed blocks are compression errors', async (t) => {
+  const fails = (hex: string, why: RegExp, msg: string) => t.throws(() => new HpackDecoder().decode(Buffer.from(hex, 'hex'), () => undefined), why, msg);
+  fails('80', /index 0/, 'indexed field 0');
+  fails('be', /past the dynamic table/, 'an index past both tables');
+  fails('0f', /ends inside an integer/, 'an integer cut short');
+  fails('ffffffffff0f', /too large/, 'an integer past 2^31');
+  fails('400a6162', /past the end/, 'a string longer than the block');
+  fails('3fe21f', /exceeds/, 'a table size update above the limit');
+  fails('823f00', /after a header field/, 'a table size update after a field');
+  t.throws(() => decodeHuffman(Buffer.from('ffffffff', 'hex'), 0, 4), /EOS|padding/, 'EOS in a Huffman string');
+  t.throws(() => decodeHuffman(Buffer.from('00', 'hex'), 0, 1), /padding/, 'padding of zeros');
+});
+
+t.test('requests and bodies both ways, with flow control, against nghttp2', async (t) => {
+  const { port } = await serve(t, echo);
+  const c = client(t, port);
+  const small = await request(c, { ':method': 'POST', ':path': '/machine/map?x=1' }, '{"Version":130}');
+  t.equal(small.status, 201);
+  t.equal(small.headers['content-type'], 'application/x-echo');
+  t.equal(small.body.toString(), 'POST /machine/map?x=1 {"Version":130}');
+
+  // Every printable character in the path: nghttp2 Huffman-codes it.
+  const printable = Array.from({ length: 94 }, (_, i) => String.fromCharCode(33 + i)).join('').replace(/[#?]/g, '');
+  const huff = await request(c, { ':method': 'GET', ':path': `/${printable}` });
+  t.equal(huff.body.toString(), `GET /${printable} `, 'a Huffman-coded path of every printable character');
+
+  // 600 KB up and back: more than the default 64 KiB windows many times over, in both directions.
+  const big = Buffer.alloc(600_000);
+  for (let i = 0; i < big.length; i++) big[i] = (i * 7) & 0xff;
+  const r = await request(c, { ':method': 'POST', ':path': '/big' }, big);
+  t.equal(r.status, 201);
+  t.ok(r.body.subarray('POST /big '.length).equals(big), 'a 600 KB body arrives and is sent back intact');
+
+  const many = await Promise.all(Array.from({ length: 20 }, (_, i) => request(c, { ':method': 'POST', ':path': `/n${i}` }, `body ${i}`)));
+  t.same(many.map((m) => m.body.toString()), many.map((_, i) => `POST /n${i} body ${i}`), 'twenty concurrent streams');
+});
+
+t.test('a response written over time, the client resetting it, a ping, and GOAWAY', async (t) => {
+  let closedOnServer = 0;
+  const streams: H2Stream[] = [];
+  const { port, sessions } = await serve(t, (s) => {
+    streams.push(s);
+    s.onClose(() => closedOnServer++);
+    void s.body().then(() => { s.respond(200, 'application/octet-stream'); s.write(Buffer.from('first;')); });
+  });
+  const c = client(t, port);
+  const req = c.request({ ':method': 'POST', ':path': '/machine/map' });
+  req.end('{}');
+  const chunks: string[] = [];
+  req.on('data', (d: Buffer) => chunks.push(d.toString()));
+  req.on('error', () => undefined);
+  await new Promise((r) => req.once('data', r));
+  streams[0]!.write(Buffer.from('second;'));
+  await new Promise((r) => req.once('data', r));
+  t.same(chunks.join(''), 'first;second;', 'writes reach the client as they are made');
+  const rtt = await new Promise<number>((resolve, reject) => c.ping((err, ms) => (err ? reject(err) : resolve(ms))));
+  t.ok(rtt >= 0, 'a PING is acknowledged');
+  req.close(http2.constants.NGHTTP2_CANCEL);
+  for (let i = 0; i < 100 && closedOnServer === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  t.equal(closedOnServer, 1, 'the client reset the stream: it closed on the server');
+  t.ok(streams[0]!.closed);
+
+  const goaway = new Promise<number>((r) => c.once('goaway', (code) => r(code)));
+  const closed = new Promise<void>((r) => c.once('close', () => r()));
+  sessions[0]!.close();
+  t.equal(await goaway, 0, 'close() sends GOAWAY with NO_ERROR');
+  await closed;
+  t.pass('and the connection ends');
+});
+
+t.test('bodies over the limit get 413, bodies that never end are cancelled, streams over the limit refused', async (t) => {
+  const { port } = await serve(t, echo, { bodyLimit: 1000, bodyTimeoutMs: 300, maxConcurrentStreams: 2 });
+  const c = client(t, port);
+  const over = await request(c, { ':method': 'POST', ':path': '/x' }, Buffer.alloc(5000));
+  t.equal(over.status, 413, 'a body over the limit is answered 413');
+  t.equal(over.body.toString(), 'body too large\n');
+
+  const stalled = c.request({ ':method': 'POST', ':path': '/slow' });
+  stalled.on('error', () => undefined);
+  stalled.write('{"Ver');
+  const code = await new Promise<number>((r) => stalled.on('close', () => r(stalled.rstCode ?? -1)));
+  t.equal(code, http2.constants.NGHTTP2_CANCEL, 'a body that never ends is cancelled');
+
+  // nghttp2 holds a request back past the server's limit, so the third is sent by hand.
+  const post = (id: number) => frameBytes(1, 0x4, id, Buffer.from('838684', 'hex'));
+  const r = await raw(port, Buffer.concat([PREFACE, frameBytes(4, 0, 0), post(1), post(3), post(5), frameBytes(7, 0, 0, Buffer.alloc(8))]));
+  t.same(r.rst.find(([id]) => id === 5), [5, H2_ERROR.REFUSED_STREAM], 'a third concurrent stream is refused (limit 2)');
+  t.same(r.rst.filter(([id]) => id !== 5).sort(), [[1, H2_ERROR.CANCEL], [3, H2_ERROR.CANCEL]], 'the two open ones are cancelled when their bodies stall, and the connection ends');
+});
+
+// --- frames a well-behaved client never sends ---------------------------------------------------------------
+
+function frameBytes(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
+  const h = Buffer.alloc(9);
+  h.writeUIntBE(payload.length, 0, 3);
+  h[3] = type;
+  h[4] = flags;
+  h.writeUInt32BE(id, 5);
+  return Buffer.concat([h, payload]);
+}
+
+/** raw sends bytes and returns the GOAWAY error code the server answers with (or -1) once it closes. */
+async function raw(port: number, bytes: Buffer): Promise<{ goaway: number; rst: Array<[number, number]> }> {
+  const socket = connect(port, '127.0.0.1');
+  socket.on('error', () => undefined);
+  let buf = Buffer.alloc(0);
+  socket.on('data', (d: Buffer) => { buf = Buffer.concat([buf, d]); });
+  socket.write(bytes);
+  await new Promise<void>((resolve) => { socket.on('close', () => resolve()); setTimeout(() => { socket.destroy(); }, 3000).unref(); });
+  let goaway = -1;
+  const rst: Array<[number, number]> = [];
+  for (let at = 0; at + 9 <= buf.length;) {
+    const len = buf.readUIntBE(at, 3);
+    const type = buf[at + 3];
+    const id = buf.readUInt32BE(at + 5);
+    if (type === 7) goaway = buf.readUInt32BE(at + 13);
+    if (type === 3) rst.push([id, buf.readUInt32BE(at + 9)]);
+    at += 9 + len;
+  }
+  return { goaway, rst };
+}
+
+t.test('protocol errors end the connection with the GOAWAY code RFC 9113 names', async (t) => {
+  const { port } = await serve(t, echo);
+  const settings = frameBytes(4, 0, 0);
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
+  const cases: Array<[string, Buffer, number]> = [
+    ['a wrong preface', Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n'), H2_ERROR.PROTOCOL_ERROR],
+    ['no SETTINGS after the preface', Buffer.concat([PREFACE, frameBytes(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a frame over 16 KiB', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 1, Buffer.alloc(20_000))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['DATA on stream 0', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 0, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['DATA on an idle stream', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 5, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a WINDOW_UPDATE of 0', Buffer.concat([PREFACE, settings, win(0, 0)]), H2_ERROR.PROTOCOL_ERROR],
+    ['a window past 2^31-1', Buffer.concat([PREFACE, settings, win(0, 0x7fffffff)]), H2_ERROR.FLOW_CONTROL_ERROR],
+    ['SETTINGS of 5 bytes', Buffer.concat([PREFACE, frameBytes(4, 0, 0, Buffer.alloc(5))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['a PING of 4 bytes', Buffer.concat([PREFACE, settings, frameBytes(6, 0, 0, Buffer.alloc(4))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['a header block that is not HPACK', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5, 1, Buffer.from('80', 'hex'))]), H2_ERROR.COMPRESSION_ERROR],
+    ['HEADERS on an even stream', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5, 2, Buffer.from('828684', 'hex'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a frame between HEADERS and its CONTINUATION', Buffer.concat([PREFACE, settings, frameBytes(1, 0x1, 1, Buffer.from('82', 'hex')), frameBytes(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
+    ['PUSH_PROMISE from a client', Buffer.concat([PREFACE, settings, frameBytes(5, 0x4, 1, Buffer.alloc(4))]), H2_ERROR.PROTOCOL_ERROR],
+    ['padding that fills the frame', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5 | 0x8, 1, Buffer.from([9, 0x82]))]), H2_ERROR.PROTOCOL_ERROR],
+    ['CONTINUATION frames past 64 KiB', Buffer.concat([PREFACE, settings, frameBytes(1, 0x1, 1, Buffer.alloc(16_000, 0x82)), ...Array.from({ length: 4 }, () => frameBytes(9, 0, 1, Buffer.alloc(16_000, 0x82)))]), H2_ERROR.ENHANCE_YOUR_CALM],
+  ];
+  for (const [what, bytes, code] of cases) {
+    const r = await raw(port, bytes);
+    t.equal(r.goaway, code, `${what}: GOAWAY ${code}`);
+  }
+
+  // A malformed request is a stream error: RST_STREAM, and the connection goes on.
+  const noPath = frameBytes(1, 0x5, 1, Buffer.from('8286', 'hex')); // :method GET, :scheme http, no :path
+  const r = await raw(port, Buffer.concat([PREFACE, settings, noPath, frameBytes(7, 0, 0, Buffer.alloc(8))]));
+  t.same(r.rst, [[1, H2_ERROR.PROTOCOL_ERROR]], 'a request without :path is reset with PROTOCOL_ERROR');
+});

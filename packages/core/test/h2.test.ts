@@ -283,3 +283,45 @@ t.test('a client byte stream cut anywhere is read the same (frames split across 
     if ((await run([cut])) !== whole) { t.fail(`cut at byte ${cut} differs`); break; }
   }
 });
+
+t.test('what the client\'s windows hold back waits, in order, and goes once the windows open', async (t) => {
+  const body = Buffer.from(Array.from({ length: 100 }, (_, i) => i));
+  const { port } = await serve(t, (s) => { s.write(body.subarray(0, 60)); s.end(body.subarray(60)); });
+  const socket = connect(port, '127.0.0.1');
+  t.teardown(() => socket.destroy());
+  let got = Buffer.alloc(0);
+  socket.on('data', (d: Buffer) => { got = Buffer.concat([got, d]); });
+  const frames = () => {
+    const out: Array<{ type: number; flags: number; id: number; payload: Buffer }> = [];
+    for (let at = 0; at + 9 <= got.length;) {
+      const len = got.readUIntBE(at, 3);
+      if (at + 9 + len > got.length) break;
+      out.push({ type: got[at + 3]!, flags: got[at + 4]!, id: got.readUInt32BE(at + 5), payload: got.subarray(at + 9, at + 9 + len) });
+      at += 9 + len;
+    }
+    return out;
+  };
+  const data = () => Buffer.concat(frames().filter((f) => f.type === 0 && f.id === 1).map((f) => f.payload));
+  const ended = () => frames().some((f) => f.type === 0 && f.id === 1 && (f.flags & 1));
+  const settle = () => new Promise((r) => setTimeout(r, 100));
+  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return frameBytes(4, 0, 0, p); };
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
+
+  // A stream window of 10 bytes: the first 10 go, the other 90 wait.
+  socket.write(Buffer.concat([PREFACE, setting(4, 10), frameBytes(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
+  await settle();
+  t.same(data(), body.subarray(0, 10), 'the first 10 bytes, as the stream window allows');
+  t.notOk(ended(), 'not ended while bytes wait');
+  socket.write(win(1, 25));
+  await settle();
+  t.same(data(), body.subarray(0, 35), 'a stream WINDOW_UPDATE of 25 lets 25 more go, across the two writes');
+  // Lowering the initial window makes the stream's window negative: nothing more goes until it is above zero.
+  socket.write(setting(4, 0));
+  socket.write(win(1, 5));
+  await settle();
+  t.same(data(), body.subarray(0, 35), 'a window lowered by SETTINGS below zero holds everything back');
+  socket.write(win(1, 1000));
+  await settle();
+  t.same(data(), body, 'the rest, in order, once the window opens');
+  t.ok(ended(), 'and END_STREAM with the last byte');
+});

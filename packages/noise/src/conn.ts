@@ -266,15 +266,11 @@ export class NoiseConn extends Duplex {
     let total = 0;
     for (const p of parts) total += p.length;
     if (total === 0) return;
-    let plaintext: Uint8Array;
-    if (parts.length === 1) plaintext = parts[0]!;
-    else {
-      plaintext = scratchOf(total);
-      let at = 0;
-      for (const p of parts) { (plaintext as Buffer).set(p, at); at += p.length; }
-      plaintext = plaintext.subarray(0, total);
-    }
-    this.socket.write(sealRecords(this.send, plaintext));
+    if (parts.length === 1) { this.socket.write(sealRecords(this.send, parts[0]!)); return; }
+    const joined = scratchOf(total);
+    let at = 0;
+    for (const p of parts) { joined.set(p, at); at += p.length; }
+    this.socket.write(sealRecords(this.send, joined.subarray(0, total)));
   }
 
   override _final(callback: (error?: Error | null) => void): void {

@@ -85,14 +85,15 @@ async function main(): Promise<void> {
         const nodes = server.state.listNodes();
         // How the server batched the changes so far: batches sent, their total and longest time, contexts built.
         const read = async (name: string) => (await server.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
-        const batches = await read('headway_map_batch_seconds');
-        const count = batches.find((v) => v.metricName === 'headway_map_batch_seconds_count')?.value ?? 0;
-        const sum = batches.find((v) => v.metricName === 'headway_map_batch_seconds_sum')?.value ?? 0;
+        const histogram = async (name: string) => {
+          const values = await read(name);
+          const of = (suffix: string) => values.find((v) => v.metricName === `${name}_${suffix}`)?.value ?? 0;
+          return { count: of('count'), sum: of('sum') };
+        };
+        const { count, sum } = await histogram('headway_map_batch_seconds');
         const contexts = (await read('headway_policy_contexts_built'))[0]?.value ?? 0;
         const extended = (await read('headway_policy_contexts_extended'))[0]?.value ?? 0;
-        const trims = await read('headway_memory_trim_seconds');
-        const trimCount = trims.find((v) => v.metricName === 'headway_memory_trim_seconds_count')?.value ?? 0;
-        const trimSum = trims.find((v) => v.metricName === 'headway_memory_trim_seconds_sum')?.value ?? 0;
+        const { count: trimCount, sum: trimSum } = await histogram('headway_memory_trim_seconds');
         return {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
           batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended,

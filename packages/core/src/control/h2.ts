@@ -1,4 +1,4 @@
-import { COMPRESSION_ERROR, encodeResponseHeaders, H2Error, HpackDecoder } from './hpack.js';
+import { COMPRESSION_ERROR, encodeResponseHeaders, ENTRY_OVERHEAD, H2Error, HpackDecoder } from './hpack.js';
 
 /**
  * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
@@ -17,8 +17,6 @@ export const H2_ERROR = {
   NO_ERROR: 0x0, PROTOCOL_ERROR: 0x1, INTERNAL_ERROR: 0x2, FLOW_CONTROL_ERROR: 0x3, STREAM_CLOSED: 0x5,
   FRAME_SIZE_ERROR: 0x6, REFUSED_STREAM: 0x7, CANCEL: 0x8, COMPRESSION_ERROR, ENHANCE_YOUR_CALM: 0xb,
 } as const;
-
-export { H2Error };
 
 const DATA = 0x0;
 const HEADERS = 0x1;
@@ -55,7 +53,7 @@ const MAX_PEER_FRAME_SIZE = 16_777_215;
 /** A receive window is topped up once this much of it is used. */
 const WINDOW_REFRESH = 32_768;
 /** MAX_HEADER_LIST_SIZE is announced; a request over it is answered 431. */
-export const MAX_HEADER_LIST_SIZE = 16_384;
+const MAX_HEADER_LIST_SIZE = 16_384;
 /** MAX_HEADER_BLOCK bounds one header block with its CONTINUATION frames: a longer one ends the connection. */
 const MAX_HEADER_BLOCK = 64 * 1024;
 /** MAX_BUFFERED caps request body bytes held per connection: past it the connection window is not topped up. */
@@ -385,6 +383,8 @@ export class H2Session {
   pump(s: H2Stream): void {
     const q = s.queue;
     if (!q || s.closed) return;
+    // The last byte queued carries END_STREAM when the stream is to end; with nothing queued, an empty DATA does.
+    let endedOnData = false;
     while (q.length) {
       const item = q[0]!;
       let at = 0;
@@ -395,21 +395,19 @@ export class H2Session {
           (this.blocked ??= new Set()).add(s);
           return;
         }
-        const last = s.endQueued && q.length === 1 && at + n === item.length;
-        this.frameOut(DATA, last ? FLAG_END_STREAM : 0, s.id, item.subarray(at, at + n));
+        endedOnData = s.endQueued && q.length === 1 && at + n === item.length;
+        this.frameOut(DATA, endedOnData ? FLAG_END_STREAM : 0, s.id, item.subarray(at, at + n));
         at += n;
         this.sendWindow -= n;
         s.sendWindow -= n;
-        if (last) { s.queue = undefined; this.blocked?.delete(s); this.sentEnd(s); return; }
       }
       q.shift();
     }
     s.queue = undefined;
     this.blocked?.delete(s);
-    if (s.endQueued) {
-      this.frameOut(DATA, FLAG_END_STREAM, s.id);
-      this.sentEnd(s);
-    }
+    if (!s.endQueued) return;
+    if (!endedOnData) this.frameOut(DATA, FLAG_END_STREAM, s.id);
+    this.sentEnd(s);
   }
 
   private pumpBlocked(): void {
@@ -515,12 +513,8 @@ export class H2Stream {
     const limit = this.session.opts.bodyLimit ?? 1024 * 1024;
     if (this.size + data.length > limit) {
       this.overflowed = true;
-      const held = this.size;
-      this.chunks = undefined;
-      this.size = 0;
-      this.session.released(held);
-      this.waiter?.reject(Object.assign(new Error('body too large'), { status: 413 }));
-      this.waiter = undefined;
+      this.dropBody();
+      if (this.waiter) this.settle();
       return 0;
     }
     (this.chunks ??= []).push(data);
@@ -539,9 +533,7 @@ export class H2Stream {
   body(): Promise<Buffer> {
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject };
-      if (this.overflowed) this.settle();
-      else if (this.requestEnded) this.settle();
-      else if (this.closed) this.settle();
+      if (this.overflowed || this.requestEnded || this.closed) this.settle();
     });
   }
 
@@ -550,12 +542,18 @@ export class H2Stream {
     this.waiter = undefined;
     if (this.overflowed) { w.reject(Object.assign(new Error('body too large'), { status: 413 })); return; }
     if (!this.requestEnded) { w.reject(new Error('the stream closed before its request body ended')); return; }
+    const chunks = this.dropBody();
+    w.resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+  }
+
+  /** dropBody lets go of the body pieces held, telling the session, and returns them. */
+  private dropBody(): Buffer[] {
     const chunks = this.chunks ?? [];
     const held = this.size;
     this.chunks = undefined;
     this.size = 0;
-    this.session.released(held);
-    w.resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+    if (held) this.session.released(held);
+    return chunks;
   }
 
   armBodyTimeout(ms: number): void {
@@ -618,8 +616,8 @@ export class H2Stream {
     clearTimeout(this.bodyTimer);
     this.bodyTimer = undefined;
     this.queue = undefined;
-    if (this.size) { const held = this.size; this.size = 0; this.chunks = undefined; this.session.released(held); }
     if (this.waiter) this.settle();
+    this.dropBody();
     const fns = this.onCloseFns;
     this.onCloseFns = undefined;
     if (fns) for (const fn of fns) fn();
@@ -636,7 +634,7 @@ class RequestHeaders {
   private bad?: string;
 
   add(name: string, value: string): void {
-    this.size += name.length + value.length + 32;
+    this.size += name.length + value.length + ENTRY_OVERHEAD; // SETTINGS_MAX_HEADER_LIST_SIZE counts as HPACK does
     if (this.bad) return;
     if (name.startsWith(':')) {
       if (this.regularSeen) { this.bad = `pseudo-header ${name} after a regular header`; return; }

@@ -35,7 +35,7 @@ const STATIC: ReadonlyArray<readonly [string, string]> = [
   ['www-authenticate', ''],
 ];
 
-/** STATUS_INDEX and CONTENT_TYPE_INDEX are the static entries the response encoder refers to. */
+/** STATUS_200_INDEX (`:status: 200`, also the name for other statuses) and CONTENT_TYPE_INDEX: the static entries responses use. */
 const STATUS_200_INDEX = 8;
 const CONTENT_TYPE_INDEX = 31;
 
@@ -101,7 +101,7 @@ export function decodeHuffman(buf: Uint8Array, start: number, end: number): stri
 }
 
 /** ENTRY_OVERHEAD is what RFC 7541 §4.1 adds to each dynamic table entry's name and value lengths. */
-const ENTRY_OVERHEAD = 32;
+export const ENTRY_OVERHEAD = 32;
 
 /**
  * HpackDecoder decodes header blocks of one connection in order, keeping its dynamic table. Names and values

@@ -93,6 +93,5 @@ export async function startMemoryTrimmer(logger: Logger, metrics: Metrics): Prom
     logger.debug('free C memory stays with the process', { reason: loaded.unavailable });
     return undefined;
   }
-  const { trim } = loaded;
-  return new MemoryTrimmer({ trim: () => trim(), logger, metrics });
+  return new MemoryTrimmer({ trim: loaded.trim, logger, metrics });
 }

@@ -18,7 +18,8 @@
  *      more often than every 1,000 µs),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
  *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, sampled every 100 µs),
- *      BENCH_HEAP_SNAPSHOT (a directory: the server's heap after the changes, <devices>.heapsnapshot).
+ *      BENCH_HEAP_SNAPSHOT (a directory: the server's heap after the changes, <devices>.heapsnapshot, and each
+ *      worker's, <devices>-worker-<w>.heapsnapshot).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
@@ -367,6 +368,10 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     if (heapDir) {
       mkdirSync(heapDir, { recursive: true });
       log(`  [${n}] heap snapshot ${await server.request<string>({ op: 'heapSnapshot', file: join(resolve(heapDir), `${n}.heapsnapshot`) }, 300_000)}`);
+      // The load generator's too: what a virtual device keeps bounds the largest fleet the workers can hold.
+      for (const [w, c] of workers.entries()) {
+        log(`  [${n}] worker heap snapshot ${await c.request<string>({ op: 'heapSnapshot', file: join(resolve(heapDir), `${n}-worker-${w}.heapsnapshot`) }, 600_000)}`);
+      }
     }
     const closed = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'close' }, 120_000)));
     return {

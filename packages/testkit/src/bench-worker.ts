@@ -5,6 +5,7 @@
  * change it measures is made), joins its devices, and times when each affected device's netmap shows a change.
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
+import { writeHeapSnapshot } from 'node:v8';
 import { TestDevice } from './device.js';
 import { joinDevice, runPool } from './bench-join.js';
 import type { NetMap } from './netmap.js';
@@ -62,6 +63,7 @@ export type WorkerCommand =
   | { op: 'arm'; change: Change; timeoutMs: number }
   | { op: 'collect' }
   | { op: 'stats' }
+  | { op: 'heapSnapshot'; file: string }
   | { op: 'close' };
 
 /** Change is one measured change; the driver applies it on the server between `arm` and `collect`. */
@@ -274,6 +276,7 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
       return r;
     }
     case 'stats': return stats();
+    case 'heapSnapshot': return writeHeapSnapshot(cmd.file);
     case 'close':
       await runPool(devices.length, 200, (k) => devices[k]!.close());
       return stats();

@@ -80,6 +80,9 @@ export class ControlHttpError extends Error {
 
 const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
 
+/** settledFirst replaces startMap's resolvers once its first message is in (see there). */
+const settledFirst = (): void => undefined;
+
 /**
  * TestDevice is a virtual tailscaled speaking the real control protocol: /key, the ts2021 Noise upgrade,
  * HTTP/2 inside it, register and a streamed map poll whose deltas build `netmap` the way the real client does.
@@ -348,6 +351,10 @@ export class TestDevice extends EventEmitter {
             }
             sawFirst = true;
             resolveFirst(msg);
+            // The stream's handlers outlive the first message: holding its resolvers kept the whole first map (with
+            // every peer) alive as the promise's result for as long as the stream was open, per device. The load
+            // generator's workers then held O(devices x peers) of it and ran out of heap on the way to 10,000.
+            resolveFirst = rejectFirst = settledFirst;
           }
           this.emit('update', msg);
         }

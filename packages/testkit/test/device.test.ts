@@ -1,5 +1,7 @@
 import t, { type Test } from 'tap';
 import { createServer } from 'node:http';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { createServer as createHttp2Server, type ServerHttp2Stream } from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { formatKey, generateKeyPair, handleTs2021Upgrade } from '@headway/noise';
@@ -265,6 +267,38 @@ t.test('a first MapResponse without Node is refused like tailscaled does', async
   const started = device.startMap();
   send(await nextStream, { Peers: [peer(2)] });
   await t.rejects(started, /initial MapResponse lacked node/);
+});
+
+t.test('an open map stream does not keep its first MapResponse alive', async (t) => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const fake = await startFakeControl(t);
+  const device = new TestDevice({ serverUrl: fake.url, hostname: 'desk' });
+  t.teardown(() => device.close());
+  await device.connect();
+  const nextStream = fake.nextMapStream();
+  let stream!: ServerHttp2Stream;
+  // Large enough (random keys, over 16 KiB compressed) that the decoder does not keep it among the small messages
+  // devices share (zstd.ts), as a first map of a real tailnet is.
+  const peers = Array.from({ length: 600 }, (_, k) => peer(k + 2, { Key: formatKey('nodekey', generateKeyPair().publicKey), DiscoKey: formatKey('discokey', generateKeyPair().publicKey) }));
+  // Only a weak reference to the first message (and its promise) leaves this block: the caller has dropped it.
+  const first = await (async () => {
+    const started = device.startMap();
+    stream = await nextStream;
+    send(stream, { Node: peer(1), Peers: peers, PacketFilter: allowAll });
+    return new WeakRef(await started);
+  })();
+  t.ok(first.deref()?.Node, 'the first message was delivered');
+  // A weak reference holds until the job that read it ends: collect from later macrotasks.
+  for (let i = 0; i < 5 && first.deref(); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    gc();
+  }
+  t.equal(first.deref(), undefined, 'the first MapResponse was collected while the stream stays open');
+  t.equal(device.netmap.peers.size, 600, 'the netmap still holds what the message brought');
+  send(stream, { PeersRemoved: [3] });
+  await device.waitFor((nm) => nm.peers.size === 599, 2000);
+  t.notOk(device.netmap.peers.has(3), 'the stream keeps applying messages');
 });
 
 t.test('waitFor times out with a clear error', async (t) => {

@@ -47,7 +47,13 @@ class Client {
     const u = filterUpdate(this.rules_, this.names, next);
     this.rules_ = next;
     this.names = u.names;
-    if (u.json === null) return null;
+    if (u.json === null) {
+      if (u.pieces !== null) throw new Error('pieces without json');
+      return null;
+    }
+    // The pieces a flush compresses apart are the text, in order: strings and shared blocks, nothing between.
+    const joined = u.pieces!.map((p) => (typeof p === 'string' ? p : p.text)).join('');
+    if (joined !== u.json) throw new Error(`the pieces are not the update's text: ${joined} vs ${u.json}`);
     // JSON.parse keeps the last of two equal keys, so count the names in the text (less the rules' own fields).
     const named = [...u.json.matchAll(/"([^"]+)":/g)].map((m) => m[1]!).filter((k) => !RULE_FIELDS.has(k));
     if (new Set(named).size !== named.length) throw new Error(`a chunk is named twice in one update: ${u.json}`);
@@ -201,4 +207,21 @@ t.test('a wildcard source is a block of its own', async (t) => {
   client.first(rules);
   t.ok(client.held.has(`${nameAt(0)}.*`), 'the "*" entry is one chunk');
   t.same(expandRules(client.rules), expandRules(rules));
+});
+
+t.test('an update sends each block of sources as one piece, the same object for every node moving between two lists', async (t) => {
+  const dst = (h: number) => [{ IP: `100.64.9.${h}`, Ports: { First: 22, Last: 22 } }];
+  const before = hosts(range(0, 1, 80));
+  const after = hosts([...range(0, 1, 80), [0, 81], [1, 5]]);
+  // Two nodes hold the same sources towards their own address; the compiler shares one SrcIPs list between them.
+  const a = filterUpdate([{ SrcIPs: before, DstPorts: dst(1) }], undefined, [{ SrcIPs: after, DstPorts: dst(1) }]);
+  const b = filterUpdate([{ SrcIPs: before, DstPorts: dst(2) }], undefined, [{ SrcIPs: after, DstPorts: dst(2) }]);
+  const shared = (u: typeof a) => u.pieces!.filter((p) => typeof p !== 'string');
+  t.equal(shared(a).length, 4, 'in each family the block that changed and the one that is new');
+  t.ok(shared(a).every((p, i) => p === shared(b)[i]), 'both nodes send the very same blocks (one id, one text)');
+  t.equal(new Set(shared(a).map((p) => typeof p === 'string' ? '' : p.id)).size, 4, 'each block has its own id');
+  t.ok(a.pieces!.every((p) => typeof p !== 'string' || p.length < 200), 'what is left per node is names and destinations');
+  t.not(a.json, b.json, 'their texts differ by the destinations');
+  const whole = filterUpdate([], undefined, [{ SrcIPs: after, DstPorts: dst(1) }]);
+  t.equal(whole.pieces!.map((p) => (typeof p === 'string' ? p : p.text)).join(''), whole.json, 'a rule sent whole too');
 });

@@ -165,9 +165,9 @@ export class Fleet {
   static async start(t: { teardown(fn: () => void | Promise<void>): void }, policy?: string): Promise<Fleet> {
     const s = await startState(t);
     const f = new Fleet(s);
-    // Shared parts from a few hundred bytes go out as frames of their own (one peer's entry is about 600), so the
-    // zstd sessions' messages are mostly several frames.
-    const wasFrameMin = setSharedFrameMin(256);
+    // Shared parts from a few dozen bytes go out as frames of their own (one peer's entry is about 600, a block of
+    // a small fleet's sources one to a few hundred), so the zstd sessions' messages are mostly several frames.
+    const wasFrameMin = setSharedFrameMin(64);
     t.teardown(() => { setSharedFrameMin(wasFrameMin); });
     f.policyText = policy;
     const { state, config } = s;

@@ -3,7 +3,9 @@
 // frame header properties those clients rely on, with a map the size of a big tailnet.
 import t from 'tap';
 import { zstdDecompressSync } from 'node:zlib';
-import { frame, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/control/frames.js';
+import { decompress as wasmDecompress } from '@bokuweb/zstd-wasm';
+import { zstdDecompress, zstdFrameLength } from '@headway/testkit';
+import { compressJson, frame, rawFrame, RAW_FRAME_MAX, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/control/frames.js';
 
 const ZSTD_MAGIC = 0xfd2fb528;
 
@@ -50,6 +52,31 @@ t.test('zstd frame: length prefix, one zstd frame with its content size, decodes
     t.equal(zstdDecompressSync(body).toString(), json);
     if (json.length > 1_000_000) t.comment(`${json.length} B of map JSON -> ${length} B zstd`);
   }
+});
+
+t.test('raw zstd frames: text kept as is, read by both libzstd builds, alone or among compressed frames', async (t) => {
+  const short = '{"KeepAlive":true}';
+  const body = frame(short, true).subarray(4);
+  t.equal(body.readUInt32LE(0), ZSTD_MAGIC, 'a short message is still a zstd frame');
+  t.ok(body.includes(Buffer.from(short)), 'holding its text uncompressed');
+  t.equal(body.length, short.length + 12, 'magic, header with content size, one block header');
+  t.ok(zstdHeader(body).hasContentSize, 'the header carries the decoded size');
+  const below = Buffer.from('x'.repeat(RAW_FRAME_MAX - 1));
+  t.ok(compressJson(below).length > below.length, `${below.length} B go raw`);
+  t.ok(compressJson(Buffer.from('x'.repeat(RAW_FRAME_MAX))).length < 64, `${RAW_FRAME_MAX} B are compressed`);
+  // Every size class of the block header, more than one block (128 KiB each), and nothing at all.
+  const random = (n: number) => Buffer.from(Array.from({ length: n }, (_, i) => 32 + ((i * 7919 + (i >> 3)) % 95)));
+  for (const text of [Buffer.alloc(0), random(1), random(255), random(70_000), random(128 * 1024), random(300_000)]) {
+    const raw = rawFrame(text);
+    t.same(zstdDecompressSync(raw), text, `${text.length} B: node:zlib decodes it`);
+    t.same(Buffer.from(wasmDecompress(raw)), text, `${text.length} B: zstd-wasm decodes it`);
+  }
+  // A body of several frames, raw and compressed, decodes to their texts one after another (what a client reads;
+  // node:zlib stops after the first frame, so the testkit's decoder walks them).
+  const parts = ['{"PacketFilters":{"a0":[{"SrcIPs":', JSON.stringify(Array.from({ length: 400 }, (_, i) => `100.64.${i >> 8}.${i & 255}`)), '}]}}'];
+  const frames = parts.map((p) => compressJson(Buffer.from(p)));
+  t.same(frames.map((f) => zstdFrameLength(Buffer.concat([f, Buffer.alloc(8)]))), frames.map((f) => f.length), 'each frame ends where its header and blocks say');
+  t.equal(zstdDecompress(Buffer.concat(frames)).toString(), parts.join(''));
 });
 
 t.test('uncompressed frame: the JSON as it is, after the length', async (t) => {

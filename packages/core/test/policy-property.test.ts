@@ -96,7 +96,7 @@ const SEEDS = seedsFromEnv(Number(process.env.HEADWAY_TEST_RUNS ?? 16));
 const STEPS = 60;
 
 t.test('incremental maps equal a from-scratch compile under a realistic policy', async (t) => {
-  let checks = 0, messages = 0, bytes = 0, strict = 0, extended = 0, retagExtended = 0;
+  let checks = 0, messages = 0, bytes = 0, strict = 0, extended = 0, retagExtended = 0, blockFrames = 0;
   const started = performance.now();
   for (const seed of SEEDS) {
     await t.test(`seed ${seed}`, async (t) => {
@@ -135,6 +135,7 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
       }
       for (const c of f.connected.values()) { messages += c.client.messages; bytes += c.client.bytes; }
       extended += f.view.contextExtensions;
+      blockFrames += f.hub.blockFrames;
       t.pass(`${STEPS} steps`);
     });
   }
@@ -143,6 +144,9 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
   // the fast path ran. Tag changes here rarely extend (most random nodes advertise routes, which extend does not
   // follow, and the seeds are random): the fleet test below re-tags on purpose.
   t.ok(extended > 0, `joins and tag changes extended the live policy context (${extended} times, ${retagExtended} after a tag change)`);
+  // Updates' blocks of sources went out as frames shared by the sessions sending them (SessionHub.send), and the
+  // clients holding the filters above decoded them.
+  t.ok(blockFrames > 0, `filter updates sent blocks of sources as shared frames (${blockFrames})`);
   t.comment(`${SEEDS.length} seeds x ${STEPS} steps: ${checks} session checks (${strict} with a strict subset of peers), ` +
     `${messages} messages, ${bytes} bytes, ${((performance.now() - started) / 1000).toFixed(1)} s`);
 });

@@ -38,8 +38,18 @@ export const DEFAULT_FILTER_CHUNKING: Readonly<FilterChunking> = { wholeUpTo: 16
 let wholeUpTo = DEFAULT_FILTER_CHUNKING.wholeUpTo;
 let blockBits = BigInt(DEFAULT_FILTER_CHUNKING.blockBits);
 
+/**
+ * SharedText is a piece of an update's JSON that every session moving between the same two source lists sends the
+ * same: one block of a rule's sources (the rest of its chunk, the rule's destinations, is the node's own). `id`
+ * names it for as long as it lives, so that a flush compresses it once for all of them (see SessionHub.send).
+ */
+export interface SharedText { readonly id: number; readonly text: string }
+
 /** Block is the JSON of a rule's source entries within one block (key '' for a rule kept whole). */
-interface Block { key: string; text: string }
+interface Block extends SharedText { key: string }
+
+let blockIds = 0;
+const block = (key: string, entries: readonly string[]): Block => ({ key, text: JSON.stringify(entries), id: ++blockIds });
 
 /** blockCache: each compiled SrcIPs list is shared by every node whose filter holds the rule, so it is cut once. */
 let blockCache = new WeakMap<readonly string[], Block[]>();
@@ -79,7 +89,7 @@ function blocksOf(list: readonly string[]): Block[] {
   if (known) return known;
   let blocks: Block[];
   if (list.length <= wholeUpTo) {
-    blocks = list.length ? [{ key: '', text: JSON.stringify(list) }] : [];
+    blocks = list.length ? [block('', list)] : [];
   } else {
     const byKey = new Map<string, string[]>();
     for (const e of list) {
@@ -87,7 +97,7 @@ function blocksOf(list: readonly string[]): Block[] {
       const at = byKey.get(k);
       if (at) at.push(e); else byKey.set(k, [e]);
     }
-    blocks = [...byKey.keys()].sort().map((key) => ({ key, text: JSON.stringify(byKey.get(key)) }));
+    blocks = [...byKey.keys()].sort().map((key) => block(key, byKey.get(key)!));
   }
   blockCache.set(list, blocks);
   return blocks;
@@ -131,6 +141,13 @@ function chunkJson(rule: string, block: Block, head: string): string {
   return `"${chunkName(rule, block.key)}":[{"SrcIPs":${block.text}${head ? `,${head}` : ''}}]`;
 }
 
+/** Chunk is chunkJson in three pieces, the block's sources apart; a drop is its text alone. */
+type Chunk = string | readonly [string, Block, string];
+
+function chunk(rule: string, block: Block, head: string): Chunk {
+  return [`"${chunkName(rule, block.key)}":[{"SrcIPs":`, block, `${head ? `,${head}` : ''}}]`];
+}
+
 /** filterChunksJson is a whole filter as the PacketFilters of a first map: everything the client held is dropped ("*"). */
 export function filterChunksJson(rules: readonly FilterRule[]): string {
   const out = ['"*":null'];
@@ -162,7 +179,16 @@ function listDiff(prev: readonly string[], next: readonly string[]): BlockChange
  * FilterUpdate is the PacketFilters that take a client from one filter to the next (null: nothing changed) and the
  * names its rules then have (undefined: positional, nameAt).
  */
-export interface FilterUpdate { json: string | null; names: readonly string[] | undefined }
+export interface FilterUpdate {
+  json: string | null;
+  names: readonly string[] | undefined;
+  /**
+   * pieces is json cut around the blocks of sources it sends, which follow one another with nothing between
+   * (null with json). A flush compresses each such block once for every session sending it, and only the pieces
+   * between them (chunk names, the node's own destinations) per session.
+   */
+  pieces: ReadonlyArray<string | SharedText> | null;
+}
 
 /**
  * filterUpdate is the PacketFilters that take a client holding `prev` under `prevNames` (undefined: positional; as
@@ -171,27 +197,27 @@ export interface FilterUpdate { json: string | null; names: readonly string[] | 
  * sends the blocks that changed, one whose destinations changed is sent whole again.
  */
 export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly string[] | undefined, next: readonly FilterRule[]): FilterUpdate {
-  if (prev === next) return { json: null, names: prevNames };
-  const out: string[] = [];
+  if (prev === next) return { json: null, names: prevNames, pieces: null };
+  const out: Chunk[] = [];
   const prevName = prevNames ? (i: number) => prevNames[i]! : nameAt;
   /** kept: the same destinations under the same name; only changed source blocks go out. */
   const kept = (o: FilterRule, r: FilterRule, name: string): void => {
     if (o === r || o.SrcIPs === r.SrcIPs) return;
     const head = headOf(r);
-    for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunkJson(name, c.block, head) : dropJson(name, c.key));
+    for (const c of listDiff(o.SrcIPs, r.SrcIPs)) out.push(c.block ? chunk(name, c.block, head) : dropJson(name, c.key));
   };
   /** replaced: new destinations (or a new rule) under an old name: every chunk again, and drops for the old ones left. */
   const replaced = (o: FilterRule | undefined, r: FilterRule, name: string): void => {
     const head = headOf(r);
     const blocks = blocksOf(r.SrcIPs);
-    for (const b of blocks) out.push(chunkJson(name, b, head));
+    for (const b of blocks) out.push(chunk(name, b, head));
     if (o) {
       const have = new Set(blocks.map((b) => b.key));
       for (const b of blocksOf(o.SrcIPs)) if (!have.has(b.key)) out.push(dropJson(name, b.key));
     }
   };
   const dropped = (o: FilterRule, name: string): void => { for (const b of blocksOf(o.SrcIPs)) out.push(dropJson(name, b.key)); };
-  const done = (names: readonly string[] | undefined): FilterUpdate => ({ json: out.length ? `{${out.join(',')}}` : null, names });
+  const done = (names: readonly string[] | undefined): FilterUpdate => ({ ...piecesOf(out), names });
 
   // Most updates keep every rule in place (sources joined or left): compare by position.
   if (prev.length === next.length && next.every((r, i) => r === prev[i] || headOf(r) === headOf(prev[i]!))) {
@@ -222,6 +248,21 @@ export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly st
       for (const name of fresh) { replaced(undefined, next[names.length]!, name); names.push(name); }
     }
   }
-  if (names.some((n) => n.length > MAX_NAME_LENGTH)) return { json: filterChunksJson(next), names: undefined };
+  if (names.some((n) => n.length > MAX_NAME_LENGTH)) { const json = filterChunksJson(next); return { json, names: undefined, pieces: [json] }; }
   return done(names.every((n, k) => n === nameAt(k)) ? undefined : names);
+}
+
+/** piecesOf is an update's chunks as one JSON object, whole and in pieces around their blocks (see FilterUpdate). */
+function piecesOf(out: readonly Chunk[]): Pick<FilterUpdate, 'json' | 'pieces'> {
+  if (!out.length) return { json: null, pieces: null };
+  const pieces: Array<string | SharedText> = [];
+  let own = '{';
+  out.forEach((c, i) => {
+    if (i) own += ',';
+    if (typeof c === 'string') { own += c; return; }
+    pieces.push(own + c[0], c[1]);
+    own = c[2];
+  });
+  pieces.push(`${own}}`);
+  return { json: pieces.map((p) => (typeof p === 'string' ? p : p.text)).join(''), pieces };
 }

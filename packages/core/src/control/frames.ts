@@ -37,8 +37,43 @@ export function zstdWasmReady(): Promise<void> {
 // Top-level await: the module is ready before any frame can be asked for.
 await zstdWasmReady();
 
-/** compressJson is one zstd frame of `text` at ZSTD_LEVEL, from whichever codec is cheaper at its size. */
+/**
+ * RAW_FRAME_MAX: text shorter than this goes into a zstd frame as is (rawFrame) rather than through the compressor.
+ * A flush cuts each session's message around the parts it shares with others (frameSegments), and what is left
+ * between them is a few dozen bytes of the session's own ('}', a rule's destinations): a compressor call each (10 µs
+ * and up with zstd-wasm, per piece, per session, per flush) that saved a handful of bytes, if any.
+ */
+export const RAW_FRAME_MAX = 256;
+
+/** RAW_BLOCK_MAX is zstd's largest block (Block_Maximum_Size, 128 KiB; RFC 8878 §3.1.1.2.3). */
+const RAW_BLOCK_MAX = 128 * 1024;
+
+/**
+ * rawFrame is a zstd frame holding `text` uncompressed (RFC 8878 §3.1.1): the magic number, a frame header for a
+ * single segment with a 4-byte content size, then raw blocks (type 0) of at most 128 KiB, the last one flagged.
+ * Any zstd decoder reads it, as it reads the frames a compressor writes when compressing does not pay.
+ */
+export function rawFrame(text: Uint8Array): Uint8Array {
+  const blocks = Math.max(1, Math.ceil(text.length / RAW_BLOCK_MAX));
+  const out = Buffer.allocUnsafe(4 + 1 + 4 + blocks * 3 + text.length);
+  out.writeUInt32LE(0xfd2fb528, 0);
+  // Frame_Header_Descriptor: Frame_Content_Size_flag 2 (4 bytes), Single_Segment_flag, no checksum, no dictionary.
+  out[4] = 0b1010_0000;
+  out.writeUInt32LE(text.length, 5);
+  let at = 9;
+  for (let k = 0; k < blocks; k++) {
+    const part = text.subarray(k * RAW_BLOCK_MAX, (k + 1) * RAW_BLOCK_MAX);
+    // Block_Header, 3 bytes little-endian: Last_Block (bit 0), Block_Type 0 = Raw (bits 1-2), Block_Size (bits 3-23).
+    out.writeUIntLE((part.length << 3) | (k === blocks - 1 ? 1 : 0), at, 3);
+    out.set(part, at + 3);
+    at += 3 + part.length;
+  }
+  return out;
+}
+
+/** compressJson is one zstd frame of `text` at ZSTD_LEVEL, from whichever codec is cheaper at its size (as is when short). */
 export function compressJson(text: Buffer): Uint8Array {
+  if (text.length < RAW_FRAME_MAX) return rawFrame(text);
   if (text.length <= WASM_MAX_INPUT) return wasmCompress(text, ZSTD_LEVEL);
   return zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } });
 }
@@ -52,7 +87,12 @@ export function compressJson(text: Buffer): Uint8Array {
  * flush when it gave each device new peers (1,411 sessions at 5,000 devices, 48 KB each).
  */
 export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buffer {
-  return lengthPrefixed(segments.map((s) => (typeof s === 'string' ? compressJson(Buffer.from(s)) : s)));
+  const bodies: Uint8Array[] = [];
+  for (const s of segments) {
+    if (typeof s !== 'string') bodies.push(s);
+    else if (s.length) bodies.push(compressJson(Buffer.from(s))); // nothing between two shared frames: no frame
+  }
+  return lengthPrefixed(bodies);
 }
 
 /** lengthPrefixed is a message as it goes on the stream: u32 little-endian length of the bodies, then the bodies. */

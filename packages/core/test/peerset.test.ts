@@ -67,6 +67,35 @@ t.test('PeerSet.ofList and diff agree with Set arithmetic (fixed seeds)', async 
   }
 });
 
+t.test('sets made from one compiled list share its ids until one changes (copy on write), less their own node', async (t) => {
+  for (const seed of [11, 12, 13, 14]) {
+    const rng = new Rng(seed);
+    const list = [...new Set(Array.from({ length: 40 + rng.int(60) }, () => rng.int(200)))].sort((a, b) => a - b).map(String);
+    const members = list.map(Number);
+    const sets = members.slice(0, 6).map((self) => ({ self, ps: PeerSet.ofList(list, self), ref: new Set(members.filter((id) => id !== self)) }));
+    t.ok(sets.every(({ ps }) => ps.sharesList && ps.byteLength === sets[0]!.ps.byteLength), `seed ${seed}: every set reads the one parsed list`);
+    for (let step = 0; step < 400; step++) {
+      const x = sets[rng.int(sets.length)]!;
+      const id = rng.chance(0.3) ? x.self : rng.chance(0.5) ? members[rng.int(members.length)]! : rng.int(220);
+      if (rng.chance(0.5)) { x.ps.add(id); x.ref.add(id); } else t.equal(x.ps.delete(id), x.ref.delete(id), `seed ${seed}: delete ${id} answers as a Set`);
+      for (const y of sets) {
+        if (y.ps.size !== y.ref.size || [...y.ps].join() !== [...y.ref].sort((a, b) => a - b).join()) {
+          t.fail(`seed ${seed} step ${step}: node ${y.self}'s set ${[...y.ps].join()} is not ${[...y.ref].sort((a, b) => a - b).join()}`);
+          return;
+        }
+      }
+    }
+    t.same(PeerSet.ofList(list).size, members.length, `seed ${seed}: the parsed list itself is untouched by the sets' changes`);
+    const a = PeerSet.ofList(list, members[0]), b = new PeerSet(members.slice(1));
+    t.ok(a.sharesList && a.add(members[1]!) && a.sharesList && !a.delete(members[0]!) && a.sharesList, `seed ${seed}: adding a member or deleting its own node changes nothing, copies nothing`);
+    t.same(a.changes(b), { gone: [], added: [] }, `seed ${seed}: a shared set less its node equals the same ids held apart`);
+    t.same(b.changes(a), { gone: [], added: [] });
+    const seen: number[] = [];
+    t.same(new PeerSet([members[0]!]).diff(a, (id, added) => { if (!added) seen.push(id); }), [members[0]!], `seed ${seed}: the skipped node is gone from a set holding only it`);
+    t.same(seen, []);
+  }
+});
+
 t.test('PeerSet.ofList reads an ascending list in one pass and anything else through the general path', async (t) => {
   t.same([...PeerSet.ofList(['1', '2', '10', '300'])], [1, 2, 10, 300], 'ascending (the compiler\'s order)');
   t.same([...PeerSet.ofList(['10', '2', '1'])], [1, 2, 10], 'descending: sorted');

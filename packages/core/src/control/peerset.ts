@@ -7,7 +7,14 @@
  */
 export class PeerSet implements Iterable<number> {
   private ids: Uint32Array | Float64Array;
-  private count = 0;
+  /** len: the slots of ids in use (ascending ids); the set is those less `skip`. */
+  private len = 0;
+  /**
+   * shared: ids is a compiled peer list's parsed ids (ofList), which every set made from that list reads; the first
+   * add or delete copies it. skip: an id in those slots that is not in this set (ofList's `except`), or -1.
+   */
+  private shared = false;
+  private skip = -1;
 
   constructor(ids?: Iterable<number>) {
     if (!ids) { this.ids = EMPTY; return; }
@@ -18,14 +25,16 @@ export class PeerSet implements Iterable<number> {
     for (let i = 0; i < sorted.length; i++) if (k === 0 || sorted[i] !== sorted[k - 1]) sorted[k++] = sorted[i]!;
     // slice, not subarray: a view would keep the duplicates' room.
     this.ids = k === sorted.length ? sorted : sorted.slice(0, k);
-    this.count = k;
+    this.len = k;
   }
 
   /**
    * ofList is the set of a compiled peer list (ids as text, as the policy compiler gives them), less `except` when
    * given. The parsed ids are kept per list: nodes of one class share one list (with each member itself in it, see
-   * peerListOf), so a structural flush parses it once, and each session gets its own copy (a memcpy, skipping its
-   * own id) because sessions change their sets independently afterwards.
+   * peerListOf), so a structural flush parses it once. The set reads those ids in place until it is changed
+   * (copy on write): a structural flush gives every session such a set, and copying the class's ids for each (16 KB
+   * per session at 10,000 devices, per flush) made most of the garbage a join burst or a tag change left, while
+   * idle sessions of one class can share one array.
    */
   static ofList(list: readonly string[], except?: number): PeerSet {
     let parsed = PARSED.get(list);
@@ -33,14 +42,15 @@ export class PeerSet implements Iterable<number> {
       parsed = parseAscending(list);
       if (!parsed) {
         const ps = new PeerSet(list.map(Number));
-        parsed = ps.ids.subarray(0, ps.count);
+        parsed = ps.ids.subarray(0, ps.len);
       }
       PARSED.set(list, parsed);
     }
     const out = new PeerSet();
-    out.ids = parsed.slice();
-    out.count = parsed.length;
-    if (except !== undefined) out.delete(except);
+    out.ids = parsed;
+    out.len = parsed.length;
+    out.shared = true;
+    if (except !== undefined && out.has(except)) out.skip = except;
     return out;
   }
 
@@ -51,15 +61,17 @@ export class PeerSet implements Iterable<number> {
    */
   diff(next: PeerSet, each: (id: number, added: boolean) => void): number[] {
     const gone: number[] = [];
+    const mine = this.ids, skip = this.skip;
     let i = 0;
-    for (let j = 0; j < next.count; j++) {
+    for (let j = 0; j < next.len; j++) {
       const id = next.ids[j]!;
-      while (i < this.count && this.ids[i]! < id) gone.push(this.ids[i++]!);
-      const held = i < this.count && this.ids[i] === id;
-      if (held) i++;
+      if (id === next.skip) continue;
+      while (i < this.len && mine[i]! < id) { if (mine[i] !== skip) gone.push(mine[i]!); i++; }
+      const held = i < this.len && mine[i] === id && id !== skip;
+      if (i < this.len && mine[i] === id) i++;
       each(id, !held);
     }
-    while (i < this.count) gone.push(this.ids[i++]!);
+    for (; i < this.len; i++) if (mine[i] !== skip) gone.push(mine[i]!);
     return gone;
   }
 
@@ -70,65 +82,86 @@ export class PeerSet implements Iterable<number> {
   changes(next: PeerSet): { gone: number[]; added: number[] } {
     const gone: number[] = [];
     const added: number[] = [];
+    const mine = this.ids, skip = this.skip;
     let i = 0;
-    for (let j = 0; j < next.count; j++) {
+    for (let j = 0; j < next.len; j++) {
       const id = next.ids[j]!;
-      while (i < this.count && this.ids[i]! < id) gone.push(this.ids[i++]!);
-      if (i < this.count && this.ids[i] === id) i++;
+      if (id === next.skip) continue;
+      while (i < this.len && mine[i]! < id) { if (mine[i] !== skip) gone.push(mine[i]!); i++; }
+      if (i < this.len && mine[i] === id) { if (id === skip) added.push(id); i++; }
       else added.push(id);
     }
-    while (i < this.count) gone.push(this.ids[i++]!);
+    for (; i < this.len; i++) if (mine[i] !== skip) gone.push(mine[i]!);
     return { gone, added };
   }
 
-  get size(): number { return this.count; }
+  get size(): number { return this.skip < 0 ? this.len : this.len - 1; }
 
-  /** byteLength is what the ids take (tests and memory accounting). */
+  /** byteLength is what the ids take (tests and memory accounting); a set still reading a shared list counts it whole. */
   get byteLength(): number { return this.ids.byteLength; }
 
+  /** sharesList: the set still reads ofList's shared ids (tests). */
+  get sharesList(): boolean { return this.shared; }
+
   has(id: number): boolean {
+    if (id === this.skip) return false;
     const i = this.find(id);
-    return i < this.count && this.ids[i] === id;
+    return i < this.len && this.ids[i] === id;
   }
 
   add(id: number): this {
     checkId(id);
+    if (this.has(id)) return this;
+    this.own();
     const i = this.find(id);
-    if (i < this.count && this.ids[i] === id) return this;
     if (!fitsU32(id) && this.ids instanceof Uint32Array) this.ids = Float64Array.from(this.ids);
-    if (this.count === this.ids.length) {
-      const next = new (this.ids.constructor as Uint32ArrayConstructor | Float64ArrayConstructor)(this.count + Math.max(4, this.count >>> 3));
+    if (this.len === this.ids.length) {
+      const next = new (this.ids.constructor as Uint32ArrayConstructor | Float64ArrayConstructor)(this.len + Math.max(4, this.len >>> 3));
       next.set(this.ids);
       this.ids = next;
     }
-    if (i < this.count) this.ids.copyWithin(i + 1, i, this.count);
+    if (i < this.len) this.ids.copyWithin(i + 1, i, this.len);
     this.ids[i] = id;
-    this.count++;
+    this.len++;
     return this;
   }
 
   delete(id: number): boolean {
+    if (!this.has(id)) return false;
+    this.own();
     const i = this.find(id);
-    if (i >= this.count || this.ids[i] !== id) return false;
-    this.ids.copyWithin(i, i + 1, this.count);
-    this.count--;
+    this.ids.copyWithin(i, i + 1, this.len);
+    this.len--;
     return true;
   }
 
   /** some calls fn with each id in ascending order until it returns true (a plain loop: the iterator is a
    * generator, slow in hot paths); true when it did. */
   some(fn: (id: number) => boolean): boolean {
-    for (let i = 0; i < this.count; i++) if (fn(this.ids[i]!)) return true;
+    for (let i = 0; i < this.len; i++) if (this.ids[i] !== this.skip && fn(this.ids[i]!)) return true;
     return false;
   }
 
   *[Symbol.iterator](): IterableIterator<number> {
-    for (let i = 0; i < this.count; i++) yield this.ids[i]!;
+    for (let i = 0; i < this.len; i++) if (this.ids[i] !== this.skip) yield this.ids[i]!;
   }
 
-  /** find is the first index whose id is >= id (count when none). */
+  /** own gives the set ids of its own before a change: a copy of the shared list, less `skip`, with 1/8 spare. */
+  private own(): void {
+    if (!this.shared) return;
+    const src = this.ids;
+    const out = new (src.constructor as Uint32ArrayConstructor | Float64ArrayConstructor)(this.size + Math.max(4, this.size >>> 3));
+    let k = 0;
+    for (let i = 0; i < this.len; i++) if (src[i] !== this.skip) out[k++] = src[i]!;
+    this.ids = out;
+    this.len = k;
+    this.shared = false;
+    this.skip = -1;
+  }
+
+  /** find is the first index whose id is >= id (len when none). */
   private find(id: number): number {
-    let lo = 0, hi = this.count;
+    let lo = 0, hi = this.len;
     // Appending past the largest id is the common case (a new node): answer it without searching.
     if (hi > 0 && this.ids[hi - 1]! < id) return hi;
     while (lo < hi) {

@@ -83,8 +83,28 @@ export function zstdDecompressText(data: Uint8Array): string {
   return text + utf8.decode();
 }
 
+/**
+ * rawContent is what a zstd frame of raw blocks only holds (no checksum, no dictionary): its bytes as they are, read
+ * in place. The server puts short text in such frames (rawFrame), several per message; undefined for anything else.
+ */
+function rawContent(data: Uint8Array): Uint8Array | undefined {
+  if (data.length < 9 || data[0] !== 0x28 || data[1] !== 0xb5 || data[2] !== 0x2f || data[3] !== 0xfd) return undefined;
+  const descriptor = data[4]!;
+  if (descriptor & 0b111) return undefined; // a checksum or a dictionary
+  const singleSegment = (descriptor >> 5) & 1;
+  const fcsFlag = descriptor >> 6;
+  const at = 5 + (singleSegment ? 0 : 1) + (fcsFlag === 0 ? singleSegment : [0, 2, 4, 8][fcsFlag]!);
+  if (at + 3 > data.length) return undefined;
+  const header = data[at]! | (data[at + 1]! << 8) | (data[at + 2]! << 16);
+  // One block, the last, raw, exactly filling the frame: anything else goes to libzstd, which checks it all.
+  if ((header & 7) !== 1 || at + 3 + (header >>> 3) !== data.length) return undefined;
+  return data.subarray(at + 3);
+}
+
 /** zstdDecompressOne decodes one zstd frame (with or without a content-size header) with libzstd. */
 function zstdDecompressOne(data: Uint8Array): Buffer {
+  const raw = rawContent(data);
+  if (raw) return Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
   if (data.length <= WASM_MAX_BODY) {
     try {
       const out = wasmDecompress(data);
@@ -177,6 +197,7 @@ function parseBody(body: Buffer): unknown {
  */
 const MEMBERS_MIN_FRAME = 256;
 const membersCache = new Map<string, { frame: Buffer; members: Record<string, unknown> }>();
+const textCache = new Map<string, { frame: Buffer; text: string }>();
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /** cacheKey is a body's length, middle and last bytes (see DECODED_CACHE_KEY_TAIL). */
@@ -197,8 +218,16 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
   const key = large ? cacheKey(frame) : '';
   const hit = large ? membersCache.get(key) : undefined;
   if (hit && hit.frame.equals(frame)) return { members: hit.members };
+  // A large frame that is not a member list but a piece of text many messages hold (a block of a filter rule's
+  // sources, which the server compresses once per flush) is decoded once too.
+  const known = large ? textCache.get(key) : undefined;
+  if (known && known.frame.equals(frame)) return { text: known.text };
   let text: string;
   try { text = strictUtf8.decode(zstdDecompressOne(frame)); } catch { return undefined; }
+  if (large && !text.startsWith('"')) {
+    if (textCache.size >= DECODED_CACHE_ENTRIES) textCache.delete(textCache.keys().next().value!);
+    textCache.set(key, { frame: Buffer.from(frame), text });
+  }
   if (!large || !text.startsWith('"')) return { text };
   let members: Record<string, unknown>;
   try { members = JSON.parse(`{${text}}`) as Record<string, unknown>; } catch { return { text }; }
@@ -269,9 +298,11 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     }
     own += text;
   }
-  if (hole || needMember || !lists.length) return undefined;
+  if (hole || needMember) return undefined;
   let value: unknown;
+  // With no member list among the frames, `own` is every frame's text as it came: the whole message.
   try { value = JSON.parse(own); } catch { return undefined; }
+  if (!lists.length) return value;
   if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
   const out = value as Record<string, unknown>;
   for (const members of lists) {

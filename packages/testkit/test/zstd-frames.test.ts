@@ -62,7 +62,17 @@ const peerList = (rng: PlanRng, key: string): string =>
 const ownMember = (rng: PlanRng, key: string): string =>
   rng.pick([`"${key}":${rng.int(1000)}`, `"${key}":{"a":[1,{"b":"} ] \\" ,{"}],"c":"  x"}`, `"${key}":"ü 😀, {"`, `"${key}":[]`]);
 
-/** cutText cuts a text into frames at random places, inside strings and characters too. */
+/** raw is a zstd frame holding bytes uncompressed in one raw block, as the server sends short text (rawFrame). */
+function raw(bytes: Buffer): Buffer {
+  const head = Buffer.alloc(12);
+  head.writeUInt32LE(0xfd2fb528, 0);
+  head[4] = 0b1010_0000; // single segment, 4-byte content size
+  head.writeUInt32LE(bytes.length, 5);
+  head.writeUIntLE((bytes.length << 3) | 1, 9, 3); // last block, raw
+  return Buffer.concat([head, bytes]);
+}
+
+/** cutText cuts a text into frames at random places, inside strings and characters too, some of them raw. */
 function cutText(rng: PlanRng, text: string): Buffer[] {
   const bytes = Buffer.from(text);
   if (!bytes.length) return [compress(bytes)];
@@ -70,7 +80,8 @@ function cutText(rng: PlanRng, text: string): Buffer[] {
   let at = 0;
   while (at < bytes.length) {
     const n = rng.chance(0.5) ? bytes.length - at : 1 + rng.int(bytes.length - at);
-    out.push(compress(bytes.subarray(at, at + n)));
+    const piece = bytes.subarray(at, at + n);
+    out.push(rng.chance(0.3) ? raw(piece) : compress(piece));
     at += n;
   }
   return out;
@@ -150,4 +161,25 @@ t.test('messages holding the same shared frame share its parsed members, frozen'
   t.throws(() => decodeOne([compress(Buffer.from('{"A":"x,')), list, compress(Buffer.from(',"}'))]), /not valid JSON/, 'a list inside a string is no list');
   t.same((decodeOne([compress(Buffer.from('{"PeersChanged":1,')), list, compress(Buffer.from('}'))]) as Record<string, unknown>).PeersChanged, a.PeersChanged,
     'as JSON.parse does: the last of a repeated key wins');
+});
+
+t.test('raw frames are read in place, and a large text frame many messages hold decodes once, exactly', async (t) => {
+  const text = Buffer.from('{"Domain":"é 😀"}');
+  t.ok(zstdDecompress(raw(text)).equals(text), 'a raw frame holds its bytes');
+  t.equal(zstdFrameLength(raw(text)), raw(text).length, 'and ends where its block does');
+  t.ok(zstdDecompress(Buffer.concat([raw(text.subarray(0, 13)), compress(text.subarray(13))])).equals(text), 'beside a compressed frame, cut inside a character');
+  const twoBlocks = raw(text);
+  twoBlocks.writeUIntLE((0 << 3) | 0, 9, 3); // an empty raw block that is not the last, then the text
+  const split = Buffer.concat([twoBlocks.subarray(0, 12), Buffer.from([(text.length << 3) | 1, 0, 0]), text]);
+  t.ok(zstdDecompress(split).equals(text), 'two raw blocks: left to libzstd, same bytes');
+  // A block of a filter rule's sources, as a frame of its own in every message of a flush that sends it, between
+  // each session's own text; a second block of the same length ending alike must not be taken for it.
+  const block = (last: string) => JSON.stringify(Array.from({ length: 40 }, (_, i) => `100.64.0.${i}`).concat(last));
+  const a = compress(Buffer.from(block('100.64.9.1'))), b = compress(Buffer.from(block('100.64.9.2')));
+  const message = (own: string, frame: Buffer) => decodeOne([raw(Buffer.from(`{"PacketFilters":{"${own}":[{"SrcIPs":`)), frame, raw(Buffer.from(`,"DstPorts":[{"IP":"${own}","Ports":{"First":1,"Last":1}}]}]}}`))]) as { PacketFilters: Record<string, Array<{ SrcIPs: string[] }>> };
+  for (const [own, frame, last] of [['x', a, '100.64.9.1'], ['y', a, '100.64.9.1'], ['z', b, '100.64.9.2']] as const) {
+    const got = message(own, frame);
+    t.equal(got.PacketFilters[own]![0]!.SrcIPs.at(-1), last, `message ${own}: its own block's sources`);
+    t.equal(got.PacketFilters[own]![0]!.SrcIPs.length, 41);
+  }
 });

@@ -29,13 +29,8 @@ export function zstdFrameLength(data: Uint8Array): number | undefined {
     return 8 + size <= data.length ? 8 + size : undefined;
   }
   if (magic !== 0xfd2fb528) return undefined;
-  const descriptor = data[4]!;
-  const singleSegment = (descriptor >> 5) & 1;
-  const fcsFlag = descriptor >> 6;
-  const checksum = (descriptor >> 2) & 1;
-  const dictionaryIdLength = [0, 1, 2, 4][descriptor & 3]!;
-  const contentSizeLength = fcsFlag === 0 ? singleSegment : [0, 2, 4, 8][fcsFlag]!;
-  let at = 5 + (singleSegment ? 0 : 1) + dictionaryIdLength + contentSizeLength;
+  const checksum = (data[4]! >> 2) & 1;
+  let at = frameHeaderEnd(data[4]!);
   for (;;) {
     if (at + 3 > data.length) return undefined;
     const header = data[at]! | (data[at + 1]! << 8) | (data[at + 2]! << 16);
@@ -47,6 +42,19 @@ export function zstdFrameLength(data: Uint8Array): number | undefined {
   }
   at += checksum ? 4 : 0;
   return at <= data.length ? at : undefined;
+}
+
+/**
+ * frameHeaderEnd is where a zstd frame's first block header starts, from its Frame_Header_Descriptor (RFC 8878
+ * §3.1.1.1): after the magic, the descriptor, a window byte unless single-segment, the dictionary id and the
+ * content size.
+ */
+function frameHeaderEnd(descriptor: number): number {
+  const singleSegment = (descriptor >> 5) & 1;
+  const fcsFlag = descriptor >> 6;
+  const dictionaryIdLength = [0, 1, 2, 4][descriptor & 3]!;
+  const contentSizeLength = fcsFlag === 0 ? singleSegment : [0, 2, 4, 8][fcsFlag]!;
+  return 5 + (singleSegment ? 0 : 1) + dictionaryIdLength + contentSizeLength;
 }
 
 /** framesOf is a body of several zstd frames cut into its data frames (skippable ones left out), or undefined for one frame. */
@@ -89,11 +97,8 @@ export function zstdDecompressText(data: Uint8Array): string {
  */
 function rawContent(data: Uint8Array): Uint8Array | undefined {
   if (data.length < 9 || data[0] !== 0x28 || data[1] !== 0xb5 || data[2] !== 0x2f || data[3] !== 0xfd) return undefined;
-  const descriptor = data[4]!;
-  if (descriptor & 0b111) return undefined; // a checksum or a dictionary
-  const singleSegment = (descriptor >> 5) & 1;
-  const fcsFlag = descriptor >> 6;
-  const at = 5 + (singleSegment ? 0 : 1) + (fcsFlag === 0 ? singleSegment : [0, 2, 4, 8][fcsFlag]!);
+  if (data[4]! & 0b111) return undefined; // a checksum or a dictionary
+  const at = frameHeaderEnd(data[4]!);
   if (at + 3 > data.length) return undefined;
   const header = data[at]! | (data[at + 1]! << 8) | (data[at + 2]! << 16);
   // One block, the last, raw, exactly filling the frame: anything else goes to libzstd, which checks it all.
@@ -152,6 +157,12 @@ const DECODED_CACHE_MAX_BODY = 16 * 1024;
 const DECODED_CACHE_KEY_TAIL = 24;
 const decodedCache = new Map<string, { body: Buffer; value: unknown }>();
 
+/** remember puts an entry in one of the decoder's caches, dropping its oldest at DECODED_CACHE_ENTRIES. */
+function remember<V>(cache: Map<string, V>, key: string, value: V): void {
+  if (cache.size >= DECODED_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
+  cache.set(key, value);
+}
+
 /** freezeShared: shared messages are deeply frozen (tests); a benchmark's load generator turns it off (setFreezeShared). */
 let freezeShared = true;
 
@@ -197,6 +208,7 @@ function parseBody(body: Buffer): unknown {
  */
 const MEMBERS_MIN_FRAME = 256;
 const membersCache = new Map<string, { frame: Buffer; members: Record<string, unknown> }>();
+/** textCache: large frames that are not member lists (a block of a filter rule's sources many messages hold). */
 const textCache = new Map<string, { frame: Buffer; text: string }>();
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
@@ -210,8 +222,8 @@ function cacheKey(body: Uint8Array): string {
 /**
  * decodeFrame is one frame of a body of several: its text parsed as the members of an object (`"PeersChanged":[…]`),
  * shared (frozen) between every message holding that frame, or else its text (a piece of a session's own text).
- * Only member lists are kept: each session's own frames are its own, and keeping them would evict the lists.
- * Undefined when the frame is not whole UTF-8 (a character cut at its edge).
+ * Member lists are kept apart from texts: a session's own large frames are its own, and kept with the lists they
+ * would evict them. Undefined when the frame is not whole UTF-8 (a character cut at its edge).
  */
 function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | { text: string } | undefined {
   const large = frame.length >= MEMBERS_MIN_FRAME;
@@ -224,16 +236,12 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
   if (known && known.frame.equals(frame)) return { text: known.text };
   let text: string;
   try { text = strictUtf8.decode(zstdDecompressOne(frame)); } catch { return undefined; }
-  if (large && !text.startsWith('"')) {
-    if (textCache.size >= DECODED_CACHE_ENTRIES) textCache.delete(textCache.keys().next().value!);
-    textCache.set(key, { frame: Buffer.from(frame), text });
-  }
+  if (large && !text.startsWith('"')) remember(textCache, key, { frame: Buffer.from(frame), text });
   if (!large || !text.startsWith('"')) return { text };
   let members: Record<string, unknown>;
   try { members = JSON.parse(`{${text}}`) as Record<string, unknown>; } catch { return { text }; }
   deepFreeze(members);
-  if (membersCache.size >= DECODED_CACHE_ENTRIES) membersCache.delete(membersCache.keys().next().value!);
-  membersCache.set(key, { frame: Buffer.from(frame), members });
+  remember(membersCache, key, { frame: Buffer.from(frame), members });
   return { members };
 }
 
@@ -327,8 +335,7 @@ function decodeBody(body: Buffer): unknown {
   const hit = decodedCache.get(key);
   if (hit && hit.body.equals(body)) return hit.value;
   const value = deepFreeze(parseBody(body));
-  if (decodedCache.size >= DECODED_CACHE_ENTRIES) decodedCache.delete(decodedCache.keys().next().value!);
-  decodedCache.set(key, { body: Buffer.from(body), value });
+  remember(decodedCache, key, { body: Buffer.from(body), value });
   return value;
 }
 

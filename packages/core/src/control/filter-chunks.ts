@@ -137,15 +137,20 @@ const chunkName = (rule: string, key: string): string => key ? `${rule}.${key}` 
 /** dropJson removes a chunk the client holds. */
 const dropJson = (rule: string, key: string): string => `"${chunkName(rule, key)}":null`;
 
-function chunkJson(rule: string, block: Block, head: string): string {
-  return `"${chunkName(rule, block.key)}":[{"SrcIPs":${block.text}${head ? `,${head}` : ''}}]`;
+/** ChunkPieces is one chunk's text in three pieces, the block's sources apart. */
+type ChunkPieces = readonly [string, Block, string];
+
+/** Chunk is one chunk of an update: its pieces, or for a drop its text alone. */
+type Chunk = string | ChunkPieces;
+
+function chunk(rule: string, block: Block, head: string): ChunkPieces {
+  return [`"${chunkName(rule, block.key)}":[{"SrcIPs":`, block, `${head ? `,${head}` : ''}}]`];
 }
 
-/** Chunk is chunkJson in three pieces, the block's sources apart; a drop is its text alone. */
-type Chunk = string | readonly [string, Block, string];
-
-function chunk(rule: string, block: Block, head: string): Chunk {
-  return [`"${chunkName(rule, block.key)}":[{"SrcIPs":`, block, `${head ? `,${head}` : ''}}]`];
+/** chunkJson is one chunk's text whole (a first map's). */
+function chunkJson(rule: string, block: Block, head: string): string {
+  const [before, sources, after] = chunk(rule, block, head);
+  return before + sources.text + after;
 }
 
 /** filterChunksJson is a whole filter as the PacketFilters of a first map: everything the client held is dropped ("*"). */

@@ -883,12 +883,12 @@ export class SessionHub {
       return f;
     };
     const isShared = (key: string, text: string): boolean => (key[0] === 'C' || key[0] === 'P') && text.length >= sharedFrameMin;
-    // A block of a rule's sources that sessions send the same, compressed once (see FilterUpdate.pieces).
-    const blockFrames = new Map<number, Uint8Array>();
+    // A block of a rule's sources that sessions send the same, compressed once with the shared parts (see
+    // FilterUpdate.pieces): keyed 'B' + its id.
     const blockFrame = (x: SharedText): Uint8Array => {
-      let f = blockFrames.get(x.id);
-      if (!f) { f = compressJson(Buffer.from(x.text)); blockFrames.set(x.id, f); this.blockFrames++; }
-      return f;
+      const key = `B${x.id}`;
+      if (!sharedFrames.has(key)) this.blockFrames++;
+      return sharedFrame(key, x.text);
     };
     return (s: MapSession): void => {
       const me = this.state.getNode(s.nodeId);

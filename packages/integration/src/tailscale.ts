@@ -602,6 +602,12 @@ export class TailscaleDevice {
     if (options.reset === true) args.push('--reset');
     args.push(...(options.extraArgs ?? []));
 
+    // An AuthURL the daemon shows before this run starts belongs to an earlier attempt (one whose `tailscale up`
+    // failed, e.g. rejected, before its URL was read): the status fallback below must not hand it out as this run's.
+    if (options.authKey === undefined) {
+      const earlier = (await this.status().catch(() => undefined))?.AuthURL;
+      if (earlier) this.#authUrls.add(earlier);
+    }
     // The CLI gets a little longer than its own --timeout so its error message wins the race.
     const running = startCommand(this.binaries.tailscale, this.#cliArgs(args), this.env, timeoutMs + 5000);
     this.#cliChildren.add(running.child);

@@ -2,7 +2,7 @@
 // after the short quiet window, changes right behind a flush wait the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
 // message per session instead of one message per join per session.
 import t from 'tap';
-import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
+import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, MAX_SHARE_WINDOW_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
 import { Fleet } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
@@ -28,7 +28,11 @@ t.test('a busy event loop doubles the window up to the cap', async (t) => {
 t.test('on a busy loop with changes back to back the window is at least FLUSH_SHARE times the last flush, up to the cap', async (t) => {
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 100), FLUSH_SHARE * 100, 'a 100 ms flush: fan-out takes at most a fifth of the time');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 1), 2 * BATCH_WINDOW_MS, 'a cheap flush: the window doubles as before');
-  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 10_000), MAX_BATCH_WINDOW_MS, 'never above the cap');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 10_000), MAX_SHARE_WINDOW_MS, 'never above its own cap');
+  t.ok(MAX_SHARE_WINDOW_MS > MAX_BATCH_WINDOW_MS);
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 500), FLUSH_SHARE * 500, 'a 500 ms flush (thousands of sessions): past the doubling cap, fan-out still a fifth of the time');
+  t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.95, 2, 10), MAX_BATCH_WINDOW_MS, 'doubling alone stops at its cap');
+  t.equal(nextBatchWindow(4 * MAX_BATCH_WINDOW_MS, 0.95, 2, 10), MAX_BATCH_WINDOW_MS, 'a long window ends with the costly flushes that set it');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.1, 2, 100), FLUSH_SHARE * 100, 'the floor holds on a loop measured quiet too (contended by other processes)');
   t.equal(nextBatchWindow(160, 0.1, 2, 1), BATCH_WINDOW_MS, 'a quiet loop does not double');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100, 500), QUIET_WINDOW_MS, 'a lone change after a quiet spell goes out after the quiet window');
@@ -103,13 +107,14 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number };
   // As if a 400 ms flush had just ended: the next change waits FLUSH_SHARE times that, capped.
   const afterBurst = (): void => { hub.lastFlushMs = 400; hub.flushEnd = performance.now(); };
+  const long = Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * 400);
 
   afterBurst();
   await f.state.renameNode(nodes[2]!.id, 'trailing');
-  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS, 'the trailing change waits the long window');
+  t.equal(f.hub.batchWindow, long, 'the trailing change waits the long window');
   await f.state.renameNode(nodes[0]!.id, 'right-behind');
   t.equal(f.hub.hurried, 0, 'a change right behind it joins the batch as it is');
-  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS);
+  t.equal(f.hub.batchWindow, long);
   f.hub.flushNow();
 
   afterBurst();
@@ -122,8 +127,8 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   t.equal(f.hub.hurried, 1, 'a change after a lull hurries the batch');
   t.equal(f.hub.batchWindow, QUIET_WINDOW_MS, 'which now waits the quiet window');
   // Not a speed figure: the batch must go out before the window it was waiting would have ended.
-  while (viewer.messages === before && performance.now() < scheduled + MAX_BATCH_WINDOW_MS) await new Promise((r) => setTimeout(r, 1));
-  t.ok(viewer.messages > before && performance.now() < scheduled + MAX_BATCH_WINDOW_MS, 'the viewer got the batch before the long window would have ended');
+  while (viewer.messages === before && performance.now() < scheduled + long) await new Promise((r) => setTimeout(r, 1));
+  t.ok(viewer.messages > before && performance.now() < scheduled + long, 'the viewer got the batch before the long window would have ended');
 
   // The same lull on a loop busy all along (a gap in a join burst): the batch keeps its window.
   const meter = f.hub.loadMeter;
@@ -133,7 +138,7 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   await new Promise((r) => setTimeout(r, HURRY_GAP_MS + 20));
   await f.state.renameNode(nodes[0]!.id, 'in-a-burst');
   t.equal(f.hub.hurried, 1, 'a lull on a busy loop does not hurry the batch');
-  t.equal(f.hub.batchWindow, MAX_BATCH_WINDOW_MS);
+  t.equal(f.hub.batchWindow, long);
   f.hub.loadMeter = meter;
   f.hub.flushNow();
 });

@@ -158,6 +158,15 @@ interface PreRule {
 }
 
 /**
+ * FilterMemo is a node's filter as compiled in one generation of a context (see packetFilter): the node as it was
+ * then, its rule list, and for each rule of the filter, the merged rule that gave it.
+ */
+interface FilterMemo { info: NodeInfo; list: PreRule[]; generation: number; from: PreRule[]; out: FilterRule[] }
+
+/** ListMove: the merged rules a list of the next generation adds to one of the generation before (in list order), and those it drops. */
+interface ListMove { added: PreRule[]; dropped: Set<PreRule> }
+
+/**
  * Scope is what a group of nodes adds to the global rules: the autogroup:self rules of one user (shared by all
  * its untagged nodes) or the via rules of one router. `list` is the merged rule list of its owners, `extras` the
  * entries of it that are not global PreRules.
@@ -341,6 +350,14 @@ export class TailnetContext {
   /** reusable are the merged rules of the context before an extension, by PreRule.sig, until scopes are rebuilt. */
   private reusable?: Map<string, PreRule>;
   /**
+   * filterMemo: per node index, its filter as last compiled (see packetFilter), from this generation (an extension
+   * starts the next) or the one before; listMoves: per rule list of the generation before, what its successor adds
+   * and drops.
+   */
+  private filterMemo: (FilterMemo | undefined)[] = [];
+  private generation = 0;
+  private listMoves = new WeakMap<PreRule[], Map<PreRule[], ListMove>>();
+  /**
    * plainBySource: per PreRule.key (sources and protocols), the rule narrowed to a node's entries, by those entries'
    * text (see plainRule), shared by every rule of that key in this context and kept over an extension for the keys
    * in use before it, so a rule that is merged again (a grant in it compiled again) hands its nodes the objects
@@ -506,6 +523,10 @@ export class TailnetContext {
       this.plainBySource = plain;
     }
     this.userScopes.clear();
+    // A node's filter compiled in the generation now ending is the base of its next one; older ones would keep the
+    // rule lists (and those rules' node indexes) of generations long gone.
+    this.filterMemo = this.filterMemo.map((m) => (m?.generation === this.generation ? m : undefined));
+    this.generation++;
     this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
     this.resolvedAll = new WeakMap();
     this.addrHits = new WeakMap();
@@ -949,58 +970,95 @@ export class TailnetContext {
     return p.hits;
   }
 
-  /** packetFilter is the node's filter: only destinations the node itself serves. */
+  /**
+   * packetFilter is the node's filter: only destinations the node itself serves. Each rule of the node's list gives
+   * it at most one rule (ruleFor), which depends on that merged rule and on the node alone: an extension keeps the
+   * merged rules made of the same pieces, and a node kept in place keeps its addresses and routes. So a node compiled
+   * in the generation before (filterMemo) keeps what its kept rules gave it and is compiled against the rules its
+   * new list adds (listMove), in list order, instead of against all of them: a join batch or a tag change replaces
+   * a few of ~80 rules, and every session's filter is compiled again in the flush that follows (a lookup per rule
+   * per session was the largest part of a join burst's compile at 10,000 devices). The property tests compare
+   * the result with a context built from scratch.
+   */
   packetFilter(i: NodeInfo): FilterRule[] {
     if (!this.grants) return ALLOW_ALL;
-    // A node that routes nothing serves exactly the entries holding its own addresses: read them from the
-    // index. Routers and exit nodes (few) test every entry, as the rules say.
+    const list = this.listOf(i);
     const plain = i.subnetSet.isEmpty() && i.exitRoutes.length === 0;
+    const m = this.filterMemo[i.idx];
+    const from: PreRule[] = [];
     const out: FilterRule[] = [];
-    for (const p of this.listOf(i)) {
-      const r = p.rule;
-      if (r.CapGrant) {
-        const caps: CapGrant[] = [];
-        r.CapGrant.forEach((cg, c) => {
-          const dsts = new Set<string>();
-          if (plain) {
-            i.addrs.forEach((a, k) => { if (p.capUnions[c]!.containsAddr(a)) dsts.add(addressPrefixes(i)[k]!); });
-          } else {
-            cg.Dsts.forEach((d, k) => {
-              const set = p.capSets[c]![k]!;
-              i.addrs.forEach((a, ak) => { if (set.containsAddr(a)) dsts.add(addressPrefixes(i)[ak]!); });
-              if (set.overlaps(i.subnetSet)) dsts.add(d);
-            });
-          }
-          if (dsts.size > 0) caps.push({ Dsts: [...dsts].sort(), CapMap: cg.CapMap });
-        });
-        if (caps.length > 0) out.push({ SrcIPs: r.SrcIPs, CapGrant: caps });
-        continue;
-      }
-      if (plain) {
-        const hit = this.hitsOf(p).get(i.idx);
-        if (hit) out.push(plainRule(p, hit));
-        continue;
-      }
-      // A router or exit node: the entries holding its own addresses (the index), those overlapping its routes and,
-      // for an exit node, those within the internet. A rule reaching none of that is skipped whole: testing every
-      // entry of every rule (autogroup:member lists hundreds) was most of a flush's compile for the few routers.
-      const own = this.hitsOf(p).get(i.idx);
-      const routed = !i.subnetSet.isEmpty() && p.dsts.overlaps(i.subnetSet);
-      const exits = i.exitRoutes.length > 0 && p.dsts.overlaps(INTERNET);
-      if (!routed && !exits) {
-        if (own) out.push(plainRule(p, own));
-        continue;
-      }
-      const dsts: NetPortRange[] = [];
-      let k = 0;
-      (r.DstPorts ?? []).forEach((d, e) => {
-        if (own && own.es[k] === e) { k++; dsts.push(d); return; }
-        const set = p.entrySets[e]!;
-        if ((routed && set.overlaps(i.subnetSet)) || (exits && set.subsetOf(INTERNET))) dsts.push(d);
+    const take = (p: PreRule): void => {
+      const r = this.ruleFor(p, i, plain);
+      if (r) { from.push(p); out.push(r); }
+    };
+    if (m && m.info === i && m.list === list) return [...m.out];
+    if (m && m.info === i && m.generation === this.generation - 1) {
+      const move = this.listMove(m.list, list);
+      let a = 0;
+      m.from.forEach((p, k) => {
+        if (move.dropped.has(p)) return;
+        while (a < move.added.length && move.added[a]!.firstPos < p.firstPos) take(move.added[a++]!);
+        from.push(p);
+        out.push(m.out[k]!);
       });
-      if (dsts.length > 0) out.push({ ...r, DstPorts: dsts });
+      while (a < move.added.length) take(move.added[a++]!);
+    } else {
+      for (const p of list) take(p);
     }
-    return out;
+    this.filterMemo[i.idx] = { info: i, list, generation: this.generation, from, out };
+    return [...out];
+  }
+
+  /** listMove is what `next` adds to `prev` (in list order) and drops from it, once per pair of lists. */
+  private listMove(prev: PreRule[], next: PreRule[]): ListMove {
+    let row = this.listMoves.get(prev);
+    if (!row) this.listMoves.set(prev, row = new Map());
+    let move = row.get(next);
+    if (!move) {
+      const was = new Set(prev), now = new Set(next);
+      move = { added: next.filter((p) => !was.has(p)), dropped: new Set(prev.filter((p) => !now.has(p))) };
+      row.set(next, move);
+    }
+    return move;
+  }
+
+  /** ruleFor is what merged rule p gives node i's filter (undefined: nothing); plain: i routes nothing. */
+  private ruleFor(p: PreRule, i: NodeInfo, plain: boolean): FilterRule | undefined {
+    const r = p.rule;
+    if (r.CapGrant) {
+      const caps: CapGrant[] = [];
+      r.CapGrant.forEach((cg, c) => {
+        const dsts = new Set<string>();
+        if (plain) {
+          i.addrs.forEach((a, k) => { if (p.capUnions[c]!.containsAddr(a)) dsts.add(addressPrefixes(i)[k]!); });
+        } else {
+          cg.Dsts.forEach((d, k) => {
+            const set = p.capSets[c]![k]!;
+            i.addrs.forEach((a, ak) => { if (set.containsAddr(a)) dsts.add(addressPrefixes(i)[ak]!); });
+            if (set.overlaps(i.subnetSet)) dsts.add(d);
+          });
+        }
+        if (dsts.size > 0) caps.push({ Dsts: [...dsts].sort(), CapMap: cg.CapMap });
+      });
+      return caps.length > 0 ? { SrcIPs: r.SrcIPs, CapGrant: caps } : undefined;
+    }
+    // A node that routes nothing serves exactly the entries holding its own addresses: read them from the index.
+    const own = this.hitsOf(p).get(i.idx);
+    if (plain) return own && plainRule(p, own);
+    // A router or exit node: the entries holding its own addresses (the index), those overlapping its routes and,
+    // for an exit node, those within the internet. A rule reaching none of that is skipped whole: testing every
+    // entry of every rule (autogroup:member lists hundreds) was most of a flush's compile for the few routers.
+    const routed = !i.subnetSet.isEmpty() && p.dsts.overlaps(i.subnetSet);
+    const exits = i.exitRoutes.length > 0 && p.dsts.overlaps(INTERNET);
+    if (!routed && !exits) return own && plainRule(p, own);
+    const dsts: NetPortRange[] = [];
+    let k = 0;
+    (r.DstPorts ?? []).forEach((d, e) => {
+      if (own && own.es[k] === e) { k++; dsts.push(d); return; }
+      const set = p.entrySets[e]!;
+      if ((routed && set.overlaps(i.subnetSet)) || (exits && set.subsetOf(INTERNET))) dsts.push(d);
+    });
+    return dsts.length > 0 ? { ...r, DstPorts: dsts } : undefined;
   }
 
   /** matchersOf are the parsed rules weighed for `n`'s routes: the global ones and its scope's own. */

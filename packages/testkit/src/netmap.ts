@@ -19,13 +19,27 @@ export interface NetMap {
   keepAlives: number;
 }
 
+/**
+ * FILTER_STALE names, on a netmap made by emptyNetMap, the function applyMapResponse calls when the named filter lists
+ * changed: packetFilter is concatenated again when next read, not on every message. A benchmark device never reads
+ * it, and sorting every chunk name on every filter update was 4% of the load generator's CPU at 10,000 devices.
+ */
+const FILTER_STALE = Symbol('filterStale');
+
 /** emptyNetMap is the state before the first MapResponse. */
 export function emptyNetMap(): NetMap {
-  return {
+  let filter: FilterRule[] = [];
+  let stale = false;
+  const packetFilters = new Map<string, FilterRule[]>();
+  const nm: NetMap = {
     self: undefined,
     peers: new Map(),
-    packetFilter: [],
-    packetFilters: new Map(),
+    get packetFilter(): FilterRule[] {
+      if (stale) { filter = concatPacketFilters(nm.packetFilters); stale = false; }
+      return filter;
+    },
+    set packetFilter(rules: FilterRule[]) { filter = rules; stale = false; },
+    packetFilters,
     dnsConfig: undefined,
     derpMap: undefined,
     sshPolicy: undefined,
@@ -36,6 +50,9 @@ export function emptyNetMap(): NetMap {
     messages: 0,
     keepAlives: 0,
   };
+  // Not enumerable: a copy ({...nm}) holds the filter as read then, and applyMapResponse concatenates its own.
+  Object.defineProperty(nm, FILTER_STALE, { value: () => { stale = true; } });
+  return nm;
 }
 
 /** isKeepAlive reports a keep-alive; like tailscaled, every other field of such a message (but ControlTime) is ignored. */
@@ -98,7 +115,11 @@ export function applyMapResponse(nm: NetMap, msg: MapResponse, now: Date = new D
     nm.derpMap = next;
   }
 
-  if (applyPacketFilters(nm.packetFilters, msg)) nm.packetFilter = concatPacketFilters(nm.packetFilters);
+  if (applyPacketFilters(nm.packetFilters, msg)) {
+    const stale = (nm as Partial<Record<typeof FILTER_STALE, () => void>>)[FILTER_STALE];
+    if (stale) stale();
+    else nm.packetFilter = concatPacketFilters(nm.packetFilters);
+  }
 
   if (msg.DNSConfig != null) nm.dnsConfig = msg.DNSConfig;
   if (msg.SSHPolicy != null) nm.sshPolicy = msg.SSHPolicy;

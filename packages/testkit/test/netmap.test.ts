@@ -1,5 +1,5 @@
 import t from 'tap';
-import { applyMapResponse, emptyNetMap, MapFrameDecoder, encodeMapFrame } from '../src/index.js';
+import { applyMapResponse, emptyNetMap, MapFrameDecoder, encodeMapFrame, type MapResponse } from '../src/index.js';
 
 t.test('DERPMap deltas keep old regions when Regions is null', async (t) => {
   const nm = emptyNetMap();
@@ -19,6 +19,41 @@ t.test('older OnlineChange / PeerSeenChange maps are honoured; empty Peers is no
   t.equal(nm.peers.get(2)?.Online, true);
   t.equal(nm.peers.get(3)?.LastSeen, '2026-02-02T00:00:00.000Z');
   t.equal(nm.self?.ID, 1, 'absent Node leaves self unchanged');
+});
+
+t.test('packetFilter is the named lists in name order, whenever it is read, whatever messages came between', async (t) => {
+  const rule = (port: number) => ({ SrcIPs: ['*'], DstPorts: [{ IP: '*', Ports: { First: port, Last: port } }] });
+  const messages: MapResponse[] = [
+    { PacketFilters: { b: [rule(2)], a: [rule(1)] } },
+    { PacketFilters: { c: [rule(3)], a: null } },
+    { Domain: 'no filter here' },
+    { PacketFilter: [rule(9)] },
+    { PacketFilters: { '*': null, z: [rule(26)], y: [rule(25)] } },
+    { PacketFilters: { a0: [rule(4), rule(5)] } },
+  ];
+  // PacketFilter is the list named "base", which sorts between "b" and "c".
+  const want = [[1, 2], [2, 3], [2, 3], [2, 9, 3], [25, 26], [4, 5, 25, 26]];
+  // Read after every message, after some, or only at the end: the filter the client evaluates each time.
+  for (const readAt of [[0, 1, 2, 3, 4, 5], [1, 4, 5], [5], [2, 3]]) {
+    const nm = emptyNetMap();
+    messages.forEach((m, k) => {
+      applyMapResponse(nm, m);
+      if (readAt.includes(k)) t.same(nm.packetFilter.map((r) => r.DstPorts![0]!.Ports.First), want[k], `message ${k + 1}, read after ${readAt.join(',')}`);
+    });
+  }
+  const nm = emptyNetMap();
+  applyMapResponse(nm, messages[0]!);
+  nm.packetFilter = [rule(7)];
+  t.same(nm.packetFilter, [rule(7)], 'a filter set by hand is kept until the next filter message');
+  applyMapResponse(nm, messages[2]!);
+  t.same(nm.packetFilter, [rule(7)]);
+  applyMapResponse(nm, messages[1]!);
+  t.same(nm.packetFilter, [rule(2), rule(3)]);
+  t.same({ ...nm }.packetFilter, [rule(2), rule(3)], 'a copy holds the filter itself');
+  // A netmap made by hand (not by emptyNetMap) gets its filter at once.
+  const plain = { ...emptyNetMap(), packetFilters: new Map() };
+  applyMapResponse(plain, messages[0]!);
+  t.same(plain.packetFilter, [rule(1), rule(2)]);
 });
 
 t.test('MapFrameDecoder handles coalesced frames and rejects garbage', async (t) => {

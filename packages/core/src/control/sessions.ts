@@ -7,7 +7,7 @@ import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { filterUpdate, type SharedText } from './filter-chunks.js';
 import { compressJson, frame, frameSegments } from './frames.js';
-import { PeerSet } from './peerset.js';
+import { ListDiffs, PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
 const KEEPALIVE_BASE_MS = 50_000;
@@ -56,7 +56,7 @@ const BUSY_UTILIZATION = 0.75;
  * than BATCH_WINDOW_MS after the previous flush ended: they queued up while it ran) and the event loop was
  * busy while the previous batch was collected (utilization from its scheduling to its flush, the flush's own
  * work not counted, at or above BUSY_UTILIZATION), the window doubles; and with changes back to back it is at
- * least FLUSH_SHARE times the last flush's cost; both up to MAX_BATCH_WINDOW_MS, so more changes share one message
+ * least FLUSH_SHARE times the last flush's cost; the doubling up to MAX_BATCH_WINDOW_MS, that floor up to MAX_SHARE_WINDOW_MS, so more changes share one message
  * per session. Otherwise it is BATCH_WINDOW_MS, and a change that did not queue up behind a flush and came
  * BATCH_WINDOW_MS or more after the change before it (sinceChangeMs: a lone rename, route or tag change) waits only
  * QUIET_WINDOW_MS, even on a server busy with something else. (Without the second condition a join burst sent about
@@ -73,7 +73,7 @@ export function nextBatchWindow(current: number, utilization: number, sinceFlush
   // Right behind a flush but after a lull in changes: a lone change that happened to follow a flush, not a burst.
   if (sinceChangeMs >= HURRY_GAP_MS) return BATCH_WINDOW_MS;
   const grown = utilization >= BUSY_UTILIZATION ? current * 2 : BATCH_WINDOW_MS;
-  return Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, grown, FLUSH_SHARE * lastFlushMs));
+  return Math.max(Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, grown)), Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * lastFlushMs));
 }
 /**
  * FLUSH_SHARE: with changes back to back, the window is at least this many times the last flush's
@@ -85,6 +85,15 @@ export function nextBatchWindow(current: number, utilization: number, sinceFlush
  * gave 71 batches and 29.9 s. A cheap flush (a small tailnet) keeps the base window.
  */
 export const FLUSH_SHARE = 4;
+/**
+ * MAX_SHARE_WINDOW_MS caps the FLUSH_SHARE floor, which may take the window past MAX_BATCH_WINDOW_MS (doubling alone
+ * never does): only a flush costing more than MAX_BATCH_WINDOW_MS / FLUSH_SHARE (320 ms: thousands of sessions with
+ * a policy) sets a longer one, so that fanning out still takes at most about a fifth of the server's time. At 5,000
+ * joining devices, capped at MAX_BATCH_WINDOW_MS, the flushes cost ~0.5 s each and came every ~1.3 s (39 s of the
+ * server's 134 s in the join, 84 batches); with this cap 60 batches took 33 s, the join took as long (its pace is
+ * set by the joins in flight) and the devices converged 1.1 s after the last join against 2.0 s.
+ */
+export const MAX_SHARE_WINDOW_MS = 5000;
 /**
  * FLUSH_SLICE_MS: a batch timer's flush sends its messages in slices of about this much work, with the event loop
  * free in between, and changes that arrive meanwhile wait for its end (the flush keeps one view of the tailnet).
@@ -873,6 +882,8 @@ export class SessionHub {
       if (text === undefined) { text = build(); shared.set(key, text); }
       return text;
     };
+    // Sessions of one peer class move between the same two shared lists: their difference is walked once.
+    const listDiffs = new ListDiffs();
     // Sessions sending the same text share one frame (see sendAll), across the slices of this flush.
     const frames = new Map<string, Buffer>();
     // A large shared part, compressed once for every zstd session that sends it (see frameSegments).
@@ -917,7 +928,7 @@ export class SessionHub {
         // (a lookup per peer per session was most of a tag change's per-session assembly).
         let ids: number[];
         if (fullSeq.size < next.size) {
-          const d = s.peers.changes(next);
+          const d = s.peers.changes(next, listDiffs);
           gone = d.gone;
           ids = d.added;
           let held = false;

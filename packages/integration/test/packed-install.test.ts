@@ -1,6 +1,6 @@
 import t from 'tap';
 import { execFile, spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -231,8 +231,14 @@ async function serveRegistry(dir: string, published: Workspace[]): Promise<Local
     const file = `${(pkg.name as string).slice(1).replace('/', '-')}-${pkg.version}.tgz`;
     byName.set(pkg.name, { pkg, file, data: readFileSync(join(dir, file)) });
   }
+  // Every run's registry has a path of its own: npm keys its cache by URL, and with --prefer-offline a packument
+  // cached by an earlier run on the same port (another build's tarballs) was taken without asking (a CI run on a
+  // reused machine installed a build of an older commit and never fetched from this registry).
+  const base = `/${randomBytes(8).toString('hex')}`;
   const server = createServer((req, res) => {
-    const path = decodeURIComponent((req.url ?? '/').split('?')[0]!);
+    const full = decodeURIComponent((req.url ?? '/').split('?')[0]!);
+    if (!full.startsWith(`${base}/`)) { res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"not found"}'); return; }
+    const path = full.slice(base.length);
     const tarball = /^\/-\/tarballs\/([^/]+\.tgz)$/.exec(path);
     if (tarball) {
       const hit = [...byName.values()].find((e) => e.file === tarball[1]);
@@ -250,7 +256,7 @@ async function serveRegistry(dir: string, published: Workspace[]): Promise<Local
       ...pkg,
       _id: `${pkg.name}@${pkg.version}`,
       dist: {
-        tarball: `${host}/-/tarballs/${file}`,
+        tarball: `${host}${base}/-/tarballs/${file}`,
         integrity: `sha512-${createHash('sha512').update(data).digest('base64')}`,
         shasum: createHash('sha1').update(data).digest('hex'),
       },
@@ -260,5 +266,5 @@ async function serveRegistry(dir: string, published: Workspace[]): Promise<Local
     }));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/`, served };
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}${base}/`, served };
 }

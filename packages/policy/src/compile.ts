@@ -983,16 +983,17 @@ export class TailnetContext {
   packetFilter(i: NodeInfo): FilterRule[] {
     if (!this.grants) return ALLOW_ALL;
     const list = this.listOf(i);
+    const memo = this.filterMemo[i.idx];
+    const m = memo?.info === i ? memo : undefined;
+    if (m?.list === list) return [...m.out];
     const plain = i.subnetSet.isEmpty() && i.exitRoutes.length === 0;
-    const m = this.filterMemo[i.idx];
     const from: PreRule[] = [];
     const out: FilterRule[] = [];
     const take = (p: PreRule): void => {
       const r = this.ruleFor(p, i, plain);
       if (r) { from.push(p); out.push(r); }
     };
-    if (m && m.info === i && m.list === list) return [...m.out];
-    if (m && m.info === i && m.generation === this.generation - 1) {
+    if (m?.generation === this.generation - 1) {
       const move = this.listMove(m.list, list);
       let a = 0;
       m.from.forEach((p, k) => {

@@ -30,7 +30,6 @@ const FILTER_STALE = Symbol('filterStale');
 export function emptyNetMap(): NetMap {
   let filter: FilterRule[] = [];
   let stale = false;
-  const packetFilters = new Map<string, FilterRule[]>();
   const nm: NetMap = {
     self: undefined,
     peers: new Map(),
@@ -39,7 +38,7 @@ export function emptyNetMap(): NetMap {
       return filter;
     },
     set packetFilter(rules: FilterRule[]) { filter = rules; stale = false; },
-    packetFilters,
+    packetFilters: new Map(),
     dnsConfig: undefined,
     derpMap: undefined,
     sshPolicy: undefined,

@@ -169,6 +169,25 @@ function readRecord(raw: unknown, fields: Record<string, FieldType>, where: stri
 }
 
 /**
+ * leavesOpen tells whether JSON text ends inside a string or with an object or array still
+ * open (brackets inside strings, escapes included, do not count): how a cut file ends.
+ */
+function leavesOpen(text: string): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: the next character is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) depth++;
+    else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return inString || depth > 0;
+}
+
+/**
  * decodeBackup parses and checks a JSON backup, refusing with a BackupFormatError that
  * names what is wrong: not JSON or cut short (a truncated file), not a Headway backup,
  * a newer layout, a record with a missing, unknown or mistyped field, or tables that
@@ -179,10 +198,11 @@ export function decodeBackup(text: string, label = 'backup'): { header: BackupHe
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    // A backup always ends with its closing brace; JSON.parse words a cut file many ways.
+    // JSON.parse words a cut file many ways, and a cut can fall just after a record's closing
+    // brace, so the test is whether the text leaves an object or array open, not its last character.
     const trimmed = text.trimEnd();
     const cut = trimmed === '' ? 'it is empty'
-      : trimmed.startsWith('{') && !trimmed.endsWith('}') ? 'the JSON ends early (is the file truncated?)'
+      : trimmed.startsWith('{') && leavesOpen(trimmed) ? 'the JSON ends early (is the file truncated?)'
         : `it is not valid JSON (${(err as Error).message})`;
     throw new BackupFormatError(`${label} is not a readable Headway backup: ${cut}`);
   }

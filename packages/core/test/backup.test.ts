@@ -49,6 +49,15 @@ t.test('a truncated, empty or foreign file is refused, naming the fault', async 
   for (const cut of [0.1, 0.5, 0.95]) {
     refuses(t, text.slice(0, Math.floor(text.length * cut)), /^b\.json is not a readable Headway backup: the JSON ends early \(is the file truncated\?\)$/, `cut at ${cut}`);
   }
+  // A cut can land anywhere, just after a record's closing brace or inside a string that holds brackets
+  // and escaped quotes (the CI run that found this cut a real backup just after a '}').
+  const closers = [...text.matchAll(/[}\]"\\]/g)].map((m) => m.index + 1).filter((i) => i < text.trimEnd().length);
+  t.ok(closers.length > 20, `${closers.length} cut points after a closing brace, bracket, quote or backslash`);
+  const wrong = closers.filter((i) => {
+    try { decodeBackup(text.slice(0, i), 'b.json'); return true; } catch (err) { return !/the JSON ends early/.test((err as Error).message); }
+  });
+  t.same(wrong, [], 'every cut after a closing character is called truncated');
+  refuses(t, `${text.trimEnd()}}`, /it is not valid JSON/, 'a stray closing brace is not called truncated');
   refuses(t, '', /it is empty/, 'empty');
   refuses(t, 'not json at all', /it is not valid JSON/, 'not JSON');
   refuses(t, JSON.stringify({ name: 'left-pad', version: '1.0.0' }), /^b\.json is not a Headway backup/, 'another JSON file');

@@ -5,7 +5,7 @@ import {
 } from '../src/index.js';
 import { parsePolicy, type Policy } from '@headway/policy';
 import { MapSession, SessionHub, setSharedFrameMin } from '../src/control/sessions.js';
-import { frame } from '../src/control/frames.js';
+import { setPeerBlockMin } from '../src/control/peer-blocks.js';
 import { applyPacketFilters, concatPacketFilters, zstdDecompress, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
@@ -168,7 +168,9 @@ export class Fleet {
     // Shared parts from a few dozen bytes go out as frames of their own (one peer's entry is about 600, a block of
     // a small fleet's sources one to a few hundred), so the zstd sessions' messages are mostly several frames.
     const wasFrameMin = setSharedFrameMin(64);
-    t.teardown(() => { setSharedFrameMin(wasFrameMin); });
+    // The same for a full map's peer blocks (Mapper.fullMapMessage): a zstd session's full map is several frames.
+    const wasBlockMin = setPeerBlockMin(64);
+    t.teardown(() => { setSharedFrameMin(wasFrameMin); setPeerBlockMin(wasBlockMin); });
     f.policyText = policy;
     const { state, config } = s;
     f.view = new NetworkView(state, silentLogger);
@@ -203,7 +205,7 @@ export class Fleet {
     const client = new ClientModel(zstd);
     const session = new MapSession(id, 106, zstd, (buf) => client.apply(buf), () => undefined);
     state.sessionOpened(id);
-    this.hub.begin(session, state.requireNode(id), (node) => client.apply(frame(this.mapper.fullMap(node, 106), zstd)));
+    this.hub.begin(session, state.requireNode(id), (node) => client.apply(this.mapper.fullMapMessage(node, 106, zstd)));
     this.connected.set(id, { session, client });
   }
 

@@ -8,7 +8,7 @@
  * out as a zstd frame of its own (setSharedFrameMin(1)): the client must decode messages of several frames.
  */
 import t from 'tap';
-import { setFilterChunking, setSharedFrameMin } from '@headway/core';
+import { setFilterChunking, setPeerBlockMin, setSharedFrameMin } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
@@ -47,15 +47,19 @@ for (const binaries of installed) {
     // One chunk per source address: every join and leave changes chunks of its own, and no rule stays whole.
     const was = setFilterChunking({ wholeUpTo: 0, blockBits: 0 });
     const wasFrameMin = setSharedFrameMin(1);
+    const wasBlockMin = setPeerBlockMin(1);
     const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
     const virtual: TestDevice[] = [];
     let srv: TailscaleDevice | undefined;
+    let late: TailscaleDevice | undefined;
     t.teardown(async () => {
       for (const d of virtual) await d.close().catch(() => undefined);
       await srv?.stop().catch(() => undefined);
+      await late?.stop().catch(() => undefined);
       await s.stop();
       setFilterChunking(was);
       setSharedFrameMin(wasFrameMin);
+      setPeerBlockMin(wasBlockMin);
     });
     await s.policy.set(policy(22));
     const alice = await s.state.createUser({ name: 'alice' });
@@ -140,5 +144,23 @@ for (const binaries of installed) {
     await s.policy.set(policy(null));
     await settle(null, 'the policy no longer lets members reach the server');
     t.equal(reopened, 0, 'srv kept its first map stream throughout: it decoded every message of several frames');
+
+    // A device joining now gets a full map whose peers are a block frame of their own (setPeerBlockMin(1)), between
+    // frames of its own text (see Mapper.fullMapMessage).
+    late = await TailscaleDevice.start({ name: `chunkslate${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
+    await late.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'late', timeoutMs: 60_000 });
+    const lateId = s.state.listNodes().find((n) => n.hostname === 'late')!.id;
+    let lateStreams = 0;
+    const counted = s.state.sessionOpened;
+    s.state.sessionOpened = (id: number): void => { if (id === lateId) lateStreams++; counted(id); };
+    const nowMembers = s.state.listNodes().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
+    let lateHeld: string[] = [];
+    for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(100)) {
+      lateHeld = (((await late.netmap().catch(() => null))?.Peers as Array<{ Key?: string }> | null | undefined) ?? []).map((p) => p.Key ?? '').sort();
+      if (nowMembers.every((k) => lateHeld.includes(k))) break;
+    }
+    t.ok(nowMembers.length >= 6 && nowMembers.every((k) => lateHeld.includes(k)), `a device joining last holds every member from its first map, sent in block frames (${lateHeld.length} peers)`);
+    await sleep(1000);
+    t.equal(lateStreams, 0, 'and kept that map stream: it decoded the full map of several frames');
   });
 }

@@ -263,6 +263,70 @@ function depthAtEnd(text: string): number {
 }
 
 /**
+ * runsCache: large frames holding a run of array elements (`{…},{…}`: a block of a full map's peers, which the server
+ * compresses once for every joiner holding it), parsed once and shared (frozen) by every message holding the frame.
+ */
+const runsCache = new Map<string, { frame: Buffer; elements: unknown[] }>();
+
+/** runOf is a frame's text parsed as array elements (cached), or undefined when it is not a run of objects. */
+function runOf(frame: Uint8Array, text: string): unknown[] | undefined {
+  const key = cacheKey(frame);
+  const hit = runsCache.get(key);
+  if (hit && hit.frame.equals(frame)) return hit.elements;
+  let elements: unknown;
+  try { elements = JSON.parse(`[${text}]`); } catch { return undefined; }
+  if (!Array.isArray(elements) || !elements.length) return undefined;
+  deepFreeze(elements);
+  remember(runsCache, key, { frame: Buffer.from(frame), elements });
+  return elements;
+}
+
+/**
+ * RUN_MARK stands, in the text parseSegmented parses, for a run of elements cut out of a top-level array: the JSON
+ * string of RUN_VALUE (its first character U+0000) and the run's number, replaced after parsing by the run's
+ * elements. A mark the message itself holds makes the count of marks wrong, and the body is parsed whole.
+ */
+const RUN_MARK = '\\u0000headway-run:';
+const RUN_VALUE = '\u0000headway-run:';
+
+/**
+ * JsonScan follows JSON text fed in pieces (a piece may end inside a string): the open containers ('{' or '['), and
+ * whether it is inside a string or just after a backslash in one.
+ */
+interface JsonScan { open: number[]; inString: boolean; escaped: boolean }
+
+function scanJson(st: JsonScan, text: string): void {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (st.inString) {
+      if (st.escaped) st.escaped = false;
+      else if (c === 0x5c) st.escaped = true;
+      else if (c === 0x22) st.inString = false;
+    } else if (c === 0x22) st.inString = true;
+    else if (c === 0x7b || c === 0x5b) st.open.push(c);
+    else if (c === 0x7d || c === 0x5d) st.open.pop();
+  }
+}
+
+/** spliceRuns replaces every run mark in the top-level arrays of `out` by its run's elements; false if a mark is missing or misplaced. */
+function spliceRuns(out: Record<string, unknown>, runs: unknown[][]): boolean {
+  let found = 0;
+  for (const [k, v] of Object.entries(out)) {
+    if (!Array.isArray(v) || !v.some((x) => typeof x === 'string' && x.startsWith(RUN_VALUE))) continue;
+    const next: unknown[] = [];
+    for (const x of v) {
+      if (typeof x !== 'string' || !x.startsWith(RUN_VALUE)) { next.push(x); continue; }
+      const run = runs[Number(x.slice(RUN_VALUE.length))];
+      if (!run) return false;
+      found++;
+      for (const e of run) next.push(e);
+    }
+    out[k] = next;
+  }
+  return found === runs.length;
+}
+
+/**
  * parseSegmented parses a body of several frames whose large frames are member lists of the top-level object
  * (decodeFrame), each parsed once however many messages hold it, and the rest, the message's own text, here.
  * The whole text must have been valid JSON: each list sits between `{` or `,` and `,` or `}` at the top level,
@@ -272,14 +336,28 @@ function depthAtEnd(text: string): number {
 function parseSegmented(frames: Uint8Array[]): unknown {
   let own = '';
   const lists: Array<Record<string, unknown>> = [];
+  const runs: unknown[][] = [];
+  const scan: JsonScan = { open: [], inString: false, escaped: false };
   let hole = false; // a list was cut out right before the next own text
   let needMember = false; // a comma after `{` was taken out: a member must come next
+  let afterRun = false; // a run of elements was cut out right before the next own text
   for (const f of frames) {
     const piece = decodeFrame(f);
     if (!piece) return undefined;
+    // A run of objects right after `[` or `,` in a top-level array (a block of a full map's peers): parsed once.
+    if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && piece.text.startsWith('{')
+      && !scan.inString && scan.open.length === 2 && scan.open[0] === 0x7b && scan.open[1] === 0x5b && /[[,]\s*$/.test(own.slice(-64))) {
+      const elements = runOf(f, piece.text);
+      if (elements) {
+        own += `"${RUN_MARK}${runs.length}"`;
+        runs.push(elements);
+        afterRun = true;
+        continue;
+      }
+    }
     if ('members' in piece) {
       // A list follows `{`, or a value and `,`, at depth 1: its comma is taken out (the list keeps the next one).
-      if (hole) return undefined;
+      if (hole || afterRun) return undefined;
       const last = own.trimEnd();
       if (last.endsWith(',')) {
         own = last.slice(0, -1).trimEnd();
@@ -304,15 +382,24 @@ function parseSegmented(frames: Uint8Array[]): unknown {
       if (!text.startsWith('"')) return undefined;
       needMember = false;
     }
+    if (afterRun) {
+      // What follows a run is `,` or `]`.
+      const next = text.trimStart();
+      if (next && !(next.startsWith(',') || next.startsWith(']'))) return undefined;
+      if (next) afterRun = false;
+    }
+    if (runs.length && text.includes(RUN_MARK)) return undefined;
+    scanJson(scan, text);
     own += text;
   }
-  if (hole || needMember) return undefined;
+  if (hole || needMember || afterRun) return undefined;
   let value: unknown;
-  // With no member list among the frames, `own` is every frame's text as it came: the whole message.
+  // With no member list or run among the frames, `own` is every frame's text as it came: the whole message.
   try { value = JSON.parse(own); } catch { return undefined; }
-  if (!lists.length) return value;
+  if (!lists.length && !runs.length) return value;
   if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
   const out = value as Record<string, unknown>;
+  if (runs.length && !spliceRuns(out, runs)) return undefined;
   for (const members of lists) {
     for (const k of Object.keys(members)) {
       if (Object.hasOwn(out, k)) return undefined;

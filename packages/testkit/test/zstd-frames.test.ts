@@ -183,3 +183,64 @@ t.test('raw frames are read in place, and a large text frame many messages hold 
     t.equal(got.PacketFilters[own]![0]!.SrcIPs.length, 41);
   }
 });
+
+t.test('a full map whose peers come in blocks of their own decodes as its whole text parses, each block parsed once', async (t) => {
+  const peer = (rng: PlanRng, id: number): string => JSON.stringify({ ID: id, Key: `nodekey:${hex(rng, 64)}`, Name: `d${id}.é😀 x`, Hostinfo: { OS: '[{",' } });
+  let checked = 0, refused = 0, sharedRuns = 0;
+  for (let seed = 1; seed <= 300; seed++) {
+    const rng = new PlanRng(seed);
+    // Peers in blocks (the server's PEER_BLOCK_IDS): some a frame of their own, some inline in the own text.
+    const blocks = Array.from({ length: 1 + rng.int(5) }, (_, b) => ({
+      framed: rng.chance(0.6),
+      text: Array.from({ length: 6 + rng.int(10) }, (_, k) => peer(rng, b * 100 + k)).join(','),
+    }));
+    const damage = rng.chance(0.3) ? rng.pick(['no-comma', 'double-comma', 'nested', 'in-object', 'after-value', 'trailing-comma']) : '';
+    const frames: Buffer[] = [];
+    const runFrames: Buffer[] = [];
+    let own = damage === 'nested' ? '{"Node":{"ID":1},"Deep":[[' : damage === 'in-object' ? '{"Node":{"ID":1},"Peers":{"x":[' : '{"Node":{"ID":1},"Peers":[';
+    if (damage === 'after-value') own += '1 ';
+    blocks.forEach((b, k) => {
+      if (k) own += damage === 'no-comma' && b.framed ? '' : damage === 'double-comma' && b.framed ? ',,' : ',';
+      if (!b.framed) { own += b.text; return; }
+      frames.push(...cutText(rng, own));
+      const f = compress(Buffer.from(b.text));
+      frames.push(f);
+      runFrames.push(f);
+      own = '';
+    });
+    own += damage === 'trailing-comma' ? ',]' : ']';
+    if (damage === 'nested' || damage === 'in-object') own += '}';
+    own += ',"ControlTime":"2026-11-27T00:00:00Z"}';
+    frames.push(...cutText(rng, own));
+    const text = wholeOf(frames);
+    let expected: unknown;
+    try { expected = JSON.parse(text); } catch { expected = undefined; }
+    if (expected === undefined) {
+      t.throws(() => decodeOne(frames), /not valid JSON/, `seed ${seed} (${damage}): refused as its whole text is`);
+      refused++;
+      continue;
+    }
+    const got = decodeOne(frames) as { Peers?: Array<{ ID: number }> };
+    t.same(got, expected, `seed ${seed} (${damage || 'intact'}): ${text.length} characters in ${frames.length} frames`);
+    checked++;
+    // Another joiner's map around the same block frames holds the very peer objects this one got.
+    if (!damage && runFrames.length && got.Peers) {
+      const other = decodeOne([compress(Buffer.from('{"Node":{"ID":2},"Peers":[')), ...runFrames.flatMap((f, k) => (k ? [raw(Buffer.from(',')), f] : [f])), raw(Buffer.from(']}'))]) as { Peers: Array<{ ID: number }> };
+      const mine = new Map(got.Peers.map((p) => [p.ID, p]));
+      if (other.Peers.length && other.Peers.every((p) => mine.get(p.ID) === p)) sharedRuns++;
+    }
+  }
+  t.ok(checked > 150 && refused > 15, `both kinds seen (${checked} decoded, ${refused} refused)`);
+  t.ok(sharedRuns > 80, `maps sharing block frames shared their peers (${sharedRuns})`);
+});
+
+t.test('a run mark the message holds itself does not take a block\'s place', async (t) => {
+  const rng = new PlanRng(3);
+  const block = compress(Buffer.from(Array.from({ length: 12 }, (_, i) => JSON.stringify({ ID: i, Key: `nodekey:${hex(rng, 64)}` })).join(',')));
+  // The message lists, before the block, a string that reads like the mark of run 0.
+  const frames = [compress(Buffer.from('{"Peers":["\\u0000headway-run:0",')), block, raw(Buffer.from(']}'))];
+  const got = decodeOne(frames) as { Peers: unknown[] };
+  t.same(got, JSON.parse(wholeOf(frames)), 'decoded as the whole text parses');
+  t.equal(got.Peers[0], '\u0000headway-run:0', 'the string stays a string');
+  t.equal(got.Peers.length, 13);
+});

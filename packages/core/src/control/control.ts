@@ -309,7 +309,7 @@ export class ControlServer {
       if (mr.OmitPeers) { stream.end(); return; }
       this.hub.syncPrimaries();
       stream.respond(200, 'application/octet-stream');
-      stream.end(frame(this.mapper.fullMapBytes(node, mr.Version), zstd));
+      stream.end(this.mapper.fullMapMessage(node, mr.Version, zstd));
       metrics.mapMessages.inc({ kind: 'full' });
       return;
     }
@@ -325,7 +325,7 @@ export class ControlServer {
       void state.sessionClosed(node.id);
     });
     this.hub.begin(session, node, (current) => {
-      stream.write(frame(this.mapper.fullMapBytes(current, mr.Version), zstd));
+      stream.write(this.mapper.fullMapMessage(current, mr.Version, zstd));
       metrics.mapMessages.inc({ kind: 'full' });
     });
   }

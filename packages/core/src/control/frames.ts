@@ -95,8 +95,11 @@ export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buf
   return lengthPrefixed(bodies);
 }
 
-/** lengthPrefixed is a message as it goes on the stream: u32 little-endian length of the bodies, then the bodies. */
-function lengthPrefixed(bodies: readonly Uint8Array[]): Buffer {
+/**
+ * lengthPrefixed is a message as it goes on the stream: u32 little-endian length of the bodies, then the bodies
+ * (zstd frames made by compressJson or rawFrame, or one plain JSON text).
+ */
+export function lengthPrefixed(bodies: readonly Uint8Array[]): Buffer {
   const length = bodies.reduce((n, b) => n + b.length, 0);
   const out = Buffer.allocUnsafe(4 + length);
   out.writeUInt32LE(length, 0);

@@ -5,6 +5,8 @@ import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import { filterChunksJson } from './filter-chunks.js';
+import { compressJson, frame, lengthPrefixed } from './frames.js';
+import { PEER_BLOCK_IDS, PeerBlockFrames, peerBlockMinInForce } from './peer-blocks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
 function profileJson(o: OwnerIdentity): string {
@@ -27,6 +29,9 @@ export interface LoggedOutSelf {
 }
 
 const COMMA = Buffer.from(',');
+
+/** PeerBytes is a peer's text as UTF-8 and a serial number naming that text (see PeerBlockFrames). */
+interface PeerBytes { bytes: Buffer; serial: number }
 
 /** LOGGED_OUT_EXPIRY is the key expiry `tailscale logout` sends (Unix 123): "logged out" to every client. */
 export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
@@ -51,7 +56,10 @@ const BASE_SELF_CAPS: Record<string, unknown[]> = {
 export class Mapper {
   private readonly peerJson = new Map<number, string>();
   /** peerBytes holds the UTF-8 of peerJson entries that went into a full map, cached and forgotten with them. */
-  private readonly peerBytes = new Map<number, Buffer>();
+  private readonly peerBytes = new Map<number, PeerBytes>();
+  private peerSerial = 0;
+  /** peerBlocks are full maps' large peer blocks, compressed once for every joiner they go to (see fullMapMessage). */
+  readonly peerBlocks = new PeerBlockFrames();
 
   constructor(
     private readonly state: State,
@@ -124,9 +132,14 @@ export class Mapper {
 
   /** peerBuffer is peer() as UTF-8, so a full map is assembled by copying bytes rather than joining and re-encoding text. */
   private peerBuffer(node: Node): Buffer {
+    return this.peerBytesOf(node).bytes;
+  }
+
+  /** peerBytesOf is peerBuffer with the serial number of that text (a new one each time the peer's text is made). */
+  private peerBytesOf(node: Node): PeerBytes {
     let b = this.peerBytes.get(node.id);
     if (b === undefined) {
-      b = Buffer.from(this.peer(node));
+      b = { bytes: Buffer.from(this.peer(node)), serial: ++this.peerSerial };
       this.peerBytes.set(node.id, b);
     }
     return b;
@@ -246,6 +259,59 @@ export class Mapper {
    * cost more than the compression that follows.
    */
   fullMapBytes(node: Node, capVersion: number | undefined): Buffer {
+    const { head, peers, tail } = this.fullMapParts(node, capVersion);
+    const chunks: Buffer[] = [head];
+    peers.forEach((p, i) => {
+      if (i) chunks.push(COMMA);
+      chunks.push(this.peerBuffer(p));
+    });
+    chunks.push(tail);
+    return Buffer.concat(chunks);
+  }
+
+  /**
+   * fullMapMessage is the full map as it goes on the stream (see frame). To a zstd session the peers go in blocks by
+   * node id (PEER_BLOCK_IDS), each large block a frame compressed once and sent to every joiner holding the same
+   * peers in it (PeerBlockFrames), around frames of the joiner's own text: the body decodes to fullMapBytes' text.
+   */
+  fullMapMessage(node: Node, capVersion: number | undefined, zstd: boolean): Buffer {
+    if (!zstd) return frame(this.fullMapBytes(node, capVersion), false);
+    const { head, peers, tail } = this.fullMapParts(node, capVersion);
+    const bodies: Uint8Array[] = [];
+    let own: Buffer[] = [head];
+    const ids: number[] = [];
+    const serials: number[] = [];
+    const bufs: Buffer[] = [];
+    const min = peerBlockMinInForce();
+    for (let a = 0; a < peers.length;) {
+      if (a) own.push(COMMA);
+      const block = Math.floor(peers[a]!.id / PEER_BLOCK_IDS);
+      ids.length = 0;
+      serials.length = 0;
+      bufs.length = 0;
+      let length = -1;
+      for (; a < peers.length && Math.floor(peers[a]!.id / PEER_BLOCK_IDS) === block; a++) {
+        const b = this.peerBytesOf(peers[a]!);
+        ids.push(peers[a]!.id);
+        serials.push(b.serial);
+        bufs.push(b.bytes);
+        length += b.bytes.length + 1;
+      }
+      if (length >= min) {
+        bodies.push(compressJson(Buffer.concat(own)));
+        own = [];
+        bodies.push(this.peerBlocks.frameOf(block, ids, serials, bufs));
+      } else {
+        bufs.forEach((b, k) => { if (k) own.push(COMMA); own.push(b); });
+      }
+    }
+    own.push(tail);
+    bodies.push(compressJson(Buffer.concat(own)));
+    return lengthPrefixed(bodies);
+  }
+
+  /** fullMapParts is a full map's text before its peers (ending `"Peers":[`), its peers in id order, and the rest. */
+  private fullMapParts(node: Node, capVersion: number | undefined): { head: Buffer; peers: Node[]; tail: Buffer } {
     const peers = this.view.peersOf(node.id).map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const compiled = this.view.forNode(node.id);
     const parts = [
@@ -259,12 +325,10 @@ export class Mapper {
       `"UserProfiles":${this.profilesFor([node, ...peers])}`,
       `"PacketFilters":${filterChunksJson(compiled.packetFilter)}`,
     ];
-    const chunks: Buffer[] = [Buffer.from(`{${parts.join(',')},"Peers":[`)];
-    peers.forEach((p, i) => {
-      if (i) chunks.push(COMMA);
-      chunks.push(this.peerBuffer(p));
-    });
-    chunks.push(Buffer.from(`],"ControlTime":${JSON.stringify(new Date().toISOString())}}`));
-    return Buffer.concat(chunks);
+    return {
+      head: Buffer.from(`{${parts.join(',')},"Peers":[`),
+      peers,
+      tail: Buffer.from(`],"ControlTime":${JSON.stringify(new Date().toISOString())}}`),
+    };
   }
 }

@@ -99,7 +99,12 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
       () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters)),
     derpMap: c(({ config, logger, state }) => new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }))),
-    mapper: c(({ state, config, networkView, dnsConfig, derpMap }) => new Mapper(state, config, networkView, dnsConfig, derpMap)),
+    mapper: c(({ state, config, networkView, dnsConfig, derpMap, metrics }) => {
+      const mapper = new Mapper(state, config, networkView, dnsConfig, derpMap);
+      metrics.watch('headway_full_map_peer_blocks_reused', 'Blocks of peers a full map sent as a frame compressed for an earlier full map', () => mapper.peerBlocks.hits);
+      metrics.watch('headway_full_map_peer_blocks_compressed', 'Blocks of peers compressed for a full map (a frame of their own, kept for the next joiners holding the same peers)', () => mapper.peerBlocks.misses);
+      return mapper;
+    }),
     sessionHub: c(({ state, mapper, logger, metrics, policyService }) => new SessionHub(state, mapper, logger, metrics, () => policyService.compiled)),
     registrar: c(({ state, config, logger }) => new Registrar(state, config, logger)),
     routeService: c(({ state, networkView, sessionHub, logger }) => new RouteService(state, networkView, sessionHub, logger)),

@@ -337,7 +337,16 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   let own = '';
   const lists: Array<Record<string, unknown>> = [];
   const runs: unknown[][] = [];
+  // The own text is scanned only as far as a run's place must be checked: a policy change's messages are hundreds of
+  // KB of own text with no run in them, and scanning each device's cost the workers seconds. A member list's cut
+  // (below) only takes off a comma appended after the last scan (the text of the piece scanned for comes before it).
   const scan: JsonScan = { open: [], inString: false, escaped: false };
+  let scanned = 0;
+  const scanOwn = (): JsonScan => {
+    scanJson(scan, own.slice(scanned));
+    scanned = own.length;
+    return scan;
+  };
   let hole = false; // a list was cut out right before the next own text
   let needMember = false; // a comma after `{` was taken out: a member must come next
   let afterRun = false; // a run of elements was cut out right before the next own text
@@ -346,10 +355,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if (!piece) return undefined;
     // A run of objects right after `[` or `,` in a top-level array (a block of a full map's peers): parsed once.
     if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && piece.text.startsWith('{')
-      && !scan.inString && scan.open.length === 2 && scan.open[0] === 0x7b && scan.open[1] === 0x5b && /[[,]\s*$/.test(own.slice(-64))) {
-      const elements = runOf(f, piece.text);
+      && /[[,]\s*$/.test(own.slice(-64))) {
+      const at = scanOwn();
+      const elements = !at.inString && at.open.length === 2 && at.open[0] === 0x7b && at.open[1] === 0x5b ? runOf(f, piece.text) : undefined;
       if (elements) {
         own += `"${RUN_MARK}${runs.length}"`;
+        scanned = own.length; // a whole string: the scan's state is unchanged
         runs.push(elements);
         afterRun = true;
         continue;
@@ -389,7 +400,6 @@ function parseSegmented(frames: Uint8Array[]): unknown {
       if (next) afterRun = false;
     }
     if (runs.length && text.includes(RUN_MARK)) return undefined;
-    scanJson(scan, text);
     own += text;
   }
   if (hole || needMember || afterRun) return undefined;

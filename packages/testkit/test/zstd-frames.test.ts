@@ -197,7 +197,14 @@ t.test('a full map whose peers come in blocks of their own decodes as its whole 
     const damage = rng.chance(0.3) ? rng.pick(['no-comma', 'double-comma', 'nested', 'in-object', 'after-value', 'trailing-comma']) : '';
     const frames: Buffer[] = [];
     const runFrames: Buffer[] = [];
-    let own = damage === 'nested' ? '{"Node":{"ID":1},"Deep":[[' : damage === 'in-object' ? '{"Node":{"ID":1},"Peers":{"x":[' : '{"Node":{"ID":1},"Peers":[';
+    let own = '{"Node":{"ID":1},';
+    // Now and then a shared member list first (its comma is cut out of the own text before the peers' blocks).
+    if (rng.chance(0.5)) {
+      frames.push(...cutText(rng, own));
+      frames.push(compress(Buffer.from(peerList(rng, 'UserProfiles'))));
+      own = ',';
+    }
+    own += damage === 'nested' ? '"Deep":[[' : damage === 'in-object' ? '"Peers":{"x":[' : '"Peers":[';
     if (damage === 'after-value') own += '1 ';
     blocks.forEach((b, k) => {
       if (k) own += damage === 'no-comma' && b.framed ? '' : damage === 'double-comma' && b.framed ? ',,' : ',';

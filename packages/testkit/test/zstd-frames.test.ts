@@ -1,7 +1,7 @@
 // A map message's body may hold several zstd frames (the server compresses a part many sessions share once, see
 // core's frameSegments); Tailscale's client decodes them all, one after another. zstdFrameLength finds where each
 // ends (RFC 8878 §3.1), whatever blocks, header fields and checksum it has.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { constants, zstdCompressSync } from 'node:zlib';
 import { MapFrameDecoder, PlanRng, zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
@@ -98,6 +98,18 @@ function framed(frames: Buffer[]): Buffer {
 const decodeOne = (frames: Buffer[]): unknown => new MapFrameDecoder().push(framed(frames))[0];
 const wholeOf = (frames: Buffer[]): string => zstdDecompressText(Buffer.concat(frames));
 
+/**
+ * wholeOrRefused is the frames' whole text and what JSON.parse makes of it; when that is nothing, it checks that the
+ * decoder refuses the message too (expected undefined).
+ */
+function wholeOrRefused(t: Test, frames: Buffer[], what: string): { text: string; expected: unknown } {
+  const text = wholeOf(frames);
+  let expected: unknown;
+  try { expected = JSON.parse(text); } catch { expected = undefined; }
+  if (expected === undefined) t.throws(() => decodeOne(frames), /not valid JSON/, `${what}: refused as its whole text is`);
+  return { text, expected };
+}
+
 t.test('a message of own text around shared member frames decodes as its whole text parses', async (t) => {
   let checked = 0, refused = 0, shared = 0;
   for (let seed = 1; seed <= 300; seed++) {
@@ -124,11 +136,8 @@ t.test('a message of own text around shared member frames decodes as its whole t
     });
     own += damage === 'trailing' ? ',}' : '}';
     frames.push(...cutText(rng, own));
-    const text = wholeOf(frames);
-    let expected: unknown;
-    try { expected = JSON.parse(text); } catch { expected = undefined; }
+    const { text, expected } = wholeOrRefused(t, frames, `seed ${seed} (${damage})`);
     if (expected === undefined) {
-      t.throws(() => decodeOne(frames), /not valid JSON/, `seed ${seed} (${damage}): refused as its whole text is`);
       refused++;
     } else {
       const got = decodeOne(frames) as Record<string, unknown>;
@@ -219,11 +228,8 @@ t.test('a full map whose peers come in blocks of their own decodes as its whole 
     if (damage === 'nested' || damage === 'in-object') own += '}';
     own += ',"ControlTime":"2026-11-27T00:00:00Z"}';
     frames.push(...cutText(rng, own));
-    const text = wholeOf(frames);
-    let expected: unknown;
-    try { expected = JSON.parse(text); } catch { expected = undefined; }
+    const { text, expected } = wholeOrRefused(t, frames, `seed ${seed} (${damage})`);
     if (expected === undefined) {
-      t.throws(() => decodeOne(frames), /not valid JSON/, `seed ${seed} (${damage}): refused as its whole text is`);
       refused++;
       continue;
     }

@@ -38,7 +38,7 @@ export * from './server/compose.js';
 export * from './server/relay.js';
 export * from './control/control.js';
 export * from './control/sessions.js';
-export { PEER_BLOCK_IDS, PEER_BLOCK_MIN, PeerBlockFrames, setPeerBlockMin } from './control/peer-blocks.js';
+export { PEER_BLOCK_IDS, PeerBlockFrames } from './control/peer-blocks.js';
 export * from './control/wire.js';
 export * from './control/dns.js';
 export * from './control/derpmap.js';

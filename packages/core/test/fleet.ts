@@ -4,8 +4,8 @@ import {
   DerpMapSource, DnsConfigSource, Mapper, Metrics, NetworkView, silentLogger, type Node,
 } from '../src/index.js';
 import { parsePolicy, type Policy } from '@headway/policy';
-import { MapSession, SessionHub, setSharedFrameMin } from '../src/control/sessions.js';
-import { setPeerBlockMin } from '../src/control/peer-blocks.js';
+import { MapSession, SessionHub } from '../src/control/sessions.js';
+import { setSharedFrameMin } from '../src/control/frames.js';
 import { applyPacketFilters, concatPacketFilters, zstdDecompress, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
@@ -167,10 +167,9 @@ export class Fleet {
     const f = new Fleet(s);
     // Shared parts from a few dozen bytes go out as frames of their own (one peer's entry is about 600, a block of
     // a small fleet's sources one to a few hundred), so the zstd sessions' messages are mostly several frames.
+    // A full map's peer blocks too (Mapper.fullMapMessage): a zstd session's full map is several frames.
     const wasFrameMin = setSharedFrameMin(64);
-    // The same for a full map's peer blocks (Mapper.fullMapMessage): a zstd session's full map is several frames.
-    const wasBlockMin = setPeerBlockMin(64);
-    t.teardown(() => { setSharedFrameMin(wasFrameMin); setPeerBlockMin(wasBlockMin); });
+    t.teardown(() => { setSharedFrameMin(wasFrameMin); });
     f.policyText = policy;
     const { state, config } = s;
     f.view = new NetworkView(state, silentLogger);

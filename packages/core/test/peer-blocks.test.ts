@@ -6,7 +6,8 @@ import t from 'tap';
 import { MapFrameDecoder, zstdDecompress, zstdFrameLength } from '@headway/testkit';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
-import { PEER_BLOCK_IDS, PEER_BLOCK_MIN, PeerBlockFrames, setPeerBlockMin } from '../src/control/peer-blocks.js';
+import { PEER_BLOCK_IDS, PeerBlockFrames } from '../src/control/peer-blocks.js';
+import { SHARED_FRAME_MIN, setSharedFrameMin } from '../src/control/frames.js';
 
 type Json = Record<string, unknown>;
 
@@ -29,7 +30,7 @@ const withoutTime = (m: Json): Json => ({ ...m, ControlTime: '' });
 t.test('a full map in peer blocks decodes to the full map, and joiners share the blocks they hold alike', async (t) => {
   const f = await Fleet.start(t, POLICIES[1]); // everyone sees everyone
   // The server's own bound (the fleet frames every block); Fleet's teardown puts back what was in force before it.
-  setPeerBlockMin(PEER_BLOCK_MIN);
+  setSharedFrameMin(SHARED_FRAME_MIN);
   const [alice] = f.users();
   const nodes = [];
   for (let i = 0; i < 2 * PEER_BLOCK_IDS + 40; i++) {
@@ -76,7 +77,7 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
 
 t.test('small blocks stay in the joiner\'s own frames', async (t) => {
   const f = await Fleet.start(t, POLICIES[1]);
-  setPeerBlockMin(1 << 30);
+  setSharedFrameMin(1 << 30);
   const [alice] = f.users();
   const nodes = [];
   for (let i = 0; i < 5; i++) nodes.push(await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `s${i}`, userId: alice!.id, registerMethod: 'authkey' }));

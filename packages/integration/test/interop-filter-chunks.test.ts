@@ -8,7 +8,7 @@
  * out as a zstd frame of its own (setSharedFrameMin(1)): the client must decode messages of several frames.
  */
 import t from 'tap';
-import { setFilterChunking, setPeerBlockMin, setSharedFrameMin } from '@headway/core';
+import { setFilterChunking, setSharedFrameMin } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';
@@ -47,7 +47,6 @@ for (const binaries of installed) {
     // One chunk per source address: every join and leave changes chunks of its own, and no rule stays whole.
     const was = setFilterChunking({ wholeUpTo: 0, blockBits: 0 });
     const wasFrameMin = setSharedFrameMin(1);
-    const wasBlockMin = setPeerBlockMin(1);
     const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
     const virtual: TestDevice[] = [];
     let srv: TailscaleDevice | undefined;
@@ -59,7 +58,6 @@ for (const binaries of installed) {
       await s.stop();
       setFilterChunking(was);
       setSharedFrameMin(wasFrameMin);
-      setPeerBlockMin(wasBlockMin);
     });
     await s.policy.set(policy(22));
     const alice = await s.state.createUser({ name: 'alice' });
@@ -145,7 +143,7 @@ for (const binaries of installed) {
     await settle(null, 'the policy no longer lets members reach the server');
     t.equal(reopened, 0, 'srv kept its first map stream throughout: it decoded every message of several frames');
 
-    // A device joining now gets a full map whose peers are a block frame of their own (setPeerBlockMin(1)), between
+    // A device joining now gets a full map whose peers are a block frame of their own (setSharedFrameMin(1)), between
     // frames of its own text (see Mapper.fullMapMessage).
     late = await TailscaleDevice.start({ name: `chunkslate${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
     await late.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'late', timeoutMs: 60_000 });

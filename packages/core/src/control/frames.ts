@@ -79,6 +79,23 @@ export function compressJson(text: Buffer): Uint8Array {
 }
 
 /**
+ * SHARED_FRAME_MIN: a part many messages share at least this long is compressed once and sent to zstd sessions as a
+ * frame of its own within their messages (see frameSegments): a flush's PeersChanged or PeersChangedPatch list, and a
+ * block of a full map's peers (Mapper.fullMapMessage). Shorter ones are compressed with the rest of each message (a
+ * frame costs about 12 bytes, and a call per session).
+ */
+export const SHARED_FRAME_MIN = 2048;
+let sharedFrameMin = SHARED_FRAME_MIN;
+/** setSharedFrameMin changes SHARED_FRAME_MIN in force and returns the previous value (tests: 1 frames every shared part). */
+export function setSharedFrameMin(n: number): number {
+  const was = sharedFrameMin;
+  sharedFrameMin = n;
+  return was;
+}
+/** sharedFrameMinInForce is SHARED_FRAME_MIN, or what setSharedFrameMin set. */
+export function sharedFrameMinInForce(): number { return sharedFrameMin; }
+
+/**
  * frameSegments encodes one MapResponse given as consecutive pieces of its JSON text, each either text to compress
  * now or a zstd frame compressed earlier (a part many sessions share, compressed once per flush): a body of several
  * frames, which Tailscale's client decodes as their contents one after another (zstdframe.AppendDecode takes zero

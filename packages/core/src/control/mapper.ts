@@ -5,8 +5,8 @@ import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import { filterChunksJson } from './filter-chunks.js';
-import { compressJson, frame, lengthPrefixed } from './frames.js';
-import { PEER_BLOCK_IDS, PeerBlockFrames, peerBlockMinInForce } from './peer-blocks.js';
+import { compressJson, frame, lengthPrefixed, sharedFrameMinInForce } from './frames.js';
+import { PEER_BLOCK_IDS, PeerBlockFrames } from './peer-blocks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
 function profileJson(o: OwnerIdentity): string {
@@ -271,7 +271,7 @@ export class Mapper {
 
   /**
    * fullMapMessage is the full map as it goes on the stream (see frame). To a zstd session the peers go in blocks by
-   * node id (PEER_BLOCK_IDS), each large block a frame compressed once and sent to every joiner holding the same
+   * node id (PEER_BLOCK_IDS), each block of SHARED_FRAME_MIN or more a frame compressed once and sent to every joiner holding the same
    * peers in it (PeerBlockFrames), around frames of the joiner's own text: the body decodes to fullMapBytes' text.
    */
   fullMapMessage(node: Node, capVersion: number | undefined, zstd: boolean): Buffer {
@@ -282,7 +282,7 @@ export class Mapper {
     const ids: number[] = [];
     const serials: number[] = [];
     const bufs: Buffer[] = [];
-    const min = peerBlockMinInForce();
+    const min = sharedFrameMinInForce();
     for (let a = 0; a < peers.length;) {
       if (a) own.push(COMMA);
       const block = Math.floor(peers[a]!.id / PEER_BLOCK_IDS);

@@ -2,27 +2,12 @@ import { compressJson } from './frames.js';
 
 /**
  * PEER_BLOCK_IDS: a full map's peers (in id order) are cut into blocks by node id, ids [k·PEER_BLOCK_IDS,
- * (k+1)·PEER_BLOCK_IDS) in block k. Node ids grow with joins, so in a join burst every block but the last few keeps
- * the same peers from one joiner's first map to the next: devices of one peer class (the same user, the same tags)
- * receive the very same blocks, and so do later joiners of that class until a peer in a block changes.
+ * (k+1)·PEER_BLOCK_IDS) in block k, and a block whose text is SHARED_FRAME_MIN or longer goes out as a frame of its
+ * own. Node ids grow with joins, so in a join burst every block but the last few keeps the same peers from one
+ * joiner's first map to the next: devices of one peer class (the same user, the same tags) receive the very same
+ * blocks, and so do later joiners of that class until a peer in a block changes.
  */
 export const PEER_BLOCK_IDS = 256;
-
-/**
- * PEER_BLOCK_MIN: a block whose text (its peers, with commas) is at least this long goes out as a zstd frame of its
- * own, compressed once and sent in every full map holding it (see frameSegments); a shorter one is compressed with
- * the joiner's own text, as a frame costs about 12 bytes and a call.
- */
-export const PEER_BLOCK_MIN = 2048;
-let peerBlockMin = PEER_BLOCK_MIN;
-/** setPeerBlockMin changes PEER_BLOCK_MIN in force and returns the previous value (tests: 1 frames every block). */
-export function setPeerBlockMin(n: number): number {
-  const was = peerBlockMin;
-  peerBlockMin = n;
-  return was;
-}
-/** peerBlockMinInForce is PEER_BLOCK_MIN, or what setPeerBlockMin set. */
-export function peerBlockMinInForce(): number { return peerBlockMin; }
 
 /**
  * PEER_BLOCK_CACHE_BYTES bounds the compressed blocks kept (least recently used dropped first), and

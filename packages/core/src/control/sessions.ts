@@ -6,7 +6,7 @@ import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { filterUpdate, type SharedText } from './filter-chunks.js';
-import { compressJson, frame, frameSegments } from './frames.js';
+import { compressJson, frame, frameSegments, sharedFrameMinInForce } from './frames.js';
 import { ListDiffs, PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
@@ -115,26 +115,13 @@ export function openWait(prepareMs: number): number {
   return Math.min(MAX_OPEN_WAIT_MS, Math.max(BATCH_WINDOW_MS, OPEN_SHARE * prepareMs));
 }
 /**
- * SHARED_FRAME_MIN: a shared part (a PeersChanged or PeersChangedPatch list) at least this long is compressed once per
- * flush and sent to zstd sessions as a frame of its own within their messages (see frameSegments); shorter ones are
- * compressed with the rest of each message (a frame costs about 12 bytes, and a call per session).
- */
-export const SHARED_FRAME_MIN = 2048;
-let sharedFrameMin = SHARED_FRAME_MIN;
-/** setSharedFrameMin changes SHARED_FRAME_MIN in force and returns the previous value (tests: 1 frames every shared part). */
-export function setSharedFrameMin(n: number): number {
-  const was = sharedFrameMin;
-  sharedFrameMin = n;
-  return was;
-}
-/**
  * SHARED_BLOCK_MIN: a block of a rule's sources in a packet filter update (FilterUpdate.pieces) at least this long, or
  * SHARED_FRAME_MIN when that is set lower, is compressed once per flush and sent as a frame of its own. In a join
  * burst every session whose filter lists the joiners gets the blocks they fell in, around its own destinations: at
  * 2,000 devices a flush compressed 15-22 KB of filter text per session, nearly all of it those shared blocks.
  */
 export const SHARED_BLOCK_MIN = 256;
-const isSharedBlock = (x: string | SharedText): boolean => typeof x !== 'string' && x.text.length >= Math.min(sharedFrameMin, SHARED_BLOCK_MIN);
+const isSharedBlock = (x: string | SharedText): boolean => typeof x !== 'string' && x.text.length >= Math.min(sharedFrameMinInForce(), SHARED_BLOCK_MIN);
 
 /** UNSHARED_KEY_LENGTH: a message key longer than this names a message only its session receives (see sendAll). */
 const UNSHARED_KEY_LENGTH = 2048;
@@ -893,7 +880,8 @@ export class SessionHub {
       if (!f) { f = compressJson(Buffer.from(text)); sharedFrames.set(key, f); }
       return f;
     };
-    const isShared = (key: string, text: string): boolean => (key[0] === 'C' || key[0] === 'P') && text.length >= sharedFrameMin;
+    const sharedMin = sharedFrameMinInForce();
+    const isShared = (key: string, text: string): boolean => (key[0] === 'C' || key[0] === 'P') && text.length >= sharedMin;
     // A block of a rule's sources that sessions send the same, compressed once with the shared parts (see
     // FilterUpdate.pieces): keyed 'B' + its id.
     const blockFrame = (x: SharedText): Uint8Array => {

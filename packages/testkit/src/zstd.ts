@@ -246,23 +246,6 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
 }
 
 /**
- * depthAtEnd is how deep in objects and arrays the end of a JSON text is (strings skipped); -1 if it closes more
- * than it opens or ends inside a string.
- */
-function depthAtEnd(text: string): number {
-  let depth = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) { // a string: skip to its closing quote, past escapes
-      for (i++; i < text.length && text.charCodeAt(i) !== 0x22; i++) if (text.charCodeAt(i) === 0x5c) i++;
-      if (i >= text.length) return -1;
-    } else if (c === 0x7b || c === 0x5b) depth++;
-    else if (c === 0x7d || c === 0x5d) { if (--depth < 0) return -1; }
-  }
-  return depth;
-}
-
-/**
  * runsCache: large frames holding a run of array elements (`{…},{…}`: a block of a full map's peers, which the server
  * compresses once for every joiner holding it), parsed once and shared (frozen) by every message holding the frame.
  */
@@ -290,10 +273,10 @@ const RUN_MARK = '\\u0000headway-run:';
 const RUN_VALUE = '\u0000headway-run:';
 
 /**
- * JsonScan follows JSON text fed in pieces (a piece may end inside a string): the open containers ('{' or '['), and
- * whether it is inside a string or just after a backslash in one.
+ * JsonScan follows JSON text fed in pieces (a piece may end inside a string): the open containers ('{' or '['),
+ * whether it is inside a string or just after a backslash in one, and whether it ever closed more than it opened.
  */
-interface JsonScan { open: number[]; inString: boolean; escaped: boolean }
+interface JsonScan { open: number[]; inString: boolean; escaped: boolean; overclosed: boolean }
 
 function scanJson(st: JsonScan, text: string): void {
   for (let i = 0; i < text.length; i++) {
@@ -304,7 +287,7 @@ function scanJson(st: JsonScan, text: string): void {
       else if (c === 0x22) st.inString = false;
     } else if (c === 0x22) st.inString = true;
     else if (c === 0x7b || c === 0x5b) st.open.push(c);
-    else if (c === 0x7d || c === 0x5d) st.open.pop();
+    else if (c === 0x7d || c === 0x5d) { if (st.open.pop() === undefined) st.overclosed = true; }
   }
 }
 
@@ -337,10 +320,11 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   let own = '';
   const lists: Array<Record<string, unknown>> = [];
   const runs: unknown[][] = [];
-  // The own text is scanned only as far as a run's place must be checked: a policy change's messages are hundreds of
-  // KB of own text with no run in them, and scanning each device's cost the workers seconds. A member list's cut
-  // (below) only takes off a comma appended after the last scan (the text of the piece scanned for comes before it).
-  const scan: JsonScan = { open: [], inString: false, escaped: false };
+  // The own text is scanned only as far as a run's or a member list's place must be checked, and each part of it
+  // once: a policy change's messages are hundreds of KB of own text with no run in them, and scanning each device's
+  // cost the workers seconds. A member list's cut (below) only takes off a comma and blanks appended after the last
+  // scan (the text of the piece scanned for comes before them).
+  const scan: JsonScan = { open: [], inString: false, escaped: false, overclosed: false };
   let scanned = 0;
   const scanOwn = (): JsonScan => {
     scanJson(scan, own.slice(scanned));
@@ -357,7 +341,7 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && piece.text.startsWith('{')
       && /[[,]\s*$/.test(own.slice(-64))) {
       const at = scanOwn();
-      const elements = !at.inString && at.open.length === 2 && at.open[0] === 0x7b && at.open[1] === 0x5b ? runOf(f, piece.text) : undefined;
+      const elements = !at.inString && !at.overclosed && at.open.length === 2 && at.open[0] === 0x7b && at.open[1] === 0x5b ? runOf(f, piece.text) : undefined;
       if (elements) {
         own += `"${RUN_MARK}${runs.length}"`;
         scanned = own.length; // a whole string: the scan's state is unchanged
@@ -375,7 +359,8 @@ function parseSegmented(frames: Uint8Array[]): unknown {
         if (own.endsWith('{') || own.endsWith(',') || needMember) return undefined;
       } else if (last.endsWith('{')) own = last;
       else return undefined;
-      if (depthAtEnd(own) !== 1) return undefined;
+      const at = scanOwn();
+      if (at.inString || at.overclosed || at.open.length !== 1) return undefined;
       lists.push(piece.members);
       hole = true;
       needMember = false;

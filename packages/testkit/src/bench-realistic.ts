@@ -334,9 +334,12 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       const wcpu0 = await workersCpu();
       const t0 = epochNow();
       const serverApplyMs = await server.request<number>(apply, timeoutMs + 60_000);
-      const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; wrong: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
+      const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
       const cpu1 = await server.request<number>({ op: 'cpu' });
       const wcpu1 = await workersCpu();
+      // Every device, affected or not, must now hold exactly what the policy lets it see: checked by a scan of
+      // every device's peers once all times are in, outside the measured window.
+      const wrong = (await Promise.all(workers.map((c) => c.request<number>({ op: 'verify' }, 600_000)))).reduce((a, w) => a + w, 0);
       if (changeProf) {
         const file = await server.request<string>({ op: 'profileStop', file: join(resolve(changeProf), `${n}-${change.kind}-${round}.cpuprofile`) }, 120_000);
         log(`  [${n}] ${change.kind}: server profile ${file}`);
@@ -345,7 +348,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       const bytes = got.reduce((s, g) => s + g.bytes, 0);
       const r: ChangeResult = {
         kind: change.kind, round, affected, latency: summarize(got.flatMap((g) => g.seen.map((x) => x - t0))),
-        timeouts: got.reduce((s, g) => s + g.timeouts, 0), wrong: got.reduce((s, g) => s + g.wrong, 0),
+        timeouts: got.reduce((s, g) => s + g.timeouts, 0), wrong,
         serverApplyMs: round2(serverApplyMs), serverCpuMs: round2(cpu1 - cpu0), workersCpuMs: round2(wcpu1 - wcpu0),
         bytesPerSession: Math.round(bytes / n), bytesPerAffected: affected ? Math.round(bytes / affected) : 0,
       };

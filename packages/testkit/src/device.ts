@@ -9,6 +9,8 @@ import {
   type Hostinfo,
   type MapRequest,
   type MapResponse,
+  type Node,
+  type NodeID,
   type RegisterRequest,
   type RegisterResponse,
 } from './wire.js';
@@ -28,6 +30,8 @@ export interface TestDeviceOptions {
    * generator's garbage collector, not the server, the bottleneck (see bench-worker.ts).
    */
   keep?: (msg: MapResponse) => MapResponse;
+  /** peers makes the peer map of each map session's netmap (a plain Map by default; see bench-match.ts). */
+  peers?: () => Map<NodeID, Node>;
   discoKey?: KeyPair;
 }
 
@@ -97,11 +101,12 @@ export class TestDevice extends EventEmitter {
   nodeKey: KeyPair;
   discoKey: KeyPair;
   readonly keep: ((msg: MapResponse) => MapResponse) | undefined;
+  private readonly makePeers: (() => Map<NodeID, Node>) | undefined;
   /** previousNodeKey is the key replaced by the last rotateNodeKey, sent as OldNodeKey until a register succeeds. */
   previousNodeKey: KeyPair | undefined;
   controlPublicKey: Buffer | undefined;
   earlyPayload: object | undefined;
-  netmap: NetMap = emptyNetMap();
+  netmap: NetMap;
   /** mapDone settles when the current map stream ends (rejects on a stream or decode error). */
   mapDone: Promise<void> = Promise.resolve();
   /** mapBytes counts map-stream bytes received (compressed frames as sent), so the benchmark can report bytes per session. */
@@ -124,6 +129,8 @@ export class TestDevice extends EventEmitter {
     this.nodeKey = opts.nodeKey ?? generateKeyPair();
     this.discoKey = opts.discoKey ?? generateKeyPair();
     this.keep = opts.keep;
+    this.makePeers = opts.peers;
+    this.netmap = emptyNetMap(this.makePeers?.());
   }
 
   get machineKeyText(): string {
@@ -279,7 +286,7 @@ export class TestDevice extends EventEmitter {
    */
   async startMap(opts: StartMapOptions = {}): Promise<MapResponse> {
     this.stopMap();
-    this.netmap = emptyNetMap();
+    this.netmap = emptyNetMap(this.makePeers?.());
     const stream = opts.stream ?? true;
     const body = this.buildMapRequest(stream, opts.omitPeers ?? false, opts.endpoints, opts.hostinfo);
     const req = this.openRequest('/machine/map', body);

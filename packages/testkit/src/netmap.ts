@@ -26,13 +26,13 @@ export interface NetMap {
  */
 const FILTER_STALE = Symbol('filterStale');
 
-/** emptyNetMap is the state before the first MapResponse. */
-export function emptyNetMap(): NetMap {
+/** emptyNetMap is the state before the first MapResponse; peers may be a Map of the caller's (see bench-match.ts). */
+export function emptyNetMap(peers: Map<NodeID, Node> = new Map()): NetMap {
   let filter: FilterRule[] = [];
   let stale = false;
   const nm: NetMap = {
     self: undefined,
-    peers: new Map(),
+    peers,
     get packetFilter(): FilterRule[] {
       if (stale) { filter = concatPacketFilters(nm.packetFilters); stale = false; }
       return filter;

@@ -148,6 +148,8 @@ interface PreRule {
   /** hits maps a node index to the DstPorts entries (in order) holding one of its addresses; hitLists interns them. */
   hits?: Map<number, Hit>;
   hitLists?: Map<string, Hit>;
+  /** hitAsks counts the nodes that asked for their entries before hits was built (see hitOf). */
+  hitAsks?: number;
   /** plain: the rule narrowed to a node's entries, by those entries' text (see plainRule); one map per key in a
    * context (TailnetContext.plainBySource). */
   plain?: Map<string, FilterRule>;
@@ -163,8 +165,31 @@ interface PreRule {
  */
 interface FilterMemo { info: NodeInfo; list: PreRule[]; generation: number; from: PreRule[]; out: FilterRule[] }
 
-/** ListMove: the merged rules a list of the next generation adds to one of the generation before (in list order), and those it drops. */
-interface ListMove { added: PreRule[]; dropped: Set<PreRule> }
+/**
+ * ListMove: the merged rules a list of the next generation adds to one of the generation before (in list order),
+ * those it drops, and among them the twins: an added rule of the same key (sources and protocols) and place as a
+ * dropped one, whose DstPorts differ only in a few entries (see twinOf), found both ways (old to twin, twin to old).
+ */
+interface ListMove { added: PreRule[]; dropped: Set<PreRule>; twins: Map<PreRule, Twin>; twinned: Map<PreRule, Twin> }
+
+/**
+ * Twin: the rule that replaced a merged rule in the next generation, the addresses of the entries they differ in,
+ * and (lazily, see movedBy) the nodes holding one of them, with how many nodes the context had then.
+ */
+interface Twin { old: PreRule; next: PreRule; changed: IPSet; moved?: Set<number>; movedSeen?: number }
+
+/**
+ * TWIN_MAX_CHANGED: a rule and its successor differing in more DstPorts entries than this are not twins (each node
+ * is compiled against the successor then). A tag change or a join batch moves a few nodes' entries; a policy
+ * change rewrites rules whole.
+ */
+const TWIN_MAX_CHANGED = 64;
+/** TWIN_LOOKAHEAD: how far the entry diff of twins looks for where two DstPorts lists agree again. */
+const TWIN_LOOKAHEAD = 8;
+
+function sameEntry(x: NetPortRange, y: NetPortRange): boolean {
+  return x.IP === y.IP && x.Ports.First === y.Ports.First && x.Ports.Last === y.Ports.Last;
+}
 
 /**
  * Scope is what a group of nodes adds to the global rules: the autogroup:self rules of one user (shared by all
@@ -277,6 +302,18 @@ interface Hit { es: number[]; rule?: FilterRule }
 /** PLAIN_KEPT_MAX bounds how many narrowed forms of one rule (PreRule.plain) an extension keeps. */
 const PLAIN_KEPT_MAX = 4096;
 
+/** internHit is the one Hit of p for these entries (hitsOf and hitOf share them, and with them their rule objects). */
+function internHit(p: PreRule, es: number[]): Hit {
+  const lists = (p.hitLists ??= new Map());
+  const key = es.join(',');
+  let hit = lists.get(key);
+  if (!hit) lists.set(key, hit = { es });
+  return hit;
+}
+
+/** HITS_INDEX_AFTER: how many nodes read their entries of a rule one by one before its index is built (see hitOf). */
+const HITS_INDEX_AFTER = 8;
+
 function plainRule(p: PreRule, hit: Hit): FilterRule {
   let out = hit.rule;
   if (out) return out;
@@ -357,6 +394,10 @@ export class TailnetContext {
   private filterMemo: (FilterMemo | undefined)[] = [];
   private generation = 0;
   private listMoves = new WeakMap<PreRule[], Map<PreRule[], ListMove>>();
+  /** twinsKept counts the rules a node's filter kept or skipped by a twin (see packetFilter), for tests. */
+  twinsKept = 0;
+  /** twinOfRule: per dropped rule, its twin among the rules that replaced it (null: none), once per pair (see twinOf). */
+  private twinOfRule = new WeakMap<PreRule, { next: PreRule; twin: Twin | null }>();
   /**
    * plainBySource: per PreRule.key (sources and protocols), the rule narrowed to a node's entries, by those entries'
    * text (see plainRule), shared by every rule of that key in this context and kept over an extension for the keys
@@ -938,13 +979,7 @@ export class TailnetContext {
   private hitsOf(p: PreRule): Map<number, Hit> {
     // Asked for every rule of every node compiled: answer at once when nothing joined since.
     if (p.hits && p.hitsSeen === this.infos.length) return p.hits;
-    const lists = (p.hitLists ??= new Map());
-    const shared = (es: number[]): Hit => {
-      const key = es.join(',');
-      let hit = lists.get(key);
-      if (!hit) lists.set(key, hit = { es });
-      return hit;
-    };
+    const shared = (es: number[]): Hit => internHit(p, es);
     if (!p.hits) {
       const byNode = new Map<number, number[]>();
       p.entrySets.forEach((set, e) => {
@@ -968,6 +1003,20 @@ export class TailnetContext {
     }
     p.hitsSeen = this.infos.length;
     return p.hits;
+  }
+
+  /**
+   * hitOf is the node's entries of p (hitsOf), read straight from the entries while few nodes have asked: a rule
+   * that replaced another in a tag change is asked by the retagged node alone (the others keep what its twin
+   * gave them, see packetFilter), and indexing every node of its thousands of entries for that one was a fifth
+   * of such a change's compile at 10,000 devices. The HITS_INDEX_AFTER-th node to ask builds the index.
+   */
+  private hitOf(p: PreRule, i: NodeInfo): Hit | undefined {
+    if (p.hits || (p.hitAsks = (p.hitAsks ?? 0) + 1) > HITS_INDEX_AFTER) return this.hitsOf(p).get(i.idx);
+    if (!i.addrs.some((a) => p.dsts.containsAddr(a))) return undefined;
+    const es: number[] = [];
+    p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
+    return es.length ? internHit(p, es) : undefined;
   }
 
   /**
@@ -995,14 +1044,29 @@ export class TailnetContext {
     };
     if (m?.generation === this.generation - 1) {
       const move = this.listMove(m.list, list);
+      // A rule replaced by its twin, with none of this node's addresses in the entries they differ in, gives a node
+      // that routes nothing what the rule before gave it: the same rule (equal sources, protocols and entries of
+      // its own) or nothing. A tag change replaces a fifth of the rules so, and every node but the retagged one
+      // took each of them (a lookup per rule per node, most finding nothing) to learn what it already had.
+      const unmoved = (t: Twin | undefined): boolean => {
+        if (t === undefined || !plain || this.movedBy(t).has(i.idx)) return false;
+        this.twinsKept++;
+        return true;
+      };
+      const added = move.twinned.size ? move.added.filter((q) => !unmoved(move.twinned.get(q))) : move.added;
       let a = 0;
       m.from.forEach((p, k) => {
-        if (move.dropped.has(p)) return;
-        while (a < move.added.length && move.added[a]!.firstPos < p.firstPos) take(move.added[a++]!);
-        from.push(p);
+        let kept = p;
+        if (move.dropped.has(p)) {
+          const t = move.twins.get(p);
+          if (!unmoved(t)) return;
+          kept = t!.next;
+        }
+        while (a < added.length && added[a]!.firstPos < kept.firstPos) take(added[a++]!);
+        from.push(kept);
         out.push(m.out[k]!);
       });
-      while (a < move.added.length) take(move.added[a++]!);
+      while (a < added.length) take(added[a++]!);
     } else {
       for (const p of list) take(p);
     }
@@ -1017,10 +1081,66 @@ export class TailnetContext {
     let move = row.get(next);
     if (!move) {
       const was = new Set(prev), now = new Set(next);
-      move = { added: next.filter((p) => !was.has(p)), dropped: new Set(prev.filter((p) => !now.has(p))) };
+      const added = next.filter((p) => !was.has(p)), dropped = new Set(prev.filter((p) => !now.has(p)));
+      const twins = new Map<PreRule, Twin>(), twinned = new Map<PreRule, Twin>();
+      if (added.length && dropped.size) {
+        // Pair by key: one dropped and one added rule of each key at most (a list holds a key once).
+        const byKey = new Map<string, PreRule | null>();
+        for (const p of dropped) if (p.key !== null) byKey.set(p.key, byKey.has(p.key) ? null : p);
+        const addedKeys = new Map<string, number>();
+        for (const q of added) if (q.key !== null) addedKeys.set(q.key, (addedKeys.get(q.key) ?? 0) + 1);
+        for (const q of added) {
+          const p = q.key === null || addedKeys.get(q.key) !== 1 ? undefined : byKey.get(q.key);
+          const t = p ? this.twinOf(p, q) : null;
+          if (t) { twins.set(t.old, t); twinned.set(q, t); }
+        }
+      }
+      move = { added, dropped, twins, twinned };
       row.set(next, move);
     }
     return move;
+  }
+
+  /** movedBy is the nodes with an address in the entries the twins differ in (usually the one retagged node). */
+  private movedBy(t: Twin): Set<number> {
+    if (!t.moved || t.movedSeen !== this.infos.length) {
+      t.moved = new Set(this.nodesWithAddrIn(t.changed));
+      t.movedSeen = this.infos.length;
+    }
+    return t.moved;
+  }
+
+  /**
+   * twinOf is `next` as old's twin, or null: the same key and first place, and DstPorts that an in-order walk of
+   * both lists aligns entry for entry but for at most TWIN_MAX_CHANGED entries; `changed` holds those entries'
+   * addresses. A node with no address among them holds the same entries, in the same order, in both rules (every
+   * entry holding one of its addresses is aligned with an equal one). Once per pair of rules.
+   */
+  private twinOf(old: PreRule, next: PreRule): Twin | null {
+    const known = this.twinOfRule.get(old);
+    if (known?.next === next) return known.twin;
+    let twin: Twin | null = null;
+    if (old.firstPos === next.firstPos && !old.rule.CapGrant && !next.rule.CapGrant) {
+      const a = old.rule.DstPorts ?? [], b = next.rule.DstPorts ?? [];
+      const changed: IPSet[] = [];
+      let i = 0, j = 0;
+      while ((i < a.length || j < b.length) && changed.length <= TWIN_MAX_CHANGED) {
+        if (i < a.length && j < b.length && sameEntry(a[i]!, b[j]!)) { i++; j++; continue; }
+        // Where do they agree again: d entries dropped from old, or d entries inserted in next.
+        let d = 1;
+        for (; d <= TWIN_LOOKAHEAD; d++) {
+          if (j < b.length && i + d < a.length && sameEntry(a[i + d]!, b[j]!)) { while (d--) changed.push(old.entrySets[i++]!); break; }
+          if (i < a.length && j + d < b.length && sameEntry(a[i]!, b[j + d]!)) { while (d--) changed.push(next.entrySets[j++]!); break; }
+        }
+        if (d > TWIN_LOOKAHEAD) {
+          if (i < a.length) changed.push(old.entrySets[i++]!);
+          if (j < b.length) changed.push(next.entrySets[j++]!);
+        }
+      }
+      if (changed.length <= TWIN_MAX_CHANGED) twin = { old, next, changed: new IPSet(changed.flatMap((x) => x.ranges)) };
+    }
+    this.twinOfRule.set(old, { next, twin });
+    return twin;
   }
 
   /** ruleFor is what merged rule p gives node i's filter (undefined: nothing); plain: i routes nothing. */
@@ -1044,7 +1164,7 @@ export class TailnetContext {
       return caps.length > 0 ? { SrcIPs: r.SrcIPs, CapGrant: caps } : undefined;
     }
     // A node that routes nothing serves exactly the entries holding its own addresses: read them from the index.
-    const own = this.hitsOf(p).get(i.idx);
+    const own = this.hitOf(p, i);
     if (plain) return own && plainRule(p, own);
     // A router or exit node: the entries holding its own addresses (the index), those overlapping its routes and,
     // for an exit node, those within the internet. A rule reaching none of that is skipped whole: testing every

@@ -3,7 +3,7 @@
 // frame header properties those clients rely on, with a map the size of a big tailnet.
 import t from 'tap';
 import { zstdDecompressSync } from 'node:zlib';
-import { decompress as wasmDecompress } from '@bokuweb/zstd-wasm';
+import { compress as wasmCompress, decompress as wasmDecompress } from '@bokuweb/zstd-wasm';
 import { zstdDecompress, zstdFrameLength } from '@headway/testkit';
 import { compressJson, frame, rawFrame, RAW_FRAME_MAX, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/control/frames.js';
 
@@ -84,6 +84,24 @@ t.test('uncompressed frame: the JSON as it is, after the length', async (t) => {
   const out = frame(json, false);
   t.equal(out.readUInt32LE(0), Buffer.byteLength(json));
   t.equal(out.subarray(4).toString(), json);
+});
+
+t.test('the reused compression context writes the bytes a fresh one does, call after call', async (t) => {
+  // compressJson keeps one libzstd context for every WASM frame: nothing of one message may leak into the next.
+  const texts = [bigMap(3), bigMap(40), `{"Pad":"${'y'.repeat(5000)}"}`, '{"PeersChangedPatch":[{"NodeID":7,"Online":true}],"Pad":"' + 'z'.repeat(300) + '"}', bigMap(3)];
+  let calls = 0;
+  for (let round = 0; round < 3; round++) {
+    for (const json of [...texts].reverse().concat(texts)) {
+      const text = Buffer.from(json);
+      if (text.length < RAW_FRAME_MAX || text.length > WASM_MAX_INPUT) continue;
+      const fresh = Buffer.from(wasmCompress(text, 1));
+      const got = Buffer.from(compressJson(text));
+      calls++;
+      if (!got.equals(fresh)) { t.fail(`${text.length} B, round ${round}: the frame differs from a fresh context's`); return; }
+      t.equal(zstdDecompressSync(got).toString(), json);
+    }
+  }
+  t.equal(calls, 30, 'every text went through the WASM codec');
 });
 
 t.test('zstd-wasm is instantiated once, however many parts of the process ask for it', async (t) => {

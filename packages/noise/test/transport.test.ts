@@ -245,6 +245,36 @@ t.test('corked writes are sealed as one run of records in one socket write, inta
   conn.destroy();
 });
 
+t.test('the records of one read reach the reader as one chunk; those before a bad record still arrive', async (t) => {
+  const { client, server } = handshakePair();
+  const socket = new MemorySocket();
+  const conn = new NoiseConn({ socket, keys: client });
+  const chunks: Buffer[] = [];
+  conn.on('data', (c: Buffer) => chunks.push(c));
+  const text = Buffer.alloc(3 * MAX_PLAINTEXT_PER_RECORD + 10);
+  for (let i = 0; i < text.length; i++) text[i] = i % 251;
+  const wire = sealRecords(server.send, text);
+  // All four records in one read, then a read ending inside a record and one finishing it.
+  socket.push(wire);
+  await new Promise((r) => setImmediate(r));
+  t.equal(chunks.length, 1, 'four records, one chunk');
+  t.ok(chunks[0]!.equals(text), 'intact and in order');
+  const more = sealRecords(server.send, Buffer.from('after a split read'));
+  socket.push(more.subarray(0, 7));
+  socket.push(more.subarray(7));
+  await new Promise((r) => setImmediate(r));
+  t.equal(Buffer.concat(chunks.slice(1)).toString(), 'after a split read');
+  // Two good records and a corrupted third in one read: the good ones are delivered, then the connection fails.
+  const good = sealRecords(server.send, Buffer.alloc(MAX_PLAINTEXT_PER_RECORD + 5, 9));
+  const bad = sealRecords(server.send, Buffer.from('bad'));
+  bad[bad.length - 1]! ^= 0xff;
+  const failed = new Promise<Error>((resolve) => conn.on('error', resolve));
+  const before = chunks.length;
+  socket.push(Buffer.concat([good, bad]));
+  t.match((await failed).message, /decrypting noise record/);
+  t.same(Buffer.concat(chunks.slice(before)), Buffer.alloc(MAX_PLAINTEXT_PER_RECORD + 5, 9), 'the records before it were delivered');
+});
+
 t.test('a corrupted record destroys the connection', async (t) => {
   const { client, server } = handshakePair();
   const socket = new MemorySocket();

@@ -6,7 +6,8 @@ import t, { type Test } from 'tap';
 import { Mapper, NetworkView, silentLogger } from '../src/index.js';
 import { applyPacketFilters, concatPacketFilters, type FilterRule } from '@headway/testkit';
 import { ClientModel, compiled, essentials, Fleet, POLICIES } from './fleet.js';
-import { Rng, seedsFromEnv } from './harness.js';
+import { machineKey, nodeKey, Rng, seedsFromEnv } from './harness.js';
+import { setSharedFrameMin } from '../src/control/frames.js';
 import { DEFAULT_FILTER_CHUNKING, setFilterChunking } from '../src/control/filter-chunks.js';
 
 type Json = Record<string, unknown>;
@@ -54,6 +55,19 @@ function frameOf(json: string): Buffer {
   return buf;
 }
 
+/** sessionProblems compares every connected client with a full map made from scratch (a view of its own: shadow). */
+function sessionProblems(f: Fleet, shadow: NetworkView): string[] {
+  shadow.setPolicy(compiled(f.policyText));
+  const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
+  const problems: string[] = [];
+  for (const [id, c] of f.connected) {
+    const node = f.state.requireNode(id);
+    const full = JSON.parse(ref.fullMap(node, 106)) as Json;
+    for (const p of compare(c.client, full)) problems.push(`session of node ${id}: ${p}`);
+  }
+  return problems;
+}
+
 interface RunResult { steps: number; messages: number; bytes: number; failure?: string }
 
 async function run(t: Test, seed: number, startPolicy: number, steps: number, policyChanges: boolean): Promise<RunResult> {
@@ -87,14 +101,8 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
     if (i < steps - 1 && roll === 0) { f.hub.openDeferredNow(); ops.push('(first maps only)'); continue; }
     if (i < steps - 1 && roll === 1) { ops.push('(batch kept pending)'); continue; }
     f.hub.flushNow();
-    shadow.setPolicy(compiled(f.policyText));
+    const problems = sessionProblems(f, shadow);
     const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
-    const problems: string[] = [];
-    for (const [id, c] of f.connected) {
-      const node = f.state.requireNode(id);
-      const full = JSON.parse(ref.fullMap(node, 106)) as Json;
-      for (const p of compare(c.client, full)) problems.push(`session of node ${id}: ${p}`);
-    }
     for (const node of f.state.listNodes()) {
       // A session opened now gets the live mapper's full map (its caches included): it must be the fresh one.
       const live = new ClientModel();
@@ -145,3 +153,42 @@ for (const [label, startPolicy, policyChanges] of [
     t.comment(`${SEEDS.length} runs x ${STEPS} steps: ${messages} messages, ${bytes} bytes to clients`);
   });
 }
+
+t.test('a packet filter update past the message-key limit reaches zstd and plain sessions intact', async (t) => {
+  // A policy change resending rules with hundreds of sources sends each session a filter update of several KB:
+  // its text is made only where the message needs it whole (FILTER_PART in sessions.ts). With small shared frames
+  // a zstd session sends its blocks apart; with none shared it sends the update's text whole, as a plain one does.
+  const ips = (n: number): string[] => Array.from({ length: n }, (_, i) => `10.${20 + (i >> 8)}.${(i * 7) & 255}.${i & 255}`);
+  const policy = (n: number): string => JSON.stringify({ acls: [
+    { action: 'accept', src: ['autogroup:member', ...ips(n)], dst: ['autogroup:member:*'] },
+    { action: 'accept', src: ['tag:web', ...ips(n).slice(0, n >> 1)], dst: ['tag:db:5432'] },
+  ], tagOwners: { 'tag:web': [], 'tag:db': [] } });
+  for (const sharedBlocks of [true, false]) {
+    const f = await Fleet.start(t, policy(150));
+    if (!sharedBlocks) setSharedFrameMin(1 << 30); // Fleet.start restores it at teardown
+    const users = f.users();
+    for (let k = 0; k < 6; k++) {
+      const tagged = k >= 4;
+      const n = await f.state.createNode({
+        machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${k}`, userId: tagged ? null : users[k % users.length]!.id,
+        tags: tagged ? [k === 4 ? 'tag:web' : 'tag:db'] : [], availableRoutes: [], registerMethod: 'authkey',
+      });
+      f.connect(n.id);
+    }
+    f.hub.flushNow();
+    const shadow = new NetworkView(f.state, silentLogger);
+    t.same(sessionProblems(f, shadow), [], `shared blocks ${sharedBlocks}: every session holds its full map`);
+    const before = new Map([...f.connected].map(([id, c]) => [id, c.client.bytes] as const));
+    for (const n of [400, 90]) {
+      f.policyText = policy(n);
+      f.state.bus.publish({ type: 'policy-changed' });
+      f.hub.flushNow();
+      t.same(sessionProblems(f, shadow), [], `shared blocks ${sharedBlocks}, ${n} sources: every session holds the new filter`);
+    }
+    const zstd = [...f.connected].filter(([, c]) => c.client.zstd), plain = [...f.connected].filter(([, c]) => !c.client.zstd);
+    t.ok(zstd.length && plain.length, 'both kinds of session');
+    // The plain sessions' bytes are the messages' text: the update to 400 sources ran past the key limit.
+    const members = plain.filter(([id]) => f.state.requireNode(id).tags.length === 0);
+    t.ok(members.length && members.every(([id, c]) => c.client.bytes - before.get(id)! > 2 * 2048), 'the members\' updates were long');
+  }
+});

@@ -185,7 +185,8 @@ function listDiff(prev: readonly string[], next: readonly string[]): BlockChange
  * names its rules then have (undefined: positional, nameAt).
  */
 export interface FilterUpdate {
-  json: string | null;
+  /** json: the update's text whole, joined from pieces on first read. */
+  readonly json: string | null;
   names: readonly string[] | undefined;
   /**
    * pieces is json cut around the blocks of sources it sends, which follow one another with nothing between
@@ -222,7 +223,7 @@ export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly st
     }
   };
   const dropped = (o: FilterRule, name: string): void => { for (const b of blocksOf(o.SrcIPs)) out.push(dropJson(name, b.key)); };
-  const done = (names: readonly string[] | undefined): FilterUpdate => ({ ...piecesOf(out), names });
+  const done = (names: readonly string[] | undefined): FilterUpdate => Object.defineProperty(piecesOf(out), 'names', { value: names, enumerable: true }) as FilterUpdate;
 
   // Most updates keep every rule in place (sources joined or left): compare by position.
   if (prev.length === next.length && next.every((r, i) => r === prev[i] || headOf(r) === headOf(prev[i]!))) {
@@ -269,5 +270,7 @@ function piecesOf(out: readonly Chunk[]): Pick<FilterUpdate, 'json' | 'pieces'> 
     own = c[2];
   });
   pieces.push(`${own}}`);
-  return { json: pieces.map((p) => (typeof p === 'string' ? p : p.text)).join(''), pieces };
+  // The text whole is joined when first read: a flush sending the pieces apart (zstd) never reads it.
+  let json: string | undefined;
+  return { get json() { return json ??= pieces.map((p) => (typeof p === 'string' ? p : p.text)).join(''); }, pieces };
 }

@@ -2,7 +2,7 @@
 // after the short quiet window, changes right behind a flush wait the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
 // message per session instead of one message per join per session.
 import t from 'tap';
-import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, MAX_SHARE_WINDOW_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
+import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, LONE_FLUSH_CHANGES, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, MAX_SHARE_WINDOW_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
 import { Fleet } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
@@ -38,6 +38,9 @@ t.test('on a busy loop with changes back to back the window is at least FLUSH_SH
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 500, 100, 500), QUIET_WINDOW_MS, 'a lone change after a quiet spell goes out after the quiet window');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 100, HURRY_GAP_MS), BATCH_WINDOW_MS, 'right behind a costly flush but after a lull in changes: the base window, not the floor');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 100, 30), FLUSH_SHARE * 100, 'a gap of a few tens of ms in a burst keeps the floor');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 1, 16, 30, 89, 1), BATCH_WINDOW_MS, 'right behind the flush of a lone change (a rename after a policy change): the base window');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 1, 16, 30, 89, LONE_FLUSH_CHANGES), BATCH_WINDOW_MS, 'or of a change or two more');
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 1, 16, 30, 89, LONE_FLUSH_CHANGES + 1), FLUSH_SHARE * 30, 'behind a flush that carried a burst: the floor');
 });
 
 t.test('a change that did not queue up behind the previous flush waits the quiet window, however busy the loop', async (t) => {
@@ -104,9 +107,9 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   const { f, nodes } = await threeConnected(t);
   f.hub.flushNow();
   const viewer = f.connected.get(nodes[1]!.id)!.client;
-  const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number };
-  // As if a 400 ms flush had just ended: the next change waits FLUSH_SHARE times that, capped.
-  const afterBurst = (): void => { hub.lastFlushMs = 400; hub.flushEnd = performance.now(); };
+  const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number; lastFlushChanges: number };
+  // As if a 400 ms flush of a burst's changes had just ended: the next change waits FLUSH_SHARE times that, capped.
+  const afterBurst = (): void => { hub.lastFlushMs = 400; hub.flushEnd = performance.now(); hub.lastFlushChanges = 50; };
   const long = Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * 400);
 
   afterBurst();

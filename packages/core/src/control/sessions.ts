@@ -46,6 +46,8 @@ export const MAX_BATCH_WINDOW_MS = 1280;
  * in the gaps of a burst at 1,000 devices; without that check it sent 4-6 more batches a burst).
  */
 export const HURRY_GAP_MS = 100;
+/** LONE_FLUSH_CHANGES: a flush that carried this many changes or fewer was not a burst's (see nextBatchWindow). */
+export const LONE_FLUSH_CHANGES = 3;
 /** BUSY_UTILIZATION is the event-loop utilization, while the previous batch was collected, above which the server counts as loaded. */
 const BUSY_UTILIZATION = 0.75;
 
@@ -67,11 +69,16 @@ const BUSY_UTILIZATION = 0.75;
  * 1,000 devices). Taking 20 ms for that lull instead, a join burst of 1,000 sent 33-45 batches instead of about 20.
  * (When joining devices' first maps waited for this window, a longer cap held them waiting, the loop went idle and
  * joins slowed, 23 to 17 per second at 1,000 devices with a 5 s cap; first maps now have their own short timer.)
+ * Nor is a flush that carried at most LONE_FLUSH_CHANGES changes (lastFlushChanges) a burst's: at 1,000 devices a
+ * rename made 89 ms after a policy change, 16 ms after that change's 30 ms flush ended, waited FLUSH_SHARE times the
+ * flush (121 ms) for company that never came. (Judging by whether a change came while the flush ran instead made
+ * every change after a short flush a lone one, which runs in one go: a 1,000-device join sent 63 batches, not 17.)
  */
-export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number, lastFlushMs = 0, sinceChangeMs = 0): number {
+export function nextBatchWindow(current: number, utilization: number, sinceFlushEndMs: number, lastFlushMs = 0, sinceChangeMs = 0,
+  lastFlushChanges = Number.POSITIVE_INFINITY): number {
   if (sinceFlushEndMs >= BATCH_WINDOW_MS) return sinceChangeMs >= BATCH_WINDOW_MS ? QUIET_WINDOW_MS : BATCH_WINDOW_MS;
-  // Right behind a flush but after a lull in changes: a lone change that happened to follow a flush, not a burst.
-  if (sinceChangeMs >= HURRY_GAP_MS) return BATCH_WINDOW_MS;
+  // Right behind a flush but after a lull in changes, or behind a flush of a lone change or two: not a burst.
+  if (sinceChangeMs >= HURRY_GAP_MS || lastFlushChanges <= LONE_FLUSH_CHANGES) return BATCH_WINDOW_MS;
   const grown = utilization >= BUSY_UTILIZATION ? current * 2 : BATCH_WINDOW_MS;
   return Math.max(Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, grown)), Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * lastFlushMs));
 }
@@ -427,6 +434,7 @@ export class SessionHub {
     const now = performance.now();
     const sinceChange = now - this.lastChangeAt;
     this.lastChangeAt = now;
+    this.batchChanges++;
     if (this.flushTimer) {
       // A change after a lull, joining a batch that waits a long window, on a loop mostly idle since that batch
       // was scheduled: the burst that set the window is over.
@@ -439,7 +447,7 @@ export class SessionHub {
       }
       return;
     }
-    this.window = nextBatchWindow(this.window, this.collectBusy, now - this.flushEnd, this.lastFlushMs, sinceChange);
+    this.window = nextBatchWindow(this.window, this.collectBusy, now - this.flushEnd, this.lastFlushMs, sinceChange, this.lastFlushChanges);
     this.metrics.mapBatchWindow.set(this.window / 1000);
     this.collectMark = this.loadMeter.mark();
     this.scheduledAt = now;
@@ -457,6 +465,9 @@ export class SessionHub {
   };
   /** lastChangeAt: when the last change was scheduled; scheduledAt: when the pending batch's timer was set. */
   private lastChangeAt = Number.NEGATIVE_INFINITY;
+  /** batchChanges counts the changes scheduled since the last flush began; lastFlushChanges, those it carried. */
+  private batchChanges = 0;
+  private lastFlushChanges = Number.POSITIVE_INFINITY;
   private scheduledAt = 0;
   /** hurried counts batches sent early by a change after a lull (see HURRY_GAP_MS; tests). */
   hurried = 0;
@@ -790,6 +801,8 @@ export class SessionHub {
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
     // Only a flush that sends something counts for nextBatchWindow.
     this.collectBusy = this.collectMark !== undefined ? this.loadMeter.since(this.collectMark) : 0;
+    this.lastFlushChanges = this.batchChanges;
+    this.batchChanges = 0;
     this.job = { sessions: [...this.sessions()], next: 0, one: this.send(full, fullSeq, self, removed, patches, structural, users), busyMs: 0 };
     if (sliceMs === undefined) this.finishJob();
     else this.continueJob(this.job, sliceMs);

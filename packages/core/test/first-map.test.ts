@@ -166,11 +166,13 @@ t.test('a waiting session gets its full map from begin\'s own timer, without a f
 t.test('under a long batch window a waiting session waits in proportion to what preparing the view last cost', async (t) => {
   const f = await Fleet.start(t, POLICY);
   const [alice] = f.users();
-  // The previous flush just ended and cost 300 ms: the batch the join starts waits over a second (nextBatchWindow).
+  // The previous flush, a burst's, just ended and cost 300 ms: the batch the join starts waits over a second
+  // (nextBatchWindow; behind a lone change's flush it would wait the base window).
   f.hub.flushNow();
-  const hub = f.hub as unknown as { flushEnd: number; lastFlushMs: number };
+  const hub = f.hub as unknown as { flushEnd: number; lastFlushMs: number; lastFlushChanges: number };
   hub.flushEnd = performance.now();
   hub.lastFlushMs = 300;
+  hub.lastFlushChanges = 50;
   f.view.lastPrepareMs = 100;
   const a = await join(f, alice!.id, 'a');
   const started = performance.now();

@@ -311,6 +311,14 @@ function internHit(p: PreRule, es: number[]): Hit {
   return hit;
 }
 
+/** hitIn is node i's Hit of p read from p's entries one by one (undefined: none holds an address of i). */
+function hitIn(p: PreRule, i: NodeInfo): Hit | undefined {
+  if (!i.addrs.some((a) => p.dsts.containsAddr(a))) return undefined;
+  const es: number[] = [];
+  p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
+  return es.length ? internHit(p, es) : undefined;
+}
+
 /** HITS_INDEX_AFTER: how many nodes read their entries of a rule one by one before its index is built (see hitOf). */
 const HITS_INDEX_AFTER = 8;
 
@@ -979,7 +987,6 @@ export class TailnetContext {
   private hitsOf(p: PreRule): Map<number, Hit> {
     // Asked for every rule of every node compiled: answer at once when nothing joined since.
     if (p.hits && p.hitsSeen === this.infos.length) return p.hits;
-    const shared = (es: number[]): Hit => internHit(p, es);
     if (!p.hits) {
       const byNode = new Map<number, number[]>();
       p.entrySets.forEach((set, e) => {
@@ -989,16 +996,13 @@ export class TailnetContext {
         }
       });
       const hits = new Map<number, Hit>();
-      for (const [x, es] of byNode) hits.set(x, shared(es));
+      for (const [x, es] of byNode) hits.set(x, internHit(p, es));
       p.hits = hits;
     } else {
       // A rule kept by extend: index the nodes that joined since (each new node's entries, in order).
       for (let x = p.hitsSeen; x < this.infos.length; x++) {
-        const i = this.infos[x]!;
-        if (!i.addrs.some((a) => p.dsts.containsAddr(a))) continue;
-        const es: number[] = [];
-        p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
-        if (es.length) p.hits.set(x, shared(es));
+        const hit = hitIn(p, this.infos[x]!);
+        if (hit) p.hits.set(x, hit);
       }
     }
     p.hitsSeen = this.infos.length;
@@ -1013,10 +1017,7 @@ export class TailnetContext {
    */
   private hitOf(p: PreRule, i: NodeInfo): Hit | undefined {
     if (p.hits || (p.hitAsks = (p.hitAsks ?? 0) + 1) > HITS_INDEX_AFTER) return this.hitsOf(p).get(i.idx);
-    if (!i.addrs.some((a) => p.dsts.containsAddr(a))) return undefined;
-    const es: number[] = [];
-    p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
-    return es.length ? internHit(p, es) : undefined;
+    return hitIn(p, i);
   }
 
   /**

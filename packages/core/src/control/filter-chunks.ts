@@ -223,7 +223,7 @@ export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly st
     }
   };
   const dropped = (o: FilterRule, name: string): void => { for (const b of blocksOf(o.SrcIPs)) out.push(dropJson(name, b.key)); };
-  const done = (names: readonly string[] | undefined): FilterUpdate => Object.defineProperty(piecesOf(out), 'names', { value: names, enumerable: true }) as FilterUpdate;
+  const done = (names: readonly string[] | undefined): FilterUpdate => piecesOf(out, names);
 
   // Most updates keep every rule in place (sources joined or left): compare by position.
   if (prev.length === next.length && next.every((r, i) => r === prev[i] || headOf(r) === headOf(prev[i]!))) {
@@ -259,8 +259,8 @@ export function filterUpdate(prev: readonly FilterRule[], prevNames: readonly st
 }
 
 /** piecesOf is an update's chunks as one JSON object, whole and in pieces around their blocks (see FilterUpdate). */
-function piecesOf(out: readonly Chunk[]): Pick<FilterUpdate, 'json' | 'pieces'> {
-  if (!out.length) return { json: null, pieces: null };
+function piecesOf(out: readonly Chunk[], names: readonly string[] | undefined): FilterUpdate {
+  if (!out.length) return { json: null, pieces: null, names };
   const pieces: Array<string | SharedText> = [];
   let own = '{';
   out.forEach((c, i) => {
@@ -272,5 +272,5 @@ function piecesOf(out: readonly Chunk[]): Pick<FilterUpdate, 'json' | 'pieces'> 
   pieces.push(`${own}}`);
   // The text whole is joined when first read: a flush sending the pieces apart (zstd) never reads it.
   let json: string | undefined;
-  return { get json() { return json ??= pieces.map((p) => (typeof p === 'string' ? p : p.text)).join(''); }, pieces };
+  return { get json() { return json ??= pieces.map((p) => (typeof p === 'string' ? p : p.text)).join(''); }, pieces, names };
 }

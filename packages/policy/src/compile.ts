@@ -157,6 +157,78 @@ interface PreRule {
   /** hitsSeen and peerSetsSeen: how many nodes (the first of the tailnet) hits and peerSets reflect (see extend). */
   hitsSeen: number;
   peerSetsSeen: number;
+  /** flat: entrySets as plain numbers, for hitIn's scan (made on first use, see flatOf). */
+  flat?: FlatEntries;
+}
+
+/**
+ * FlatEntries are a rule's DstPorts entries as number ranges: IPv4 as pairs of doubles (exact below 2^53), IPv6 as
+ * four 32-bit words for the start and four for the end, each range with its entry's number. hitIn reads a node's
+ * entries by one pass over typed arrays: testing each entry's IPSet in turn (a call, a binary search and bigint
+ * compares per entry) was 30 of the ~170 ms a round of first maps spent compiling at 10,000 devices, whose rules
+ * list thousands of entries each.
+ */
+interface FlatEntries { v4: Float64Array; v4e: Int32Array; v6: Uint32Array; v6e: Int32Array }
+
+const W32 = 0xffffffffn;
+
+function putWords(out: Uint32Array, at: number, n: bigint): void {
+  out[at] = Number((n >> 96n) & W32);
+  out[at + 1] = Number((n >> 64n) & W32);
+  out[at + 2] = Number((n >> 32n) & W32);
+  out[at + 3] = Number(n & W32);
+}
+
+/** cmpWords compares the 128-bit value in words[at..at+3] with (a0, a1, a2, a3). */
+function cmpWords(w: Uint32Array, at: number, a0: number, a1: number, a2: number, a3: number): number {
+  return w[at]! !== a0 ? w[at]! - a0 : w[at + 1]! !== a1 ? w[at + 1]! - a1 : w[at + 2]! !== a2 ? w[at + 2]! - a2 : w[at + 3]! - a3;
+}
+
+/**
+ * SET_WORDS: an entry set's ranges as FlatEntries numbers, kept per set: entry sets are parsed once per text across
+ * contexts (parseSetText), so a rule made again in an extension copies numbers instead of splitting bigints.
+ */
+const SET_WORDS = new WeakMap<IPSet, { v4: Float64Array; v6: Uint32Array }>();
+
+function setWords(set: IPSet): { v4: Float64Array; v6: Uint32Array } {
+  let w = SET_WORDS.get(set);
+  if (w) return w;
+  const v6s = set.ranges.filter((r) => r.v6), v4s = set.ranges.filter((r) => !r.v6);
+  w = { v4: new Float64Array(2 * v4s.length), v6: new Uint32Array(8 * v6s.length) };
+  v4s.forEach((r, k) => { w!.v4[2 * k] = Number(r.start); w!.v4[2 * k + 1] = Number(r.end); });
+  v6s.forEach((r, k) => { putWords(w!.v6, 8 * k, r.start); putWords(w!.v6, 8 * k + 4, r.end); });
+  SET_WORDS.set(set, w);
+  return w;
+}
+
+function flatOf(p: PreRule): FlatEntries {
+  if (p.flat) return p.flat;
+  const words = p.entrySets.map(setWords);
+  let n4 = 0, n6 = 0;
+  for (const w of words) { n4 += w.v4.length >> 1; n6 += w.v6.length >> 3; }
+  const f: FlatEntries = { v4: new Float64Array(2 * n4), v4e: new Int32Array(n4), v6: new Uint32Array(8 * n6), v6e: new Int32Array(n6) };
+  let k4 = 0, k6 = 0;
+  words.forEach((w, e) => {
+    f.v4.set(w.v4, 2 * k4);
+    for (let k = 0; k < w.v4.length >> 1; k++) f.v4e[k4++] = e;
+    f.v6.set(w.v6, 8 * k6);
+    for (let k = 0; k < w.v6.length >> 3; k++) f.v6e[k6++] = e;
+  });
+  return (p.flat = f);
+}
+
+/** entriesWith appends to `es`, in order, the entries of f holding address a (each at most once: a set's ranges are disjoint). */
+function entriesWith(f: FlatEntries, a: Addr, es: number[]): void {
+  if (!a.v6) {
+    const x = Number(a.n), v = f.v4, n = f.v4e.length;
+    for (let k = 0; k < n; k++) if (v[2 * k]! <= x && x <= v[2 * k + 1]!) es.push(f.v4e[k]!);
+    return;
+  }
+  const a0 = Number((a.n >> 96n) & W32), a1 = Number((a.n >> 64n) & W32), a2 = Number((a.n >> 32n) & W32), a3 = Number(a.n & W32);
+  const w = f.v6, n = f.v6e.length;
+  for (let k = 0; k < n; k++) {
+    if (cmpWords(w, 8 * k, a0, a1, a2, a3) <= 0 && cmpWords(w, 8 * k + 4, a0, a1, a2, a3) >= 0) es.push(f.v6e[k]!);
+  }
 }
 
 /**
@@ -246,8 +318,17 @@ function sortedUnique(xs: ArrayLike<number>): Int32Array {
   return a.subarray(0, n);
 }
 
-function lowerBound(keys: bigint[], x: bigint): number {
-  let lo = 0, hi = keys.length;
+function lowerBoundNum(keys: number[], x: number, from: number): number {
+  let lo = from, hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+function lowerBound(keys: bigint[], x: bigint, from = 0): number {
+  let lo = from, hi = keys.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
     if (keys[mid]! < x) lo = mid + 1; else hi = mid;
@@ -262,13 +343,33 @@ function exitCover(dsts: IPSet): boolean {
 }
 
 const RULE_KEYS = new WeakMap<FilterRule, string>();
+/** LIST_KEYS: a SrcIPs list joined, once per list (srcList gives every rule from the same sources one list). */
+const LIST_KEYS = new WeakMap<readonly string[], string>();
 function ruleKey(r: FilterRule): string {
   let k = RULE_KEYS.get(r);
   if (k === undefined) {
-    k = `${r.SrcIPs.join(',')}|${(r.IPProto ?? []).join(',')}`;
+    let list = LIST_KEYS.get(r.SrcIPs);
+    if (list === undefined) LIST_KEYS.set(r.SrcIPs, list = r.SrcIPs.join(','));
+    k = `${list}|${(r.IPProto ?? []).join(',')}`;
     RULE_KEYS.set(r, k);
   }
   return k;
+}
+
+/**
+ * PIECE_PORTS: a piece rule's DstPorts entries parsed and their union, once per rule object. A piece is merged in
+ * every scope whose own rules share its key as well as in the global list, and parsing its entries (thousands for
+ * a destination of every member) again for each was a tenth of an extension's cost at 10,000 devices.
+ */
+const PIECE_PORTS = new WeakMap<FilterRule, { entrySets: IPSet[]; dsts: IPSet }>();
+function piecePorts(r: FilterRule): { entrySets: IPSet[]; dsts: IPSet } {
+  let v = PIECE_PORTS.get(r);
+  if (!v) {
+    const entrySets = (r.DstPorts ?? []).map((d) => parseSetText(d.IP));
+    v = { entrySets, dsts: new IPSet(entrySets.flatMap((x) => x.ranges)) };
+    PIECE_PORTS.set(r, v);
+  }
+  return v;
 }
 
 /** RULE_IDS numbers rule objects, so a merged rule is named by the very pieces it was merged from (PreRule.sig). */
@@ -285,9 +386,15 @@ function ruleId(r: FilterRule): number {
  * merging then takes it instead of parsing the list back (thousands of addresses for autogroup:member).
  */
 const SRC_SETS = new WeakMap<string[], IPSet>();
+/** SRC_LISTS: the one SrcIPs list of each set, shared by every rule with those sources (rules are never modified). */
+const SRC_LISTS = new WeakMap<IPSet, string[]>();
 function srcList(set: IPSet): string[] {
-  const out = set.strings();
-  SRC_SETS.set(out, set);
+  let out = SRC_LISTS.get(set);
+  if (!out) {
+    out = set.strings();
+    SRC_SETS.set(out, set);
+    SRC_LISTS.set(set, out);
+  }
   return out;
 }
 
@@ -313,14 +420,22 @@ function internHit(p: PreRule, es: number[]): Hit {
 
 /** hitIn is node i's Hit of p read from p's entries one by one (undefined: none holds an address of i). */
 function hitIn(p: PreRule, i: NodeInfo): Hit | undefined {
-  if (!i.addrs.some((a) => p.dsts.containsAddr(a))) return undefined;
-  const es: number[] = [];
-  p.entrySets.forEach((set, e) => { if (i.addrs.some((a) => set.containsAddr(a))) es.push(e); });
+  const addrs = i.addrs.filter((a) => p.dsts.containsAddr(a));
+  if (!addrs.length) return undefined;
+  const f = flatOf(p);
+  let es: number[] = [];
+  entriesWith(f, addrs[0]!, es);
+  for (let k = 1; k < addrs.length; k++) {
+    // Each address's entries are in order; an entry holding two of them ('*', a large range) counts once.
+    const more: number[] = [];
+    entriesWith(f, addrs[k]!, more);
+    if (more.length) es = Array.from(sortedUnique([...es, ...more]));
+  }
   return es.length ? internHit(p, es) : undefined;
 }
 
 /** HITS_INDEX_AFTER: how many nodes read their entries of a rule one by one before its index is built (see hitOf). */
-const HITS_INDEX_AFTER = 8;
+const HITS_INDEX_AFTER = 24;
 
 function plainRule(p: PreRule, hit: Hit): FilterRule {
   let out = hit.rule;
@@ -374,7 +489,8 @@ export class TailnetContext {
   private readonly userById = new Map<string, PolicyUser>();
   private readonly nodesByUser = new Map<string, NodeInfo[]>();
   private readonly nodesByTag = new Map<string, NodeInfo[]>();
-  private readonly v4Keys: bigint[] = [];
+  /** v4Keys are IPv4 addresses as numbers (exact: below 2^32), so that nodesWithAddrIn compares doubles, not bigints. */
+  private readonly v4Keys: number[] = [];
   private readonly v4Idx: number[] = [];
   private readonly v6Keys: bigint[] = [];
   private readonly v6Idx: number[] = [];
@@ -440,10 +556,9 @@ export class TailnetContext {
       for (const t of new Set(i.node.tags)) push(this.nodesByTag, t, i);
       for (const a of i.addrs) (a.v6 ? v6 : v4).push([a.n, i.idx]);
     }
-    for (const [list, keys, idx] of [[v4, this.v4Keys, this.v4Idx], [v6, this.v6Keys, this.v6Idx]] as const) {
-      list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
-      for (const [k, x] of list) { keys.push(k); idx.push(x); }
-    }
+    for (const list of [v4, v6]) list.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : a[1] - b[1]));
+    for (const [k, x] of v4) { this.v4Keys.push(Number(k)); this.v4Idx.push(x); }
+    for (const [k, x] of v6) { this.v6Keys.push(k); this.v6Idx.push(x); }
     for (const i of this.infos) {
       i.approved = this.effectiveApproved(i);
       i.subnetRoutes = i.node.availableRoutes.filter((r) => !isExitRoute(r) && i.approved.includes(r));
@@ -545,10 +660,15 @@ export class TailnetContext {
       }
       for (const t of new Set(i.node.tags)) push(this.nodesByTag, t, i);
       for (const a of i.addrs) {
-        const keys = a.v6 ? this.v6Keys : this.v4Keys;
-        const at = lowerBound(keys, a.n);
-        keys.splice(at, 0, a.n);
-        (a.v6 ? this.v6Idx : this.v4Idx).splice(at, 0, i.idx);
+        if (a.v6) {
+          const at = lowerBound(this.v6Keys, a.n);
+          this.v6Keys.splice(at, 0, a.n);
+          this.v6Idx.splice(at, 0, i.idx);
+        } else {
+          const x = Number(a.n), at = lowerBoundNum(this.v4Keys, x, 0);
+          this.v4Keys.splice(at, 0, x);
+          this.v4Idx.splice(at, 0, i.idx);
+        }
       }
       // No routes advertised: only admin approvals, and no router or exit node among the new nodes.
       i.approved = this.effectiveApproved(i);
@@ -694,10 +814,21 @@ export class TailnetContext {
     let v = this.addrHits.get(set);
     if (!v) {
       const out: number[] = [];
+      // The ranges are in order: each search starts where the one before ended.
+      let from4 = 0, from6 = 0;
+      const keys4 = this.v4Keys, ids4 = this.v4Idx;
       for (const r of set.ranges) {
-        const keys = r.v6 ? this.v6Keys : this.v4Keys;
-        const ids = r.v6 ? this.v6Idx : this.v4Idx;
-        for (let k = lowerBound(keys, r.start); k < keys.length && keys[k]! <= r.end; k++) out.push(ids[k]!);
+        if (!r.v6) {
+          const end = Number(r.end);
+          let k = lowerBoundNum(keys4, Number(r.start), from4);
+          for (; k < keys4.length && keys4[k]! <= end; k++) out.push(ids4[k]!);
+          from4 = k;
+          continue;
+        }
+        const keys = this.v6Keys, ids = this.v6Idx;
+        let k = lowerBound(keys, r.start, from6);
+        for (; k < keys.length && keys[k]! <= r.end; k++) out.push(ids[k]!);
+        from6 = k;
       }
       v = sortedUnique(out);
       this.addrHits.set(set, v);
@@ -804,16 +935,27 @@ export class TailnetContext {
     if (other.length > 0) {
       for (const pp of g.ip) {
         const dstPorts: NetPortRange[] = [];
+        // Each entry's set, as piecePorts would parse it from the entry's text.
+        const entrySets: IPSet[] = [];
+        let dsts = new IPSet();
         for (const d of other) {
           if (d.kind === 'wildcard') {
-            for (const p of pp.ports) dstPorts.push({ IP: '*', Ports: p });
+            const all = parseSetText('*');
+            for (const p of pp.ports) { dstPorts.push({ IP: '*', Ports: p }); entrySets.push(all); }
+            dsts = dsts.union(all);
             continue;
           }
           const set = this.resolve(d);
           if (!set) continue;
-          for (const pref of set.prefixes()) for (const p of pp.ports) dstPorts.push({ IP: pref, Ports: p });
+          const sets = set.prefixSets();
+          set.prefixes().forEach((pref, k) => { for (const p of pp.ports) { dstPorts.push({ IP: pref, Ports: p }); entrySets.push(sets[k]!); } });
+          dsts = dsts.union(set);
         }
-        if (dstPorts.length > 0 && srcIPs.length > 0) rules.push(withProto({ SrcIPs: srcIPs, DstPorts: dstPorts }, pp.protos));
+        if (dstPorts.length > 0 && srcIPs.length > 0) {
+          const rule = withProto({ SrcIPs: srcIPs, DstPorts: dstPorts }, pp.protos);
+          PIECE_PORTS.set(rule, { entrySets, dsts });
+          rules.push(rule);
+        }
       }
       if (g.app) {
         const capGrants: CapGrant[] = [];
@@ -860,13 +1002,17 @@ export class TailnetContext {
       const kept = this.reusable?.get(sig);
       if (kept) return kept;
       const rule = g.key === null ? g.first.rule : { ...g.first.rule, DstPorts: g.dstPorts };
-      const entrySets = (rule.DstPorts ?? []).map((d) => this.parse(d.IP));
+      const parsed = g.pieces.map((p) => piecePorts(p.rule));
+      const entrySets = parsed.length === 1 ? parsed[0]!.entrySets : parsed.flatMap((x) => x.entrySets);
       const capSets = (rule.CapGrant ?? []).map((c) => c.Dsts.map((d) => this.parse(d)));
       const capUnions = capSets.map((sets) => new IPSet(sets.flatMap((s) => s.ranges)));
+      // Two pieces' unions are merged in one pass; more are sorted together (runs in order sort in O(n log runs)).
+      const entryUnion = parsed.length <= 2 ? parsed.slice(1).reduce((acc, x) => acc.union(x.dsts), parsed[0]!.dsts)
+        : new IPSet(parsed.flatMap((x) => x.dsts.ranges));
       return {
         rule, key: g.key, firstPos: g.first.pos, pieces: g.pieces, sig,
         srcs: SRC_SETS.get(rule.SrcIPs) ?? this.parseAll(rule.SrcIPs),
-        dsts: new IPSet([...entrySets, ...capUnions].flatMap((s) => s.ranges)),
+        dsts: capUnions.length ? new IPSet([...entryUnion.ranges, ...capUnions.flatMap((s) => s.ranges)]) : entryUnion,
         entrySets, capSets, capUnions, hitsSeen: 0, peerSetsSeen: 0,
         plain: g.key === null ? undefined : this.plainFor(g.key),
       };

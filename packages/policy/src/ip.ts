@@ -196,6 +196,36 @@ export function parseSetText(text: string): IPSet {
  * for every rule naming it. */
 const PREFIXES = new WeakMap<IPSet, string[]>();
 const STRINGS = new WeakMap<IPSet, string[]>();
+/**
+ * RANGE_PREFIXES, RANGE_TEXT and RANGE_SETS keep the same per range object. A set grown by a few addresses (an
+ * alias after a join) is a new set holding the old one's range objects (normalize and union keep those it does not
+ * merge), so rendering it formats only the new ranges: formatting every address of a thousands-strong alias again
+ * for each round of joins was a good part of a tailnet context's extension at 10,000 devices.
+ */
+const RANGE_PREFIXES = new WeakMap<IPRange, string[]>();
+const RANGE_TEXT = new WeakMap<IPRange, string>();
+const RANGE_SETS = new WeakMap<IPRange, IPSet[]>();
+/** PREFIX_SETS caches prefixSets() per set (the list is shared: callers never modify it). */
+const PREFIX_SETS = new WeakMap<IPSet, IPSet[]>();
+
+function prefixesOfRange(r: IPRange): string[] {
+  let v = RANGE_PREFIXES.get(r);
+  if (!v) RANGE_PREFIXES.set(r, v = rangeToPrefixes(r));
+  return v;
+}
+
+function textOfRange(r: IPRange): string {
+  let v = RANGE_TEXT.get(r);
+  if (v === undefined) {
+    if (r.start === r.end) v = formatAddr({ v6: r.v6, n: r.start });
+    else {
+      const ps = prefixesOfRange(r);
+      v = ps.length === 1 ? ps[0]! : `${formatAddr({ v6: r.v6, n: r.start })}-${formatAddr({ v6: r.v6, n: r.end })}`;
+    }
+    RANGE_TEXT.set(r, v);
+  }
+  return v;
+}
 
 /** IPSet is an immutable-by-convention union of address ranges, kept sorted and merged. */
 export class IPSet {
@@ -221,7 +251,15 @@ export class IPSet {
   }
 
   union(other: IPSet): IPSet {
-    return new IPSet([...this.ranges, ...other.ranges]);
+    // Both lists are in order: merged in one pass, normalize finds them ordered and skips its sort.
+    const a = this.ranges, b = other.ranges, out: IPRange[] = [];
+    if (!b.length) return this;
+    if (!a.length) return other;
+    let i = 0, j = 0;
+    while (i < a.length && j < b.length) out.push(compareRanges(a[i]!, b[j]!) <= 0 ? a[i++]! : b[j++]!);
+    while (i < a.length) out.push(a[i++]!);
+    while (j < b.length) out.push(b[j++]!);
+    return new IPSet(out);
   }
 
   subtract(other: IPSet): IPSet {
@@ -299,19 +337,27 @@ export class IPSet {
   prefixes(): string[] {
     // Cached (the set is immutable by convention) and copied, since callers may extend the list they get.
     let cached = PREFIXES.get(this);
-    if (!cached) PREFIXES.set(this, cached = this.ranges.flatMap(rangeToPrefixes));
+    if (!cached) PREFIXES.set(this, cached = this.ranges.flatMap(prefixesOfRange));
     return [...cached];
+  }
+
+  /** prefixSets is prefixes() each as a set (the one parseSetText gives for its text), in the same order. */
+  prefixSets(): IPSet[] {
+    let cached = PREFIX_SETS.get(this);
+    if (!cached) {
+      PREFIX_SETS.set(this, cached = this.ranges.flatMap((r) => {
+        let v = RANGE_SETS.get(r);
+        if (!v) RANGE_SETS.set(r, v = prefixesOfRange(r).map(parseSetText));
+        return v;
+      }));
+    }
+    return cached;
   }
 
   /** strings lists each range as an address, a prefix when it is exactly one, or "a-b". */
   strings(): string[] {
     let cached = STRINGS.get(this);
-    if (!cached) STRINGS.set(this, cached = this.ranges.map((r) => {
-      if (r.start === r.end) return formatAddr({ v6: r.v6, n: r.start });
-      const ps = rangeToPrefixes(r);
-      if (ps.length === 1) return ps[0]!;
-      return `${formatAddr({ v6: r.v6, n: r.start })}-${formatAddr({ v6: r.v6, n: r.end })}`;
-    }));
+    if (!cached) STRINGS.set(this, cached = this.ranges.map(textOfRange));
     return [...cached];
   }
 

@@ -9,7 +9,7 @@
 // HEADWAY_TEST_SEED=<seed>; run more seeds with HEADWAY_TEST_RUNS=<count>.
 import t from 'tap';
 import { IPSet, TailnetContext, approvedRoutesOf, compilePolicy, parsePolicy, peerListOf, type FilterRule, type Policy, type Snapshot } from '../src/index.js';
-import type { Addr, IPRange } from '../src/ip.js';
+import { parseSetText, type Addr, type IPRange } from '../src/ip.js';
 // testkit's mulberry32: the same seed gives the same tailnet and policy everywhere.
 import { PlanRng } from '@headway/testkit';
 import { ReferenceTailnetContext, referenceCompilePolicy } from './compile-reference.js';
@@ -474,4 +474,38 @@ t.test('IPSet binary searches answer like linear scans', async (t) => {
   }
   t.equal(wrong, 0, `${checks} membership answers agree`);
   t.ok(yes > checks / 10 && yes < checks * 0.9, `both answers occur (${yes} of ${checks} true)`);
+});
+
+t.test('a grown set (a union) renders, and lists its prefixes as sets, like the same set built whole', async (t) => {
+  const rng = new PlanRng(7);
+  // Addresses around the tailnet ranges (and their ends), so ranges join, split into several prefixes, or stay apart.
+  const range = (): IPRange => {
+    const v6 = rng.chance(0.4);
+    const base = v6 ? 0xfd7a115ca1e0n << 80n : (100n << 24n) | (64n << 16n);
+    const a = base + BigInt(rng.int(300)), b = a + BigInt(rng.chance(0.6) ? 0 : rng.int(40));
+    return { v6, start: a, end: b };
+  };
+  const fresh = (s: IPSet) => new IPSet(s.ranges.map((r) => ({ ...r }))); // new range objects: nothing cached
+  const text = (s: IPSet) => s.ranges.map((r) => `${r.v6 ? 6 : 4}:${r.start}-${r.end}`).join(',');
+  let wrong = 0, sets = 0, entries = 0;
+  for (let round = 0; round < 300; round++) {
+    const a = new IPSet(Array.from({ length: rng.int(30) }, range));
+    const b = new IPSet(Array.from({ length: rng.int(rng.chance(0.5) ? 3 : 30) }, range));
+    // Render the parts first, as the compiler does before an alias grows.
+    a.strings(); b.prefixes(); a.prefixSets();
+    const u = a.union(b);
+    const whole = new IPSet([...a.ranges.map((r) => ({ ...r })), ...b.ranges.map((r) => ({ ...r }))]);
+    const check = (what: string, got: unknown, want: unknown) => {
+      if (canon(got) !== canon(want)) { wrong++; t.fail(`round ${round} ${what}: ${canon(got)} != ${canon(want)}`); }
+    };
+    check('ranges', text(u), text(whole));
+    check('strings', u.strings(), fresh(whole).strings());
+    check('prefixes', u.prefixes(), fresh(whole).prefixes());
+    const ps = u.prefixSets();
+    check('prefix sets', ps.map(text), u.prefixes().map((x) => text(parseSetText(x))));
+    t.equal(ps === u.prefixSets(), true, 'prefix sets are kept per set');
+    sets++;
+    entries += ps.length;
+  }
+  t.equal(wrong, 0, `${sets} unions render like sets built whole (${entries} prefixes)`);
 });

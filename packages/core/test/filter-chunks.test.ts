@@ -225,3 +225,25 @@ t.test('an update sends each block of sources as one piece, the same object for 
   const whole = filterUpdate([], undefined, [{ SrcIPs: after, DstPorts: dst(1) }]);
   t.equal(whole.pieces!.map((p) => (typeof p === 'string' ? p : p.text)).join(''), whole.json, 'a rule sent whole too');
 });
+
+t.test('rules sharing one destination list keep their own protocols and fields', async (t) => {
+  // The compiler gives narrowed rules with the same entries one DstPorts list (PLAIN_PORTS), whatever their sources
+  // and protocols: the head each update sends around changed sources must still be each rule's own.
+  const ports = ssh(22);
+  const src = (n: number) => hosts(range(0, 1, n));
+  const tcp = [6], udp = [17];
+  const rules = (n: number): FilterRule[] => [
+    { SrcIPs: src(n), DstPorts: ports, IPProto: tcp },
+    { SrcIPs: src(n + 2), DstPorts: ports, IPProto: udp },
+    { SrcIPs: src(n + 4), DstPorts: ports },
+  ];
+  const client = new Client();
+  client.first(rules(30));
+  for (const n of [40, 50, 60]) {
+    const update = client.update(rules(n));
+    t.ok(update && Object.keys(update).length > 0, `sources grow to ${n}: an update`);
+    t.same(expandRules(client.rules), expandRules(rules(n)), `sources grow to ${n}: each rule keeps its protocol`);
+  }
+  const held = JSON.stringify(client.rules);
+  t.ok(held.includes('"IPProto":[6]') && held.includes('"IPProto":[17]'), 'both protocols are held');
+});

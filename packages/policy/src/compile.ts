@@ -448,12 +448,26 @@ function plainRule(p: PreRule, hit: Hit): FilterRule {
   const plain = (p.plain ??= new Map());
   out = plain.get(key);
   if (!out) {
-    out = { ...p.rule, DstPorts: dsts };
+    let ports = PLAIN_PORTS.get(key);
+    if (!ports) {
+      if (PLAIN_PORTS.size >= PLAIN_PORTS_MAX) PLAIN_PORTS.clear();
+      PLAIN_PORTS.set(key, ports = dsts);
+    }
+    out = { ...p.rule, DstPorts: ports };
     plain.set(key, out);
   }
   hit.rule = out;
   return out;
 }
+
+/**
+ * PLAIN_PORTS holds one DstPorts list per text, shared by every narrowed rule with those entries, in every context:
+ * a rule whose sources changed narrows to new objects with the same destinations for each node, and whatever is
+ * derived from the destinations alone (the JSON a filter update sends around changed sources, see filter-chunks'
+ * headOf) is then made once per list, not once per rule per flush. Bounded: past PLAIN_PORTS_MAX it starts over.
+ */
+const PLAIN_PORTS = new Map<string, NetPortRange[]>();
+const PLAIN_PORTS_MAX = 200_000;
 
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {

@@ -265,6 +265,56 @@ function runOf(frame: Uint8Array, text: string): unknown[] | undefined {
 }
 
 /**
+ * valuesCache: large frames holding one whole JSON array that is a member's value (a block of a filter rule's
+ * sources, `"SrcIPs":[…]`, which the server compresses once per flush for every session it sends it to), parsed
+ * once and shared (frozen) by every message holding the frame. Parsing those blocks again inside each device's own
+ * text was most of what the benchmark's workers spent on a join burst's filter updates.
+ */
+const valuesCache = new Map<string, { frame: Buffer; value: unknown[] }>();
+
+/** valueOf is a frame's text parsed as one array (cached), or undefined when it is not one. */
+function valueOf(frame: Uint8Array, text: string): unknown[] | undefined {
+  const key = cacheKey(frame);
+  const hit = valuesCache.get(key);
+  if (hit && hit.frame.equals(frame)) return hit.value;
+  let value: unknown;
+  try { value = JSON.parse(text); } catch { return undefined; }
+  if (!Array.isArray(value)) return undefined;
+  deepFreeze(value);
+  remember(valuesCache, key, { frame: Buffer.from(frame), value });
+  return value;
+}
+
+/**
+ * VALUE_MARK stands, in the text parseSegmented parses, for a member value cut out of it (valueOf): the JSON string
+ * of VALUE_MARK_VALUE and the value's number, replaced after parsing. As with run marks, a mark the message holds
+ * itself makes the body be parsed whole.
+ */
+const VALUE_MARK = '\\u0000headway-value:';
+const VALUE_MARK_VALUE = '\u0000headway-value:';
+
+/** spliceValues replaces every value mark in the own text's parsed value by its value; false if one is unknown. */
+function spliceValues(v: unknown, values: unknown[][], found: { n: number }): boolean {
+  const swap = (x: unknown): unknown => {
+    if (typeof x === 'string') {
+      if (!x.startsWith(VALUE_MARK_VALUE)) return x;
+      const value = values[Number(x.slice(VALUE_MARK_VALUE.length))];
+      if (value) found.n++;
+      return value;
+    }
+    if (x && typeof x === 'object' && !spliceValues(x, values, found)) return undefined;
+    return x;
+  };
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) { const x = swap(v[i]); if (x === undefined) return false; v[i] = x; }
+  } else if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    for (const k of Object.keys(o)) { const x = swap(o[k]); if (x === undefined) return false; o[k] = x; }
+  }
+  return true;
+}
+
+/**
  * RUN_MARK stands, in the text parseSegmented parses, for a run of elements cut out of a top-level array: the JSON
  * string of RUN_VALUE (its first character U+0000) and the run's number, replaced after parsing by the run's
  * elements. A mark the message itself holds makes the count of marks wrong, and the body is parsed whole.
@@ -334,6 +384,8 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   let hole = false; // a list was cut out right before the next own text
   let needMember = false; // a comma after `{` was taken out: a member must come next
   let afterRun = false; // a run of elements was cut out right before the next own text
+  const values: unknown[][] = [];
+  let afterValue = false; // a member's value was cut out right before the next own text
   for (const f of frames) {
     const piece = decodeFrame(f);
     if (!piece) return undefined;
@@ -350,9 +402,22 @@ function parseSegmented(frames: Uint8Array[]): unknown {
         continue;
       }
     }
+    // A whole array as a member's value, right after `"name":` in an object (a block of a filter rule's sources): parsed once.
+    if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && !afterValue && piece.text.startsWith('[')
+      && /:\s*$/.test(own.slice(-16))) {
+      const at = scanOwn();
+      const value = !at.inString && !at.overclosed && at.open.at(-1) === 0x7b ? valueOf(f, piece.text) : undefined;
+      if (value) {
+        own += `"${VALUE_MARK}${values.length}"`;
+        scanned = own.length; // a whole string: the scan's state is unchanged
+        values.push(value);
+        afterValue = true;
+        continue;
+      }
+    }
     if ('members' in piece) {
       // A list follows `{`, or a value and `,`, at depth 1: its comma is taken out (the list keeps the next one).
-      if (hole || afterRun) return undefined;
+      if (hole || afterRun || afterValue) return undefined;
       const last = own.trimEnd();
       if (last.endsWith(',')) {
         own = last.slice(0, -1).trimEnd();
@@ -384,13 +449,25 @@ function parseSegmented(frames: Uint8Array[]): unknown {
       if (next && !(next.startsWith(',') || next.startsWith(']'))) return undefined;
       if (next) afterRun = false;
     }
+    if (afterValue) {
+      // What follows a member's value is `,` or `}`.
+      const next = text.trimStart();
+      if (next && !(next.startsWith(',') || next.startsWith('}'))) return undefined;
+      if (next) afterValue = false;
+    }
     if (runs.length && text.includes(RUN_MARK)) return undefined;
+    if (values.length && text.includes(VALUE_MARK)) return undefined;
     own += text;
   }
-  if (hole || needMember || afterRun) return undefined;
+  if (hole || needMember || afterRun || afterValue) return undefined;
   let value: unknown;
   // With no member list or run among the frames, `own` is every frame's text as it came: the whole message.
   try { value = JSON.parse(own); } catch { return undefined; }
+  if (values.length) {
+    // Before the runs and lists go in: only the own text's values are walked, not the shared ones.
+    const found = { n: 0 };
+    if (!spliceValues(value, values, found) || found.n !== values.length) return undefined;
+  }
   if (!lists.length && !runs.length) return value;
   if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
   const out = value as Record<string, unknown>;

@@ -257,3 +257,49 @@ t.test('a run mark the message holds itself does not take a block\'s place', asy
   t.equal(got.Peers[0], '\u0000headway-run:0', 'the string stays a string');
   t.equal(got.Peers.length, 13);
 });
+
+t.test('a block of a rule\'s sources in a frame of its own is parsed once for every message holding it', async (t) => {
+  let checked = 0, refused = 0, shared = 0;
+  for (let seed = 1; seed <= 300; seed++) {
+    const rng = new PlanRng(seed);
+    // Blocks as the server cuts a rule's sources (filter-chunks): a JSON array of addresses, compressed once.
+    const blocks = Array.from({ length: 1 + rng.int(4) }, (_, b) => compress(Buffer.from(JSON.stringify(
+      Array.from({ length: 60 + rng.int(40) }, () => (rng.chance(0.5) ? `100.64.${b}.${rng.int(256)}` : `fd7a:115c:a1e0::${hex(rng, 4)}:${hex(rng, 4)}`))))));
+    // Large enough to be looked up among the decoded frames (MEMBERS_MIN_FRAME).
+    if (blocks.some((b) => b.length < 256)) throw new Error(`seed ${seed}: a block frame is too short to be shared`);
+    const damage = rng.chance(0.3) ? rng.pick(['in-array', 'no-colon', 'value-after', 'mark-in-text', 'not-array']) : '';
+    const message = (own: string): Buffer[] => {
+      const frames: Buffer[] = [];
+      let text = `{"PacketFilters":{`;
+      blocks.forEach((block, k) => {
+        if (k) text += ',';
+        text += `"${own}.${k}":[{"SrcIPs":`;
+        if (damage === 'in-array' && k === 0) text += '[';
+        if (damage === 'no-colon' && k === 0) text = text.slice(0, -1) + ',"x":1,';
+        if (damage === 'mark-in-text' && k === 0) text += '"\\u0000headway-value:0","Other":';
+        frames.push(...cutText(rng, text));
+        frames.push(damage === 'not-array' && k === 0 ? compress(Buffer.from(`"${'x'.repeat(300)}"`)) : block);
+        text = damage === 'value-after' && k === 0 ? ' 1' : '';
+        if (damage === 'in-array' && k === 0) text += ']';
+        text += `,"DstPorts":[{"IP":"100.64.9.${k}","Ports":{"First":22,"Last":22}}]}]`;
+      });
+      text += '},"ControlTime":"2026-11-27T00:00:00Z"}';
+      frames.push(...cutText(rng, text));
+      return frames;
+    };
+    const frames = message('a');
+    const { text, expected } = wholeOrRefused(t, frames, `seed ${seed} (${damage})`);
+    if (expected === undefined) { refused++; continue; }
+    const got = decodeOne(frames) as { PacketFilters: Record<string, Array<{ SrcIPs: string[] }>> };
+    t.same(got, expected, `seed ${seed} (${damage || 'intact'}): ${text.length} characters in ${frames.length} frames`);
+    checked++;
+    if (!damage) {
+      // Another session's message around the same block frames holds the very same source lists, frozen.
+      const other = decodeOne(message('b')) as typeof got;
+      const mine = got.PacketFilters['a.0']![0]!.SrcIPs, theirs = other.PacketFilters['b.0']![0]!.SrcIPs;
+      if (mine === theirs && Object.isFrozen(mine)) shared++;
+    }
+  }
+  t.ok(checked > 200 && refused > 10, `both kinds seen (${checked} decoded, ${refused} refused)`);
+  t.ok(shared > 150, `messages holding the same block frame shared its parsed sources (${shared})`);
+});

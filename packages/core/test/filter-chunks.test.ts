@@ -227,8 +227,9 @@ t.test('an update sends each block of sources as one piece, the same object for 
 });
 
 t.test('rules sharing one destination list keep their own protocols and fields', async (t) => {
-  // The compiler gives narrowed rules with the same entries one DstPorts list (PLAIN_PORTS), whatever their sources
-  // and protocols: the head each update sends around changed sources must still be each rule's own.
+  // Rules may share one DstPorts list whatever their sources and protocols (the compiler's narrowed rules do, and a
+  // cache of heads by destination list would mix them): the head each update sends around changed sources must
+  // still be each rule's own.
   const ports = ssh(22);
   const src = (n: number) => hosts(range(0, 1, n));
   const tcp = [6], udp = [17];

@@ -185,34 +185,40 @@ function cmpWords(w: Uint32Array, at: number, a0: number, a1: number, a2: number
 }
 
 /**
- * SET_WORDS: an entry set's ranges as FlatEntries numbers, kept per set: entry sets are parsed once per text across
- * contexts (parseSetText), so a rule made again in an extension copies numbers instead of splitting bigints.
+ * V6_WORDS: an entry set's IPv6 ranges as FlatEntries words, kept per set (entry sets are parsed once per text across
+ * contexts, see parseSetText), so a rule made again in an extension copies numbers instead of splitting bigints.
+ * IPv4 ranges convert cheaply and are not kept: a kept pair per set cost every session a few hundred bytes.
  */
-const SET_WORDS = new WeakMap<IPSet, { v4: Float64Array; v6: Uint32Array }>();
+const V6_WORDS = new WeakMap<IPSet, Uint32Array>();
 
-function setWords(set: IPSet): { v4: Float64Array; v6: Uint32Array } {
-  let w = SET_WORDS.get(set);
+function v6Words(set: IPSet): Uint32Array | undefined {
+  let w = V6_WORDS.get(set);
   if (w) return w;
-  const v6s = set.ranges.filter((r) => r.v6), v4s = set.ranges.filter((r) => !r.v6);
-  w = { v4: new Float64Array(2 * v4s.length), v6: new Uint32Array(8 * v6s.length) };
-  v4s.forEach((r, k) => { w!.v4[2 * k] = Number(r.start); w!.v4[2 * k + 1] = Number(r.end); });
-  v6s.forEach((r, k) => { putWords(w!.v6, 8 * k, r.start); putWords(w!.v6, 8 * k + 4, r.end); });
-  SET_WORDS.set(set, w);
+  const v6s = set.ranges.filter((r) => r.v6);
+  if (!v6s.length) return undefined;
+  w = new Uint32Array(8 * v6s.length);
+  v6s.forEach((r, k) => { putWords(w!, 8 * k, r.start); putWords(w!, 8 * k + 4, r.end); });
+  V6_WORDS.set(set, w);
   return w;
 }
 
 function flatOf(p: PreRule): FlatEntries {
   if (p.flat) return p.flat;
-  const words = p.entrySets.map(setWords);
   let n4 = 0, n6 = 0;
-  for (const w of words) { n4 += w.v4.length >> 1; n6 += w.v6.length >> 3; }
+  for (const set of p.entrySets) for (const r of set.ranges) if (r.v6) n6++; else n4++;
   const f: FlatEntries = { v4: new Float64Array(2 * n4), v4e: new Int32Array(n4), v6: new Uint32Array(8 * n6), v6e: new Int32Array(n6) };
   let k4 = 0, k6 = 0;
-  words.forEach((w, e) => {
-    f.v4.set(w.v4, 2 * k4);
-    for (let k = 0; k < w.v4.length >> 1; k++) f.v4e[k4++] = e;
-    f.v6.set(w.v6, 8 * k6);
-    for (let k = 0; k < w.v6.length >> 3; k++) f.v6e[k6++] = e;
+  p.entrySets.forEach((set, e) => {
+    for (const r of set.ranges) {
+      if (r.v6) continue;
+      f.v4[2 * k4] = Number(r.start);
+      f.v4[2 * k4 + 1] = Number(r.end);
+      f.v4e[k4++] = e;
+    }
+    const w = n6 ? v6Words(set) : undefined;
+    if (!w) return;
+    f.v6.set(w, 8 * k6);
+    for (let k = 0; k < w.length >> 3; k++) f.v6e[k6++] = e;
   });
   return (p.flat = f);
 }
@@ -448,26 +454,12 @@ function plainRule(p: PreRule, hit: Hit): FilterRule {
   const plain = (p.plain ??= new Map());
   out = plain.get(key);
   if (!out) {
-    let ports = PLAIN_PORTS.get(key);
-    if (!ports) {
-      if (PLAIN_PORTS.size >= PLAIN_PORTS_MAX) PLAIN_PORTS.clear();
-      PLAIN_PORTS.set(key, ports = dsts);
-    }
-    out = { ...p.rule, DstPorts: ports };
+    out = { ...p.rule, DstPorts: dsts };
     plain.set(key, out);
   }
   hit.rule = out;
   return out;
 }
-
-/**
- * PLAIN_PORTS holds one DstPorts list per text, shared by every narrowed rule with those entries, in every context:
- * a rule whose sources changed narrows to new objects with the same destinations for each node, and whatever is
- * derived from the destinations alone (the JSON a filter update sends around changed sources, see filter-chunks'
- * headOf) is then made once per list, not once per rule per flush. Bounded: past PLAIN_PORTS_MAX it starts over.
- */
-const PLAIN_PORTS = new Map<string, NetPortRange[]>();
-const PLAIN_PORTS_MAX = 200_000;
 
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {

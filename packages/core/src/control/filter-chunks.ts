@@ -1,4 +1,4 @@
-import { parseAddr, type FilterRule, type NetPortRange } from '@headway/policy';
+import { parseAddr, type FilterRule } from '@headway/policy';
 import { diffArrays } from 'diff';
 import { generateNKeysBetween } from 'fractional-indexing';
 
@@ -105,31 +105,15 @@ function blocksOf(list: readonly string[]): Block[] {
 
 /** headCache: a rule's fields other than SrcIPs, as JSON members (the compiler makes new rule objects per view). */
 const headCache = new WeakMap<FilterRule, string>();
-/**
- * portsHeads: the same for rules of SrcIPs, DstPorts and IPProto alone, by their DstPorts and IPProto lists: the
- * compiler gives every narrowed rule with the same entries one DstPorts list, so when a join changes a rule's
- * sources each session's new rule finds its head made (in a 10,000-device join, making heads again per rule per
- * flush cost 11 s of server CPU).
- */
-const portsHeads = new WeakMap<readonly NetPortRange[], Map<readonly number[] | undefined, string>>();
 
 function headOf(rule: FilterRule): string {
   let h = headCache.get(rule);
-  if (h !== undefined) return h;
-  const ports = rule.DstPorts;
-  let byProto: Map<readonly number[] | undefined, string> | undefined;
-  if (ports && !rule.CapGrant && Object.keys(rule).every((k) => k === 'SrcIPs' || k === 'DstPorts' || k === 'IPProto')) {
-    byProto = portsHeads.get(ports);
-    if (!byProto) portsHeads.set(ports, byProto = new Map());
-    h = byProto.get(rule.IPProto);
-  }
   if (h === undefined) {
     const fields: string[] = [];
     for (const [k, v] of Object.entries(rule)) if (k !== 'SrcIPs' && v !== undefined) fields.push(`${JSON.stringify(k)}:${JSON.stringify(v)}`);
     h = fields.join(',');
-    byProto?.set(rule.IPProto, h);
+    headCache.set(rule, h);
   }
-  headCache.set(rule, h);
   return h;
 }
 

@@ -191,11 +191,11 @@ async function join(concurrency: number, budgetMs: number): Promise<{ latencies:
 async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[] }> {
   let lastAt = 0;
   const wrong: string[] = [];
-  const matched: number[] = [];
+  const matched: Array<{ d: TestDevice; want: Wanted }> = [];
   await Promise.all(devices.map((d, k) => {
     const want = expected?.[k] ?? allOthers(k);
     return d.waitFor(watching(d, want), timeoutMs).then(
-      () => { lastAt = Math.max(lastAt, epochNow()); matched.push(k); },
+      () => { lastAt = Math.max(lastAt, epochNow()); matched.push({ d, want }); },
       () => {
         const have = [...d.netmap.peers.values()].map((p) => keyIndex.get(p.Key ?? "") ?? -1);
         const haveSet = new Set(have);
@@ -207,9 +207,8 @@ async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: str
     );
   }));
   // Once every device is in, outside the measured convergence: each counted match agrees with a scan of the peers.
-  for (const k of matched) {
-    const d = devices[k]!;
-    if (!holdsExactly(d.netmap, expected?.[k] ?? allOthers(k))) wrong.push(`${d.hostname}: the counted match disagrees with a scan of its peers`);
+  for (const { d, want } of matched) {
+    if (!holdsExactly(d.netmap, want)) wrong.push(`${d.hostname}: the counted match disagrees with a scan of its peers`);
   }
   return { lastAt, wrong };
 }

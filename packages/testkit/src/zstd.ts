@@ -289,14 +289,14 @@ function knownValue(frame: Uint8Array): unknown[] | undefined {
 
 /** valueOf is a frame's text parsed as one array (cached), or undefined when it is not one. */
 function valueOf(frame: Uint8Array, text: string): unknown[] | undefined {
-  const key = cacheKey(frame);
-  const hit = valuesCache.get(key);
-  if (hit && hit.frame.equals(frame)) return hit.value;
+  // A frame of VALUE_MIN_FRAME bytes or more was looked up (knownValue) before it was decoded.
+  const known = frame.length < VALUE_MIN_FRAME ? knownValue(frame) : undefined;
+  if (known) return known;
   let value: unknown;
   try { value = JSON.parse(text); } catch { return undefined; }
   if (!Array.isArray(value)) return undefined;
   deepFreeze(value);
-  remember(valuesCache, key, { frame: Buffer.from(frame), value });
+  remember(valuesCache, cacheKey(frame), { frame: Buffer.from(frame), value });
   return value;
 }
 
@@ -465,17 +465,11 @@ function parseSegmented(frames: Uint8Array[]): unknown {
       if (!text.startsWith('"')) return undefined;
       needMember = false;
     }
-    if (afterRun) {
-      // What follows a run is `,` or `]`.
+    if (afterRun || afterValue) {
+      // What follows a run is `,` or `]`; what follows a member's value, `,` or `}` (never both: each cut needs the other off).
       const next = text.trimStart();
-      if (next && !(next.startsWith(',') || next.startsWith(']'))) return undefined;
-      if (next) afterRun = false;
-    }
-    if (afterValue) {
-      // What follows a member's value is `,` or `}`.
-      const next = text.trimStart();
-      if (next && !(next.startsWith(',') || next.startsWith('}'))) return undefined;
-      if (next) afterValue = false;
+      if (next && !(next.startsWith(',') || next.startsWith(afterRun ? ']' : '}'))) return undefined;
+      if (next) afterRun = afterValue = false;
     }
     if (runs.length && text.includes(RUN_MARK)) return undefined;
     if (values.length && text.includes(VALUE_MARK)) return undefined;

@@ -147,6 +147,14 @@ t.test('a quiet map stream gets a keep-alive each interval, and every message re
   session.send(Buffer.from('\x02\x00\x00\x00{}'));
   await sleep(30);
   t.equal(keepalives, 0, 'a message 30 ms in pushed the first keep-alive past 60 ms');
+  // A steady stream of messages, each sooner than the interval after the last: the wait starts over each time.
+  for (let k = 0; k < 16; k++) {
+    session.send(Buffer.from('\x02\x00\x00\x00{}'));
+    await sleep(10);
+  }
+  t.equal(keepalives, 0, 'no keep-alive while messages come every 10 ms (160 ms in all, four intervals)');
+  await sleep(10);
+  t.equal(keepalives, 0, 'nor 20 ms after the last of them');
   await sleep(250);
   t.ok(keepalives >= 2, `the timer re-armed after firing: ${keepalives} keep-alives in the next 250 ms`);
   t.ok(sent.filter((m) => m === '{"KeepAlive":true}').length === keepalives, 'each one sent as a KeepAlive message');

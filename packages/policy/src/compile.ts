@@ -302,6 +302,13 @@ const EMPTY_LIST = new NodeList(new Int32Array(0));
 /** NO_GRANT stands for a grant that compiles to nothing, so grant indices (and rule positions) never shift. */
 const NO_GRANT: CompiledGrant = { rules: [], self: null, via: null };
 
+/** indexIn is where x is in the ascending list, or -1. */
+function indexIn(list: Int32Array, x: number): number {
+  let lo = 0, hi = list.length;
+  while (lo < hi) { const mid = (lo + hi) >>> 1; if (list[mid]! < x) lo = mid + 1; else hi = mid; }
+  return list[lo] === x ? lo : -1;
+}
+
 /** grantsOf is the policy's grants followed by its acls as grants (an acl's autogroup:self destinations last). */
 function grantsOf(pol: Policy): Grant[] {
   const grants: Grant[] = [...(pol.grants ?? [])];
@@ -1444,12 +1451,22 @@ export class TailnetContext {
     return peers;
   }
 
+  /** peerCount is peers(i).length without building the list (policyWarnings asks it of every node). */
+  peerCount(i: NodeInfo): number {
+    const { members } = this.peerClass(i);
+    return members.length - (indexIn(members, i.idx) >= 0 ? 1 : 0);
+  }
+
+  /** somePeer is peers(i).some(test) without building the list. */
+  somePeer(i: NodeInfo, test: (peer: NodeInfo) => boolean): boolean {
+    for (const x of this.peerClass(i).members) if (x !== i.idx && test(this.infos[x]!)) return true;
+    return false;
+  }
+
   /** peerIds is peers() as node ids, read from the class's shared id list (O(output), no NodeInfo detour). */
   peerIds(i: NodeInfo): string[] {
     const { members, ids } = this.peerClass(i);
-    let lo = 0, hi = members.length;
-    while (lo < hi) { const mid = (lo + hi) >>> 1; if (members[mid]! < i.idx) lo = mid + 1; else hi = mid; }
-    const at = members[lo] === i.idx ? lo : -1;
+    const at = indexIn(members, i.idx);
     // Not a member of its own class: the class's list itself, shared (callers never modify a peer list), so
     // consumers can key per-list work on it (PeerSet.ofList parses each shared list once).
     if (at < 0) return ids;

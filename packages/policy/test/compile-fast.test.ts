@@ -156,6 +156,12 @@ function differences(policy: Policy | null, snap: Snapshot, mutate?: (peers: str
     // The same approvals from the node and the users alone (what the primary election and AllowedIPs use).
     const alone = approvedRoutesOf(policy, snap.users, n);
     if (canon(alone) !== canon(want.approvedRoutes)) out.push(`node ${n.name} approvedRoutesOf:\n  alone ${canon(alone)}\n  reference ${canon(want.approvedRoutes)}`);
+    // What policyWarnings asks without building peer lists: how many peers, and whether any is untagged.
+    const refPeers = ref.peers(ref.info(n.id), ref.matcherCache);
+    if (fast.peerCount(fast.info(n.id)) !== refPeers.length) out.push(`node ${n.name} peerCount: fast ${fast.peerCount(fast.info(n.id))}, reference ${refPeers.length}`);
+    for (const test of [(p: { tagged: boolean }) => !p.tagged, (p: { tagged: boolean }) => p.tagged]) {
+      if (fast.somePeer(fast.info(n.id), test) !== refPeers.some(test)) out.push(`node ${n.name} somePeer(${test}): fast ${!refPeers.some(test)}, reference ${refPeers.some(test)}`);
+    }
     const ur = [canon(fast.unreducedRules(fast.info(n.id))), canon(ref.unreducedRules(ref.info(n.id)))];
     if (ur[0] !== ur[1]) out.push(`node ${n.name} unreducedRules:\n  fast ${ur[0]}\n  reference ${ur[1]}`);
   }

@@ -16,6 +16,7 @@
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof; BENCH_CPU_PROF_INTERVAL_US to sample
  *      more often than every 1,000 µs),
+ *      BENCH_SERVER_NODE_FLAGS (more Node flags for the server alone, e.g. --trace-gc),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
  *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, sampled every 100 µs),
  *      BENCH_HEAP_SNAPSHOT (a directory: the server's heap after the changes, <devices>.heapsnapshot, and each
@@ -150,7 +151,9 @@ function startServer(n: number, opts: RealisticOptions): Promise<{ server: Child
   const profileDir = process.env.BENCH_CPU_PROF;
   // BENCH_CPU_PROF_INTERVAL_US samples more often than V8's 1 ms default: a single change's flush is ~100 ms.
   const interval = process.env.BENCH_CPU_PROF_INTERVAL_US;
-  const execArgv = ['--expose-gc', ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
+  // BENCH_SERVER_NODE_FLAGS: more flags for the server process alone, space-separated (e.g. --trace-gc).
+  const extra = (process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+  const execArgv = ['--expose-gc', ...extra, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
   const proc = fork(new URL('./bench-policy-server.js', import.meta.url), [], {
     execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, BENCH_PLAN_SIZE: String(n), BENCH_PLAN_SEED: String(opts.seed), BENCH_PLAN_POLICY: opts.policy },

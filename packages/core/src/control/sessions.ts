@@ -202,6 +202,8 @@ export class MapSession {
    */
   renderedAt = 0;
   private keepalive?: NodeJS.Timeout;
+  /** quietSince: when the last message went out (or the wait began), by performance.now(). */
+  private quietSince = 0;
   closed = false;
 
   constructor(
@@ -220,16 +222,32 @@ export class MapSession {
     this.armKeepAlive();
   }
 
+  /**
+   * armKeepAlive restarts the wait for a keep-alive: one is sent once the stream has been quiet for keepAliveMs.
+   * A message only notes when it went out; the one timer per session, its jittered delay drawn once, looks at that
+   * when it fires and waits out the rest if something was sent meanwhile. Restarting the timer on every message
+   * (Timeout.refresh: out of its timer list and back in) cost 12 µs a session in a tag change at 1,000 devices, a
+   * tenth of the flush; a new timer per message was also an allocation.
+   */
   armKeepAlive(): void {
     if (this.closed) return;
-    // One timer per session, its jittered delay drawn once, restarted by every message (refresh also re-arms it
-    // after it fired): a new timer per message was an allocation and two timer-list operations per session per flush.
-    if (this.keepalive) { this.keepalive.refresh(); return; }
-    this.keepalive = setTimeout(() => {
-      this.onKeepAlive();
-      this.send(frame('{"KeepAlive":true}', this.zstd));
-    }, this.keepAliveMs);
+    this.quietSince = performance.now();
+    if (!this.keepalive) this.waitKeepAlive(this.keepAliveMs);
+  }
+
+  private waitKeepAlive(ms: number): void {
+    this.keepalive = setTimeout(keepAliveDue, ms, this);
     this.keepalive.unref();
+  }
+
+  /** keepAliveDue: the timer fired; a keep-alive goes out if nothing else did for keepAliveMs, else it waits the rest. */
+  keepAliveDue(): void {
+    this.keepalive = undefined;
+    if (this.closed) return;
+    const rest = this.quietSince + this.keepAliveMs - performance.now();
+    if (rest >= 1) { this.waitKeepAlive(rest); return; }
+    this.onKeepAlive();
+    this.send(frame('{"KeepAlive":true}', this.zstd));
   }
 
   close(): void {
@@ -237,6 +255,8 @@ export class MapSession {
     clearTimeout(this.keepalive);
   }
 }
+
+const keepAliveDue = (s: MapSession): void => s.keepAliveDue();
 
 interface Shape { tags: string; ips: string; routes: string; user: number | null }
 const shapeOf = (n: Node): Shape => ({

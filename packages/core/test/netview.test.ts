@@ -5,6 +5,7 @@
 import t from 'tap';
 import { ALLOW_ALL } from '@headway/policy';
 import { NetworkView, silentLogger, type NewNodeInput } from '../src/index.js';
+import { hujsonEngine } from '../src/policy/engine.js';
 import { compiled, POLICIES, ROUTES } from './fleet.js';
 import { machineKey, nodeKey, Rng, seedsFromEnv, startState } from './harness.js';
 
@@ -202,4 +203,48 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
     if (failure) t.fail(failure);
     else t.pass(`seed ${seed}: 80 steps hold`);
   }
+});
+
+t.test('the view takes over the context the policy was checked with, only for that policy on the same tailnet', async (t) => {
+  const s = await startState(t);
+  const alice = await s.state.createUser({ name: 'alice', email: 'alice@example.com' });
+  const bob = await s.state.createUser({ name: 'bob', email: 'bob@example.com' });
+  await s.state.createNode(input('laptop', alice.id));
+  await s.state.createNode(input('web', null, { tags: ['tag:web'], availableRoutes: ['10.1.0.0/24'] }));
+  await s.state.createNode(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
+  await s.state.createNode(input('phone', bob.id));
+  const text = POLICIES[2]!;
+  // What a view built from scratch compiles: the adopted context must give the same.
+  const everything = (v: NetworkView) => s.state.listNodes().map((n) => JSON.stringify({ ...v.forNode(n.id), peers: v.forNode(n.id).peers }));
+  const fresh = () => { const v = new NetworkView(s.state, silentLogger); v.setPolicy(compiled(text)); return everything(v); };
+
+  // PolicyService checks the text (warnings build a context of the whole tailnet), then installs the result.
+  const checked = hujsonEngine.check!(text, s.state);
+  const view = new NetworkView(s.state, silentLogger);
+  view.setPolicy(checked.policy!);
+  const got = everything(view);
+  t.equal(view.contextsAdopted, 1, 'the checked context was taken over');
+  t.equal(view.contextBuilds, 0, 'and none built');
+  t.same(got, fresh(), 'every node compiles as in a view that built its own');
+
+  // Once only: the next install of the same policy builds its own.
+  view.setPolicy(checked.policy!);
+  everything(view);
+  t.equal(view.contextBuilds, 1, 'an offer is handed out once');
+
+  // The tailnet changed between the check and the install: not taken.
+  const again = hujsonEngine.check!(text, s.state);
+  await s.state.createNode(input('tablet', alice.id));
+  const later = new NetworkView(s.state, silentLogger);
+  later.setPolicy(again.policy!);
+  const now = everything(later);
+  t.equal(later.contextsAdopted, 0, 'a device joined since the check: not taken');
+  t.same(now, fresh(), 'and the view compiles the tailnet as it is');
+
+  // Another policy object (even of the same text) does not take it.
+  hujsonEngine.check!(text, s.state);
+  const other = new NetworkView(s.state, silentLogger);
+  other.setPolicy(compiled(text));
+  everything(other);
+  t.equal(other.contextsAdopted, 0, 'a different policy object builds its own');
 });

@@ -1,5 +1,5 @@
 import type { Alias, Policy } from './policy.js';
-import { TailnetContext, type PolicyUser, type Snapshot } from './compile.js';
+import { offerContext, TailnetContext, type PolicyUser, type Snapshot } from './compile.js';
 
 /** policyWarnings lists consequences an admin should confirm before applying a policy,
  * e.g. member devices that can reach each other now but would not under the policy. */
@@ -24,6 +24,8 @@ export function policyWarnings(policy: Policy, snapshot: Snapshot): string[] {
       warnings.push(`device ${i.node.name} will see no peers`);
     }
   }
+  // Whoever installs this policy next compiles it against the same tailnet: the context is offered to it.
+  offerContext(ctx);
   return warnings;
 }
 

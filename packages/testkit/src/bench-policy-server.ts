@@ -93,12 +93,13 @@ async function main(): Promise<void> {
         const { count, sum } = await histogram('headway_map_batch_seconds');
         const contexts = (await read('headway_policy_contexts_built'))[0]?.value ?? 0;
         const extended = (await read('headway_policy_contexts_extended'))[0]?.value ?? 0;
+        const adopted = (await read('headway_policy_contexts_adopted'))[0]?.value ?? 0;
         const { count: trimCount, sum: trimSum } = await histogram('headway_memory_trim_seconds');
         const blocksReused = (await read('headway_full_map_peer_blocks_reused'))[0]?.value ?? 0;
         const blocksCompressed = (await read('headway_full_map_peer_blocks_compressed'))[0]?.value ?? 0;
         return {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
-          batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended,
+          batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended, contextsAdopted: adopted,
           memoryTrims: trimCount, memoryTrimMs: Math.round(trimSum * 1e4) / 10, peerBlocksReused: blocksReused, peerBlocksCompressed: blocksCompressed,
         };
       }

@@ -1,4 +1,4 @@
-import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCompiled, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type PolicyUser, type Snapshot } from '@headway/policy';
+import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCompiled, preparedContext, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type PolicyUser, type Snapshot } from '@headway/policy';
 import { ownedByTags, type Node } from '../domain.js';
 import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
@@ -92,6 +92,8 @@ export class NetworkView {
   /** contextBuilds counts tailnet contexts built (each costs O(tailnet + rules)), contextExtensions those extended by joins; for metrics and tests. */
   contextBuilds = 0;
   contextExtensions = 0;
+  /** contextsAdopted counts contexts taken over from the policy's check (preparedContext) instead of built. */
+  contextsAdopted = 0;
   /**
    * lastPrepareMs is what the last compile that found the context stale took: building or extending it, the rules
    * and peer index it builds on first use, and that one node (what a round of first maps shares, see openWait).
@@ -109,8 +111,12 @@ export class NetworkView {
     }
     if (!this.ctx) {
       this.ctxUsers = this.state.usersVersion;
-      this.ctx = new TailnetContext(this.policy, snapshotOf(this.state));
-      this.contextBuilds++;
+      // The context the policy was checked with (PolicyService, just before installing it), when the tailnet is
+      // still the one it was checked against.
+      const snapshot = snapshotOf(this.state);
+      const prepared = preparedContext(this.policy, snapshot);
+      this.ctx = prepared ?? new TailnetContext(this.policy, snapshot);
+      if (prepared) this.contextsAdopted++; else this.contextBuilds++;
     }
     return this.ctx;
   }

@@ -93,6 +93,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       const view = new NetworkView(state, logger, () => driveService.grants());
       metrics.watch('headway_policy_contexts_built', 'Times the policy was resolved against the whole tailnet (once per batch of structural changes)', () => view.contextBuilds);
       metrics.watch('headway_policy_contexts_extended', 'Times the resolved policy was extended with joining or re-tagged nodes instead of resolved again', () => view.contextExtensions);
+      metrics.watch('headway_policy_contexts_adopted', 'Times a new policy was installed with the resolution its check made instead of resolving it again', () => view.contextsAdopted);
       return view;
     }),
     dnsConfig: c(({ config, logger, state, dnsAdapters }) => new DnsConfigSource(

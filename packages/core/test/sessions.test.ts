@@ -192,3 +192,38 @@ t.test('a packet filter update past the message-key limit reaches zstd and plain
     t.ok(members.length && members.every(([id, c]) => c.client.bytes - before.get(id)! > 2 * 2048), 'the members\' updates were long');
   }
 });
+
+t.test('a shared peer entry in a message cut around shared source blocks is compressed once per flush', async (t) => {
+  // A device retagged into a rule's sources: every session whose filter holds that rule gets the rule's changed
+  // blocks of sources (shared frames) and the device's new entry (530 B, below SHARED_FRAME_MIN). Compressed with
+  // each session's own text it cost a compressor call per session; it goes as a frame of its own instead.
+  const policy = JSON.stringify({
+    tagOwners: { 'tag:web': [], 'tag:db': [] },
+    acls: [{ action: 'accept', src: ['tag:web'], dst: ['alice@example.com:22'] }],
+  });
+  const f = await Fleet.start(t, policy);
+  setSharedFrameMin(2048); // the default; Fleet.start lowered it and restores it at teardown
+  const alice = f.users().find((u) => u.name === 'alice')!;
+  const add = async (hostname: string, userId: number | null, tags: string[]) => {
+    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+    f.connect(n.id);
+    return n;
+  };
+  // Every other address a web server's, so that the rule's sources are single addresses, not one range.
+  const bob = f.users().find((u) => u.name === 'bob')!;
+  for (let k = 0; k < 20; k++) { await add(`web${k}`, null, ['tag:web']); await add(`phone${k}`, bob.id, []); }
+  for (let k = 0; k < 6; k++) await add(`laptop${k}`, alice.id, []);
+  const moved = await add('db', null, ['tag:db']);
+  f.hub.flushNow();
+  const shadow = new NetworkView(f.state, silentLogger);
+  t.same(sessionProblems(f, shadow), [], 'every session holds its full map');
+  const parts = f.hub.partFrames, segmented = f.hub.segmentedMessages;
+  await f.state.setTags(moved.id, ['tag:web']);
+  f.hub.flushNow();
+  t.same(sessionProblems(f, shadow), [], 'every session holds the retagged device and the grown rule');
+  const laptops = [...f.connected].filter(([id, c]) => c.client.zstd && f.state.requireNode(id).userId === alice.id);
+  t.ok(laptops.length >= 3, `${laptops.length} zstd sessions of alice's laptops`);
+  t.ok(f.hub.segmentedMessages - segmented >= laptops.length, 'their messages went out cut around the shared blocks');
+  t.equal(f.hub.partFrames - parts, 1, 'the retagged device\'s entry was compressed once, for all of them');
+  t.ok(laptops.every(([, c]) => (c.client.peers.get(moved.id)?.Tags as string[] | undefined)?.[0] === 'tag:web'), 'each holds the new entry');
+});

@@ -493,6 +493,10 @@ export class SessionHub {
   hurried = 0;
   /** blockFrames counts the blocks of filter sources compressed once per flush for the sessions sending them (tests). */
   blockFrames = 0;
+  /** partFrames counts the shared PeersChanged and PeersChangedPatch parts compressed once per flush as frames of their own (tests). */
+  partFrames = 0;
+  /** segmentedMessages counts messages sent to zstd sessions as several frames around shared ones (tests). */
+  segmentedMessages = 0;
 
   /** flushInSlices sends what is pending as the batch timer does, in slices of about sliceMs of work (tests: 0, one session a slice). */
   flushInSlices(sliceMs = FLUSH_SLICE_MS): void {
@@ -918,11 +922,21 @@ export class SessionHub {
     const sharedFrames = new Map<string, Uint8Array>();
     const sharedFrame = (key: string, text: string): Uint8Array => {
       let f = sharedFrames.get(key);
-      if (!f) { f = compressJson(Buffer.from(text)); sharedFrames.set(key, f); }
+      if (!f) {
+        f = compressJson(Buffer.from(text));
+        sharedFrames.set(key, f);
+        if (key[0] !== 'B') this.partFrames++;
+      }
       return f;
     };
     const sharedMin = sharedFrameMinInForce();
-    const isShared = (key: string, text: string): boolean => (key[0] === 'C' || key[0] === 'P') && text.length >= sharedMin;
+    // In a message already cut around shared blocks of sources, a shorter shared part goes as a frame of its own
+    // too: compressed with the session's own text it cost a compressor call per session (a tag change at 1,000
+    // devices: half the sessions get a filter update around their blocks and the retagged peer's 530 B entry,
+    // which every one of them compressed), as a frame it costs about 12 bytes and one call per flush.
+    const blockMin = Math.min(sharedMin, SHARED_BLOCK_MIN);
+    const isShared = (key: string, text: string, inBlocks = false): boolean =>
+      (key[0] === 'C' || key[0] === 'P') && text.length >= (inBlocks ? blockMin : sharedMin);
     // A block of a rule's sources that sessions send the same, compressed once with the shared parts (see
     // FilterUpdate.pieces): keyed 'B' + its id.
     const blockFrame = (x: SharedText): Uint8Array => {
@@ -1031,6 +1045,7 @@ export class SessionHub {
       if (!parts.length) return;
       const blocks = s.zstd && filterPieces ? filterPieces.some(isSharedBlock) : false;
       const segmented = s.zstd && (blocks || keys.some((k, i) => isShared(k, parts[i]!)));
+      if (segmented) this.segmentedMessages++;
       const whole = (p: string): string => (p === FILTER_PART ? filterText!() : p);
       this.sendOne(s, filterText ? null : keys.join('\n'), () => `{${parts.map(whole).join(',')}}`, frames, segmented ? () => {
         // The message's text, cut around its large shared parts: what lies between is this session's own.
@@ -1038,7 +1053,7 @@ export class SessionHub {
         let own = '{';
         parts.forEach((p, i) => {
           if (i) own += ',';
-          if (isShared(keys[i]!, p)) { segments.push(own, sharedFrame(keys[i]!, p)); own = ''; return; }
+          if (isShared(keys[i]!, p, blocks)) { segments.push(own, sharedFrame(keys[i]!, p)); own = ''; return; }
           if (i !== filterAt || !blocks) { own += whole(p); return; }
           own += '"PacketFilters":';
           for (const x of filterPieces!) {

@@ -327,7 +327,7 @@ t.test('a context extended by joining and moved nodes answers as one built from 
   // its unreduced rules and every route's visibility must be what a new context over the same snapshot gives.
   // Nodes advertising routes cannot join or move by extension (extend says no and a new context is built), and
   // so are placed first; now and then one joins late, or one of them changes tags, which extend must refuse.
-  const stats = { steps: 0, extended: 0, refused: 0, nodes: 0, moved: 0, sameRules: 0, twinsKept: 0 };
+  const stats = { steps: 0, extended: 0, refused: 0, nodes: 0, moved: 0, sameRules: 0, twinsKept: 0, joinsOnly: 0 };
   for (const seed of seedList()) {
     const rng = new PlanRng(seed);
     const full = snapshotFor(rng);
@@ -349,9 +349,12 @@ t.test('a context extended by joining and moved nodes answers as one built from 
         if (all || rng.chance(0.5)) filters.set(n.id, compilePolicy(policy, ctx.snapshot, n.id, ctx).packetFilter);
       }
       if (!all) filters.clear();
-      // Moves: each node there may change owner or tags (a router too, rarely: that must be refused).
+      // Moves: each node there may change owner or tags (a router too, rarely: that must be refused). Some steps
+      // only add nodes, as a join burst's rounds of first maps do.
       let routedMove = false;
-      for (let k = 0; k < have; k++) {
+      const joinsOnly = rng.chance(0.4);
+      if (joinsOnly) stats.joinsOnly++;
+      for (let k = 0; k < have && !joinsOnly; k++) {
         const n = order[k]!;
         if (!rng.chance(n.availableRoutes.length ? 0.03 : 0.15)) continue;
         const m = order[k] = moveOf(rng, n, full.users);
@@ -407,6 +410,7 @@ t.test('a context extended by joining and moved nodes answers as one built from 
   if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.sameRules > stats.steps, 'unchanged filters were checked to be the same objects');
   // The twin path (a replaced rule whose entries moved elsewhere, see packetFilter) is taken, and judged above.
   if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.twinsKept > stats.steps, `rules kept or skipped by twins (${stats.twinsKept})`);
+  if (!process.env.HEADWAY_TEST_SEED) t.ok(stats.joinsOnly > stats.steps / 5, `steps that only add nodes (${stats.joinsOnly})`);
 });
 
 /** moveOf is `n` with other tags or another owner (same addresses and routes): what a tag or owner change does. */
@@ -514,4 +518,33 @@ t.test('a grown set (a union) renders, and lists its prefixes as sets, like the 
     entries += ps.length;
   }
   t.equal(wrong, 0, `${sets} unions render like sets built whole (${entries} prefixes)`);
+});
+
+t.test('a joiner whose address a router routes brings the router into the rules it joins', async (t) => {
+  // The joiner's address lies in a router's approved route: the router now counts as a source of the rule the
+  // joiner falls in (srcNodes), which an extended context must see as one built whole does, though the router
+  // itself did not change.
+  const users = [{ id: '1', name: 'ann', email: 'ann@example.com' }];
+  const node = (id: string, ip: string, extra: Partial<Snapshot['nodes'][number]> = {}) => ({
+    id, name: `n${id}`, tags: [], ipv4: ip, availableRoutes: [], approvedRoutes: [], ...extra,
+  });
+  const policy = parsePolicy(`{
+    "tagOwners": {"tag:web": [], "tag:db": []},
+    "acls": [{"action": "accept", "src": ["tag:web"], "dst": ["tag:db:*"]}],
+  }`);
+  const router = node('1', '100.64.0.1', { userId: '1', availableRoutes: ['100.64.0.50/32'], approvedRoutes: ['100.64.0.50/32'] });
+  const base: Snapshot = { users, nodes: [router, node('2', '100.64.0.10', { tags: ['tag:web'] }), node('3', '100.64.0.20', { tags: ['tag:db'] })] };
+  for (const [what, joiner, routed] of [
+    ['in the route', node('4', '100.64.0.50', { tags: ['tag:web'] }), true],
+    ['outside it', node('4', '100.64.0.60', { tags: ['tag:web'] }), false],
+  ] as const) {
+    const ctx = new TailnetContext(policy, base);
+    viewOf(policy, ctx); // every node compiled: the rules' node sets are known
+    const next: Snapshot = { users, nodes: [...base.nodes, joiner] };
+    t.ok(ctx.extend(next), `a web server joins ${what}`);
+    const got = viewOf(policy, ctx);
+    t.same(got, viewOf(policy, new TailnetContext(policy, next)), `${what}: as a context built from scratch`);
+    const peers = compilePolicy(policy, next, '3', ctx).peers;
+    t.equal(peers.includes('1'), routed, `${what}: the router ${routed ? 'is' : 'is not'} a peer of the database`);
+  }
 });

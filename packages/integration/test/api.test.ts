@@ -225,6 +225,7 @@ t.test('metrics on both listeners', async (t) => {
   t.match(text, /headway_map_batch_seconds_count \d+/, 'batches sent to map sessions, timed');
   t.match(text, /headway_map_batch_window_seconds [\d.]+/);
   t.match(text, /headway_policy_contexts_built \d+/, 'how often the policy was resolved against the whole tailnet');
+  t.match(text, /headway_policy_contexts_adopted \d+/, 'how often a new policy was installed with the resolution its check made');
   t.match(text, /headway_http_requests_total\{method="GET",route="\/health",status="200"\} 1/);
   t.match(text, /headway_process_resident_memory_bytes/);
   const v1 = await (await fetch(s.urls.http + '/v1/metrics')).text();

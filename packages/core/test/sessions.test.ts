@@ -223,7 +223,40 @@ t.test('a shared peer entry in a message cut around shared source blocks is comp
   t.same(sessionProblems(f, shadow), [], 'every session holds the retagged device and the grown rule');
   const laptops = [...f.connected].filter(([id, c]) => c.client.zstd && f.state.requireNode(id).userId === alice.id);
   t.ok(laptops.length >= 3, `${laptops.length} zstd sessions of alice's laptops`);
-  t.ok(f.hub.segmentedMessages - segmented >= laptops.length, 'their messages went out cut around the shared blocks');
+  // The first of them sends the blocks inline; every later one as frames, compressed once.
+  t.ok(f.hub.segmentedMessages - segmented >= laptops.length - 1, 'their messages went out cut around the shared blocks');
   t.equal(f.hub.partFrames - parts, 1, 'the retagged device\'s entry was compressed once, for all of them');
   t.ok(laptops.every(([, c]) => (c.client.peers.get(moved.id)?.Tags as string[] | undefined)?.[0] === 'tag:web'), 'each holds the new entry');
+});
+
+t.test('a block of sources one session sends in a flush goes inline; from the second session on, as one frame', async (t) => {
+  const policy = JSON.stringify({
+    tagOwners: { 'tag:web': [], 'tag:db': [] },
+    acls: [{ action: 'accept', src: ['tag:web'], dst: ['alice@example.com:22'] }],
+  });
+  for (const laptops of [1, 4]) {
+    const f = await Fleet.start(t, policy);
+    setSharedFrameMin(2048);
+    const alice = f.users().find((u) => u.name === 'alice')!;
+    const bob = f.users().find((u) => u.name === 'bob')!;
+    const add = async (hostname: string, userId: number | null, tags: string[], connect = true) => {
+      const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+      if (connect) f.connect(n.id);
+      return n;
+    };
+    for (let k = 0; k < 20; k++) { await add(`web${k}`, null, ['tag:web']); await add(`phone${k}`, bob.id, []); }
+    // Every laptop on an even id: a zstd session (Fleet.connect).
+    for (let k = 0; k < laptops; k++) {
+      if (f.state.listNodes().length % 2 === 0) await add(`filler${k}`, bob.id, [], false);
+      await add(`laptop${k}`, alice.id, []);
+    }
+    const moved = await add('db', null, ['tag:db']);
+    f.hub.flushNow();
+    const frames = f.hub.blockFrames;
+    await f.state.setTags(moved.id, ['tag:web']);
+    f.hub.flushNow();
+    t.same(sessionProblems(f, new NetworkView(f.state, silentLogger)), [], `${laptops} laptops: every session holds the new state`);
+    if (laptops === 1) t.equal(f.hub.blockFrames - frames, 0, 'one session sends the grown rule\'s blocks: inline, none compressed apart');
+    else t.ok(f.hub.blockFrames - frames > 0, `${laptops} sessions send them: frames, compressed once (${f.hub.blockFrames - frames})`);
+  }
 });

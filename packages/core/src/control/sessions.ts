@@ -929,6 +929,8 @@ export class SessionHub {
       }
       return f;
     };
+    // The ids of the blocks of sources some zstd session of this flush has sent (see blocks below).
+    const blockSent = new Set<number>();
     const sharedMin = sharedFrameMinInForce();
     // In a message already cut around shared blocks of sources, a shorter shared part goes as a frame of its own
     // too: compressed with the session's own text it cost a compressor call per session (a tag change at 1,000
@@ -1043,7 +1045,18 @@ export class SessionHub {
       if (stale && !rebuilds) add(`"Domain":${JSON.stringify(this.mapper.domain())}`);
       if (stale || rebuilds) this.rebuilt(s, ownerOf);
       if (!parts.length) return;
-      const blocks = s.zstd && filterPieces ? filterPieces.some(isSharedBlock) : false;
+      // A block of sources goes as a frame of its own from the second zstd session of the flush that sends it; the
+      // first sends it inline. A block only one session sends (a retagged device's own rules, sent again whole around
+      // ~250 blocks at 1,000 devices) cost a compressor call for it and one for each piece between blocks.
+      let blocks = false;
+      let inline: Set<SharedText> | undefined;
+      if (s.zstd && filterPieces) {
+        for (const x of filterPieces) {
+          if (typeof x === 'string' || !isSharedBlock(x)) continue;
+          if (blockSent.has(x.id)) blocks = true;
+          else { blockSent.add(x.id); (inline ??= new Set()).add(x); }
+        }
+      }
       const segmented = s.zstd && (blocks || keys.some((k, i) => isShared(k, parts[i]!)));
       if (segmented) this.segmentedMessages++;
       const whole = (p: string): string => (p === FILTER_PART ? filterText!() : p);
@@ -1058,7 +1071,7 @@ export class SessionHub {
           own += '"PacketFilters":';
           for (const x of filterPieces!) {
             if (typeof x === 'string') own += x;
-            else if (isSharedBlock(x)) { segments.push(own, blockFrame(x)); own = ''; }
+            else if (isSharedBlock(x) && !inline?.has(x)) { segments.push(own, blockFrame(x)); own = ''; }
             else own += x.text;
           }
         });

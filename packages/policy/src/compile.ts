@@ -330,7 +330,7 @@ export function preparedContext(policy: Policy | null, snapshot: Snapshot): Tail
 const sameList = (a: readonly string[] | undefined, b: readonly string[] | undefined): boolean =>
   a === b || (a !== undefined && b !== undefined && a.length === b.length && a.every((x, k) => x === b[k]));
 
-/** sameTailnet: the same users and nodes, in the same order, as the compiler reads them. */
+/** sameTailnet: the same users and nodes, in the same order, as the compiler reads them (for a node: samePlace, its name and whether it is online). */
 function sameTailnet(a: Snapshot, b: Snapshot): boolean {
   if (a.users.length !== b.users.length || a.nodes.length !== b.nodes.length) return false;
   for (let k = 0; k < a.users.length; k++) {
@@ -339,9 +339,7 @@ function sameTailnet(a: Snapshot, b: Snapshot): boolean {
   }
   for (let k = 0; k < a.nodes.length; k++) {
     const n = a.nodes[k]!, m = b.nodes[k]!;
-    if (n.id !== m.id || n.name !== m.name || n.userId !== m.userId || n.ipv4 !== m.ipv4 || n.ipv6 !== m.ipv6
-      || n.online !== m.online || !sameList(n.tags, m.tags) || !sameList(n.availableRoutes, m.availableRoutes)
-      || !sameList(n.approvedRoutes, m.approvedRoutes)) return false;
+    if (!samePlace(n, m) || n.name !== m.name || n.online !== m.online) return false;
   }
   return true;
 }
@@ -1712,9 +1710,8 @@ function nodeInfo(n: PolicyNode, idx: number): NodeInfo {
 
 /** samePlace: the node is the same, unchanged in everything the policy reads of it (see extend). */
 function samePlace(a: PolicyNode, b: PolicyNode): boolean {
-  const same = (x: string[], y: string[]) => x.length === y.length && x.every((v, k) => v === y[k]);
   return a.id === b.id && a.userId === b.userId && a.ipv4 === b.ipv4 && a.ipv6 === b.ipv6
-    && same(a.tags, b.tags) && same(a.availableRoutes, b.availableRoutes) && same(a.approvedRoutes, b.approvedRoutes);
+    && sameList(a.tags, b.tags) && sameList(a.availableRoutes, b.availableRoutes) && sameList(a.approvedRoutes, b.approvedRoutes);
 }
 
 /**

@@ -925,7 +925,7 @@ export class SessionHub {
       if (!f) {
         f = compressJson(Buffer.from(text));
         sharedFrames.set(key, f);
-        if (key[0] !== 'B') this.partFrames++;
+        if (key[0] === 'B') this.blockFrames++; else this.partFrames++;
       }
       return f;
     };
@@ -941,11 +941,7 @@ export class SessionHub {
       (key[0] === 'C' || key[0] === 'P') && text.length >= (inBlocks ? blockMin : sharedMin);
     // A block of a rule's sources that sessions send the same, compressed once with the shared parts (see
     // FilterUpdate.pieces): keyed 'B' + its id.
-    const blockFrame = (x: SharedText): Uint8Array => {
-      const key = `B${x.id}`;
-      if (!sharedFrames.has(key)) this.blockFrames++;
-      return sharedFrame(key, x.text);
-    };
+    const blockFrame = (x: SharedText): Uint8Array => sharedFrame(`B${x.id}`, x.text);
     return (s: MapSession): void => {
       const me = this.state.getNode(s.nodeId);
       if (!me) return;

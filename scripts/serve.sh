@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Node 24 when needed and the dependencies (the native modules,
-# better-sqlite3 and @headway/memtrim, built from source against Node's headers), builds, and starts
+# better-sqlite3, @headway/memtrim and @headway/aead, built from source against Node's headers), builds, and starts
 # `headway serve` on the embedded SQLite default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 eval "$(bash scripts/node-runtime.sh)"
 if [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ] \
   || [ ! -f packages/memtrim/build/Release/memtrim.node ] \
+  || [ ! -f packages/aead/build/Release/aead.node ] \
   || [ "$(cat node_modules/.headway-node-abi 2>/dev/null)" != "$(node -p process.versions.modules)" ]; then
   npm ci --no-audit --no-fund --ignore-scripts
   bash scripts/build-sqlite.sh

@@ -21,7 +21,7 @@ const root = repoRoot();
 const CI = process.env.CI === 'true';
 /** PUBLISHED is the decision of what goes to the registry; the metadata test pins it. */
 const PUBLISHED = [
-  'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
+  'aead', 'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
   'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
 ].map((p) => `@headway/${p}`).sort();
 
@@ -153,6 +153,10 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   const memtrim = [join(installed, 'node_modules', '@headway', 'memtrim'), join(prefix, 'lib', 'node_modules', '@headway', 'memtrim'),
     join(installed, 'node_modules', '@headway', 'core', 'node_modules', '@headway', 'memtrim')].find((p) => existsSync(p));
   t.ok(memtrim && existsSync(join(memtrim, 'build', 'Release', 'memtrim.node')), 'npm compiled the optional @headway/memtrim at install');
+  // So is @headway/aead (OpenSSL's ChaCha20-Poly1305 for Noise records; without it they are sealed in WASM).
+  const aead = [join(installed, 'node_modules', '@headway', 'aead'), join(prefix, 'lib', 'node_modules', '@headway', 'aead'),
+    join(installed, 'node_modules', '@headway', 'noise', 'node_modules', '@headway', 'aead')].find((p) => existsSync(p));
+  t.ok(aead && existsSync(join(aead, 'build', 'Release', 'aead.node')), 'npm compiled the optional @headway/aead at install');
 
   // 4. Start the installed server on ephemeral loopback ports with a temporary config.
   const home = join(work, 'home');

@@ -1,5 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, createSecretKey, hkdfSync, type KeyObject } from 'node:crypto';
-import { openWasm, sealWasm, WASM_AEAD_MAX } from './aead-wasm.js';
+import { recordAead } from './aead.js';
 
 /** TAG_LENGTH is the ChaCha20-Poly1305 authentication tag size. */
 export const TAG_LENGTH = 16;
@@ -68,7 +68,8 @@ export function ownBytes(bytes: Uint8Array): Buffer {
  * The key is held as a KeyObject made once: on Node 24 createCipheriv given raw key bytes builds a
  * key object per call, which made each record cost ~25 µs instead of ~5 µs and topped the join profile.
  * The nonce buffer is reused too (createCipheriv copies the IV). Transport records (sealInto, open) go through
- * libsodium's WASM build instead, which allocates nothing per record (see aead-wasm.ts); the raw key is kept for it.
+ * recordAead instead (OpenSSL's cipher through @headway/aead, or libsodium's WASM build), which allocates nothing
+ * per record; the raw key is kept for it.
  */
 export class CipherState {
   private counter = 0n;
@@ -100,7 +101,7 @@ export class CipherState {
    * returns the bytes written, sparing the transport a concatenation per record.
    */
   sealInto(plaintext: Uint8Array, out: Buffer, offset: number): number {
-    if (plaintext.length <= WASM_AEAD_MAX) return sealWasm(this.raw, this.nextNonce(), plaintext, out, offset);
+    if (plaintext.length <= recordAead.max) return recordAead.seal(this.raw, this.nextNonce(), plaintext, out, offset);
     const c = createCipheriv('chacha20-poly1305', this.key, this.nextNonce(), { authTagLength: TAG_LENGTH });
     const body = c.update(plaintext);
     body.copy(out, offset);
@@ -113,10 +114,10 @@ export class CipherState {
 
   /** open decrypts; a failure still consumes the nonce, which is fine because callers must drop the connection. */
   open(sealed: Uint8Array, ad: Uint8Array = Buffer.alloc(0)): Buffer {
-    if (ad.length > 0 || sealed.length < TAG_LENGTH || sealed.length - TAG_LENGTH > WASM_AEAD_MAX) return aeadOpen(this.key, this.nextNonce(), ad, sealed);
+    if (ad.length > 0 || sealed.length < TAG_LENGTH || sealed.length - TAG_LENGTH > recordAead.max) return aeadOpen(this.key, this.nextNonce(), ad, sealed);
     // A record's plaintext fits Buffer's pool (under 4 KiB): no buffer of its own per record.
     const out = Buffer.allocUnsafe(sealed.length - TAG_LENGTH);
-    if (!openWasm(this.raw, this.nextNonce(), sealed, out, 0)) throw new Error('message authentication failed (wrong key, corrupted or replayed data)');
+    if (!recordAead.open(this.raw, this.nextNonce(), sealed, out, 0)) throw new Error('message authentication failed (wrong key, corrupted or replayed data)');
     return out;
   }
 }

@@ -23,6 +23,7 @@ import { createApp } from './app.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
+import { recordAead } from '@headway/noise';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
 import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
@@ -211,6 +212,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const trimmer = await startMemoryTrimmer(logger, metrics);
     if (trimmer) cleanups.push(() => trimmer.stop());
+    // @headway/aead is optional too: without it Noise records are sealed in WASM (the same bytes, slower).
+    if (recordAead.unavailable) logger.debug('Noise records are sealed with libsodium\'s WASM build', { reason: recordAead.unavailable });
 
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;

@@ -1,0 +1,8 @@
+{
+  "targets": [
+    {
+      "target_name": "aead",
+      "sources": ["native/aead.c"]
+    }
+  ]
+}

@@ -1,0 +1,38 @@
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Aead seals and opens ChaCha20-Poly1305 records (96-bit nonce, 16-byte tag, no associated data) of at most `max`
+ * bytes of plaintext, reading and writing the caller's buffers. seal writes ciphertext||tag into out at offset and
+ * returns its length; open writes the plaintext and returns true, or false when the tag does not match (out is
+ * then left as it was). A wrong argument (key not 32 bytes, nonce not 12, a record too long, no room in out)
+ * throws a TypeError naming it.
+ */
+export interface Aead {
+  readonly max: number;
+  seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
+  open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
+}
+
+/** Where node-gyp puts the addon, relative to this file (dist/src/index.js). */
+export const ADDON_PATH = fileURLToPath(new URL('../../build/Release/aead.node', import.meta.url));
+
+/**
+ * loadAead loads the compiled addon, or returns why there is none: it was not built (npm installs this package as
+ * optional; a checkout builds it with scripts/build-sqlite.sh), or it did not load (a Node whose OpenSSL lacks
+ * ChaCha20-Poly1305, or whose crypto library is not OpenSSL).
+ */
+export function loadAead(): Aead | { unavailable: string } {
+  if (!existsSync(ADDON_PATH)) return { unavailable: `the aead addon was not built (${ADDON_PATH})` };
+  let addon: Partial<Aead>;
+  try {
+    addon = createRequire(import.meta.url)(ADDON_PATH) as Partial<Aead>;
+  } catch (err) {
+    return { unavailable: `the aead addon did not load: ${(err as Error).message}` };
+  }
+  if (typeof addon.seal !== 'function' || typeof addon.open !== 'function' || typeof addon.max !== 'number') {
+    return { unavailable: `the aead addon at ${ADDON_PATH} lacks seal, open or max` };
+  }
+  return addon as Aead;
+}

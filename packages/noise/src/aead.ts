@@ -1,0 +1,45 @@
+import { openWasm, sealWasm, WASM_AEAD_MAX } from './aead-wasm.js';
+
+/**
+ * RecordAead seals and opens transport records (ChaCha20-Poly1305, no associated data, at most `max` bytes of
+ * plaintext) into the caller's buffers: seal returns the bytes written (ciphertext||tag), open whether the tag
+ * matched (out is left as it was when not).
+ */
+export interface RecordAead {
+  /** backend: 'openssl' is @headway/aead's addon on the OpenSSL inside Node; 'wasm' is libsodium's WASM build. */
+  readonly backend: 'openssl' | 'wasm';
+  /** why, when the backend is 'wasm', the addon is not used. */
+  readonly unavailable?: string;
+  readonly max: number;
+  seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
+  open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
+}
+
+/** WASM_RECORD_AEAD is libsodium's WASM build (aead-wasm.ts): what records are sealed with when the addon is not there. */
+export const WASM_RECORD_AEAD: RecordAead = { backend: 'wasm', max: WASM_AEAD_MAX, seal: sealWasm, open: openWasm };
+
+/**
+ * loadRecordAead picks the addon of @headway/aead (an optional dependency: OpenSSL's ChaCha20 uses the CPU's
+ * vector instructions, 3.3 times as fast per 4 KiB record as libsodium's WASM build), or the WASM build with the
+ * reason. Both write the same bytes (aead.test.ts).
+ */
+async function loadRecordAead(): Promise<RecordAead> {
+  let reason: string;
+  try {
+    const loaded = (await import('@headway/aead')).loadAead();
+    if (!('unavailable' in loaded)) {
+      if (loaded.max === WASM_AEAD_MAX) {
+        return { backend: 'openssl', max: loaded.max, seal: loaded.seal, open: loaded.open };
+      }
+      reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
+    } else {
+      reason = loaded.unavailable;
+    }
+  } catch (err) {
+    reason = `@headway/aead is not installed (${(err as Error).message})`;
+  }
+  return { ...WASM_RECORD_AEAD, unavailable: reason };
+}
+
+/** recordAead is what this process seals and opens transport records with (see loadRecordAead). */
+export const recordAead: RecordAead = await loadRecordAead();

@@ -229,6 +229,41 @@ t.test('a shared peer entry in a message cut around shared source blocks is comp
   t.ok(laptops.every(([, c]) => (c.client.peers.get(moved.id)?.Tags as string[] | undefined)?.[0] === 'tag:web'), 'each holds the new entry');
 });
 
+t.test('sessions of one peer class given the same new peers share the list built for them', async (t) => {
+  // A policy change gives alice's laptops twenty web servers as peers, and the servers the laptops: every laptop moves
+  // between the same two shared peer lists, and the nodes, key and owners of its PeersChanged part are built once for
+  // all of them (per session they cost a lookup and an id per new peer).
+  const tagOwners = { 'tag:web': [], 'tag:db': [] };
+  const before = JSON.stringify({ tagOwners, acls: [{ action: 'accept', src: ['alice@example.com'], dst: ['alice@example.com:*'] }] });
+  const after = JSON.stringify({ tagOwners, acls: [
+    { action: 'accept', src: ['alice@example.com'], dst: ['alice@example.com:*'] },
+    { action: 'accept', src: ['alice@example.com'], dst: ['tag:web:443'] },
+  ] });
+  const f = await Fleet.start(t, before);
+  const alice = f.users().find((u) => u.name === 'alice')!, bob = f.users().find((u) => u.name === 'bob')!;
+  const add = async (hostname: string, userId: number | null, tags: string[]) => {
+    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+    f.connect(n.id);
+    return n;
+  };
+  const laptops = [];
+  for (let k = 0; k < 8; k++) laptops.push(await add(`laptop${k}`, alice.id, []));
+  for (let k = 0; k < 20; k++) await add(`web${k}`, null, ['tag:web']);
+  for (let k = 0; k < 3; k++) await add(`phone${k}`, bob.id, []);
+  f.hub.flushNow();
+  const shadow = new NetworkView(f.state, silentLogger);
+  t.same(sessionProblems(f, shadow), [], 'every session holds its full map');
+  const built = f.hub.upsertLists;
+  f.policyText = after;
+  f.state.bus.publish({ type: 'policy-changed' });
+  f.hub.flushNow();
+  t.same(sessionProblems(f, shadow), [], 'every session holds its new peers, their owners and the new filter');
+  for (const l of laptops) t.equal(f.connected.get(l.id)!.client.peers.size, 27, `${l.hostname}: its 7 fellow laptops and 20 web servers`);
+  // One list for the laptops, one for the web servers (fellow servers' lists are their own: they do not see each other).
+  t.ok(f.hub.upsertLists - built < laptops.length, `${f.hub.upsertLists - built} lists built for ${laptops.length} laptops and 20 servers`);
+  t.equal(f.hub.upsertLists - built, 2, 'one per pair of shared lists');
+});
+
 t.test('a block of sources one session sends in a flush goes inline; from the second session on, as one frame', async (t) => {
   const policy = JSON.stringify({
     tagOwners: { 'tag:web': [], 'tag:db': [] },

@@ -79,13 +79,20 @@ export class PeerSet implements Iterable<number> {
    * changes is diff without a call per id: the ids only here (gone) and the ids only in `next` (added), both
    * ascending. O(size + next.size).
    */
-  changes(next: PeerSet, lists?: ListDiffs): { gone: number[]; added: number[] } {
-    // Both read shared lists and leave out the same id (or none): the lists' difference, computed once per pair.
-    if (lists && this.shared && next.shared && this.skip === next.skip) {
-      const d = lists.between(this.ids, next.ids);
-      return { gone: d.gone.slice(), added: d.added.slice() };
-    }
+  changes(next: PeerSet, lists?: ListDiffs<unknown>): { gone: number[]; added: number[] } {
+    const d = lists && this.sharedChanges(next, lists);
+    if (d) return { gone: d.gone.slice(), added: d.added.slice() };
     return PeerSet.walk(this.ids, this.len, this.skip, next.ids, next.len, next.skip);
+  }
+
+  /**
+   * sharedChanges is changes when this set and `next` both read shared lists and leave out the same id (or none):
+   * the lists' difference, computed once per pair of lists, as the one read-only object `lists` gives every session
+   * moving between them (a flush keeps on it what it builds from the difference, ListDiff.memo). Undefined when
+   * either set holds ids of its own.
+   */
+  sharedChanges<M>(next: PeerSet, lists: ListDiffs<M>): ListDiff<M> | undefined {
+    return this.shared && next.shared && this.skip === next.skip ? lists.between(this.ids, next.ids) : undefined;
   }
 
   /** walk is changes over two id arrays (the first `len` slots of each, less its `skip`). */
@@ -187,17 +194,27 @@ export class PeerSet implements Iterable<number> {
 }
 
 /**
+ * ListDiff is the difference between two shared peer lists (ascending ids), and what its user keeps with it: a flush
+ * builds a session's new peers and their message part from `added` once for every session of the pair (memo).
+ */
+export interface ListDiff<M = unknown> {
+  readonly gone: readonly number[];
+  readonly added: readonly number[];
+  memo?: M;
+}
+
+/**
  * ListDiffs keeps, for one structural flush, the differences between the shared peer lists sessions move between
  * (PeerSet.changes). The sessions of one peer class move from the same list to the same list: walking both for
  * each of them cost O(peers) per session (4,000 ids at 10,000 devices) for a change of one or two peers, where a
  * session now pays for its copy of the difference. Read-only results; callers get copies.
  */
-export class ListDiffs {
-  private readonly byFrom = new Map<Uint32Array | Float64Array, Map<Uint32Array | Float64Array, { gone: number[]; added: number[] }>>();
+export class ListDiffs<M = unknown> {
+  private readonly byFrom = new Map<Uint32Array | Float64Array, Map<Uint32Array | Float64Array, ListDiff<M>>>();
   /** computed counts the pairs walked (tests). */
   computed = 0;
 
-  between(from: Uint32Array | Float64Array, to: Uint32Array | Float64Array): { readonly gone: readonly number[]; readonly added: readonly number[] } {
+  between(from: Uint32Array | Float64Array, to: Uint32Array | Float64Array): ListDiff<M> {
     let row = this.byFrom.get(from);
     if (!row) this.byFrom.set(from, row = new Map());
     let d = row.get(to);

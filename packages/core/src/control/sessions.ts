@@ -265,6 +265,21 @@ const shapeOf = (n: Node): Shape => ({
 const sameShape = (a: Shape | undefined, b: Shape) => Boolean(a) && a!.tags === b.tags && a!.ips === b.ips && a!.routes === b.routes && a!.user === b.user;
 
 /**
+ * Upserts are the nodes a flush's message sends whole (PeersChanged), the key of that part among the flush's shared
+ * parts ('C' + their ids), and their owners' profiles, each once; for sessions moving between the same two shared
+ * peer lists also the PeersRemoved part and the ids as a set, made for the first that needs them.
+ */
+interface Upserts {
+  readonly nodes: Node[];
+  readonly key: string;
+  readonly owners: ReadonlyArray<{ id: number; json: string }>;
+  removed?: string;
+  ids?: Set<number>;
+}
+
+const removedPart = (gone: readonly number[]): string => `"PeersRemoved":${JSON.stringify(gone)}`;
+
+/**
  * SessionHub turns each published change into the smallest message per affected
  * session: patches for online/endpoint/expiry changes, PeersChanged for changed
  * nodes, PeersRemoved and filter updates when visibility changes. Identical
@@ -381,8 +396,12 @@ export class SessionHub {
   /** open registers a session after its full map was sent, recording what that map contained. */
   open(session: MapSession, node: Node): void {
     const v = this.mapper.view.forNode(node.id);
-    session.peers = PeerSet.ofList(v.peers);
-    const peers = v.peers.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
+    // The peer class's shared list, as a structural flush gives it (see send): sessions of one class then hold one
+    // array, and the next flush walks their difference to a new list once for the class (ListDiffs).
+    const ids = v.peers;
+    const list = peerListOf(v);
+    session.peers = list ? PeerSet.ofList(list.ids, Number(list.self)) : PeerSet.ofList(ids);
+    const peers = ids.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
     session.profiles = this.mapper.profiles([node, ...peers]);
     session.shownOwners = this.ownerSet(session.profiles.keys());
     session.filterRules = v.packetFilter;
@@ -495,6 +514,8 @@ export class SessionHub {
   blockFrames = 0;
   /** partFrames counts the shared PeersChanged and PeersChangedPatch parts compressed once per flush as frames of their own (tests). */
   partFrames = 0;
+  /** upsertLists counts the (non-empty) lists of nodes a flush's messages send whole, built (upsertsOf) rather than reused (tests). */
+  upsertLists = 0;
   /** segmentedMessages counts messages sent to zstd sessions as several frames around shared ones (tests). */
   segmentedMessages = 0;
 
@@ -914,8 +935,27 @@ export class SessionHub {
       if (text === undefined) { text = build(); shared.set(key, text); }
       return text;
     };
-    // Sessions of one peer class move between the same two shared lists: their difference is walked once.
-    const listDiffs = new ListDiffs();
+    // Sessions of one peer class move between the same two shared lists: their difference is walked once, and
+    // what a message makes of it built once (upsertsOf, kept as the pair's memo).
+    const listDiffs = new ListDiffs<Upserts>();
+    const nodesOf = (ids: readonly number[]): Node[] => {
+      const nodes: Node[] = [];
+      for (const id of ids) {
+        const n = this.state.getNode(id);
+        if (n) nodes.push(n);
+      }
+      return nodes;
+    };
+    const upsertsOf = (nodes: Node[]): Upserts => {
+      if (nodes.length) this.upsertLists++;
+      const owners: Array<{ id: number; json: string }> = [];
+      const seen = new Map<number, string>();
+      for (const n of nodes) {
+        const p = profileOf(n);
+        if (seen.get(p.id) !== p.json) { seen.set(p.id, p.json); owners.push(p); }
+      }
+      return { nodes, key: `C${nodes.map((n) => n.id).join(',')}`, owners };
+    };
     // Sessions sending the same text share one frame (see sendAll), across the slices of this flush.
     const frames = new Map<string, Buffer>();
     // A large shared part, compressed once for every zstd session that sends it (see frameSegments).
@@ -958,8 +998,11 @@ export class SessionHub {
       const newer = (seq: number | undefined): boolean => seq !== undefined && seq > s.renderedAt;
       const selfChanged = newer(self.get(s.nodeId));
       if (selfChanged) add(`"Node":${this.mapper.selfNode(me, s.capVersion)}`);
-      let gone: number[];
+      let gone: readonly number[];
       let upsert: Node[];
+      // The upserted nodes with their part's key and owners (upsertsOf), and the PeersRemoved part when it is shared.
+      let ups: Upserts | undefined;
+      let removedText: string | undefined;
       if (structural) {
         // Visibility may have changed: compare what the session has with what it should see.
         const view = this.mapper.view.forNode(s.nodeId);
@@ -969,25 +1012,28 @@ export class SessionHub {
         // To send: the peers new to the session, and those it holds whose entry changed since its map. The batch's
         // changed nodes are usually few: look those up in the two sets rather than every peer in the batch's map
         // (a lookup per peer per session was most of a tag change's per-session assembly).
-        let ids: number[];
         if (fullSeq.size < next.size) {
-          const d = s.peers.changes(next, listDiffs);
+          // Sessions of one peer class moving between the same two shared lists get the same difference, and build
+          // its nodes, its part's key and owners once (a policy change gave 1,411 sessions at 5,000 devices hundreds
+          // of new peers each: looking them up and joining their ids per session was a quarter of the flush's own work).
+          const pair = s.peers.sharedChanges(next, listDiffs);
+          const d = pair ?? s.peers.changes(next);
           gone = d.gone;
-          ids = d.added;
-          let held = false;
+          let held: number[] | undefined;
           for (const [id, seq] of fullSeq) {
-            if (newer(seq) && next.has(id) && s.peers.has(id)) { ids.push(id); held = true; }
+            if (newer(seq) && next.has(id) && s.peers.has(id)) (held ??= []).push(id);
           }
-          if (held) ids.sort((a, b) => a - b);
+          if (held) ups = upsertsOf(nodesOf([...d.added, ...held].sort((a, b) => a - b)));
+          else if (pair) {
+            ups = pair.memo ??= upsertsOf(nodesOf(d.added));
+            if (gone.length) removedText = ups.removed ??= removedPart(gone);
+          } else ups = upsertsOf(nodesOf(d.added));
         } else {
-          ids = [];
+          const ids: number[] = [];
           gone = s.peers.diff(next, (id, added) => { if (added || newer(fullSeq.get(id))) ids.push(id); });
+          ups = upsertsOf(nodesOf(ids));
         }
-        upsert = [];
-        for (const id of ids) {
-          const n = this.state.getNode(id);
-          if (n) upsert.push(n);
-        }
+        upsert = ups.nodes;
         s.peers = next;
         const update = filterUpdate(s.filterRules, s.filterNames, view.packetFilter);
         s.filterRules = view.packetFilter;
@@ -1007,13 +1053,13 @@ export class SessionHub {
         upsert = full.filter((n) => newer(fullSeq.get(n.id)) && (this.mapper.view.hasPolicy ? s.peers.has(n.id) : n.id !== s.nodeId));
         for (const n of upsert) s.peers.add(n.id);
       }
-      if (gone.length) add(`"PeersRemoved":${JSON.stringify(gone)}`);
+      if (gone.length) add(removedText ?? removedPart(gone));
       if (upsert.length) {
-        const key = `C${upsert.map((n) => n.id).join(',')}`;
+        ups ??= upsertsOf(upsert);
+        const { key } = ups;
         add(sharedPart(key, () => `"PeersChanged":[${upsert.map((n) => peerText.get(n.id) ?? this.mapper.peer(n)).join(',')}]`), key);
       }
       // Profiles: every owner this message introduces or changes, once per session.
-      const owned = selfChanged ? [me, ...upsert] : upsert;
       const profiles: string[] = [];
       let stale = false;
       const offer = (id: number, json: string, introduced: boolean): void => {
@@ -1023,11 +1069,13 @@ export class SessionHub {
         s.profiles.set(id, json);
         profiles.push(json);
       };
-      for (const n of owned) { const p = profileOf(n); offer(p.id, p.json, true); }
+      // The node's own owner first, then its new peers' (each owner once: offering it again changes nothing).
+      if (selfChanged) { const p = profileOf(me); offer(p.id, p.json, true); }
+      if (upsert.length) for (const p of ups!.owners) offer(p.id, p.json, true);
       for (const [id, json] of userText) if (s.profiles.has(id)) offer(id, json, false);
       if (profiles.length) add(`"UserProfiles":[${profiles.join(',')}]`);
       // A node sent whole in this message absorbs its patch (its JSON was rendered now).
-      const sent = upsert.length && patches.length ? new Set(upsert.map((n) => n.id)) : undefined;
+      const sent = upsert.length && patches.length ? (ups!.ids ??= new Set(upsert.map((n) => n.id))) : undefined;
       const mine = patches.filter(({ patch, seq }) => newer(seq) && s.peers.has(patch.NodeID as number) && !sent?.has(patch.NodeID as number));
       if (mine.length) {
         const key = `P${mine.map(({ patch }) => patch.NodeID).join(',')}`;

@@ -5,7 +5,7 @@ import {
 } from '../src/index.js';
 import { parsePolicy, type Policy } from '@headway/policy';
 import { MapSession, SessionHub } from '../src/control/sessions.js';
-import { setSharedFrameMin } from '../src/control/frames.js';
+import { setSharedFrameMin, wireBytes } from '../src/control/frames.js';
 import { applyPacketFilters, concatPacketFilters, zstdDecompress, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from './harness.js';
 
@@ -202,9 +202,9 @@ export class Fleet {
     // Every other node asks for zstd, as real clients do: their messages may hold several frames.
     const zstd = id % 2 === 0;
     const client = new ClientModel(zstd);
-    const session = new MapSession(id, 106, zstd, (buf) => client.apply(buf), () => undefined);
+    const session = new MapSession(id, 106, zstd, (msg) => client.apply(wireBytes(msg)), () => undefined);
     state.sessionOpened(id);
-    this.hub.begin(session, state.requireNode(id), (node) => client.apply(this.mapper.fullMapMessage(node, 106, zstd)));
+    this.hub.begin(session, state.requireNode(id), (node) => client.apply(wireBytes(this.mapper.fullMapMessage(node, 106, zstd))));
     this.connected.set(id, { session, client });
   }
 

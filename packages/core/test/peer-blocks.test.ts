@@ -7,7 +7,7 @@ import { MapFrameDecoder, zstdDecompress, zstdFrameLength } from '@headway/testk
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 import { PEER_BLOCK_IDS, PeerBlockFrames } from '../src/control/peer-blocks.js';
-import { SHARED_FRAME_MIN, setSharedFrameMin } from '../src/control/frames.js';
+import { SHARED_FRAME_MIN, setSharedFrameMin, wireBytes } from '../src/control/frames.js';
 
 type Json = Record<string, unknown>;
 
@@ -42,7 +42,7 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
   const mapper = f.mapper;
   const last = nodes.at(-1)!, before = nodes.at(-2)!;
 
-  const message = mapper.fullMapMessage(last, 106, true);
+  const message = wireBytes(mapper.fullMapMessage(last, 106, true));
   const frames = framesOf(message);
   t.ok(frames.length >= 2 * blocks.size, `the peers came in block frames between own frames (${frames.length} frames)`);
   const whole = JSON.parse(mapper.fullMap(last, 106)) as Json;
@@ -54,7 +54,7 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
 
   // Another joiner of the same last block: every block but that one is the very same frame.
   const hitsBefore = mapper.peerBlocks.hits;
-  const other = framesOf(mapper.fullMapMessage(before, 106, true));
+  const other = framesOf(wireBytes(mapper.fullMapMessage(before, 106, true)));
   const shared = other.filter((x) => frames.some((y) => y.equals(x)) && x.length > 64);
   t.equal(mapper.peerBlocks.hits - hitsBefore, blocks.size - 1, 'the blocks not holding either joiner came from the cache');
   t.ok(shared.length >= blocks.size - 1, `and went out byte for byte the same (${shared.length} large frames in common)`);
@@ -64,14 +64,14 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
   await f.state.renameNode(renamed.id, 'renamed-peer');
   f.hub.flushNow();
   const misses = mapper.peerBlocks.misses;
-  const after = mapper.fullMapMessage(last, 106, true);
+  const after = wireBytes(mapper.fullMapMessage(last, 106, true));
   t.equal(mapper.peerBlocks.misses - misses, 1, 'only the renamed peer\'s block was compressed again');
   const peers = (new MapFrameDecoder().push(after)[0] as { Peers: Array<{ ID: number; Name: string }> }).Peers;
   t.match(peers.find((p) => p.ID === renamed.id)?.Name, /^renamed-peer\./, 'the new block holds the new name');
   t.same(withoutTime(JSON.parse(zstdDecompress(after.subarray(4)).toString()) as Json), withoutTime(JSON.parse(mapper.fullMap(last, 106)) as Json));
 
   // A session without zstd gets the plain text, one body.
-  const plain = mapper.fullMapMessage(last, 106, false);
+  const plain = wireBytes(mapper.fullMapMessage(last, 106, false));
   t.same(withoutTime(JSON.parse(plain.subarray(4).toString()) as Json), withoutTime(JSON.parse(mapper.fullMap(last, 106)) as Json), 'without zstd: the full map as plain JSON');
 });
 
@@ -83,7 +83,7 @@ t.test('small blocks stay in the joiner\'s own frames', async (t) => {
   for (let i = 0; i < 5; i++) nodes.push(await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `s${i}`, userId: alice!.id, registerMethod: 'authkey' }));
   f.hub.flushNow();
   const misses = f.mapper.peerBlocks.misses;
-  const message = f.mapper.fullMapMessage(nodes[0]!, 106, true);
+  const message = wireBytes(f.mapper.fullMapMessage(nodes[0]!, 106, true));
   t.equal(framesOf(message).length, 1, 'one frame: no block was large enough');
   t.equal(f.mapper.peerBlocks.misses, misses, 'nothing was put in the cache');
   t.equal((new MapFrameDecoder().push(message)[0] as { Peers: unknown[] }).Peers.length, 4);

@@ -3,6 +3,7 @@
 import t from 'tap';
 import { ListDiffs, PeerSet } from '../src/control/peerset.js';
 import { MapSession } from '../src/control/sessions.js';
+import { wireBytes } from '../src/control/frames.js';
 import { Rng } from './harness.js';
 
 t.test('PeerSet equals a Set over random adds, deletes and rebuilds (fixed seeds)', async (t) => {
@@ -138,7 +139,7 @@ t.test('PeerSet.ofList reads an ascending list in one pass and anything else thr
 t.test('a quiet map stream gets a keep-alive each interval, and every message restarts the wait', async (t) => {
   const sent: string[] = [];
   let keepalives = 0;
-  const session = new MapSession(1, 130, false, (buf) => sent.push(buf.subarray(4).toString()), () => keepalives++, 40);
+  const session = new MapSession(1, 130, false, (msg) => sent.push(wireBytes(msg).subarray(4).toString()), () => keepalives++, 40);
   const hold = setInterval(() => undefined, 10); // the session's timer does not keep the process alive
   t.teardown(() => { clearInterval(hold); session.close(); });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,3 +1,4 @@
+import { Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import { ownBytes, TAG_LENGTH, type CipherState } from './cipher.js';
 import type { TransportKeys } from './handshake.js';
@@ -18,10 +19,20 @@ const MAX_EARLY_PAYLOAD_LENGTH = 1 << 20;
 
 const EMPTY = Buffer.alloc(0);
 
+/** sealedLength is how many bytes sealRecords makes of `plaintext` bytes: each record adds a header and a tag. */
+export function sealedLength(plaintext: number): number {
+  return plaintext + Math.ceil(plaintext / MAX_PLAINTEXT_PER_RECORD) * (FRAME_HEADER_LENGTH + TAG_LENGTH);
+}
+
 /** sealRecords encrypts plaintext into as many type-4 records as needed (each ≤ 4077 plaintext bytes), in one buffer. */
 export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer {
-  const records = Math.ceil(plaintext.length / MAX_PLAINTEXT_PER_RECORD);
-  const out = Buffer.allocUnsafe(plaintext.length + records * (FRAME_HEADER_LENGTH + TAG_LENGTH));
+  const out = Buffer.allocUnsafe(sealedLength(plaintext.length));
+  const n = sealRecordsInto(cipher, plaintext, out);
+  return n === out.length ? out : out.subarray(0, n);
+}
+
+/** sealRecordsInto is sealRecords into `out` (at least sealedLength bytes) from its start; it returns the bytes written. */
+function sealRecordsInto(cipher: CipherState, plaintext: Uint8Array, out: Buffer): number {
   let at = 0;
   for (let offset = 0; offset < plaintext.length; offset += MAX_PLAINTEXT_PER_RECORD) {
     const sealed = cipher.sealInto(plaintext.subarray(offset, offset + MAX_PLAINTEXT_PER_RECORD), out, at + FRAME_HEADER_LENGTH);
@@ -29,7 +40,7 @@ export function sealRecords(cipher: CipherState, plaintext: Uint8Array): Buffer 
     out.writeUInt16BE(sealed, at + 1);
     at += FRAME_HEADER_LENGTH + sealed;
   }
-  return at === out.length ? out : out.subarray(0, at);
+  return at;
 }
 
 /**
@@ -45,6 +56,15 @@ function scratchOf(size: number): Buffer {
   scratch = Buffer.allocUnsafeSlow(Math.min(SCRATCH_MAX, Math.max(size, scratch.length * 2)));
   return scratch;
 }
+
+/**
+ * SEALED_SCRATCH_MIN: sealed output from this size up is written from one buffer kept for the process when a TCP
+ * socket takes it whole at once (see writeRecords); a shorter one comes from Buffer's pool, which costs little.
+ */
+const SEALED_SCRATCH_MIN = 4096;
+/** SEALED_SCRATCH_MAX bounds the sealed output buffer kept for reuse (a write past it gets one of its own). */
+const SEALED_SCRATCH_MAX = sealedLength(SCRATCH_MAX);
+let sealedScratch: Buffer | undefined;
 
 /** encodeEarlyPayload frames a JSON object as the early payload plaintext (magic, u32 BE length, JSON). */
 export function encodeEarlyPayload(payload: object): Buffer {
@@ -277,11 +297,37 @@ export class NoiseConn extends Duplex {
     let total = 0;
     for (const p of parts) total += p.length;
     if (total === 0) return;
-    if (parts.length === 1) { this.socket.write(sealRecords(this.send, parts[0]!)); return; }
-    const joined = scratchOf(total);
-    let at = 0;
-    for (const p of parts) { joined.set(p, at); at += p.length; }
-    this.socket.write(sealRecords(this.send, joined.subarray(0, total)));
+    let plaintext: Uint8Array;
+    if (parts.length === 1) plaintext = parts[0]!;
+    else {
+      const joined = scratchOf(total);
+      let at = 0;
+      for (const p of parts) { joined.set(p, at); at += p.length; }
+      plaintext = joined.subarray(0, total);
+    }
+    this.writeSealed(plaintext);
+  }
+
+  /**
+   * writeSealed seals plaintext and writes the records. A TCP socket that takes them at once (nothing queued after
+   * the write: the kernel accepted every byte, and node keeps no reference) leaves the output buffer free, so large
+   * output is sealed into one buffer kept for the process. A new buffer per write (a policy change sends each of
+   * thousands of sessions tens of KB) was a third of the sealing's time in a profiled 5,000-device policy change:
+   * each one counts as external memory, and enough of them start the collector's marking inside the allocation.
+   * A write the socket queues (its reader is slow) keeps that buffer until sent: it is the socket's then, and the
+   * next large write, on any connection, takes a new one. A socket already holding data queues this write behind it,
+   * so it gets a buffer of its own. Other streams (a WebSocket, a test's duplex pair) may keep a chunk after taking
+   * it: they always get a buffer of their own.
+   */
+  private writeSealed(plaintext: Uint8Array): void {
+    const need = sealedLength(plaintext.length);
+    const reuse = need >= SEALED_SCRATCH_MIN && need <= SEALED_SCRATCH_MAX && this.socket instanceof Socket && this.socket.writableLength === 0;
+    if (!reuse) { this.socket.write(sealRecords(this.send, plaintext)); return; }
+    if (!sealedScratch || sealedScratch.length < need) sealedScratch = Buffer.allocUnsafeSlow(Math.min(SEALED_SCRATCH_MAX, Math.max(need, 64 * 1024)));
+    const out = sealedScratch;
+    const n = sealRecordsInto(this.send, plaintext, out);
+    this.socket.write(out.subarray(0, n));
+    if (this.socket.writableLength !== 0) sealedScratch = undefined;
   }
 
   override _final(callback: (error?: Error | null) => void): void {

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import { createHash } from 'node:crypto';
 import { createServer, request, type Server } from 'node:http';
 import { connect as http2Connect, createServer as createHttp2Server } from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import { connect as netConnect, createServer as createNetServer, type AddressInfo, type Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import {
   acceptInitiation,
@@ -242,6 +242,70 @@ t.test('corked writes are sealed as one run of records in one socket write, inta
   await new Promise((r) => setImmediate(r));
   const last = socket.written[1]!;
   t.equal(client.receive.open(last.subarray(3)).toString(), 'next');
+  conn.destroy();
+});
+
+t.test('large writes reuse one sealed buffer only where the socket let go of it: a loaded TCP socket and a stream that keeps chunks', async (t) => {
+  // writeRecords seals large output into a buffer kept for the process when a TCP socket takes it whole at once,
+  // and gives a queued write (the reader stalled) that buffer for good. Two connections write in turn, one with a
+  // reader that stalls now and then: every byte must arrive as written on both.
+  const listener = createNetServer();
+  await new Promise<void>((r) => listener.listen(0, '127.0.0.1', () => r()));
+  t.teardown(() => listener.close());
+  const open = async () => {
+    const { client, server } = handshakePair();
+    const accepted = new Promise<Socket>((r) => listener.once('connection', r));
+    const dialed = netConnect((listener.address() as AddressInfo).port, '127.0.0.1');
+    await new Promise((r) => dialed.once('connect', r));
+    const socket = await accepted;
+    const receiver = new NoiseConn({ socket: dialed, keys: client });
+    const got: Buffer[] = [];
+    receiver.on('data', (c: Buffer) => got.push(c));
+    return { socket, dialed, sender: new NoiseConn({ socket, keys: server }), receiver, got, sent: [] as Buffer[], queued: 0 };
+  };
+  const conns = [await open(), await open()];
+  let seed = 7;
+  const rand = (n: number) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+  for (let i = 0; i < 240; i++) {
+    const c = conns[i % 2]!;
+    // The first connection's reader stops for a while now and then, so its kernel buffers fill and its writes queue.
+    if (i % 60 === 10) conns[0]!.dialed.pause();
+    if (i % 60 === 40) conns[0]!.dialed.resume();
+    const size = 4096 + rand(180_000);
+    const text = Buffer.alloc(size, i & 0xff);
+    for (let k = 0; k < 64; k++) text[rand(size)] = rand(256);
+    // Parts as HTTP/2 gives them: a header and a payload, or one part.
+    const parts = i % 4 < 2 ? [text.subarray(0, 9), text.subarray(9)] : [text];
+    c.sender.writeRecords(parts);
+    if (c.socket.writableLength > 0) c.queued++;
+    c.sent.push(Buffer.from(text));
+    if (i % 20 === 0) await new Promise((r) => setImmediate(r));
+  }
+  conns[0]!.dialed.resume();
+  for (const [k, c] of conns.entries()) {
+    const total = c.sent.reduce((n, b) => n + b.length, 0);
+    for (let waited = 0; c.got.reduce((n, b) => n + b.length, 0) < total && waited < 500; waited++) await new Promise((r) => setTimeout(r, 10));
+    t.equal(Buffer.concat(c.got).length, total, `connection ${k}: every byte arrived`);
+    t.ok(Buffer.concat(c.got).equals(Buffer.concat(c.sent)), `connection ${k}: intact and in order`);
+    c.sender.destroy(); c.receiver.destroy();
+  }
+  t.ok(conns[0]!.queued > 0, `${conns[0]!.queued} of 120 writes on the stalled connection were queued by its socket`);
+
+  // A stream that keeps what it is given (as this MemorySocket does) gets a buffer of its own per write.
+  const pair = handshakePair();
+  const memory = new MemorySocket();
+  const conn = new NoiseConn({ socket: memory, keys: pair.server });
+  const texts = [Buffer.alloc(50_000, 1), Buffer.alloc(50_000, 2), Buffer.alloc(20_000, 3)];
+  for (const x of texts) conn.writeRecords([x]);
+  const plain: Buffer[] = [];
+  for (const wire of memory.written) {
+    for (let off = 0; off < wire.length;) {
+      const len = wire.readUInt16BE(off + 1);
+      plain.push(pair.client.receive.open(wire.subarray(off + 3, off + 3 + len)));
+      off += 3 + len;
+    }
+  }
+  t.ok(Buffer.concat(plain).equals(Buffer.concat(texts)), 'what the stream kept is what was written');
   conn.destroy();
 });
 

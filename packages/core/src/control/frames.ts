@@ -113,18 +113,50 @@ export function sharedFrameMinInForce(): number { return sharedFrameMin; }
  * shared peers not again per session: compressing every session's whole message was most of a policy change's
  * flush when it gave each device new peers (1,411 sessions at 5,000 devices, 48 KB each).
  */
-export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Buffer {
+export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): WireMessage {
   const bodies: Uint8Array[] = [];
   for (const s of segments) {
     if (typeof s !== 'string') bodies.push(s);
     else if (s.length) bodies.push(compressJson(Buffer.from(s))); // nothing between two shared frames: no frame
   }
-  return lengthPrefixed(bodies);
+  return prefixedPieces(bodies);
 }
 
 /**
- * lengthPrefixed is a message as it goes on the stream: u32 little-endian length of the bodies, then the bodies
- * (zstd frames made by compressJson or rawFrame, or one plain JSON text).
+ * WireMessage is a message as it goes on the stream: one buffer, or its pieces in order, which the stream sends
+ * without joining them (H2Stream.write). A message of several frames (shared ones among them) went through a copy
+ * into one buffer per session before: at 5,000 devices a policy change gave 1,411 sessions 50 KB each.
+ */
+export type WireMessage = Uint8Array | readonly Uint8Array[];
+
+/** wireLength is the byte length of a message. */
+export function wireLength(m: WireMessage): number {
+  if (m instanceof Uint8Array) return m.length;
+  let n = 0;
+  for (const p of m) n += p.length;
+  return n;
+}
+
+/** wireBytes is a message as one buffer (tests, and callers that must hold it whole). */
+export function wireBytes(m: WireMessage): Buffer {
+  return m instanceof Uint8Array ? Buffer.from(m.buffer, m.byteOffset, m.length) : Buffer.concat(m);
+}
+
+/**
+ * prefixedPieces is a message of several bodies as pieces: the u32 little-endian length of the bodies, then the
+ * bodies (zstd frames made by compressJson or rawFrame).
+ */
+export function prefixedPieces(bodies: readonly Uint8Array[]): Uint8Array[] {
+  let length = 0;
+  for (const b of bodies) length += b.length;
+  const prefix = Buffer.allocUnsafe(4);
+  prefix.writeUInt32LE(length, 0);
+  return [prefix, ...bodies];
+}
+
+/**
+ * lengthPrefixed is a message as one buffer: u32 little-endian length of the bodies, then the bodies (zstd frames
+ * made by compressJson or rawFrame, or one plain JSON text).
  */
 export function lengthPrefixed(bodies: readonly Uint8Array[]): Buffer {
   const length = bodies.reduce((n, b) => n + b.length, 0);

@@ -19,6 +19,15 @@ export const H2_ERROR = {
 } as const;
 
 const DATA = 0x0;
+
+/** payloadLength is the byte length of a payload given whole or in pieces. */
+function payloadLength(payload: Uint8Array | readonly Uint8Array[] | undefined): number {
+  if (!payload) return 0;
+  if (payload instanceof Uint8Array) return payload.length;
+  let n = 0;
+  for (const p of payload) n += p.length;
+  return n;
+}
 const HEADERS = 0x1;
 const PRIORITY = 0x2;
 const RST_STREAM = 0x3;
@@ -361,17 +370,18 @@ export class H2Session {
 
   // --- sending ------------------------------------------------------------------------------------------
 
-  /** frameOut queues one frame; everything queued in a tick is written together. */
-  frameOut(type: number, flags: number, id: number, payload?: Uint8Array): void {
+  /** frameOut queues one frame (its payload one piece or several in order); everything queued in a tick is written together. */
+  frameOut(type: number, flags: number, id: number, payload?: Uint8Array | readonly Uint8Array[], length = payloadLength(payload)): void {
     if (this.closed) return;
     const header = Buffer.allocUnsafe(FRAME_HEADER_LENGTH);
-    header.writeUIntBE(payload?.length ?? 0, 0, 3);
+    header.writeUIntBE(length, 0, 3);
     header[3] = type;
     header[4] = flags;
     header.writeUInt32BE(id, 5);
     if (!this.outbox) { this.outbox = []; process.nextTick(this.flush); }
     this.outbox.push(header);
-    if (payload && payload.length) this.outbox.push(payload);
+    if (payload instanceof Uint8Array) { if (payload.length) this.outbox.push(payload); }
+    else if (payload) for (const p of payload) if (p.length) this.outbox.push(p);
   }
 
   sendHeaders(s: H2Stream, block: Buffer, endStream: boolean): void {
@@ -385,23 +395,32 @@ export class H2Session {
     if (!q || s.closed) return;
     // The last byte queued carries END_STREAM when the stream is to end; with nothing queued, an empty DATA does.
     let endedOnData = false;
-    while (q.length) {
-      const item = q[0]!;
-      let at = 0;
-      while (at < item.length) {
-        const n = Math.min(item.length - at, this.peerMaxFrame, this.sendWindow, s.sendWindow);
-        if (n <= 0) {
-          q[0] = item.subarray(at);
-          (this.blocked ??= new Set()).add(s);
-          return;
-        }
-        endedOnData = s.endQueued && q.length === 1 && at + n === item.length;
-        this.frameOut(DATA, endedOnData ? FLAG_END_STREAM : 0, s.id, item.subarray(at, at + n));
-        at += n;
-        this.sendWindow -= n;
-        s.sendWindow -= n;
+    // Each DATA frame carries as many queued bytes as the frame size and both windows allow, across the pieces a
+    // message was queued in (see H2Stream.write): a message is not joined into one buffer first.
+    let head = 0;
+    while (head < q.length) {
+      const room = Math.min(this.peerMaxFrame, this.sendWindow, s.sendWindow);
+      if (room <= 0) {
+        q.splice(0, head);
+        (this.blocked ??= new Set()).add(s);
+        return;
       }
-      q.shift();
+      let n = 0;
+      const first = head;
+      let cut: Uint8Array | undefined;
+      while (head < q.length && n < room) {
+        const item = q[head]!;
+        if (item.length <= room - n) { n += item.length; head++; continue; }
+        // The piece goes on in the next frame.
+        cut = item.subarray(0, room - n);
+        q[head] = item.subarray(room - n);
+        n = room;
+      }
+      endedOnData = s.endQueued && head === q.length;
+      const payload = cut ? [...q.slice(first, head), cut] : head - first === 1 ? q[first]! : q.slice(first, head);
+      this.frameOut(DATA, endedOnData ? FLAG_END_STREAM : 0, s.id, payload, n);
+      this.sendWindow -= n;
+      s.sendWindow -= n;
     }
     s.queue = undefined;
     this.blocked?.delete(s);
@@ -574,29 +593,37 @@ export class H2Stream {
     this.session.sendHeaders(this, encodeResponseHeaders(status, contentType), false);
   }
 
-  /** write sends response bytes (a 200 first if nothing was sent), queued while flow control holds them back. */
-  write(data: Uint8Array): void {
-    if (this.closed || this.ended || data.length === 0) return;
+  /**
+   * write sends response bytes (a 200 first if nothing was sent), queued while flow control holds them back: one
+   * buffer, or a message's pieces in order (see frames.ts), which go out in DATA frames without being joined.
+   */
+  write(data: Uint8Array | readonly Uint8Array[]): void {
+    if (this.closed || this.ended || payloadLength(data) === 0) return;
     this.respond(200);
-    (this.queue ??= []).push(data);
-    if (this.queue.length === 1) this.session.pump(this);
+    const q = (this.queue ??= []);
+    const idle = q.length === 0;
+    if (data instanceof Uint8Array) q.push(data);
+    else for (const p of data) if (p.length) q.push(p);
+    if (idle) this.session.pump(this);
   }
 
-  /** end sends the last bytes, if any, and ends the response (a 200 with no body if nothing was sent). */
-  end(data?: string | Uint8Array): void {
+  /** end sends the last bytes, if any (one buffer or a message's pieces), and ends the response (a 200 with no body if nothing was sent). */
+  end(data?: string | Uint8Array | readonly Uint8Array[]): void {
     if (this.closed || this.ended) return;
     this.ended = true;
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    if (!this.headersSent && !bytes?.length) {
+    if (!this.headersSent && !payloadLength(bytes)) {
       this.headersSent = true;
       this.session.sendHeaders(this, encodeResponseHeaders(200), true);
       return;
     }
     this.respond(200);
     this.endQueued = true;
-    if (bytes?.length) (this.queue ??= []).push(bytes);
-    else this.queue ??= [];
-    if (this.queue.length <= 1) this.session.pump(this);
+    const q = (this.queue ??= []);
+    const idle = q.length === 0;
+    if (bytes instanceof Uint8Array) { if (bytes.length) q.push(bytes); }
+    else if (bytes) for (const p of bytes) if (p.length) q.push(p);
+    if (idle || q.length <= 1) this.session.pump(this);
   }
 
   /** reply answers with a status and a line of text. */

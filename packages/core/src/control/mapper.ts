@@ -5,7 +5,7 @@ import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
 import { addresses, type NetworkView } from './netview.js';
 import { filterChunksJson } from './filter-chunks.js';
-import { compressJson, frame, lengthPrefixed, sharedFrameMinInForce } from './frames.js';
+import { compressJson, frame, prefixedPieces, sharedFrameMinInForce, type WireMessage } from './frames.js';
 import { PEER_BLOCK_IDS, PeerBlockFrames } from './peer-blocks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
@@ -274,7 +274,7 @@ export class Mapper {
    * node id (PEER_BLOCK_IDS), each block of SHARED_FRAME_MIN or more a frame compressed once and sent to every joiner holding the same
    * peers in it (PeerBlockFrames), around frames of the joiner's own text: the body decodes to fullMapBytes' text.
    */
-  fullMapMessage(node: Node, capVersion: number | undefined, zstd: boolean): Buffer {
+  fullMapMessage(node: Node, capVersion: number | undefined, zstd: boolean): WireMessage {
     if (!zstd) return frame(this.fullMapBytes(node, capVersion), false);
     const { head, peers, tail } = this.fullMapParts(node, capVersion);
     const bodies: Uint8Array[] = [];
@@ -307,7 +307,7 @@ export class Mapper {
     }
     own.push(tail);
     bodies.push(compressJson(Buffer.concat(own)));
-    return lengthPrefixed(bodies);
+    return prefixedPieces(bodies);
   }
 
   /** fullMapParts is a full map's text before its peers (ending `"Peers":[`), its peers in id order, and the rest. */

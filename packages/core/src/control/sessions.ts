@@ -6,7 +6,7 @@ import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import { filterUpdate, type SharedText } from './filter-chunks.js';
-import { compressJson, frame, frameSegments, sharedFrameMinInForce } from './frames.js';
+import { compressJson, frame, frameSegments, sharedFrameMinInForce, type WireMessage } from './frames.js';
 import { ListDiffs, PeerSet } from './peerset.js';
 import type { Mapper } from './mapper.js';
 
@@ -210,15 +210,15 @@ export class MapSession {
     readonly nodeId: number,
     readonly capVersion: number | undefined,
     readonly zstd: boolean,
-    private readonly writeFrame: (buf: Buffer) => void,
+    private readonly writeFrame: (msg: WireMessage) => void,
     private readonly onKeepAlive: () => void,
     /** keepAliveMs: how long a quiet stream waits for a keep-alive (default 50 s plus a per-session jitter of up to 9 s). */
     private readonly keepAliveMs = KEEPALIVE_BASE_MS + KEEPALIVE_STEP_MS * Math.floor(Math.random() * (KEEPALIVE_JITTER_MS / KEEPALIVE_STEP_MS)),
   ) {}
 
-  send(buf: Buffer): void {
+  send(msg: WireMessage): void {
     if (this.closed) return;
-    this.writeFrame(buf);
+    this.writeFrame(msg);
     this.armKeepAlive();
   }
 
@@ -643,7 +643,7 @@ export class SessionHub {
    * names its message by a key that is equal exactly when the text is, and gives the text lazily, so sessions
    * that share a large message (the same PeersChanged) are matched on a short key, not their whole text.
    */
-  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>, frames = new Map<string, Buffer>()): void {
+  private sendAll(targets: Array<{ s: MapSession; key: string; json: () => string }>, frames = new Map<string, WireMessage>()): void {
     for (const { s, key, json } of targets) this.sendOne(s, key, json, frames);
     this.countDeltas();
   }
@@ -652,7 +652,7 @@ export class SessionHub {
    * sendOne is sendAll for one target; the message is counted at the next countDeltas (a flush's end). build, when
    * given, makes the frame in place of compressing json() whole (a zstd session's message with a large shared part).
    */
-  private sendOne(s: MapSession, text: string | null, json: () => string, frames: Map<string, Buffer>, build?: () => Buffer): void {
+  private sendOne(s: MapSession, text: string | null, json: () => string, frames: Map<string, WireMessage>, build?: () => WireMessage): void {
     // A key this long holds a part's whole text (a packet filter, the node itself): one session's own message,
     // which no other session shares. Hashing it and keeping its frame to the end of the flush cost more than
     // the rare match saved.
@@ -957,7 +957,7 @@ export class SessionHub {
       return { nodes, key: `C${nodes.map((n) => n.id).join(',')}`, owners };
     };
     // Sessions sending the same text share one frame (see sendAll), across the slices of this flush.
-    const frames = new Map<string, Buffer>();
+    const frames = new Map<string, WireMessage>();
     // A large shared part, compressed once for every zstd session that sends it (see frameSegments).
     const sharedFrames = new Map<string, Uint8Array>();
     const sharedFrame = (key: string, text: string): Uint8Array => {

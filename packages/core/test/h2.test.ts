@@ -325,3 +325,39 @@ t.test('what the client\'s windows hold back waits, in order, and goes once the 
   t.same(data(), body, 'the rest, in order, once the window opens');
   t.ok(ended(), 'and END_STREAM with the last byte');
 });
+
+t.test('a message written in pieces goes out in DATA frames that span them, held back by the windows, in order', async (t) => {
+  // A map message is written as its length prefix and frames (WireMessage), not joined: DATA frames carry as many
+  // bytes as the frame size and windows allow, whatever piece they come from.
+  const pieces = [4, 3000, 10, 20_000, 1, 0, 7].map((n, k) => Buffer.alloc(n, k + 1));
+  const last = [Buffer.alloc(5, 9), Buffer.alloc(700, 10)];
+  const body = Buffer.concat([...pieces, ...last]);
+  const { port } = await serve(t, (s) => { s.write(pieces); s.end(last); });
+  const socket = connect(port, '127.0.0.1');
+  t.teardown(() => socket.destroy());
+  let got = Buffer.alloc(0);
+  socket.on('data', (d: Buffer) => { got = Buffer.concat([got, d]); });
+  const dataFrames = () => {
+    const out: Array<{ flags: number; payload: Buffer }> = [];
+    for (let at = 0; at + 9 <= got.length;) {
+      const len = got.readUIntBE(at, 3);
+      if (at + 9 + len > got.length) break;
+      if (got[at + 3] === 0 && got.readUInt32BE(at + 5) === 1) out.push({ flags: got[at + 4]!, payload: got.subarray(at + 9, at + 9 + len) });
+      at += 9 + len;
+    }
+    return out;
+  };
+  const settle = () => new Promise((r) => setTimeout(r, 100));
+  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return frameBytes(4, 0, 0, p); };
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
+  socket.write(Buffer.concat([PREFACE, setting(4, 3010), frameBytes(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
+  await settle();
+  t.same(dataFrames().map((f) => f.payload.length), [3010], 'one frame of 3,010 bytes across the first three pieces, as the window allows');
+  t.same(Buffer.concat(dataFrames().map((f) => f.payload)), body.subarray(0, 3010));
+  socket.write(win(1, 100_000));
+  await settle();
+  const frames = dataFrames();
+  t.same(frames.map((f) => f.payload.length), [3010, 16_384, body.length - 3010 - 16_384], 'then frames of the largest size, across pieces');
+  t.same(Buffer.concat(frames.map((f) => f.payload)), body, 'every byte, in order');
+  t.equal(frames.at(-1)!.flags & 1, 1, 'END_STREAM with the last byte');
+});

@@ -18,7 +18,8 @@
  *      more often than every 1,000 µs),
  *      BENCH_SERVER_NODE_FLAGS (more Node flags for the server alone, e.g. --trace-gc),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
- *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, sampled every 100 µs),
+ *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, and one per worker,
+ *      <devices>-<change>-<round>-worker<w>.cpuprofile, until every affected device has it; sampled every 100 µs),
  *      BENCH_HEAP_SNAPSHOT (a directory: the server's heap after the changes, <devices>.heapsnapshot, and each
  *      worker's, <devices>-worker-<w>.heapsnapshot), BENCH_WORKER_SEMI_SPACE_MB (the workers' young generation,
  *      default WORKER_SEMI_SPACE_MB; 0: V8's default).
@@ -332,6 +333,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       if (changeProf) {
         mkdirSync(changeProf, { recursive: true });
         await server.request({ op: 'profileStart', intervalUs: 100 });
+        await Promise.all(workers.map((c) => c.request({ op: 'profileStart', intervalUs: 100 })));
       }
       const cpu0 = await server.request<number>({ op: 'cpu' });
       const wcpu0 = await workersCpu();
@@ -340,6 +342,10 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       const got = await Promise.all(workers.map((c) => c.request<{ seen: number[]; timeouts: number; affected: number; bytes: number }>({ op: 'collect' }, timeoutMs + 60_000)));
       const cpu1 = await server.request<number>({ op: 'cpu' });
       const wcpu1 = await workersCpu();
+      if (changeProf) {
+        const files = await Promise.all(workers.map((c, w) => c.request<string>({ op: 'profileStop', file: join(resolve(changeProf), `${n}-${change.kind}-${round}-worker${w}.cpuprofile`) }, 120_000)));
+        log(`  [${n}] ${change.kind}: workers' profiles ${files.join(', ')}`);
+      }
       // Every device, affected or not, must now hold exactly what the policy lets it see: checked by a scan of
       // every device's peers once all times are in, outside the measured window.
       const wrong = (await Promise.all(workers.map((c) => c.request<number>({ op: 'verify' }, 600_000)))).reduce((a, w) => a + w, 0);

@@ -5,6 +5,8 @@
  * change it measures is made), joins its devices, and times when each affected device's netmap shows a change.
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { writeHeapSnapshot } from 'node:v8';
 import { TestDevice } from './device.js';
 import { joinDevice, runPool } from './bench-join.js';
@@ -74,6 +76,8 @@ export type WorkerCommand =
   | { op: 'verify' }
   | { op: 'stats' }
   | { op: 'heapSnapshot'; file: string }
+  | { op: 'profileStart'; intervalUs: number }
+  | { op: 'profileStop'; file: string }
   | { op: 'close' };
 
 /** Change is one measured change; the driver applies it on the server between `arm` and `collect`. */
@@ -97,6 +101,7 @@ let variant: 0 | 1 = 0;
 let expected: Wanted[] | undefined;
 
 let keyIndex = new Map<string, number>();
+let profiler: Session | undefined;
 let armed: Promise<{ seen: number[]; timeouts: number; affected: number; bytes: number }> | undefined;
 
 function cpuMs(): number {
@@ -303,6 +308,21 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
     case 'verify': return verify();
     case 'stats': return stats();
     case 'heapSnapshot': return writeHeapSnapshot(cmd.file);
+    // BENCH_CHANGE_PROF profiles the workers too, from arming a change until every affected device has it.
+    case 'profileStart':
+      profiler ??= new Session();
+      profiler.connect();
+      await profiler.post('Profiler.enable');
+      await profiler.post('Profiler.setSamplingInterval', { interval: cmd.intervalUs });
+      await profiler.post('Profiler.start');
+      return null;
+    case 'profileStop': {
+      if (!profiler) throw new Error('profileStop without profileStart');
+      const { profile } = await profiler.post('Profiler.stop');
+      profiler.disconnect();
+      writeFileSync(cmd.file, JSON.stringify(profile));
+      return cmd.file;
+    }
     case 'close':
       await runPool(devices.length, 200, (k) => devices[k]!.close());
       return stats();

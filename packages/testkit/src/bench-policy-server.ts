@@ -4,8 +4,8 @@
  * and one reusable pre-auth key per user and per tag set the plan uses. It answers the driver over IPC, including
  * the changes the driver times (rename, tag change, policy change). Forked with --expose-gc.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { ChangeProfiler } from './bench-profile.js';
 import { writeHeapSnapshot } from 'node:v8';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -63,7 +63,7 @@ async function main(): Promise<void> {
   };
   // BENCH_CHANGE_PROF: one CPU profile per measured change, from just before it is applied until every affected
   // device has it (the whole run's --cpu-prof mixes a 150 ms change into a minute of joins).
-  let profiler: Session | undefined;
+  const profiler = new ChangeProfiler();
   const timed = async (work: () => Promise<unknown>): Promise<number> => {
     const t0 = performance.now();
     await work();
@@ -103,20 +103,8 @@ async function main(): Promise<void> {
           memoryTrims: trimCount, memoryTrimMs: Math.round(trimSum * 1e4) / 10, peerBlocksReused: blocksReused, peerBlocksCompressed: blocksCompressed,
         };
       }
-      case 'profileStart':
-        profiler ??= new Session();
-        profiler.connect();
-        await profiler.post('Profiler.enable');
-        await profiler.post('Profiler.setSamplingInterval', { interval: req.intervalUs });
-        await profiler.post('Profiler.start');
-        return null;
-      case 'profileStop': {
-        if (!profiler) throw new Error('profileStop without profileStart');
-        const { profile } = await profiler.post('Profiler.stop');
-        profiler.disconnect();
-        writeFileSync(req.file, JSON.stringify(profile));
-        return req.file;
-      }
+      case 'profileStart': return profiler.start(req.intervalUs);
+      case 'profileStop': return profiler.stop(req.file);
       case 'heapSnapshot': return writeHeapSnapshot(req.file);
       case 'stop': await stop(); return null;
     }

@@ -5,8 +5,6 @@
  * change it measures is made), joins its devices, and times when each affected device's netmap shows a change.
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
-import { writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
 import { writeHeapSnapshot } from 'node:v8';
 import { TestDevice } from './device.js';
 import { joinDevice, runPool } from './bench-join.js';
@@ -15,6 +13,7 @@ import type { FilterRule, MapResponse, Node } from './wire.js';
 import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type TailnetPlan } from './bench-policy.js';
 import { MatchingPeers, peersMatch, type Wanted } from './bench-match.js';
 import { setFreezeShared } from './zstd.js';
+import { ChangeProfiler } from './bench-profile.js';
 
 // The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.
 setFreezeShared(false);
@@ -101,7 +100,7 @@ let variant: 0 | 1 = 0;
 let expected: Wanted[] | undefined;
 
 let keyIndex = new Map<string, number>();
-let profiler: Session | undefined;
+const profiler = new ChangeProfiler();
 let armed: Promise<{ seen: number[]; timeouts: number; affected: number; bytes: number }> | undefined;
 
 function cpuMs(): number {
@@ -309,20 +308,8 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
     case 'stats': return stats();
     case 'heapSnapshot': return writeHeapSnapshot(cmd.file);
     // BENCH_CHANGE_PROF profiles the workers too, from arming a change until every affected device has it.
-    case 'profileStart':
-      profiler ??= new Session();
-      profiler.connect();
-      await profiler.post('Profiler.enable');
-      await profiler.post('Profiler.setSamplingInterval', { interval: cmd.intervalUs });
-      await profiler.post('Profiler.start');
-      return null;
-    case 'profileStop': {
-      if (!profiler) throw new Error('profileStop without profileStart');
-      const { profile } = await profiler.post('Profiler.stop');
-      profiler.disconnect();
-      writeFileSync(cmd.file, JSON.stringify(profile));
-      return cmd.file;
-    }
+    case 'profileStart': return profiler.start(cmd.intervalUs);
+    case 'profileStop': return profiler.stop(cmd.file);
     case 'close':
       await runPool(devices.length, 200, (k) => devices[k]!.close());
       return stats();

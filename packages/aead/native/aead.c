@@ -15,10 +15,18 @@
  * Each record is at most AEAD_MAX bytes of plaintext, as a Noise transport record is. The contexts belong to
  * one JavaScript environment (a thread); they hold the key of the last record until the next call, as the
  * caller's own key buffer does for the connection's life.
+ *
+ * The handshake's other two primitives are here too, for the same reason (node:crypto's per-call objects):
+ * x25519(privateKey, publicKey, out) writes the 32-byte shared secret and returns true, or false when OpenSSL
+ * refuses the agreement (a low-order public key gives all zeros, which it rejects); noiseHkdf(chainingKey, input,
+ * out) writes Noise's HKDF with HMAC-BLAKE2s, two 32-byte outputs (64 bytes). A join's handshake took node:crypto
+ * a JWK import per peer key (about as long as the agreement) and an HKDF job per call: 159 against 114 µs per
+ * agreement, 42 against 10 µs per HKDF on the same machine.
  */
 #include <node_api.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +125,70 @@ static napi_value Open(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* ThreeArgs reads three byte arguments of exact lengths (a, b: 32 or any when 0; out: its length), or throws naming them. */
+static int ThreeArgs(napi_env env, napi_callback_info info, const char *what, size_t a_len, size_t out_len,
+                     unsigned char **a, size_t *an, unsigned char **b, size_t *bn, unsigned char **out) {
+  size_t argc = 3;
+  napi_value argv[3];
+  size_t on;
+  char msg[160];
+  const char *bad = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return 0;
+  if (argc < 3) bad = "three arguments";
+  else if (!Bytes(env, argv[0], a, an) || (a_len && *an != a_len)) bad = a_len ? "a 32-byte first argument" : "the first argument as a Uint8Array";
+  else if (!Bytes(env, argv[1], b, bn) || (a_len && *bn != a_len)) bad = a_len ? "a 32-byte second argument" : "the second argument as a Uint8Array";
+  else if (!Bytes(env, argv[2], out, &on) || on < out_len) bad = out_len == 64 ? "a 64-byte out" : "a 32-byte out";
+  if (!bad) return 1;
+  snprintf(msg, sizeof msg, "%s: needs %s", what, bad);
+  napi_throw_type_error(env, NULL, msg);
+  return 0;
+}
+
+static napi_value X25519(napi_env env, napi_callback_info info) {
+  unsigned char *priv, *pub, *out;
+  size_t pn, qn;
+  if (!ThreeArgs(env, info, "x25519", 32, 32, &priv, &pn, &pub, &qn, &out)) return NULL;
+  EVP_PKEY *key = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, priv, 32);
+  EVP_PKEY *peer = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, NULL, pub, 32);
+  EVP_PKEY_CTX *ctx = key ? EVP_PKEY_CTX_new(key, NULL) : NULL;
+  size_t len = 32;
+  int ok = key && peer && ctx && EVP_PKEY_derive_init(ctx) == 1 && EVP_PKEY_derive_set_peer(ctx, peer) == 1 &&
+           EVP_PKEY_derive(ctx, out, &len) == 1 && len == 32;
+  if (!ok) OPENSSL_cleanse(out, 32);
+  EVP_PKEY_CTX_free(ctx);
+  EVP_PKEY_free(peer);
+  EVP_PKEY_free(key);
+  napi_value result;
+  napi_get_boolean(env, ok, &result);
+  return result;
+}
+
+/* Hmac is HMAC-BLAKE2s-256 of data under key into out (32 bytes). */
+static int Hmac(const unsigned char *key, size_t key_len, const unsigned char *data, size_t data_len, unsigned char *out) {
+  unsigned int len = 32;
+  return HMAC(EVP_blake2s256(), key, (int)key_len, data, data_len, out, &len) != NULL && len == 32;
+}
+
+static napi_value NoiseHkdf(napi_env env, napi_callback_info info) {
+  unsigned char *ck, *input, *out;
+  size_t cn, in;
+  if (!ThreeArgs(env, info, "noiseHkdf", 0, 64, &ck, &cn, &input, &in, &out)) return NULL;
+  unsigned char prk[32], block[33];
+  int ok = Hmac(ck, cn, input, in, prk);
+  block[0] = 1;
+  ok = ok && Hmac(prk, 32, block, 1, out);
+  memcpy(block, out, 32);
+  block[32] = 2;
+  ok = ok && Hmac(prk, 32, block, 33, out + 32);
+  OPENSSL_cleanse(prk, sizeof prk);
+  OPENSSL_cleanse(block, sizeof block);
+  if (!ok) {
+    napi_throw_error(env, NULL, "noiseHkdf: OpenSSL has no HMAC-BLAKE2s");
+    return NULL;
+  }
+  return NULL;
+}
+
 NAPI_MODULE_INIT() {
   Aead *a = calloc(1, sizeof *a);
   if (!a) return NULL;
@@ -134,6 +206,8 @@ NAPI_MODULE_INIT() {
   napi_value fn;
   if (napi_create_function(env, "seal", NAPI_AUTO_LENGTH, Seal, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "seal", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "open", NAPI_AUTO_LENGTH, Open, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "open", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "x25519", NAPI_AUTO_LENGTH, X25519, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "x25519", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "noiseHkdf", NAPI_AUTO_LENGTH, NoiseHkdf, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "noiseHkdf", fn) != napi_ok) return NULL;
   napi_value max;
   if (napi_create_uint32(env, AEAD_MAX, &max) != napi_ok || napi_set_named_property(env, exports, "max", max) != napi_ok) return NULL;
   return exports;

@@ -13,6 +13,13 @@ export interface Aead {
   readonly max: number;
   seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
   open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
+  /**
+   * x25519 writes the X25519 shared secret of a raw private and a raw public key (32 bytes each) into out and
+   * returns true, or false when OpenSSL refuses the agreement (a low-order public key); out is then zeroed.
+   */
+  x25519(privateKey: Uint8Array, publicKey: Uint8Array, out: Uint8Array): boolean;
+  /** noiseHkdf writes Noise's HKDF (HMAC-BLAKE2s) of input under chainingKey, two 32-byte outputs, into out (64 bytes). */
+  noiseHkdf(chainingKey: Uint8Array, input: Uint8Array, out: Uint8Array): void;
 }
 
 /** Where node-gyp puts the addon, relative to this file (dist/src/index.js). */
@@ -31,8 +38,9 @@ export function loadAead(): Aead | { unavailable: string } {
   } catch (err) {
     return { unavailable: `the aead addon did not load: ${(err as Error).message}` };
   }
-  if (typeof addon.seal !== 'function' || typeof addon.open !== 'function' || typeof addon.max !== 'number') {
-    return { unavailable: `the aead addon at ${ADDON_PATH} lacks seal, open or max` };
+  if (typeof addon.seal !== 'function' || typeof addon.open !== 'function' || typeof addon.max !== 'number'
+    || typeof addon.x25519 !== 'function' || typeof addon.noiseHkdf !== 'function') {
+    return { unavailable: `the aead addon at ${ADDON_PATH} lacks seal, open, x25519, noiseHkdf or max (an old build: bash scripts/build-sqlite.sh)` };
   }
   return addon as Aead;
 }

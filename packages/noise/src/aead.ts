@@ -13,6 +13,9 @@ export interface RecordAead {
   readonly max: number;
   seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
   open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
+  /** The addon's X25519 and Noise HKDF, which the handshake uses when present (keys.ts, cipher.ts); node:crypto's otherwise. */
+  readonly x25519?: (privateKey: Uint8Array, publicKey: Uint8Array, out: Uint8Array) => boolean;
+  readonly noiseHkdf?: (chainingKey: Uint8Array, input: Uint8Array, out: Uint8Array) => void;
 }
 
 /** WASM_RECORD_AEAD is libsodium's WASM build (aead-wasm.ts): what records are sealed with when the addon is not there. */
@@ -29,7 +32,7 @@ async function loadRecordAead(): Promise<RecordAead> {
     const loaded = (await import('@headway/aead')).loadAead();
     if (!('unavailable' in loaded)) {
       if (loaded.max === WASM_AEAD_MAX) {
-        return { backend: 'openssl', max: loaded.max, seal: loaded.seal, open: loaded.open };
+        return { backend: 'openssl', max: loaded.max, seal: loaded.seal, open: loaded.open, x25519: loaded.x25519, noiseHkdf: loaded.noiseHkdf };
       }
       reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
     } else {

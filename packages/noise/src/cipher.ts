@@ -15,8 +15,21 @@ export function blake2s(...parts: Uint8Array[]): Buffer {
   return h.digest();
 }
 
-/** noiseHkdf is the Noise HKDF with two outputs (HMAC-BLAKE2s extract + expand); node's hkdf is byte-identical. */
+/**
+ * noiseHkdf is the Noise HKDF with two outputs (HMAC-BLAKE2s extract + expand); node's hkdf is byte-identical. The
+ * addon's (recordAead.noiseHkdf) spares node's job object per call (10 against 42 µs).
+ */
 export function noiseHkdf(chainingKey: Uint8Array, inputKeyMaterial: Uint8Array): [Buffer, Buffer] {
+  if (recordAead.noiseHkdf) {
+    const out = Buffer.allocUnsafe(64);
+    recordAead.noiseHkdf(chainingKey, inputKeyMaterial, out);
+    return [out.subarray(0, 32), out.subarray(32, 64)];
+  }
+  return nodeNoiseHkdf(chainingKey, inputKeyMaterial);
+}
+
+/** nodeNoiseHkdf is noiseHkdf through node:crypto (without the addon, and the tests' reference). */
+export function nodeNoiseHkdf(chainingKey: Uint8Array, inputKeyMaterial: Uint8Array): [Buffer, Buffer] {
   const out = Buffer.from(hkdfSync(HASH, inputKeyMaterial, chainingKey, Buffer.alloc(0), 64));
   return [out.subarray(0, 32), out.subarray(32, 64)];
 }

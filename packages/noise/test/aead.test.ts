@@ -3,7 +3,8 @@
 // be the same AEAD, byte for byte, in both directions.
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
-import { aeadOpen, aeadSeal, CipherState, TAG_LENGTH } from '../src/cipher.js';
+import { aeadOpen, aeadSeal, CipherState, nodeNoiseHkdf, noiseHkdf, TAG_LENGTH } from '../src/cipher.js';
+import { generateKeyPair, nodeX25519, x25519, ZERO_KEY } from '../src/keys.js';
 import { recordAead, WASM_RECORD_AEAD, type RecordAead } from '../src/aead.js';
 import { WASM_AEAD_MAX } from '../src/aead-wasm.js';
 
@@ -90,4 +91,36 @@ t.test('a CipherState pair talks across the implementations, counter by counter'
   const sealed = Buffer.alloc(big.length + TAG_LENGTH);
   a.sealInto(big, sealed, 0);
   t.ok(b.open(sealed).equals(big), 'a plaintext longer than a record still round-trips');
+});
+
+t.test('the handshake\'s X25519 and HKDF through the addon give node:crypto\'s bytes', { skip: backends.length < 2 && 'the addon is not built' }, async (t) => {
+  t.ok(recordAead.x25519 && recordAead.noiseHkdf, 'the addon brings both');
+  let agreed = 0;
+  for (let i = 0; i < 200; i++) {
+    const a = generateKeyPair(), b = generateKeyPair();
+    const shared = x25519(a.privateKey, b.publicKey);
+    if (shared.equals(nodeX25519(a.privateKey, b.publicKey)) && shared.equals(nodeX25519(b.privateKey, a.publicKey))) agreed++;
+  }
+  t.equal(agreed, 200, 'every agreement the same as node:crypto\'s, from either side');
+  // Low-order points (RFC 7748 §6.1's zero result; Curve25519's small subgroup): refused as node:crypto refuses them.
+  const lowOrder = [
+    ZERO_KEY,
+    Buffer.from('0100000000000000000000000000000000000000000000000000000000000000', 'hex'),
+    Buffer.from('e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800', 'hex'),
+  ];
+  const me = generateKeyPair();
+  for (const p of lowOrder) {
+    t.throws(() => x25519(me.privateKey, p), /all-zero/, `${p.toString('hex').slice(0, 8)}…: refused`);
+    t.throws(() => nodeX25519(me.privateKey, p), /all-zero/, `${p.toString('hex').slice(0, 8)}…: node:crypto refuses it too`);
+  }
+  t.throws(() => x25519(me.privateKey.subarray(1), me.publicKey), /32 raw bytes/, 'a short key is refused before the addon');
+  for (let i = 0; i < 200; i++) {
+    const ck = randomBytes(32), input = randomBytes(i % 3 === 0 ? 0 : 32 * (i % 4));
+    const [a, b] = noiseHkdf(ck, input);
+    const [c, d] = nodeNoiseHkdf(ck, input);
+    if (!a.equals(c) || !b.equals(d)) { t.fail(`HKDF ${i}: differs from node:crypto's`); return; }
+  }
+  t.pass('200 HKDFs (inputs of 0 to 96 bytes) the same as node:crypto\'s');
+  t.throws(() => recordAead.noiseHkdf!(randomBytes(32), randomBytes(32), Buffer.alloc(63)), /noiseHkdf: needs a 64-byte out/);
+  t.throws(() => recordAead.x25519!(randomBytes(31), randomBytes(32), Buffer.alloc(32)), /x25519: needs a 32-byte first argument/);
 });

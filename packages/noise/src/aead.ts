@@ -32,7 +32,7 @@ async function loadRecordAead(): Promise<RecordAead> {
     const loaded = (await import('@headway/aead')).loadAead();
     if (!('unavailable' in loaded)) {
       if (loaded.max === WASM_AEAD_MAX) {
-        return { backend: 'openssl', max: loaded.max, seal: loaded.seal, open: loaded.open, x25519: loaded.x25519, noiseHkdf: loaded.noiseHkdf };
+        return { ...loaded, backend: 'openssl' };
       }
       reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
     } else {

@@ -129,14 +129,6 @@ export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Wir
  */
 export type WireMessage = Uint8Array | readonly Uint8Array[];
 
-/** wireLength is the byte length of a message. */
-export function wireLength(m: WireMessage): number {
-  if (m instanceof Uint8Array) return m.length;
-  let n = 0;
-  for (const p of m) n += p.length;
-  return n;
-}
-
 /** wireBytes is a message as one buffer (tests, and callers that must hold it whole). */
 export function wireBytes(m: WireMessage): Buffer {
   return m instanceof Uint8Array ? Buffer.from(m.buffer, m.byteOffset, m.length) : Buffer.concat(m);

@@ -20,6 +20,12 @@ export const H2_ERROR = {
 
 const DATA = 0x0;
 
+/** pushPieces appends a payload given whole or in pieces to out, leaving out empty pieces. */
+function pushPieces(out: Uint8Array[], payload: Uint8Array | readonly Uint8Array[] | undefined): void {
+  if (payload instanceof Uint8Array) { if (payload.length) out.push(payload); }
+  else if (payload) for (const p of payload) if (p.length) out.push(p);
+}
+
 /** payloadLength is the byte length of a payload given whole or in pieces. */
 function payloadLength(payload: Uint8Array | readonly Uint8Array[] | undefined): number {
   if (!payload) return 0;
@@ -380,8 +386,7 @@ export class H2Session {
     header.writeUInt32BE(id, 5);
     if (!this.outbox) { this.outbox = []; process.nextTick(this.flush); }
     this.outbox.push(header);
-    if (payload instanceof Uint8Array) { if (payload.length) this.outbox.push(payload); }
-    else if (payload) for (const p of payload) if (p.length) this.outbox.push(p);
+    pushPieces(this.outbox, payload);
   }
 
   sendHeaders(s: H2Stream, block: Buffer, endStream: boolean): void {
@@ -602,8 +607,7 @@ export class H2Stream {
     this.respond(200);
     const q = (this.queue ??= []);
     const idle = q.length === 0;
-    if (data instanceof Uint8Array) q.push(data);
-    else for (const p of data) if (p.length) q.push(p);
+    pushPieces(q, data);
     if (idle) this.session.pump(this);
   }
 
@@ -621,8 +625,7 @@ export class H2Stream {
     this.endQueued = true;
     const q = (this.queue ??= []);
     const idle = q.length === 0;
-    if (bytes instanceof Uint8Array) { if (bytes.length) q.push(bytes); }
-    else if (bytes) for (const p of bytes) if (p.length) q.push(p);
+    pushPieces(q, bytes);
     if (idle || q.length <= 1) this.session.pump(this);
   }
 

@@ -1,5 +1,5 @@
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
-import { peerListOf, type FilterRule, type Policy } from '@headway/policy';
+import { peerListOf, type CompiledNode, type FilterRule, type Policy } from '@headway/policy';
 import type { Node, User } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
@@ -277,6 +277,15 @@ interface Upserts {
   ids?: Set<number>;
 }
 
+/**
+ * peerSetOf is a compiled node's peers as a session holds them: its peer class's shared list, parsed once per class,
+ * less the node itself (a copied result, which has no class list, gives its own).
+ */
+function peerSetOf(view: CompiledNode): PeerSet {
+  const list = peerListOf(view);
+  return list ? PeerSet.ofList(list.ids, Number(list.self)) : PeerSet.ofList(view.peers);
+}
+
 const removedPart = (gone: readonly number[]): string => `"PeersRemoved":${JSON.stringify(gone)}`;
 
 /**
@@ -398,10 +407,12 @@ export class SessionHub {
     const v = this.mapper.view.forNode(node.id);
     // The peer class's shared list, as a structural flush gives it (see send): sessions of one class then hold one
     // array, and the next flush walks their difference to a new list once for the class (ListDiffs).
-    const ids = v.peers;
-    const list = peerListOf(v);
-    session.peers = list ? PeerSet.ofList(list.ids, Number(list.self)) : PeerSet.ofList(ids);
-    const peers = ids.map((id) => this.state.getNode(Number(id))).filter((n): n is Node => Boolean(n));
+    session.peers = peerSetOf(v);
+    const peers: Node[] = [];
+    for (const id of session.peers) {
+      const n = this.state.getNode(id);
+      if (n) peers.push(n);
+    }
     session.profiles = this.mapper.profiles([node, ...peers]);
     session.shownOwners = this.ownerSet(session.profiles.keys());
     session.filterRules = v.packetFilter;
@@ -1006,9 +1017,7 @@ export class SessionHub {
       if (structural) {
         // Visibility may have changed: compare what the session has with what it should see.
         const view = this.mapper.view.forNode(s.nodeId);
-        // The peer class's shared list, parsed once per class, less the node itself; a copied result has its own.
-        const list = peerListOf(view);
-        const next = list ? PeerSet.ofList(list.ids, Number(list.self)) : PeerSet.ofList(view.peers);
+        const next = peerSetOf(view);
         // To send: the peers new to the session, and those it holds whose entry changed since its map. The batch's
         // changed nodes are usually few: look those up in the two sets rather than every peer in the batch's map
         // (a lookup per peer per session was most of a tag change's per-session assembly).

@@ -11,16 +11,28 @@ import { fileURLToPath } from 'node:url';
  */
 export interface Aead {
   readonly max: number;
-  seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
-  open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
+  /** ad: associated data authenticated with the record (the Noise handshake's hash; transport records have none). */
+  seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number, ad?: Uint8Array): number;
+  open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number, ad?: Uint8Array): boolean;
   /**
-   * x25519 writes the X25519 shared secret of a raw private and a raw public key (32 bytes each) into out and
-   * returns true, or false when OpenSSL refuses the agreement (a low-order public key); out is then zeroed.
+   * x25519 writes the X25519 shared secret of a private key (32 raw bytes, or a handle from x25519Key or
+   * x25519Generate) and a raw public key into out and returns true, or false when OpenSSL refuses the agreement
+   * (a low-order public key); out is then zeroed.
    */
-  x25519(privateKey: Uint8Array, publicKey: Uint8Array, out: Uint8Array): boolean;
+  x25519(privateKey: Uint8Array | X25519Handle, publicKey: Uint8Array, out: Uint8Array): boolean;
+  /**
+   * x25519Key imports a raw private key once (OpenSSL computes its public key on import, as costly as an
+   * agreement) and writes its public key into publicOut; x25519Generate makes a random key pair into the two
+   * outs. The handle frees its key when collected.
+   */
+  x25519Key(privateKey: Uint8Array, publicOut: Uint8Array): X25519Handle;
+  x25519Generate(privateOut: Uint8Array, publicOut: Uint8Array): X25519Handle;
   /** noiseHkdf writes Noise's HKDF (HMAC-BLAKE2s) of input under chainingKey, two 32-byte outputs, into out (64 bytes). */
   noiseHkdf(chainingKey: Uint8Array, input: Uint8Array, out: Uint8Array): void;
 }
+
+/** X25519Handle is an X25519 private key held by the addon (opaque). */
+export type X25519Handle = object;
 
 /** Where node-gyp puts the addon, relative to this file (dist/src/index.js). */
 export const ADDON_PATH = fileURLToPath(new URL('../../build/Release/aead.node', import.meta.url));
@@ -39,8 +51,9 @@ export function loadAead(): Aead | { unavailable: string } {
     return { unavailable: `the aead addon did not load: ${(err as Error).message}` };
   }
   if (typeof addon.seal !== 'function' || typeof addon.open !== 'function' || typeof addon.max !== 'number'
-    || typeof addon.x25519 !== 'function' || typeof addon.noiseHkdf !== 'function') {
-    return { unavailable: `the aead addon at ${ADDON_PATH} lacks seal, open, x25519, noiseHkdf or max (an old build: bash scripts/build-sqlite.sh)` };
+    || typeof addon.x25519 !== 'function' || typeof addon.noiseHkdf !== 'function' || typeof addon.x25519Key !== 'function'
+    || typeof addon.x25519Generate !== 'function') {
+    return { unavailable: `the aead addon at ${ADDON_PATH} lacks seal, open, x25519, x25519Key, x25519Generate, noiseHkdf or max (an old build: bash scripts/build-sqlite.sh)` };
   }
   return addon as Aead;
 }

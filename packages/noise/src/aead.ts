@@ -1,5 +1,8 @@
 import { openWasm, sealWasm, WASM_AEAD_MAX } from './aead-wasm.js';
 
+/** KeyHandle is an X25519 private key the addon holds (opaque). */
+export type KeyHandle = object;
+
 /**
  * RecordAead seals and opens transport records (ChaCha20-Poly1305, no associated data, at most `max` bytes of
  * plaintext) into the caller's buffers: seal returns the bytes written (ciphertext||tag), open whether the tag
@@ -13,9 +16,17 @@ export interface RecordAead {
   readonly max: number;
   seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
   open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
-  /** The addon's X25519 and Noise HKDF, which the handshake uses when present (keys.ts, cipher.ts); node:crypto's otherwise. */
-  readonly x25519?: (privateKey: Uint8Array, publicKey: Uint8Array, out: Uint8Array) => boolean;
+  /**
+   * The addon's X25519 (a private key raw or as a handle made once: x25519Key, x25519Generate), Noise HKDF, and
+   * seal and open with associated data, which the handshake uses when present (keys.ts, cipher.ts); node:crypto's
+   * otherwise. The WASM build has none of them.
+   */
+  readonly x25519?: (privateKey: Uint8Array | KeyHandle, publicKey: Uint8Array, out: Uint8Array) => boolean;
+  readonly x25519Key?: (privateKey: Uint8Array, publicOut: Uint8Array) => KeyHandle;
+  readonly x25519Generate?: (privateOut: Uint8Array, publicOut: Uint8Array) => KeyHandle;
   readonly noiseHkdf?: (chainingKey: Uint8Array, input: Uint8Array, out: Uint8Array) => void;
+  readonly sealWithAd?: (key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number, ad: Uint8Array) => number;
+  readonly openWithAd?: (key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number, ad: Uint8Array) => boolean;
 }
 
 /** WASM_RECORD_AEAD is libsodium's WASM build (aead-wasm.ts): what records are sealed with when the addon is not there. */
@@ -32,7 +43,7 @@ async function loadRecordAead(): Promise<RecordAead> {
     const loaded = (await import('@headway/aead')).loadAead();
     if (!('unavailable' in loaded)) {
       if (loaded.max === WASM_AEAD_MAX) {
-        return { ...loaded, backend: 'openssl' };
+        return { ...loaded, backend: 'openssl', sealWithAd: loaded.seal, openWithAd: loaded.open };
       }
       reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
     } else {

@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey, diffieHellman, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { recordAead } from './aead.js';
+import { recordAead, type KeyHandle } from './aead.js';
 
 /** KEY_LENGTH is the size of every raw X25519 key, public or private. */
 export const KEY_LENGTH = 32;
@@ -52,19 +52,57 @@ function publicKeyObject(raw: Uint8Array): KeyObject {
   return key;
 }
 
+/**
+ * KEY_HANDLES caches the addon's handle of a raw private key buffer (see keyHandle), as PRIVATE_KEY_OBJECTS does
+ * node:crypto's key objects; the handle frees its OpenSSL key when collected.
+ */
+const KEY_HANDLES = new WeakMap<Uint8Array, KeyHandle>();
+
+/**
+ * keyHandle is the addon's handle of a raw private key, imported on first use. OpenSSL computes a key's public half
+ * whenever it imports a raw private key, a scalar multiplication as costly as the agreement: the server's static
+ * key takes part in two agreements of every handshake and each ephemeral key in two, so each is imported once.
+ */
+function keyHandle(raw: Uint8Array, make: NonNullable<typeof recordAead.x25519Key>): KeyHandle {
+  let h = KEY_HANDLES.get(raw);
+  if (!h) {
+    h = make(raw, Buffer.alloc(KEY_LENGTH));
+    KEY_HANDLES.set(raw, h);
+  }
+  return h;
+}
+
 /** publicFromPrivate derives the raw X25519 public key for a raw private key. */
 export function publicFromPrivate(privateKey: Uint8Array): Buffer {
+  if (recordAead.x25519Key) {
+    checkRawKey(privateKey, 'X25519 private key');
+    const pub = Buffer.alloc(KEY_LENGTH);
+    KEY_HANDLES.set(privateKey, recordAead.x25519Key(privateKey, pub));
+    return pub;
+  }
   const spki = createPublicKey(privateKeyObject(privateKey)).export({ format: 'der', type: 'spki' });
   return Buffer.from(spki.subarray(SPKI_X25519_PREFIX.length));
 }
 
 /** keyPairFromPrivate builds a KeyPair from a raw private key (copied, so callers may reuse their buffer). */
 export function keyPairFromPrivate(privateKey: Uint8Array): KeyPair {
-  return { privateKey: Buffer.from(privateKey), publicKey: publicFromPrivate(privateKey) };
+  checkRawKey(privateKey, 'X25519 private key');
+  // The copy is the key the pair's users hold (and the one its handle is cached for): a buffer of its own.
+  const own = Buffer.alloc(KEY_LENGTH);
+  own.set(privateKey);
+  return { privateKey: own, publicKey: publicFromPrivate(own) };
 }
 
-/** generateKeyPair makes a fresh random X25519 key pair from the OS CSPRNG. */
+/**
+ * generateKeyPair makes a fresh random X25519 key pair from the OS CSPRNG (OpenSSL's, through the addon when it is
+ * there; each key its own buffer, no view of a shared pool slab).
+ */
 export function generateKeyPair(): KeyPair {
+  if (recordAead.x25519Generate) {
+    const privateKey = Buffer.alloc(KEY_LENGTH), publicKey = Buffer.alloc(KEY_LENGTH);
+    KEY_HANDLES.set(privateKey, recordAead.x25519Generate(privateKey, publicKey));
+    return { privateKey, publicKey };
+  }
   const { privateKey } = generateKeyPairSync('x25519');
   const jwk = privateKey.export({ format: 'jwk' });
   const raw = Buffer.from(jwk.d!, 'base64url');
@@ -83,7 +121,8 @@ export function x25519(privateKey: Uint8Array, publicKey: Uint8Array): Buffer {
     checkRawKey(privateKey, 'X25519 private key');
     checkRawKey(publicKey, 'X25519 public key');
     const shared = Buffer.allocUnsafe(KEY_LENGTH);
-    if (!recordAead.x25519(privateKey, publicKey, shared) || isZeroKey(shared)) {
+    const key = recordAead.x25519Key ? keyHandle(privateKey, recordAead.x25519Key) : privateKey;
+    if (!recordAead.x25519(key, publicKey, shared) || isZeroKey(shared)) {
       throw new Error('X25519 key agreement failed (all-zero shared secret from a low-order public key?)');
     }
     return shared;

@@ -1,5 +1,7 @@
 import t from 'tap';
+import { createPrivateKey } from 'node:crypto';
 import {
+  acceptInitiation,
   formatKey,
   generateKeyPair,
   isZeroKey,
@@ -9,6 +11,7 @@ import {
   parseNodeKey,
   parsePrivateKey,
   publicFromPrivate,
+  startClientHandshake,
   x25519,
   ZERO_KEY,
 } from '../src/index.js';
@@ -48,4 +51,23 @@ t.test('text forms round-trip and parse strictly', async (t) => {
   t.throws(() => parseNodeKey('nodekey:' + 'zz'.repeat(32)), /non-hex/);
   t.throws(() => formatKey('mkey', Buffer.alloc(31)), /32 raw bytes, got 31 bytes/);
   t.ok(isZeroKey(parseMachineKey('mkey:' + '0'.repeat(64))));
+});
+
+t.test('an initiation with a low-order ephemeral key is refused, and the next handshake and key import go through', async (t) => {
+  const control = generateKeyPair();
+  const machine = generateKeyPair();
+  const start = () => startClientHandshake({ machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 130 });
+  // The ephemeral public key follows the 5-byte header (version, type, length).
+  const der = Buffer.concat([Buffer.from('302e020100300506032b656e04220420', 'hex'), generateKeyPair().privateKey]);
+  for (const point of [ZERO_KEY, Buffer.from('e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800', 'hex')]) {
+    const hostile = Buffer.from(start().initiation);
+    point.copy(hostile, 5);
+    t.throws(() => acceptInitiation({ controlPrivateKey: control.privateKey, initiation: hostile }), /all-zero|did not authenticate|key agreement/, 'refused');
+    // A refusal once left OpenSSL's error on the thread's queue (the addon), and node:crypto's next import threw it.
+    t.doesNotThrow(() => createPrivateKey({ key: der, format: 'der', type: 'pkcs8' }), 'node:crypto imports a key next');
+    const hs = start();
+    const accepted = acceptInitiation({ controlPrivateKey: control.privateKey, initiation: hs.initiation });
+    const keys = hs.finish(accepted.response);
+    t.ok(keys.handshakeHash.equals(accepted.keys.handshakeHash), 'the next handshake completes');
+  }
 });

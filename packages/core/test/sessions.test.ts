@@ -3,7 +3,7 @@
 // holds (built only from the incremental messages it was sent) must equal the
 // full map a from-scratch Mapper and NetworkView would build for it right now.
 import t, { type Test } from 'tap';
-import { Mapper, NetworkView, silentLogger } from '../src/index.js';
+import { Mapper, NetworkView, silentLogger, TAGGED_USER_ID } from '../src/index.js';
 import { applyPacketFilters, concatPacketFilters, type FilterRule } from '@headway/testkit';
 import { ClientModel, compiled, essentials, Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey, Rng, seedsFromEnv } from './harness.js';
@@ -293,5 +293,27 @@ t.test('a block of sources one session sends in a flush goes inline; from the se
     t.same(sessionProblems(f, new NetworkView(f.state, silentLogger)), [], `${laptops} laptops: every session holds the new state`);
     if (laptops === 1) t.equal(f.hub.blockFrames - frames, 0, 'one session sends the grown rule\'s blocks: inline, none compressed apart');
     else t.ok(f.hub.blockFrames - frames > 0, `${laptops} sessions send them: frames, compressed once (${f.hub.blockFrames - frames})`);
+  }
+});
+
+t.test('the owner profiles of a node list: one per owner, tagged devices and a gone user\'s devices under the tagged owner', async (t) => {
+  const f = await Fleet.start(t, undefined);
+  const alice = f.users().find((u) => u.name === 'alice')!, bob = f.users().find((u) => u.name === 'bob')!;
+  const make = (hostname: string, userId: number | null, tags: string[]) =>
+    f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+  const nodes = [
+    await make('a1', alice.id, []), await make('web', null, ['tag:web']), await make('a2', alice.id, []),
+    await make('b1', bob.id, []), await make('owned-tag', bob.id, ['tag:db']),
+  ];
+  const gone = { ...nodes[0]!, id: 999, userId: 424242 };
+  const profiles = f.mapper.profiles([...nodes, gone, nodes[2]!]);
+  t.same([...profiles.keys()].sort((a, b) => a - b), [alice.id, bob.id, TAGGED_USER_ID].sort((a, b) => a - b), 'alice, bob and the tagged owner, each once');
+  const [, , , b1, ownedTag] = nodes;
+  t.same([...f.mapper.profiles([b1!, ownedTag!]).keys()], [bob.id, TAGGED_USER_ID], 'a tagged device of bob\'s after bob\'s own: the tagged owner too');
+  t.same([...f.mapper.profiles([gone]).keys()], [TAGGED_USER_ID], 'a device whose user is gone: the tagged owner');
+  // Each text is the one every node of that owner would give alone.
+  for (const n of [...nodes, gone]) {
+    const one = f.mapper.profile(n);
+    t.equal(profiles.get(one.id), one.json, `${n.hostname}${n === gone ? ' (user gone)' : ''}: its owner's text`);
   }
 });

@@ -381,7 +381,7 @@ function compareRanges(a: IPRange, b: IPRange): number {
 function normalize(ranges: IPRange[]): IPRange[] {
   let ordered = true;
   for (let i = 1; i < ranges.length && ordered; i++) ordered = compareRanges(ranges[i - 1]!, ranges[i]!) <= 0;
-  const sorted = ordered ? ranges : [...ranges].sort(compareRanges);
+  const sorted = ordered ? ranges : orderRuns(ranges);
   const out: IPRange[] = [];
   for (const r of sorted) {
     const last = out[out.length - 1];
@@ -391,6 +391,53 @@ function normalize(ranges: IPRange[]): IPRange[] {
       out.push(r);
     }
   }
+  return out;
+}
+
+/**
+ * orderRuns sorts ranges that mostly come as ordered runs: sets joined end to end (a merged rule's destinations, an
+ * alias of several groups) or nodes' IPv4 and IPv6 addresses in turn. Each family is taken apart (nodes in address
+ * order are then one run each) and its runs are merged pairwise, O(n log runs) comparisons where a sort made
+ * O(n log n): a 5,000-device join spent 4.4 s of the server's CPU sorting merged rules' destinations (mergePieces).
+ * Input of many short runs is sorted.
+ */
+function orderRuns(ranges: IPRange[]): IPRange[] {
+  const v4: IPRange[] = [], v6: IPRange[] = [];
+  for (const r of ranges) (r.v6 ? v6 : v4).push(r);
+  const a = mergeRuns(v4), b = mergeRuns(v6);
+  if (!b.length) return a;
+  if (!a.length) return b;
+  for (const r of b) a.push(r);
+  return a;
+}
+
+const byStart = (a: IPRange, b: IPRange): number => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0);
+
+/** mergeRuns orders one family's ranges (see orderRuns); the array may be reused. */
+function mergeRuns(rs: IPRange[]): IPRange[] {
+  let runs: IPRange[][] = [];
+  let from = 0;
+  for (let i = 1; i <= rs.length; i++) {
+    if (i < rs.length && rs[i]!.start >= rs[i - 1]!.start) continue;
+    runs.push(from === 0 && i === rs.length ? rs : rs.slice(from, i));
+    from = i;
+    // Many short runs: not joined sets but scattered input.
+    if (runs.length > 8 && runs.length * 8 > i) return rs.sort(byStart);
+  }
+  while (runs.length > 1) {
+    const next: IPRange[][] = [];
+    for (let k = 0; k < runs.length; k += 2) next.push(k + 1 < runs.length ? mergeTwo(runs[k]!, runs[k + 1]!) : runs[k]!);
+    runs = next;
+  }
+  return runs[0] ?? [];
+}
+
+function mergeTwo(a: IPRange[], b: IPRange[]): IPRange[] {
+  const out = new Array<IPRange>(a.length + b.length);
+  let i = 0, j = 0, k = 0;
+  while (i < a.length && j < b.length) out[k++] = b[j]!.start < a[i]!.start ? b[j++]! : a[i++]!;
+  while (i < a.length) out[k++] = a[i++]!;
+  while (j < b.length) out[k++] = b[j++]!;
   return out;
 }
 

@@ -486,6 +486,47 @@ t.test('IPSet binary searches answer like linear scans', async (t) => {
   t.ok(yes > checks / 10 && yes < checks * 0.9, `both answers occur (${yes} of ${checks} true)`);
 });
 
+t.test('a set built from ordered runs (joined sets, nodes\' addresses in turn, scattered ranges) equals one built by sorting', async (t) => {
+  const rng = new PlanRng(11);
+  // The reference: every range sorted by family and start, then merged where they touch or overlap.
+  const reference = (rs: IPRange[]): string => {
+    const sorted = [...rs].sort((a, b) => (a.v6 !== b.v6 ? (a.v6 ? 1 : -1) : a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
+    const out: IPRange[] = [];
+    for (const r of sorted) {
+      const last = out[out.length - 1];
+      if (last && last.v6 === r.v6 && r.start <= last.end + 1n) { if (r.end > last.end) last.end = r.end; } else out.push({ ...r });
+    }
+    return out.map((r) => `${r.v6 ? 6 : 4}:${r.start}-${r.end}`).join(',');
+  };
+  const text = (s: IPSet) => s.ranges.map((r) => `${r.v6 ? 6 : 4}:${r.start}-${r.end}`).join(',');
+  const range = (span = 1000): IPRange => {
+    const v6 = rng.chance(0.5);
+    const a = BigInt(rng.int(span)), b = a + BigInt(rng.chance(0.7) ? 0 : rng.int(20));
+    return { v6, start: a, end: b };
+  };
+  let wrong = 0, cases = 0;
+  for (let round = 0; round < 300; round++) {
+    const shape = round % 3;
+    let input: IPRange[];
+    if (shape === 0) {
+      // Sets joined end to end (a merged rule's destinations): each set ordered, the whole not.
+      const sets = Array.from({ length: 1 + rng.int(40) }, () => new IPSet(Array.from({ length: rng.int(30) }, () => range())));
+      input = sets.flatMap((x) => x.ranges);
+    } else if (shape === 1) {
+      // Nodes in address order, each with an IPv4 and an IPv6 address, now and then one out of order.
+      input = Array.from({ length: rng.int(300) }, (_, i) => {
+        const n = BigInt(rng.chance(0.05) ? rng.int(400) : i);
+        return [{ v6: false, start: n, end: n }, { v6: true, start: n * 7n, end: n * 7n }];
+      }).flat();
+    } else {
+      input = Array.from({ length: rng.int(200) }, () => range(300));
+    }
+    cases++;
+    if (text(new IPSet(input)) !== reference(input)) wrong++;
+  }
+  t.equal(wrong, 0, `${cases} sets equal the sorted and merged reference`);
+});
+
 t.test('a grown set (a union) renders, and lists its prefixes as sets, like the same set built whole', async (t) => {
   const rng = new PlanRng(7);
   // Addresses around the tailnet ranges (and their ends), so ranges join, split into several prefixes, or stay apart.

@@ -1,5 +1,5 @@
 import type { HeadwayConfig } from '../config/schema.js';
-import { ownerIdentity, type Node, type OwnerIdentity, type User } from '../domain.js';
+import { ownedByTags, ownerIdentity, TAGGED_USER_ID, type Node, type OwnerIdentity, type User } from '../domain.js';
 import type { State } from '../state/state.js';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
@@ -186,7 +186,14 @@ export class Mapper {
   /** profiles is every distinct owner profile of nodes, by owner id; each owner is serialized once, not once per node. */
   profiles(nodes: Node[]): Map<number, string> {
     const out = new Map<number, string>();
+    // Owners are few (users, and one for tagged devices) against thousands of peers: a node whose owner key was
+    // seen adds nothing and builds no owner identity (one per peer per new session was 2.1 s of a 5,000-device
+    // join's server CPU). A user id whose user is gone resolves, once, to the tagged owner as owner() says.
+    const seen = new Set<number>();
     for (const n of nodes) {
+      const key = ownedByTags(n) ? TAGGED_USER_ID : n.userId!;
+      if (seen.has(key)) continue;
+      seen.add(key);
       const o = this.owner(n);
       if (!out.has(o.id)) out.set(o.id, this.profileText(o));
     }

@@ -46,6 +46,31 @@ async function insertId(db: Executor, dialect: SqlDialect, table: string, row: R
   return Number(ids[0]);
 }
 
+/**
+ * insertRow and updateRow write one row and give it back as stored: in the same statement where the dialect has
+ * RETURNING for both (SQLite 3.35+, PostgreSQL), read again by id on MySQL/MariaDB (MariaDB has no UPDATE ...
+ * RETURNING). A device's registration and its first map request each wrote a node and then selected it: on the
+ * embedded SQLite a query through knex costs ~0.2 ms of the server's single thread, two of the ~2.5 ms a join spent
+ * in storage.
+ */
+async function insertRow(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<Row> {
+  if (dialect !== 'mysql') {
+    const rows: Row[] = await db(table).insert(row).returning('*');
+    return rows[0]!;
+  }
+  const id = await insertId(db, dialect, table, row);
+  return (await db(table).where({ id }).first()) as Row;
+}
+
+async function updateRow(db: Executor, dialect: SqlDialect, table: string, id: number, row: Row): Promise<Row | undefined> {
+  if (dialect !== 'mysql') {
+    const rows: Row[] = await db(table).where({ id }).update(row).returning('*');
+    return rows[0];
+  }
+  const changed = await db(table).where({ id }).update(row);
+  return changed === 0 ? undefined : ((await db(table).where({ id }).first()) as Row | undefined);
+}
+
 async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
   try {
     return await work();
@@ -151,13 +176,12 @@ function nodeRepository(db: Executor, dialect: SqlDialect): NodeRepository {
     async create(node: NewNode) {
       const now = new Date();
       const row = { ...nodeRow(node), created_at: now, updated_at: now };
-      const id = await guarded('nodes', () => insertId(db, dialect, 'nodes', row));
-      return (await byId(id))!;
+      return nodeFromRow(await guarded('nodes', () => insertRow(db, dialect, 'nodes', row)));
     },
     async update(id, patch) {
       const row = { ...nodeRow(patch), updated_at: new Date() };
-      const changed = await guarded('nodes', () => db('nodes').where({ id }).update(row));
-      return changed === 0 ? undefined : byId(id);
+      const stored = await guarded('nodes', () => updateRow(db, dialect, 'nodes', id, row));
+      return stored ? nodeFromRow(stored) : undefined;
     },
     async delete(id) {
       return (await db('nodes').where({ id }).delete()) > 0;

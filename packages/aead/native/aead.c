@@ -30,9 +30,12 @@
  * multiplication as costly as the agreement itself: a handshake uses the server's static key twice and each side's
  * ephemeral key twice, so with handles each side does five multiplications instead of nine.
  *
+ * zstdCompress(input, level), when this Node's own zstd is visible, compresses map messages (see ZstdCompress).
+ *
  * A call that fails clears OpenSSL's error queue, which this thread shares with node:crypto: a refused agreement
  * left there made node:crypto's next call throw OpenSSL's stale error.
  */
+#include <dlfcn.h>
 #include <node_api.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -46,10 +49,25 @@
 #define AEAD_MAX 4096
 #define TAG 16
 
+/* zstd's compression API as Node links it (its own copy, for node:zlib); looked up at load time, since a Node built
+ * against a system libzstd, or without it, may not have these symbols where the addon can see them. */
+typedef struct ZSTD_CCtx_s ZSTD_CCtx;
+typedef struct {
+  ZSTD_CCtx *(*create)(void);
+  size_t (*free)(ZSTD_CCtx *);
+  size_t (*compress)(ZSTD_CCtx *, void *, size_t, const void *, size_t, int);
+  size_t (*bound)(size_t);
+  unsigned (*is_error)(size_t);
+} Zstd;
+
 typedef struct {
   EVP_CIPHER_CTX *enc;
   EVP_CIPHER_CTX *dec;
   unsigned char scratch[AEAD_MAX];
+  Zstd zstd;
+  ZSTD_CCtx *cctx;
+  unsigned char *zout;
+  size_t zout_len;
 } Aead;
 
 static void Finalize(napi_env env, void *data, void *hint) {
@@ -59,6 +77,8 @@ static void Finalize(napi_env env, void *data, void *hint) {
   EVP_CIPHER_CTX_free(a->enc);
   EVP_CIPHER_CTX_free(a->dec);
   OPENSSL_cleanse(a->scratch, sizeof a->scratch);
+  if (a->cctx) a->zstd.free(a->cctx);
+  free(a->zout);
   free(a);
 }
 
@@ -288,6 +308,58 @@ static napi_value NoiseHkdf(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+/*
+ * zstdCompress(input, level) is one zstd frame of input at level as a new Buffer, from one compression context per
+ * thread reused for every call: the WASM build of zstd the server used for a session's own text spends about 20 us
+ * per call before compressing a byte (8.2-10 against 24-25 us for 0.5-2 KB of JSON, 18 against 39 us for 9 KB).
+ */
+static napi_value ZstdCompress(napi_env env, napi_callback_info info) {
+  size_t argc = 2, in_len;
+  napi_value argv[2], result;
+  unsigned char *in;
+  int32_t level;
+  Aead *a;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || napi_get_instance_data(env, (void **)&a) != napi_ok) return NULL;
+  if (argc < 2 || !Bytes(env, argv[0], &in, &in_len)) {
+    napi_throw_type_error(env, NULL, "zstdCompress: needs the input as a Uint8Array");
+    return NULL;
+  }
+  if (napi_get_value_int32(env, argv[1], &level) != napi_ok || level < 1 || level > 19) {
+    napi_throw_type_error(env, NULL, "zstdCompress: needs a level from 1 to 19");
+    return NULL;
+  }
+  size_t need = a->zstd.bound(in_len);
+  if (need > a->zout_len) {
+    unsigned char *grown = realloc(a->zout, need);
+    if (!grown) {
+      napi_throw_error(env, NULL, "zstdCompress: out of memory");
+      return NULL;
+    }
+    a->zout = grown;
+    a->zout_len = need;
+  }
+  size_t n = a->zstd.compress(a->cctx, a->zout, a->zout_len, in, in_len, level);
+  if (a->zstd.is_error(n)) {
+    napi_throw_error(env, NULL, "zstdCompress: zstd refused the input");
+    return NULL;
+  }
+  void *copy;
+  if (napi_create_buffer_copy(env, n, a->zout, &copy, &result) != napi_ok) return NULL;
+  return result;
+}
+
+/* LoadZstd finds zstd's functions in the process; 0 (and no zstdCompress) when any is missing. */
+static int LoadZstd(Aead *a) {
+  a->zstd.create = (ZSTD_CCtx * (*)(void)) dlsym(RTLD_DEFAULT, "ZSTD_createCCtx");
+  a->zstd.free = (size_t(*)(ZSTD_CCtx *))dlsym(RTLD_DEFAULT, "ZSTD_freeCCtx");
+  a->zstd.compress = (size_t(*)(ZSTD_CCtx *, void *, size_t, const void *, size_t, int))dlsym(RTLD_DEFAULT, "ZSTD_compressCCtx");
+  a->zstd.bound = (size_t(*)(size_t))dlsym(RTLD_DEFAULT, "ZSTD_compressBound");
+  a->zstd.is_error = (unsigned (*)(size_t))dlsym(RTLD_DEFAULT, "ZSTD_isError");
+  if (!a->zstd.create || !a->zstd.free || !a->zstd.compress || !a->zstd.bound || !a->zstd.is_error) return 0;
+  a->cctx = a->zstd.create();
+  return a->cctx != NULL;
+}
+
 NAPI_MODULE_INIT() {
   Aead *a = calloc(1, sizeof *a);
   if (!a) return NULL;
@@ -309,6 +381,7 @@ NAPI_MODULE_INIT() {
   if (napi_create_function(env, "noiseHkdf", NAPI_AUTO_LENGTH, NoiseHkdf, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "noiseHkdf", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "x25519Key", NAPI_AUTO_LENGTH, X25519Key, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "x25519Key", fn) != napi_ok) return NULL;
   if (napi_create_function(env, "x25519Generate", NAPI_AUTO_LENGTH, X25519Generate, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "x25519Generate", fn) != napi_ok) return NULL;
+  if (LoadZstd(a) && (napi_create_function(env, "zstdCompress", NAPI_AUTO_LENGTH, ZstdCompress, NULL, &fn) != napi_ok || napi_set_named_property(env, exports, "zstdCompress", fn) != napi_ok)) return NULL;
   napi_value max;
   if (napi_create_uint32(env, AEAD_MAX, &max) != napi_ok || napi_set_named_property(env, exports, "max", max) != napi_ok) return NULL;
   return exports;

@@ -27,6 +27,11 @@ export interface Aead {
    */
   x25519Key(privateKey: Uint8Array, publicOut: Uint8Array): X25519Handle;
   x25519Generate(privateOut: Uint8Array, publicOut: Uint8Array): X25519Handle;
+  /**
+   * zstdCompress is one zstd frame of input at level (1-19) as a new Buffer, through the zstd Node links (one
+   * context per thread, reused); absent when this Node's zstd is not visible to addons.
+   */
+  zstdCompress?(input: Uint8Array, level: number): Buffer;
   /** noiseHkdf writes Noise's HKDF (HMAC-BLAKE2s) of input under chainingKey, two 32-byte outputs, into out (64 bytes). */
   noiseHkdf(chainingKey: Uint8Array, input: Uint8Array, out: Uint8Array): void;
 }

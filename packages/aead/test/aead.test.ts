@@ -112,3 +112,24 @@ t.test('a refused agreement leaves nothing on OpenSSL\'s error queue for node:cr
   t.doesNotThrow(() => nodePrivate(der.pop()!), 'node:crypto imports a key after it');
   t.doesNotThrow(() => createPublicKey({ key: jwk, format: 'jwk' }), 'and a JWK one');
 });
+
+t.test('zstdCompress writes frames node:zlib decodes, with one context reused call after call', { skip: ready }, async (t) => {
+  if ('unavailable' in loaded) return;
+  if (!loaded.zstdCompress) {
+    t.fail('this Node\'s zstd is not visible to the addon (Node 24 links its own and exports it)');
+    return;
+  }
+  const { zstdDecompressSync } = await import('node:zlib');
+  let same = 0;
+  for (let i = 0; i < 200; i++) {
+    // JSON-like text of 0 B to ~190 KB, some of it repetitive, some random.
+    const size = i % 50 === 0 ? 0 : Math.floor(Math.exp((i % 12) + 1));
+    const text = i % 3 === 0 ? randomBytes(size) : Buffer.from(JSON.stringify({ n: i, pad: 'ab'.repeat(size) }));
+    const frame = loaded.zstdCompress(text, 1 + (i % 3));
+    if (frame.readUInt32LE(0) === 0xfd2fb528 && zstdDecompressSync(frame).equals(text)) same++;
+  }
+  t.equal(same, 200, '200 inputs of 0 B to 190 KB at levels 1-3: zstd frames of the same bytes');
+  t.throws(() => loaded.zstdCompress!('text' as never, 1), /zstdCompress: needs the input as a Uint8Array/);
+  t.throws(() => loaded.zstdCompress!(Buffer.alloc(4), 0), /zstdCompress: needs a level from 1 to 19/);
+  t.throws(() => loaded.zstdCompress!(Buffer.alloc(4), 22), /level from 1 to 19/);
+});

@@ -1,10 +1,11 @@
-// Map frames on the wire: u32 little-endian length, then zstd(JSON) (the WASM libzstd up to
-// WASM_MAX_INPUT, node:zlib's above) or the plain JSON. The real-client interop tests decode them end to end; this pins the
+// Map frames on the wire: u32 little-endian length, then zstd(JSON) (Node's own libzstd through @headway/aead's addon;
+// without it the WASM libzstd up to WASM_MAX_INPUT, node:zlib's above) or the plain JSON. The real-client interop tests decode them end to end; this pins the
 // frame header properties those clients rely on, with a map the size of a big tailnet.
 import t from 'tap';
 import { zstdDecompressSync } from 'node:zlib';
 import { compress as wasmCompress, decompress as wasmDecompress } from '@bokuweb/zstd-wasm';
 import { zstdDecompress, zstdFrameLength } from '@headway/testkit';
+import { nativeZstdCompress } from '@headway/noise';
 import { compressJson, frame, rawFrame, RAW_FRAME_MAX, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/control/frames.js';
 
 const ZSTD_MAGIC = 0xfd2fb528;
@@ -87,7 +88,8 @@ t.test('uncompressed frame: the JSON as it is, after the length', async (t) => {
 });
 
 t.test('the reused compression context writes the bytes a fresh one does, call after call', async (t) => {
-  // compressJson keeps one libzstd context for every WASM frame: nothing of one message may leak into the next.
+  // compressJson keeps one libzstd context (the addon's on Node's own zstd, or WASM's) for every frame: nothing of one
+  // message may leak into the next. Both are libzstd at level 1 and write the same bytes.
   const texts = [bigMap(3), bigMap(40), `{"Pad":"${'y'.repeat(5000)}"}`, '{"PeersChangedPatch":[{"NodeID":7,"Online":true}],"Pad":"' + 'z'.repeat(300) + '"}', bigMap(3)];
   let calls = 0;
   for (let round = 0; round < 3; round++) {
@@ -101,7 +103,23 @@ t.test('the reused compression context writes the bytes a fresh one does, call a
       t.equal(zstdDecompressSync(got).toString(), json);
     }
   }
-  t.equal(calls, 30, 'every text went through the WASM codec');
+  t.equal(calls, 30, 'every text compressed');
+});
+
+t.test('map messages are compressed with the zstd Node links, through the addon, where it is built', async (t) => {
+  // CI builds @headway/aead (scripts/build-sqlite.sh): there the addon must be what compresses.
+  if (!nativeZstdCompress) {
+    t.equal(process.env.CI === 'true', false, 'only outside CI may the addon be missing');
+    t.comment('the aead addon is not built here: frames come from the WASM build and node:zlib');
+    return;
+  }
+  for (const json of [bigMap(5), bigMap(300), bigMap(5000)]) {
+    const text = Buffer.from(json);
+    const got = Buffer.from(compressJson(text));
+    t.ok(got.equals(nativeZstdCompress(text, 1)), `${text.length} B: the addon's frame`);
+    t.equal(zstdDecompressSync(got).toString(), json, `${text.length} B: node:zlib decodes it`);
+    t.equal(Buffer.from(wasmDecompress(got)).toString(), json, `${text.length} B: so does the WASM build`);
+  }
 });
 
 t.test('zstd-wasm is instantiated once, however many parts of the process ask for it', async (t) => {

@@ -1,6 +1,6 @@
 export * from './keys.js';
 export * from './cipher.js';
-export { recordAead, type RecordAead } from './aead.js';
+export { nativeZstdCompress, recordAead, type RecordAead } from './aead.js';
 export * from './handshake.js';
 export * from './messages.js';
 export * from './conn.js';

@@ -83,9 +83,6 @@ export class ControlHttpError extends Error {
 }
 
 const ZERO_NODE_KEY = 'nodekey:' + '0'.repeat(64);
-/** The receive windows Tailscale's client offers (Go's HTTP/2 transport defaults: transportDefaultStreamFlow, transportDefaultConnFlow). */
-export const CLIENT_STREAM_WINDOW = 4 << 20;
-export const CLIENT_CONNECTION_WINDOW = 1 << 30;
 
 /** settledFirst replaces startMap's resolvers once its first message is in (see there). */
 const settledFirst = (): void => undefined;
@@ -160,10 +157,7 @@ export class TestDevice extends EventEmitter {
     });
     this.earlyPayload = earlyPayload;
     const host = new URL(this.serverUrl).host;
-    // Flow-control windows as a real client offers them (Go's HTTP/2 transport: 4 MiB per stream, 1 GiB for the
-    // connection). node:http2's 64 KiB defaults had a large map wait for window updates through both event loops.
-    const session = http2Connect(`http://${host}`, { createConnection: () => conn, settings: { initialWindowSize: CLIENT_STREAM_WINDOW } });
-    session.once('connect', () => session.setLocalWindowSize(CLIENT_CONNECTION_WINDOW));
+    const session = http2Connect(`http://${host}`, { createConnection: () => conn });
     // Session errors surface through the pending requests; keep them from crashing the process.
     session.on('error', () => undefined);
     this.session = session;

@@ -6,7 +6,9 @@ export type KeyHandle = object;
 /**
  * RecordAead seals and opens transport records (ChaCha20-Poly1305, no associated data, at most `max` bytes of
  * plaintext) into the caller's buffers: seal returns the bytes written (ciphertext||tag), open whether the tag
- * matched (out is left as it was when not).
+ * matched (out is left as it was when not). With the addon it also carries the handshake's primitives (below);
+ * sealWithAd and openWithAd are the addon's seal and open under names of their own, so that associated data is
+ * never handed to the WASM build, which would ignore it.
  */
 export interface RecordAead {
   /** backend: 'openssl' is @headway/aead's addon on the OpenSSL inside Node; 'wasm' is libsodium's WASM build. */

@@ -64,11 +64,13 @@ const KEY_HANDLES = new WeakMap<Uint8Array, KeyHandle>();
  * key takes part in two agreements of every handshake and each ephemeral key in two, so each is imported once.
  */
 function keyHandle(raw: Uint8Array, make: NonNullable<typeof recordAead.x25519Key>): KeyHandle {
-  let h = KEY_HANDLES.get(raw);
-  if (!h) {
-    h = make(raw, Buffer.alloc(KEY_LENGTH));
-    KEY_HANDLES.set(raw, h);
-  }
+  return KEY_HANDLES.get(raw) ?? importKey(raw, make, Buffer.alloc(KEY_LENGTH));
+}
+
+/** importKey imports a raw private key into the addon, writing its public key into pub, and caches the handle. */
+function importKey(raw: Uint8Array, make: NonNullable<typeof recordAead.x25519Key>, pub: Buffer): KeyHandle {
+  const h = make(raw, pub);
+  KEY_HANDLES.set(raw, h);
   return h;
 }
 
@@ -77,7 +79,7 @@ export function publicFromPrivate(privateKey: Uint8Array): Buffer {
   if (recordAead.x25519Key) {
     checkRawKey(privateKey, 'X25519 private key');
     const pub = Buffer.alloc(KEY_LENGTH);
-    KEY_HANDLES.set(privateKey, recordAead.x25519Key(privateKey, pub));
+    importKey(privateKey, recordAead.x25519Key, pub);
     return pub;
   }
   const spki = createPublicKey(privateKeyObject(privateKey)).export({ format: 'der', type: 'spki' });

@@ -248,3 +248,28 @@ t.test('rules sharing one destination list keep their own protocols and fields',
   const held = JSON.stringify(client.rules);
   t.ok(held.includes('"IPProto":[6]') && held.includes('"IPProto":[17]'), 'both protocols are held');
 });
+
+t.test('a recompiled rule takes the head it replaced only when every member is the same, in the same order', async (t) => {
+  // The compiler makes new rule objects (and new destination entries) whenever a rule's sources change; the update
+  // then takes the old rule's head text for the new one, which must never hide a change in the head.
+  const dst = (last: number, bits?: number) => [{ IP: '100.64.9.1', ...(bits === undefined ? {} : { Bits: bits }), Ports: { First: 22, Last: last } }];
+  const src = (n: number) => hosts(range(0, 1, n));
+  const client = new Client();
+  client.first([{ SrcIPs: src(40), DstPorts: dst(22), IPProto: [6] }]);
+  const grown = client.update([{ SrcIPs: src(42), DstPorts: dst(22), IPProto: [6] }])!;
+  t.ok(Object.keys(grown).every((k) => k.startsWith(`${nameAt(0)}.`)), 'equal heads in new objects: only the changed blocks');
+  t.ok(JSON.stringify(grown).includes('"DstPorts":[{"IP":"100.64.9.1","Ports":{"First":22,"Last":22}}],"IPProto":[6]'), 'around the head as compiled');
+  const cases: Array<[string, FilterRule, string]> = [
+    ['a port', { SrcIPs: src(44), DstPorts: dst(23), IPProto: [6] }, '"Last":23'],
+    ['a protocol', { SrcIPs: src(44), DstPorts: dst(23), IPProto: [17] }, '"IPProto":[17]'],
+    ['a member of an entry', { SrcIPs: src(44), DstPorts: dst(23, 32), IPProto: [17] }, '"Bits":32'],
+    ['the order of the members', { SrcIPs: src(44), IPProto: [17], DstPorts: dst(23, 32) }, '"IPProto":[17],"DstPorts"'],
+    ['a member gone', { SrcIPs: src(44), DstPorts: dst(23, 32) }, '"Bits":32,"Ports":{"First":22,"Last":23}}]}'],
+  ];
+  for (const [what, rule, text] of cases) {
+    const u = client.update([rule]);
+    t.ok(u !== null && JSON.stringify(u).includes(text), `${what} changed: sent with the new head`);
+    t.same(expandRules(client.rules), expandRules([rule]), `${what} changed: the client holds the rule`);
+    t.same(headsInOrder(client.rules), headsInOrder([rule]), `${what} changed: with its head`);
+  }
+});

@@ -302,3 +302,34 @@ t.test('a block of a rule\'s sources in a frame of its own is parsed once for ev
   t.ok(checked > 200 && refused > 10, `both kinds seen (${checked} decoded, ${refused} refused)`);
   t.ok(shared > 150, `messages holding the same block frame shared its parsed sources (${shared})`);
 });
+
+t.test('own text in frames of a character or two, with blanks between tokens, still finds where shared frames go', async (t) => {
+  // The decoder tests how the own text so far ends (`"name":`, `[` or `,`) from its last characters, kept apart
+  // from the text (OwnText): a test that looked only at the last frame would miss a place spread over several.
+  let cut = 0;
+  for (let seed = 1; seed <= 60; seed++) {
+    const rng = new PlanRng(seed);
+    const block = compress(Buffer.from(JSON.stringify(Array.from({ length: 40 }, (_, k) => `100.64.${seed}.${k}`))));
+    const list = compress(Buffer.from(peerList(rng, 'PeersChanged')));
+    const blanks = (): string => ' \n\t'.slice(0, rng.int(4));
+    const tiny = (text: string): Buffer[] => {
+      const out: Buffer[] = [];
+      for (let at = 0; at < text.length;) { const n = 1 + rng.int(2); out.push(raw(Buffer.from(text.slice(at, at + n)))); at += n; }
+      return out;
+    };
+    const frames = [
+      ...tiny(`{${blanks()}"Domain"${blanks()}:${blanks()}"example.com"${blanks()},${blanks()}`), list,
+      // Right after a list comes its comma (a frame of blanks alone there is refused, and the body parsed whole).
+      ...tiny(`,${blanks()}"PacketFilters"${blanks()}:${blanks()}{${blanks()}"a.0"${blanks()}:${blanks()}[{"SrcIPs"${blanks()}:${blanks()}`), block,
+      ...tiny(`${blanks()},"DstPorts":[{"IP":"100.64.9.1","Ports":{"First":22,"Last":22}}]}]}${blanks()}}`),
+    ];
+    const { text, expected } = wholeOrRefused(t, frames, `seed ${seed}`);
+    if (expected === undefined) { t.fail(`seed ${seed}: the whole text should parse: ${text}`); continue; }
+    t.same(decodeOne(frames), expected, `seed ${seed}: ${text.length} characters in ${frames.length} frames`);
+    // The same block in another message is the very same parsed array: it was cut out, not parsed in the own text.
+    const again = decodeOne([...tiny(`{"PacketFilters":{"b.0":[{"SrcIPs":${blanks()}`), block, ...tiny(`,"DstPorts":[]}]}}`)]) as { PacketFilters: Record<string, Array<{ SrcIPs: unknown }>> };
+    const got = decodeOne(frames) as typeof again;
+    if (got.PacketFilters['a.0']![0]!.SrcIPs === again.PacketFilters['b.0']![0]!.SrcIPs) cut++;
+  }
+  t.equal(cut, 60, 'every block was cut out and shared, blanks and one-character frames notwithstanding');
+});

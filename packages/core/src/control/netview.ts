@@ -1,4 +1,4 @@
-import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCompiled, preparedContext, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type PolicyUser, type Snapshot } from '@headway/policy';
+import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCompiled, peerListOf, preparedContext, TailnetContext, type Alias, type CompiledNode, type DriveRule, type Policy, type PolicyUser, type Snapshot } from '@headway/policy';
 import { ownedByTags, type Node } from '../domain.js';
 import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
@@ -139,7 +139,13 @@ export class NetworkView {
         // The context's own snapshot: building a fresh one here cost O(N) per node, O(N²) per tailnet recompute.
         const ctx = this.context();
         c = compilePolicy(this.policy, ctx.snapshot, String(id), ctx);
-        if (preparing) this.lastPrepareMs = performance.now() - started;
+        if (preparing) {
+          // The peer index (built on the first read of any node's peers, which the first map or flush asking comes
+          // to next) is part of what a round of first maps shares: left out, the wait (openWait) was set from about
+          // half of the preparation at 5,000 devices and more at 10,000, and the context was extended more often.
+          peerListOf(c);
+          this.lastPrepareMs = performance.now() - started;
+        }
       } catch (err) {
         // A policy that was valid can fail against a node it never saw; deny rather than open up.
         this.logger.error('policy compile failed for node; sending an empty filter', { node: id, error: (err as Error).message });

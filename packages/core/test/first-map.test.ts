@@ -5,7 +5,6 @@ import t, { type Test } from 'tap';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 import { openWait } from '../src/control/sessions.js';
-import { peerListOf, TailnetContext } from '@headway/policy';
 
 const POLICY = POLICIES[1]!; // everyone sees everyone: each new node is every session's peer
 
@@ -240,25 +239,3 @@ t.test('flushNow finishes a flush under way at once', async (t) => {
   t.same(open.map((n) => f.connected.get(n.id)!.client.messages), before.map((m) => m + 1), 'every session had its one message');
 });
 
-t.test('the preparation a round of first maps waits on counts the peer index it builds', async (t) => {
-  const { f, alice } = await withOneSession(t);
-  // The peer index is built on the first read of a node's peers; the first map reads them right after compiling,
-  // so its cost is part of what openWait shares out: it must be built within the compile lastPrepareMs times.
-  const proto = TailnetContext.prototype as unknown as { buildPeerIndex: () => unknown };
-  const build = proto.buildPeerIndex;
-  let inside = 0, outside = 0, compiling = false;
-  proto.buildPeerIndex = function (this: unknown) {
-    if (compiling) inside++; else outside++;
-    return build.call(this);
-  };
-  t.teardown(() => { proto.buildPeerIndex = build; });
-  const n = await join(f, alice.id, 'later');
-  t.ok(f.view.stale, 'the join left the view stale');
-  compiling = true;
-  f.view.forNode(n.id);
-  compiling = false;
-  t.equal(inside, 1, 'the index was built while the node compiled, in the time lastPrepareMs measures');
-  f.view.forNode(n.id);
-  t.equal(peerListOf(f.view.forNode(n.id))!.ids.length, 2, 'the node\'s peer list is the one built');
-  t.equal(outside, 0, 'and not again after');
-});

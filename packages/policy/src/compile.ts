@@ -382,6 +382,59 @@ function lowerBoundNum(keys: number[], x: number, from: number): number {
   return lo;
 }
 
+/**
+ * gallopNum is lowerBoundNum from `from` for a key expected near it: steps of 1, 2, 4… until one passes x, then a
+ * binary search within the last step (O(log distance), not O(log length)).
+ */
+function gallopNum(keys: number[], x: number, from: number): number {
+  const n = keys.length;
+  if (from >= n || keys[from]! >= x) return from;
+  let lo = from, step = 1;
+  while (lo + step < n && keys[lo + step]! < x) { lo += step; step *= 2; }
+  let hi = Math.min(lo + step, n);
+  lo++;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/** gallopBig is gallopNum over bigint keys (IPv6 addresses). */
+function gallopBig(keys: bigint[], x: bigint, from: number): number {
+  const n = keys.length;
+  if (from >= n || keys[from]! >= x) return from;
+  let lo = from, step = 1;
+  while (lo + step < n && keys[lo + step]! < x) { lo += step; step *= 2; }
+  let hi = Math.min(lo + step, n);
+  lo++;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/** bitsToList is the indices of a bitset's set bits, in order. */
+function bitsToList(bits: Uint32Array): Int32Array {
+  let count = 0;
+  for (let w = 0; w < bits.length; w++) {
+    let word = bits[w]!;
+    while (word) { word &= word - 1; count++; }
+  }
+  const out = new Int32Array(count);
+  let at = 0;
+  for (let w = 0; w < bits.length; w++) {
+    let word = bits[w]!;
+    while (word) {
+      const low = word & -word;
+      out[at++] = w * 32 + 31 - Math.clz32(low);
+      word ^= low;
+    }
+  }
+  return out;
+}
+
 function lowerBound(keys: bigint[], x: bigint, from = 0): number {
   let lo = from, hi = keys.length;
   while (lo < hi) {
@@ -868,24 +921,26 @@ export class TailnetContext {
   private nodesWithAddrIn(set: IPSet): Int32Array {
     let v = this.addrHits.get(set);
     if (!v) {
-      const out: number[] = [];
-      // The ranges are in order: each search starts where the one before ended.
+      // A node's bit, once whatever number of its addresses the set holds; read out in index order, no sort. Both
+      // the ranges and the keys are in order: each search gallops on from where the one before ended, so a set of
+      // thousands of single addresses (autogroup:member) walks the keys about once instead of a binary search from
+      // there per range (pushing every hit and sorting them after was most of this, at 10,000 devices 42 s of a join).
+      const bits = new Uint32Array((this.infos.length + 31) >>> 5);
       let from4 = 0, from6 = 0;
-      const keys4 = this.v4Keys, ids4 = this.v4Idx;
+      const keys4 = this.v4Keys, ids4 = this.v4Idx, keys6 = this.v6Keys, ids6 = this.v6Idx;
       for (const r of set.ranges) {
         if (!r.v6) {
           const end = Number(r.end);
-          let k = lowerBoundNum(keys4, Number(r.start), from4);
-          for (; k < keys4.length && keys4[k]! <= end; k++) out.push(ids4[k]!);
+          let k = gallopNum(keys4, Number(r.start), from4);
+          for (; k < keys4.length && keys4[k]! <= end; k++) { const x = ids4[k]!; bits[x >>> 5]! |= 1 << (x & 31); }
           from4 = k;
           continue;
         }
-        const keys = this.v6Keys, ids = this.v6Idx;
-        let k = lowerBound(keys, r.start, from6);
-        for (; k < keys.length && keys[k]! <= r.end; k++) out.push(ids[k]!);
+        let k = gallopBig(keys6, r.start, from6);
+        for (; k < keys6.length && keys6[k]! <= r.end; k++) { const x = ids6[k]!; bits[x >>> 5]! |= 1 << (x & 31); }
         from6 = k;
       }
-      v = sortedUnique(out);
+      v = bitsToList(bits);
       this.addrHits.set(set, v);
     }
     return v;

@@ -373,35 +373,12 @@ function sortedUnique(xs: ArrayLike<number>): Int32Array {
   return a.subarray(0, n);
 }
 
-function lowerBoundNum(keys: number[], x: number, from: number): number {
-  let lo = from, hi = keys.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
 /**
- * gallopNum is lowerBoundNum from `from` for a key expected near it: steps of 1, 2, 4… until one passes x, then a
+ * lowerBound is the first index at or after `from` whose key is not below x, in keys sorted ascending (IPv4 addresses
+ * as numbers, IPv6 ones as bigints), for a key expected near `from`: steps of 1, 2, 4… until one passes x, then a
  * binary search within the last step (O(log distance), not O(log length)).
  */
-function gallopNum(keys: number[], x: number, from: number): number {
-  const n = keys.length;
-  if (from >= n || keys[from]! >= x) return from;
-  let lo = from, step = 1;
-  while (lo + step < n && keys[lo + step]! < x) { lo += step; step *= 2; }
-  let hi = Math.min(lo + step, n);
-  lo++;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
-/** gallopBig is gallopNum over bigint keys (IPv6 addresses). */
-function gallopBig(keys: bigint[], x: bigint, from: number): number {
+function lowerBound<K extends number | bigint>(keys: readonly K[], x: K, from = 0): number {
   const n = keys.length;
   if (from >= n || keys[from]! >= x) return from;
   let lo = from, step = 1;
@@ -433,15 +410,6 @@ function bitsToList(bits: Uint32Array): Int32Array {
     }
   }
   return out;
-}
-
-function lowerBound(keys: bigint[], x: bigint, from = 0): number {
-  let lo = from, hi = keys.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (keys[mid]! < x) lo = mid + 1; else hi = mid;
-  }
-  return lo;
 }
 
 /** exitCover is the peer rule's test for a destination set reaching exit nodes: all of IPv4 or IPv6, or the
@@ -773,7 +741,7 @@ export class TailnetContext {
           this.v6Keys.splice(at, 0, a.n);
           this.v6Idx.splice(at, 0, i.idx);
         } else {
-          const x = Number(a.n), at = lowerBoundNum(this.v4Keys, x, 0);
+          const x = Number(a.n), at = lowerBound(this.v4Keys, x);
           this.v4Keys.splice(at, 0, x);
           this.v4Idx.splice(at, 0, i.idx);
         }
@@ -931,12 +899,12 @@ export class TailnetContext {
       for (const r of set.ranges) {
         if (!r.v6) {
           const end = Number(r.end);
-          let k = gallopNum(keys4, Number(r.start), from4);
+          let k = lowerBound(keys4, Number(r.start), from4);
           for (; k < keys4.length && keys4[k]! <= end; k++) { const x = ids4[k]!; bits[x >>> 5]! |= 1 << (x & 31); }
           from4 = k;
           continue;
         }
-        let k = gallopBig(keys6, r.start, from6);
+        let k = lowerBound(keys6, r.start, from6);
         for (; k < keys6.length && keys6[k]! <= r.end; k++) { const x = ids6[k]!; bits[x >>> 5]! |= 1 << (x & 31); }
         from6 = k;
       }
@@ -1585,16 +1553,10 @@ export class TailnetContext {
     if (!cls) {
       const bits = new Uint32Array((this.infos.length + 31) >>> 5);
       if (key) for (const part of key.split(' ')) idx.contrib.get(part)!.orInto(bits);
-      const out: number[] = [];
-      for (let w = 0; w < bits.length; w++) {
-        let word = bits[w]!;
-        while (word) {
-          const low = word & -word;
-          out.push(w * 32 + 31 - Math.clz32(low));
-          word ^= low;
-        }
-      }
-      cls = { members: Int32Array.from(out), ids: out.map((x) => this.infos[x]!.node.id) };
+      const members = bitsToList(bits);
+      const ids = new Array<string>(members.length);
+      for (let k = 0; k < members.length; k++) ids[k] = this.infos[members[k]!]!.node.id;
+      cls = { members, ids };
       idx.classes.set(key, cls);
     }
     return cls;

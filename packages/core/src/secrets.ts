@@ -18,6 +18,25 @@ function randomPrefix(): string {
   return Array.from(bytes, (b) => ALPHABET[b % ALPHABET.length]).join('');
 }
 
+const TOKEN_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+
+/**
+ * randomToken is `length` characters drawn uniformly from letters and digits (about 5.95 bits each). An
+ * administrator types it as a command's argument (`headway nodes register --key …`): base64url text starts with
+ * `-` one time in 64, and the CLI then took the key for a flag and refused the command ("Flag --key expects a
+ * value"), as a CI run of the interop test did.
+ */
+export function randomToken(length: number): string {
+  let out = '';
+  while (out.length < length) {
+    for (const b of randomBytes(length - out.length + 8)) {
+      // 248 = 4 × 62: bytes above it are dropped, so that every character is equally likely.
+      if (b < 248 && out.length < length) out += TOKEN_ALPHABET[b % 62];
+    }
+  }
+  return out;
+}
+
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
 }

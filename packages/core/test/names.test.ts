@@ -1,5 +1,5 @@
 import t from 'tap';
-import { sanitizeHostname, uniqueName, checkDnsLabel, checkTag, checkUserName, issueSecret, parseSecret, secretMatches, hashSecret } from '../src/index.js';
+import { sanitizeHostname, uniqueName, checkDnsLabel, checkTag, checkUserName, issueSecret, parseSecret, secretMatches, hashSecret, randomToken } from '../src/index.js';
 
 t.test('hostnames become DNS labels the way Tailscale does', async (t) => {
   t.equal(sanitizeHostname('My Laptop'), 'my-laptop');
@@ -35,4 +35,19 @@ t.test('secrets: shown once, stored hashed, compared exactly', async (t) => {
   t.not(s.hash, p.secret);
   t.equal(s.hash, hashSecret(p.secret));
   t.equal(parseSecret('auth', s.full), undefined, 'an API key is not a pre-auth key');
+});
+
+t.test('random tokens are letters and digits, evenly drawn, never a flag on a command line', async (t) => {
+  const tokens = Array.from({ length: 4000 }, () => randomToken(24));
+  t.ok(tokens.every((k) => /^[A-Za-z0-9]{24}$/.test(k)), 'every token is 24 letters and digits (none starts with -)');
+  t.equal(new Set(tokens).size, tokens.length, 'all distinct');
+  // 96,000 characters over 62 letters and digits: about 1,548 each; a biased draw (a byte modulo 62 without
+  // dropping the top of its range) gives the first eight about 1,935.
+  const counts = new Map<string, number>();
+  for (const k of tokens) for (const c of k) counts.set(c, (counts.get(c) ?? 0) + 1);
+  t.equal(counts.size, 62, 'every letter and digit occurs');
+  const [lo, hi] = [Math.min(...counts.values()), Math.max(...counts.values())];
+  t.ok(lo > 1350 && hi < 1750, `each character drawn 1,350-1,750 times (${lo}-${hi})`);
+  t.equal(randomToken(0), '');
+  t.equal(randomToken(300).length, 300, 'longer than one draw of bytes');
 });

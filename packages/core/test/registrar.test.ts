@@ -198,6 +198,7 @@ t.test('interactive login: AuthURL, a follow-up held until approval, then author
   const m = /\/register\/([A-Za-z0-9_-]+)$/.exec(first.AuthURL);
   t.ok(m, `AuthURL ${first.AuthURL}`);
   const key = m![1]!;
+  t.match(key, /^[A-Za-z0-9]{24}$/, 'the key is letters and digits: it goes on a command line (--key), where a leading - is a flag');
   t.notOk(env.state.nodeByMachineKey(d.machineKey), 'no node before approval');
 
   t.equal(env.state.pendingQuota.size(), 1, 'the waiting login counts against registration.max_pending');

@@ -1,10 +1,10 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey, RegisterMethod, User } from '../domain.js';
 import { badField, HeadwayError, notFound } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
-import { issueSecret, parseSecret, verifySecret } from '../secrets.js';
+import { issueSecret, parseSecret, randomToken, verifySecret } from '../secrets.js';
 import { isEndpointList, isHostinfo } from '../control/validate.js';
 import { ChangeBus, type Change, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
@@ -1040,7 +1040,8 @@ export class State {
     this.pendingQuota.check(source, input.machineKey, input.nodeKey);
     const replaced = this.pendingQuota.replaced(input.machineKey, input.nodeKey)?.key;
     const reg: PendingRegistration = {
-      key: randomBytes(18).toString('base64url'),
+      // Letters and digits: the key goes on a command line, where a leading '-' reads as a flag (randomToken).
+      key: randomToken(24),
       machineKey: input.machineKey, nodeKey: input.nodeKey, hostinfo: input.hostinfo,
       createdAt: new Date(), expiresAt: new Date(Date.now() + limits.pending_expiry),
     };

@@ -374,60 +374,6 @@ function spliceRuns(out: Record<string, unknown>, runs: unknown[][]): boolean {
   return found === runs.length;
 }
 
-/** OWN_TAIL: how much of the own text's end OwnText keeps apart (the longest end parseSegmented tests). */
-const OWN_TAIL = 64;
-
-/**
- * OwnText is the own text parseSegmented builds, piece by piece, with its last OWN_TAIL characters and the pieces
- * not scanned yet kept apart. A string built by `+=` is a chain that V8 copies whole into one the first time any
- * part of it is read: testing its last characters (or slicing off what the scan has not seen) after each frame of
- * a message of many frames copied the whole text so far each time, quadratic in the frames (a full map's peer
- * blocks, a filter update's source blocks): a fifth of parseSegmented's own time in a 5,000-device join.
- */
-class OwnText {
-  text = '';
-  private tail = '';
-  private pending: string[] = [];
-  /** scannedLength: how much of text the scan has seen (the rest is pending). */
-  private scannedLength = 0;
-
-  /** append adds s; seen: the scan is to take it as read (a mark standing for a value, a whole string). */
-  append(s: string, seen = false): void {
-    this.text += s;
-    this.tail = s.length >= OWN_TAIL ? s.slice(-OWN_TAIL) : (this.tail + s).slice(-OWN_TAIL);
-    if (seen) {
-      this.pending = [];
-      this.scannedLength = this.text.length;
-    } else if (s) this.pending.push(s);
-  }
-
-  /** end is the text's last n characters (n at most OWN_TAIL). */
-  end(n: number): string { return this.tail.slice(-n); }
-
-  /** scan feeds the scan what it has not seen yet. */
-  scan(st: JsonScan): JsonScan {
-    for (const p of this.pending) scanJson(st, p);
-    this.pending = [];
-    this.scannedLength = this.text.length;
-    return st;
-  }
-
-  /** cut takes blanks, then one character if it is `drop`, then blanks again, off the end; false when the text
-   * does not end (after blanks) with `drop` (nothing is changed then). Only what the scan has not seen goes. */
-  cut(drop: string | null): boolean {
-    let t = this.text.trimEnd();
-    if (drop !== null) {
-      if (!t.endsWith(drop)) return false;
-      t = t.slice(0, -drop.length).trimEnd();
-    }
-    this.text = t;
-    this.tail = t.slice(-OWN_TAIL);
-    if (t.length > this.scannedLength) this.pending = [t.slice(this.scannedLength)];
-    else { this.pending = []; this.scannedLength = t.length; }
-    return true;
-  }
-}
-
 /**
  * parseSegmented parses a body of several frames whose large frames are member lists of the top-level object
  * (decodeFrame), each parsed once however many messages hold it, and the rest, the message's own text, here.
@@ -436,7 +382,7 @@ class OwnText {
  * body is not cut that way (parseBody decodes it whole then, and names what is wrong).
  */
 function parseSegmented(frames: Uint8Array[]): unknown {
-  const own = new OwnText();
+  let own = '';
   const lists: Array<Record<string, unknown>> = [];
   const runs: unknown[][] = [];
   // The own text is scanned only as far as a run's or a member list's place must be checked, and each part of it
@@ -444,7 +390,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   // cost the workers seconds. A member list's cut (below) only takes off a comma and blanks appended after the last
   // scan (the text of the piece scanned for comes before them).
   const scan: JsonScan = { open: [], inString: false, escaped: false, overclosed: false };
-  const scanOwn = (): JsonScan => own.scan(scan);
+  let scanned = 0;
+  const scanOwn = (): JsonScan => {
+    scanJson(scan, own.slice(scanned));
+    scanned = own.length;
+    return scan;
+  };
   let hole = false; // a list was cut out right before the next own text
   let needMember = false; // a comma after `{` was taken out: a member must come next
   let afterRun = false; // a run of elements was cut out right before the next own text
@@ -452,12 +403,13 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   let afterValue = false; // a member's value was cut out right before the next own text
   /** valueHere: own text so far ends with `"name":` in an object, where a member's whole value may be cut out. */
   const valueHere = (): boolean => {
-    if (hole || needMember || afterRun || afterValue || !/:\s*$/.test(own.end(16))) return false;
+    if (hole || needMember || afterRun || afterValue || !/:\s*$/.test(own.slice(-16))) return false;
     const at = scanOwn();
     return !at.inString && !at.overclosed && at.open.at(-1) === 0x7b;
   };
   const takeValue = (value: unknown[]): void => {
-    own.append(`"${VALUE_MARK}${values.length}"`, true); // a whole string: the scan's state is unchanged
+    own += `"${VALUE_MARK}${values.length}"`;
+    scanned = own.length; // a whole string: the scan's state is unchanged
     values.push(value);
     afterValue = true;
   };
@@ -469,11 +421,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if (!piece) return undefined;
     // A run of objects right after `[` or `,` in a top-level array (a block of a full map's peers): parsed once.
     if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && piece.text.startsWith('{')
-      && /[[,]\s*$/.test(own.end(64))) {
+      && /[[,]\s*$/.test(own.slice(-64))) {
       const at = scanOwn();
       const elements = !at.inString && !at.overclosed && at.open.length === 2 && at.open[0] === 0x7b && at.open[1] === 0x5b ? runOf(f, piece.text) : undefined;
       if (elements) {
-        own.append(`"${RUN_MARK}${runs.length}"`, true); // a whole string: the scan's state is unchanged
+        own += `"${RUN_MARK}${runs.length}"`;
+        scanned = own.length; // a whole string: the scan's state is unchanged
         runs.push(elements);
         afterRun = true;
         continue;
@@ -487,9 +440,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if ('members' in piece) {
       // A list follows `{`, or a value and `,`, at depth 1: its comma is taken out (the list keeps the next one).
       if (hole || afterRun || afterValue) return undefined;
-      if (own.cut(',')) {
-        if (own.end(1) === '{' || own.end(1) === ',' || needMember) return undefined;
-      } else if (own.cut(null) && own.end(1) === '{') { /* the list opens the object */ } else return undefined;
+      const last = own.trimEnd();
+      if (last.endsWith(',')) {
+        own = last.slice(0, -1).trimEnd();
+        if (own.endsWith('{') || own.endsWith(',') || needMember) return undefined;
+      } else if (last.endsWith('{')) own = last;
+      else return undefined;
       const at = scanOwn();
       if (at.inString || at.overclosed || at.open.length !== 1) return undefined;
       lists.push(piece.members);
@@ -502,7 +458,7 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if (hole) {
       // What follows a list is `,` or `}`; right after `{` the comma goes too, and a member must follow it.
       if (!(text.startsWith(',') || text.startsWith('}'))) return undefined;
-      if (own.end(1) === '{' && text.startsWith(',')) { text = text.slice(1).trimStart(); needMember = true; }
+      if (own.endsWith('{') && text.startsWith(',')) { text = text.slice(1).trimStart(); needMember = true; }
       hole = false;
     }
     if (needMember && text) {
@@ -517,12 +473,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     }
     if (runs.length && text.includes(RUN_MARK)) return undefined;
     if (values.length && text.includes(VALUE_MARK)) return undefined;
-    own.append(text);
+    own += text;
   }
   if (hole || needMember || afterRun || afterValue) return undefined;
   let value: unknown;
   // With no member list or run among the frames, `own` is every frame's text as it came: the whole message.
-  try { value = JSON.parse(own.text); } catch { return undefined; }
+  try { value = JSON.parse(own); } catch { return undefined; }
   if (values.length) {
     // Before the runs and lists go in: only the own text's values are walked, not the shared ones.
     const found = { n: 0 };

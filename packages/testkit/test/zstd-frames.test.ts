@@ -304,8 +304,8 @@ t.test('a block of a rule\'s sources in a frame of its own is parsed once for ev
 });
 
 t.test('own text in frames of a character or two, with blanks between tokens, still finds where shared frames go', async (t) => {
-  // The decoder tests how the own text so far ends (`"name":`, `[` or `,`) from its last characters, kept apart
-  // from the text (OwnText): a test that looked only at the last frame would miss a place spread over several.
+  // The decoder tests how the own text so far ends (`"name":`, `[` or `,`) from its last characters: a decoder that
+  // looked only at the last frame (or kept too short an end) would miss a place spread over several.
   let cut = 0;
   for (let seed = 1; seed <= 60; seed++) {
     const rng = new PlanRng(seed);

@@ -12,29 +12,34 @@ export type SecretKind = 'api' | 'auth';
 export interface IssuedSecret { full: string; prefix: string; hash: string }
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
-
-function randomPrefix(): string {
-  const bytes = randomBytes(12);
-  return Array.from(bytes, (b) => ALPHABET[b % ALPHABET.length]).join('');
-}
-
 const TOKEN_ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
 /**
- * randomToken is `length` characters drawn uniformly from letters and digits (about 5.95 bits each). An
- * administrator types it as a command's argument (`headway nodes register --key …`): base64url text starts with
- * `-` one time in 64, and the CLI then took the key for a flag and refused the command ("Flag --key expects a
- * value"), as a CI run of the interop test did.
+ * randomFrom is `length` characters drawn uniformly from `alphabet` (at most 256 characters): bytes at or above the
+ * largest multiple of its size are dropped, so that no character is likelier than another.
  */
-export function randomToken(length: number): string {
+function randomFrom(alphabet: string, length: number): string {
+  const limit = 256 - (256 % alphabet.length);
   let out = '';
   while (out.length < length) {
     for (const b of randomBytes(length - out.length + 8)) {
-      // 248 = 4 × 62: bytes above it are dropped, so that every character is equally likely.
-      if (b < 248 && out.length < length) out += TOKEN_ALPHABET[b % 62];
+      if (b < limit && out.length < length) out += alphabet[b % alphabet.length];
     }
   }
   return out;
+}
+
+function randomPrefix(): string {
+  return randomFrom(ALPHABET, 12);
+}
+
+/**
+ * randomToken is `length` letters and digits (about 5.95 bits each). An administrator types it as a command's
+ * argument (`headway nodes register --key …`): base64url text starts with `-` one time in 64, and the CLI then took
+ * the key for a flag and refused the command ("Flag --key expects a value"), as a CI run of the interop test did.
+ */
+export function randomToken(length: number): string {
+  return randomFrom(TOKEN_ALPHABET, length);
 }
 
 export function hashSecret(secret: string): string {

@@ -238,4 +238,3 @@ t.test('flushNow finishes a flush under way at once', async (t) => {
   t.notOk(f.hub.flushing, 'nothing left under way');
   t.same(open.map((n) => f.connected.get(n.id)!.client.messages), before.map((m) => m + 1), 'every session had its one message');
 });
-

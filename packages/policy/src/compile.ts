@@ -1554,9 +1554,7 @@ export class TailnetContext {
       const bits = new Uint32Array((this.infos.length + 31) >>> 5);
       if (key) for (const part of key.split(' ')) idx.contrib.get(part)!.orInto(bits);
       const members = bitsToList(bits);
-      const ids = new Array<string>(members.length);
-      for (let k = 0; k < members.length; k++) ids[k] = this.infos[members[k]!]!.node.id;
-      cls = { members, ids };
+      cls = { members, ids: Array.from(members, (x) => this.infos[x]!.node.id) };
       idx.classes.set(key, cls);
     }
     return cls;

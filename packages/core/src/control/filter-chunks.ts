@@ -114,31 +114,31 @@ const headCache = new WeakMap<FilterRule, string>();
  * the server's 553 s in the join, nearly all of them equal to the heads they replaced.
  */
 function headOf(rule: FilterRule, like?: FilterRule): string {
-  let h = headCache.get(rule);
-  if (h === undefined && like !== undefined) {
-    const known = headCache.get(like);
-    if (known !== undefined && sameHead(rule, like)) {
-      headCache.set(rule, known);
-      return known;
-    }
-  }
-  if (h === undefined) {
+  const cached = headCache.get(rule);
+  if (cached !== undefined) return cached;
+  const known = like === undefined ? undefined : headCache.get(like);
+  let h: string;
+  if (known !== undefined && sameMembers(rule, like!, 'SrcIPs')) h = known;
+  else {
     const fields: string[] = [];
     for (const [k, v] of Object.entries(rule)) if (k !== 'SrcIPs' && v !== undefined) fields.push(`${JSON.stringify(k)}:${JSON.stringify(v)}`);
     h = fields.join(',');
-    headCache.set(rule, h);
   }
+  headCache.set(rule, h);
   return h;
 }
 
-/** sameHead: the rules' members other than SrcIPs are equal JSON values, in the same order (so their heads' text is equal). */
-function sameHead(a: FilterRule, b: FilterRule): boolean {
-  const x = a as unknown as Record<string, unknown>, y = b as unknown as Record<string, unknown>;
+/**
+ * sameMembers: the objects' members (but `skip`, and those undefined, which JSON leaves out) have equal names in the
+ * same order and equal JSON values, so that their JSON text (less `skip`) is equal.
+ */
+function sameMembers(a: object, b: object, skip?: string): boolean {
+  const x = a as Record<string, unknown>, y = b as Record<string, unknown>;
   const kx = Object.keys(x), ky = Object.keys(y);
   let i = 0, j = 0;
   for (;;) {
-    while (i < kx.length && (kx[i] === 'SrcIPs' || x[kx[i]!] === undefined)) i++;
-    while (j < ky.length && (ky[j] === 'SrcIPs' || y[ky[j]!] === undefined)) j++;
+    while (i < kx.length && (kx[i] === skip || x[kx[i]!] === undefined)) i++;
+    while (j < ky.length && (ky[j] === skip || y[ky[j]!] === undefined)) j++;
     if (i === kx.length || j === ky.length) return i === kx.length && j === ky.length;
     if (kx[i] !== ky[j] || !sameJson(x[kx[i]!], y[ky[j]!])) return false;
     i++; j++;
@@ -149,17 +149,12 @@ function sameHead(a: FilterRule, b: FilterRule): boolean {
 function sameJson(a: unknown, b: unknown): boolean {
   if (a === b) return true;
   if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
-  if (Array.isArray(a)) {
-    if (!Array.isArray(b) || a.length !== b.length) return false;
+  if (Array.isArray(a) || Array.isArray(b)) {
+    if (!Array.isArray(a) || !Array.isArray(b) || a.length !== b.length) return false;
     for (let k = 0; k < a.length; k++) if (!sameJson(a[k] ?? null, b[k] ?? null)) return false;
     return true;
   }
-  if (Array.isArray(b)) return false;
-  const x = a as Record<string, unknown>, y = b as Record<string, unknown>;
-  const kx = Object.keys(x).filter((k) => x[k] !== undefined), ky = Object.keys(y).filter((k) => y[k] !== undefined);
-  if (kx.length !== ky.length) return false;
-  for (let k = 0; k < kx.length; k++) if (kx[k] !== ky[k] || !sameJson(x[kx[k]!], y[ky[k]!])) return false;
-  return true;
+  return sameMembers(a, b);
 }
 
 /** positional holds the names of rules sent whole, by position ("a0" … "az", "b00" …), made as far as needed. */

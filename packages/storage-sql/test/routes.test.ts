@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import {
   createLogger, DerpMapSource, DnsConfigSource, HostinfoService, hujsonEngine, Mapper, Metrics, NetworkView, resolveConfig,
-  RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort,
+  MapSession, RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort,
 } from '@headway/core';
 import { faultyStorage, freshDatabases } from './databases.js';
 
@@ -45,7 +45,7 @@ async function kernel(t: Test, storage: StoragePort, policyText?: string): Promi
   const mapper = new Mapper(state, config, view, dns, derp);
   let compiled = policyText === undefined ? null : hujsonEngine.compile(policyText, state).policy;
   const hub = new SessionHub(state, mapper, silentLogger, new Metrics(state), () => compiled);
-  const routes = new RouteService(state, view, hub, logger);
+  const routes = new RouteService(state, view, hub, logger, () => compiled);
   const hostinfo = new HostinfoService(state, routes);
   hub.start();
   routes.start();
@@ -157,6 +157,33 @@ for (const db of databases) {
       await settle();
       t.equal(k.changes.filter((c) => c.type === 'node-changed').length, 1, 'published once (no follow-up approval write)');
       t.same(k.primariesWhenPublished[0]?.[n.id], ['10.1.2.0/24'], 'the primary was elected before it was published');
+    }));
+
+    await t.test('routes are approved against the policy in force while the SessionHub holds changes back', (t) => db.fresh(async (open) => {
+      const storage = await open();
+      const k = await kernel(t, storage);
+      const alice = await k.state.createUser({ name: 'alice' });
+      const r0 = await router(k.state, alice.id, 'r0', ['10.1.0.0/24']);
+      const plain = [await router(k.state, alice.id, 'a', []), await router(k.state, alice.id, 'b', [])];
+      for (const n of [r0, ...plain]) {
+        k.hub.begin(new MapSession(n.id, 106, false, () => undefined, () => undefined), n, () => undefined);
+      }
+      k.hub.flushNow();
+      await settle();
+      // A flush under way in slices (one session a slice): the hub holds back every change until it ends, and its
+      // view of the tailnet (and of the policy) stays as it began.
+      await k.state.renameNode(plain[0]!.id, 'renamed');
+      k.hub.flushInSlices(0);
+      t.ok(k.hub.flushing, 'a flush is under way');
+      k.setPolicy(POLICY);
+      const r1 = await router(k.state, alice.id, 'r1', ['10.1.7.0/24']);
+      await settle();
+      t.same(k.state.getNode(r0.id)?.approvedRoutes, ['10.1.0.0/24'], 'the policy change approved the router that was there (the view had no policy yet)');
+      t.same((await storage.nodes.get(r0.id))?.approvedRoutes, ['10.1.0.0/24'], 'and stored it');
+      t.same(r1.approvedRoutes, ['10.1.7.0/24'], 'the router registering meanwhile was approved in its registration');
+      t.notOk(k.logs.some((l) => l.includes('policy compile failed')), 'no node was compiled against a view that did not know it');
+      while (k.hub.flushing) await new Promise((r) => setImmediate(r));
+      t.same(k.view.primaryRoutes(r1.id), ['10.1.7.0/24'], 'once the flush ended, the view knows the new router as primary');
     }));
 
     await t.test('a registration stores the routes its policy auto-approves in the registration\'s transaction', (t) => db.fresh(async (open) => {

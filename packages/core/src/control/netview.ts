@@ -158,14 +158,15 @@ export class NetworkView {
    * autoApproved lists the routes the policy's autoApprovers approve for `node` as
    * given (which may be a node not yet stored, or a stored one with new advertised
    * routes), among the routes it advertises. It compiles that one node against the
-   * live tailnet with no admin approvals, so the answer is the policy's part alone.
+   * live tailnet with no admin approvals, so the answer is the policy's part alone. `policy` is the one installed
+   * here unless given (RouteService passes the one in force, which this view may not have installed yet).
    */
-  autoApproved(node: Node): string[] {
-    const aa = this.policy?.autoApprovers;
-    if (!this.policy || !aa || !node.availableRoutes.length) return [];
+  autoApproved(node: Node, policy: Policy | null = this.policy): string[] {
+    const aa = policy?.autoApprovers;
+    if (!policy || !aa || !node.availableRoutes.length) return [];
     if (!Object.keys(aa.routes ?? {}).length && !aa.exitNode?.length) return [];
     try {
-      const approved = approvedRoutesOf(this.policy, this.policyUsers(), { ...snapshotNode(this.state, node), approvedRoutes: [] });
+      const approved = approvedRoutesOf(policy, this.policyUsers(), { ...snapshotNode(this.state, node), approvedRoutes: [] });
       const available = new Set(node.availableRoutes);
       return approved.filter((r) => available.has(r)).sort();
     } catch (err) {

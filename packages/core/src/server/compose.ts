@@ -108,7 +108,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     }),
     sessionHub: c(({ state, mapper, logger, metrics, policyService }) => new SessionHub(state, mapper, logger, metrics, () => policyService.compiled)),
     registrar: c(({ state, config, logger }) => new Registrar(state, config, logger)),
-    routeService: c(({ state, networkView, sessionHub, logger }) => new RouteService(state, networkView, sessionHub, logger)),
+    routeService: c(({ state, networkView, sessionHub, logger, policyService }) => new RouteService(state, networkView, sessionHub, logger, () => policyService.compiled)),
     hostinfo: c(({ state, routeService }) => new HostinfoService(state, routeService)),
     nodeGc: c(({ state, config, logger, cluster }) => {
       const gc = new NodeGc(state, config, logger);

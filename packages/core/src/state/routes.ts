@@ -1,3 +1,4 @@
+import type { Policy } from '@headway/policy';
 import type { Node } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { NetworkView } from '../control/netview.js';
@@ -30,6 +31,13 @@ export class RouteService {
     private readonly view: NetworkView,
     private readonly election: PrimaryElection,
     private readonly logger: Logger,
+    /**
+     * policy is the compiled policy in force (PolicyService.compiled). Approvals are judged against it and the node
+     * alone, not against the network view: the SessionHub holds changes back while a flush or a round of first maps
+     * is sent in slices, so the view may not know yet of the node (or policy) a change names (a router that
+     * registered meanwhile was compiled as an unknown node, with nothing approved).
+     */
+    private readonly policy: () => Policy | null = () => view.compiledPolicy,
   ) {}
 
   /**
@@ -70,7 +78,7 @@ export class RouteService {
    * autoApprovers approve), or undefined when that adds nothing.
    */
   withAutoApprovals(draft: Node): string[] | undefined {
-    const missing = this.view.autoApproved(draft).filter((r) => !draft.approvedRoutes.includes(r));
+    const missing = this.view.autoApproved(draft, this.policy()).filter((r) => !draft.approvedRoutes.includes(r));
     return missing.length ? approvedRouteSet([...draft.approvedRoutes, ...missing]) : undefined;
   }
 
@@ -87,13 +95,13 @@ export class RouteService {
    * approve for these nodes' advertised routes and that are not stored yet.
    */
   async autoApprove(nodes: Node[]): Promise<void> {
-    if (!this.view.hasPolicy) return;
+    const policy = this.policy();
+    if (!policy) return;
     const patches: Array<{ id: number; patch: { approvedRoutes: string[] } }> = [];
     for (const n of nodes) {
       const node = this.state.getNode(n.id);
       if (!node || !node.availableRoutes.length) continue;
-      const eff = this.view.forNode(node.id).approvedRoutes.filter((r) => node.availableRoutes.includes(r));
-      const missing = eff.filter((r) => !node.approvedRoutes.includes(r));
+      const missing = this.view.autoApproved(node, policy).filter((r) => !node.approvedRoutes.includes(r));
       if (missing.length) patches.push({ id: node.id, patch: { approvedRoutes: approvedRouteSet([...node.approvedRoutes, ...missing]) } });
     }
     if (!patches.length) return;

@@ -238,3 +238,51 @@ t.test('flushNow finishes a flush under way at once', async (t) => {
   t.notOk(f.hub.flushing, 'nothing left under way');
   t.same(open.map((n) => f.connected.get(n.id)!.client.messages), before.map((m) => m + 1), 'every session had its one message');
 });
+
+t.test('a round of first maps sent in slices keeps one view: changes and sessions arriving meanwhile wait for its end', async (t) => {
+  const { f, alice, first, old, oldMessages } = await withOneSession(t);
+  const fresh = await joinBurst(f, alice.id, 3);
+  const prepared = () => f.view.contextBuilds + f.view.contextExtensions;
+  const before = prepared();
+  const opened = () => fresh.filter((n) => f.connected.get(n.id)!.client.messages > 0).length;
+  f.hub.openInSlices(0); // one session a slice
+  t.ok(f.hub.flushing, 'the round is under way after its first slice');
+  t.equal(opened(), 1, 'one session has its first map');
+
+  // Mid-round: a rename and a device that joins and connects. Neither reaches the round's maps.
+  await f.state.renameNode(first.id, 'renamed');
+  const late = await join(f, alice.id, 'late');
+  f.connect(late.id);
+  const lateClient = f.connected.get(late.id)!.client;
+  await sliced(f);
+  t.equal(opened(), fresh.length, 'every waiting session had its first map');
+  t.equal(prepared() - before, 1, 'the whole round shared one extension of the tailnet context (the late join waited)');
+  const round = [first, ...fresh].map((n) => n.id).sort((a, b) => a - b);
+  for (const n of fresh) {
+    const c = f.connected.get(n.id)!.client;
+    t.equal(c.messages, 1, `node ${n.id}: its full map`);
+    t.same([...c.peers.keys()].sort((a, b) => a - b), round.filter((id) => id !== n.id), `node ${n.id}: the round's view, without the late device`);
+    t.notMatch(String((c.peers.get(first.id) as { Name?: unknown } | undefined)?.Name), /^renamed\./, `node ${n.id}: the round's view, before the rename`);
+  }
+  t.equal(lateClient.messages, 0, 'the late session waits for the next round or batch');
+  t.equal(old.messages, oldMessages, 'the connected session has not been sent anything yet');
+
+  f.hub.flushNow();
+  t.equal(lateClient.messages, 1, 'the batch opened the late session');
+  t.same([...lateClient.peers.keys()].sort((a, b) => a - b), round, 'with every peer in it');
+  for (const n of [first, ...fresh]) {
+    const c = f.connected.get(n.id)!.client;
+    t.ok(c.peers.has(late.id) || n.id === late.id, `node ${n.id}: the batch brought the late device`);
+    if (n.id !== first.id) t.match(String((c.peers.get(first.id) as { Name?: unknown } | undefined)?.Name), /^renamed\./, `node ${n.id}: and the rename`);
+  }
+});
+
+t.test('flushNow finishes a round of first maps under way at once', async (t) => {
+  const { f, alice } = await withOneSession(t);
+  const fresh = await joinBurst(f, alice.id, 3);
+  f.hub.openInSlices(0);
+  t.ok(f.hub.flushing);
+  f.hub.flushNow();
+  t.notOk(f.hub.flushing, 'nothing left under way');
+  t.same(fresh.map((n) => f.connected.get(n.id)!.client.messages), [1, 1, 1], 'every waiting session had its full map');
+});

@@ -3,21 +3,30 @@ import { TestDevice, type RegisterOptions } from './device.js';
 /** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
 export const JOIN_ATTEMPTS = 3;
 
+/** JoinPhases: how long the successful attempt of a join spent dialing (TCP and the Noise handshake), registering, and
+ * waiting for its first map (from the map request to the first MapResponse applied), in ms. */
+export interface JoinPhases { connectMs: number; registerMs: number; firstMapMs: number }
+
 /**
  * joinDevice connects, registers and opens the map stream of a benchmark device. A dial that
  * timed out under load is retried, as tailscaled does, with the device's identity kept (a new
  * TestDevice with the same keys) so a register that did land is not counted as a second node.
- * Returns the device that joined (the original or its replacement) and how many retries it took.
+ * Returns the device that joined (the original or its replacement), how many retries it took and where the time of
+ * its last attempt went.
  */
-export async function joinDevice(first: TestDevice, register: RegisterOptions): Promise<{ device: TestDevice; retries: number }> {
+export async function joinDevice(first: TestDevice, register: RegisterOptions): Promise<{ device: TestDevice; retries: number; phases: JoinPhases }> {
   let d = first;
   for (let attempt = 1; ; attempt++) {
     try {
+      const t0 = performance.now();
       await d.connect();
+      const t1 = performance.now();
       const reply = await d.register(register);
       if (reply.Error) throw new Error(`register ${d.hostname}: ${reply.Error}`);
+      const t2 = performance.now();
       await d.startMap({ stream: true });
-      return { device: d, retries: attempt - 1 };
+      const phases = { connectMs: t1 - t0, registerMs: t2 - t1, firstMapMs: performance.now() - t2 };
+      return { device: d, retries: attempt - 1, phases };
     } catch (err) {
       const message = (err as Error).message;
       if (attempt >= JOIN_ATTEMPTS || !/timed out|ECONNRESET|socket hang up|fetch failed/i.test(message)) {

@@ -32,7 +32,7 @@ import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
 import { planTailnet, PLAN_TAGS } from './bench-policy.js';
 import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
-import type { Change, WorkerCommand, WorkerStats } from './bench-worker.js';
+import type { Change, JoinResult, WorkerCommand, WorkerStats } from './bench-worker.js';
 
 const DEFAULT_SIZES = [1000, 5000, 10000];
 /**
@@ -231,6 +231,10 @@ export interface RealisticResult {
   joinMs: number;
   joinsPerSecond: number;
   joinLatency: LatencySummary;
+  /** joinPhases: where joins' time went (see JoinPhases): dialing, registering, waiting for the first map. */
+  joinPhases: { connect: LatencySummary; register: LatencySummary; firstMap: LatencySummary };
+  /** workersLoopDelay: the largest p99 and max event-loop delay of a worker during the join (ms). */
+  workersLoopDelay: { p99: number; max: number };
   joinRetries: number;
   convergenceAfterJoinMs: number;
   convergenceTotalMs: number;
@@ -302,13 +306,23 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
         () => undefined,
       ).finally(() => { polling = false; });
     }, 20_000);
-    const joins = await Promise.all(workers.map((c) => c.request<{ latencies: number[]; retries: number; doneAt: number[] }>(
+    const joins = await Promise.all(workers.map((c) => c.request<JoinResult>(
       { op: 'join', concurrency: perWorker, budgetMs: opts.joinBudgetSeconds * 1000 }, opts.joinBudgetSeconds * 1000 + 120_000)))
       .finally(() => clearInterval(progress));
     const joinEnd = Math.max(...joins.flatMap((j) => j.doneAt));
     const joinMs = joinEnd - joinStart;
     const joinRetries = joins.reduce((s, j) => s + j.retries, 0);
     log(`  [${n}] joined ${n} devices in ${(joinMs / 1000).toFixed(2)} s (${(n / (joinMs / 1000)).toFixed(1)} joins/s, ${opts.concurrency} in flight over ${k} workers, ${joinRetries} retried dials)`);
+    const phases = joins.flatMap((j) => j.phases);
+    const joinPhases = {
+      connect: summarize(phases.map((p) => p.connectMs)),
+      register: summarize(phases.map((p) => p.registerMs)),
+      firstMap: summarize(phases.map((p) => p.firstMapMs)),
+    };
+    const phaseText = (x: LatencySummary): string => `mean ${x.mean.toFixed(0)}, p50 ${x.p50.toFixed(0)}, p99 ${x.p99.toFixed(0)} ms`;
+    const workersLoopDelay = { p99: round2(Math.max(...joins.map((j) => j.loopDelay.p99))), max: round2(Math.max(...joins.map((j) => j.loopDelay.max))) };
+    log(`  [${n}] a join's time: dial and handshake ${phaseText(joinPhases.connect)}; register ${phaseText(joinPhases.register)}; ` +
+      `map request to first map ${phaseText(joinPhases.firstMap)}; the workers' event loops held up p99 ${workersLoopDelay.p99} ms, max ${workersLoopDelay.max} ms meanwhile`);
 
     const convergeTimeout = Math.max(60_000, n * 60);
     const conv = await Promise.all(workers.map((c) => c.request<{ lastAt: number; wrong: string[] }>({ op: 'converge', timeoutMs: convergeTimeout }, convergeTimeout + 60_000)));
@@ -398,7 +412,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const closed = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'close' }, 120_000)));
     return {
       devices: n, workers: k, policyRules: opts.policy === 'realistic' ? plan.rules : 0, peers,
-      joinMs: round2(joinMs), joinsPerSecond: round2(n / (joinMs / 1000)), joinLatency: summarize(joins.flatMap((j) => j.latencies)), joinRetries,
+      joinMs: round2(joinMs), joinsPerSecond: round2(n / (joinMs / 1000)), joinLatency: summarize(joins.flatMap((j) => j.latencies)), joinPhases, workersLoopDelay, joinRetries,
       convergenceAfterJoinMs: round2(convergedAt - joinEnd), convergenceTotalMs: round2(convergedAt - joinStart), convergenceWrong,
       server: {
         cpuMsJoinAndConverge: round2(cpuAfterJoin - serverBefore.cpuUserMs - serverBefore.cpuSystemMs),

@@ -5,9 +5,10 @@
  * change it measures is made), joins its devices, and times when each affected device's netmap shows a change.
  * Times are epoch milliseconds (performance.timeOrigin + now), comparable across processes on one machine.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
 import { TestDevice } from './device.js';
-import { joinDevice, runPool } from './bench-join.js';
+import { joinDevice, runPool, type JoinPhases } from './bench-join.js';
 import type { NetMap } from './netmap.js';
 import type { FilterRule, MapResponse, Node } from './wire.js';
 import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type TailnetPlan } from './bench-policy.js';
@@ -173,8 +174,15 @@ function watching(d: TestDevice, want: Wanted): (nm: NetMap) => boolean {
   return (nm) => (nm.peers === peers ? peers.matches() : holdsExactly(nm, want));
 }
 
-async function join(concurrency: number, budgetMs: number): Promise<{ latencies: number[]; retries: number; doneAt: number[] }> {
+/** JoinResult is one worker's part of the join; loopDelay is how long its event loop was held up meanwhile (ms). */
+export interface JoinResult { latencies: number[]; retries: number; doneAt: number[]; phases: JoinPhases[]; loopDelay: { p99: number; max: number } }
+
+async function join(concurrency: number, budgetMs: number): Promise<JoinResult> {
   const latencies: number[] = [];
+  const phases: JoinPhases[] = [];
+  // The devices' side of a join's latency: a dial waits for this loop as much as for the server's.
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
   const doneAt: number[] = [];
   let retries = 0;
   const deadline = performance.now() + budgetMs;
@@ -186,9 +194,10 @@ async function join(concurrency: number, budgetMs: number): Promise<{ latencies:
     devices[k] = joined.device;
     retries += joined.retries;
     latencies.push(performance.now() - t0);
+    phases.push(joined.phases);
     doneAt.push(epochNow());
-  });
-  return { latencies, retries, doneAt };
+  }).finally(() => delay.disable());
+  return { latencies, retries, doneAt, phases, loopDelay: { p99: delay.percentile(99) / 1e6, max: delay.max / 1e6 } };
 }
 
 /** converge waits until every device of this worker holds exactly its expected peers; returns when the last did. */

@@ -144,6 +144,18 @@ const UNSHARED_KEY_LENGTH = 2048;
 const OWNER_SETS_MAX = 4096;
 
 /** FlushJob is one flush being sent: its sessions, the next to send, the per-session step and the time spent. */
+/**
+ * OpenRound is a round of first maps sent in slices of FLUSH_SLICE_MS with the event loop free in between, like a
+ * flush: the first map of a round extends the policy's view for every joiner since the last round (~100 ms at
+ * 9,000 devices) and each map costs ~10 ms (5,000 devices), so a round of twenty held up every handshake,
+ * registration and map request for a quarter of a second or more. Changes that arrive meanwhile wait for its end, so the whole round
+ * shares one view of the tailnet (and one extension of it); sessions opening meanwhile wait for the next round.
+ */
+interface OpenRound {
+  opens: DeferredOpen[];
+  next: number;
+}
+
 interface FlushJob {
   sessions: MapSession[];
   next: number;
@@ -317,8 +329,9 @@ export class SessionHub {
     this.mapper.view.setPolicy(this.policy());
     this.mapper.view.updatePrimaries();
     this.unsubscribe = this.state.bus.subscribe((c) => {
-      // While a flush is sent in slices its view of the tailnet stays as it began; later changes wait for its end.
-      if (this.job) { this.queued.push(c); return; }
+      // While a flush or a round of first maps is sent in slices its view of the tailnet stays as it began; later
+      // changes wait for its end.
+      if (this.busy) { this.queued.push(c); return; }
       this.dispatch(c);
     });
   }
@@ -334,6 +347,7 @@ export class SessionHub {
   stop(): void {
     this.unsubscribe?.();
     this.job = undefined;
+    this.round = undefined;
     this.queued = [];
     clearTimeout(this.flushTimer);
     clearTimeout(this.opensTimer);
@@ -363,10 +377,27 @@ export class SessionHub {
    */
   begin(session: MapSession, node: Node, writeFull: (node: Node) => void): void {
     const opening = { session, node, writeFull };
-    if (this.job || ((this.flushTimer || this.opensTimer) && this.mapper.view.stale)) {
+    if (this.busy || ((this.flushTimer || this.opensTimer) && this.mapper.view.stale)) {
       this.deferredOpens.push(opening);
-      this.opensTimer ??= setTimeout(() => this.openDeferredNow(), openWait(this.mapper.view.lastPrepareMs));
+      // During a round the timer starts at its end (endRound): started now, it cut the next round short (at 5,000
+      // devices a third more rounds, each extending the policy's view).
+      if (!this.round) this.armOpens();
     } else this.beginNow(opening);
+  }
+
+  /** armOpens sets begin's timer: the waiting sessions get their maps in slices when it fires (see OpenRound). */
+  private armOpens(): void {
+    this.opensTimer ??= setTimeout(() => this.openInSlices(), openWait(this.mapper.view.lastPrepareMs));
+  }
+
+  /**
+   * openInSlices sends the sessions waiting for their first map their full maps as begin's timer does: in slices of
+   * about sliceMs of work (tests: 0, one session a slice), unless a flush or a round is under way (its end opens them).
+   */
+  openInSlices(sliceMs = FLUSH_SLICE_MS): void {
+    clearTimeout(this.opensTimer);
+    this.opensTimer = undefined;
+    if (!this.busy) this.openDeferred(sliceMs);
   }
 
   private beginNow({ session, node, writeFull }: DeferredOpen): void {
@@ -380,26 +411,73 @@ export class SessionHub {
     this.open(session, current);
   }
 
-  /** openDeferredNow sends the sessions waiting for their first map their full maps at once, leaving the batch pending (begin's timer, tests). */
+  /** openDeferredNow sends the sessions waiting for their first map their full maps at once, leaving the batch pending (tests). */
   openDeferredNow(): void {
     clearTimeout(this.opensTimer);
     this.opensTimer = undefined;
+    this.finishRound();
     // A flush being sent in slices opens them when it ends, with the changes it held back applied.
     if (this.job) return;
     this.openDeferred();
   }
 
-  /** openDeferred sends every waiting session its full map (see begin). */
-  private openDeferred(): void {
+  /**
+   * openDeferred sends every waiting session its full map (see begin); with sliceMs, in slices of about that much
+   * work with the event loop free in between (see OpenRound).
+   */
+  private openDeferred(sliceMs?: number): void {
     const opens = this.deferredOpens;
     this.deferredOpens = [];
-    for (const o of opens) {
+    if (!opens.length) return;
+    const round: OpenRound = { opens, next: 0 };
+    this.round = round;
+    if (sliceMs === undefined) this.finishRound();
+    else this.continueRound(round, sliceMs);
+  }
+
+  /** continueRound sends the next slice of a round of first maps, and ends the round after its last. */
+  private continueRound(round: OpenRound, sliceMs: number): void {
+    if (this.round !== round) return;
+    if (!this.runRound(round, sliceMs)) {
+      setImmediate(() => this.continueRound(round, sliceMs));
+      return;
+    }
+    this.round = undefined;
+    this.endRound();
+  }
+
+  /** finishRound sends what is left of a round of first maps at once (flushNow, tests). */
+  private finishRound(): void {
+    const round = this.round;
+    if (!round) return;
+    this.round = undefined;
+    this.runRound(round, Number.POSITIVE_INFINITY);
+    this.endRound();
+  }
+
+  /** runRound opens the round's sessions for about sliceMs; true when every one has had its turn. */
+  private runRound(round: OpenRound, sliceMs: number): boolean {
+    const started = performance.now();
+    while (round.next < round.opens.length) {
+      const o = round.opens[round.next++]!;
       try {
         this.beginNow(o);
       } catch (err) {
         this.logger.error('failed to send a new map session its first map', { node: o.node.id, error: (err as Error).message });
       }
+      if (performance.now() - started >= sliceMs) break;
     }
+    return round.next >= round.opens.length;
+  }
+
+  /** endRound applies the changes that arrived during a round of first maps, and sends the batch if it came due then. */
+  private endRound(): void {
+    this.applyQueued();
+    if (this.flushAfterJob) {
+      // The batch came due during the round: sent now (a timer those changes set would be one batch too many).
+      this.flushAfterJob = false;
+      this.flushInSlices();
+    } else if (this.deferredOpens.length) this.armOpens();
   }
 
   /** open registers a session after its full map was sent, recording what that map contained. */
@@ -453,9 +531,13 @@ export class SessionHub {
   /** deferredOpens are new sessions whose full map waits for the pending flush (see begin). */
   private deferredOpens: DeferredOpen[] = [];
   private flushTimer?: NodeJS.Timeout;
-  /** job is the flush being sent in slices (see FLUSH_SLICE_MS); queued the changes that arrived meanwhile. */
+  /**
+   * job is the flush being sent in slices (see FLUSH_SLICE_MS), round the first maps (see OpenRound); queued the
+   * changes that arrived meanwhile.
+   */
   private job?: FlushJob;
   private queued: Change[] = [];
+  private round?: OpenRound;
   /** flushAfterJob: the batch timer fired while a flush was still being sent. */
   private flushAfterJob = false;
   /** opensTimer sends the deferred sessions their full maps if the batch's flush has not by then (see begin). */
@@ -506,7 +588,7 @@ export class SessionHub {
 
   private readonly onBatchTimer = (): void => {
     this.flushTimer = undefined;
-    if (this.job) { this.flushAfterJob = true; return; }
+    if (this.busy) { this.flushAfterJob = true; return; }
     try {
       this.flush(FLUSH_SLICE_MS);
     } catch (err) {
@@ -537,11 +619,13 @@ export class SessionHub {
     this.flush(sliceMs);
   }
 
-  /** flushing: a flush is being sent in slices (see FLUSH_SLICE_MS). */
-  get flushing(): boolean { return this.job !== undefined; }
+  /** flushing: a flush or a round of first maps is being sent in slices (see FLUSH_SLICE_MS). */
+  get flushing(): boolean { return this.busy; }
+  private get busy(): boolean { return this.job !== undefined || this.round !== undefined; }
 
   /** flushNow sends whatever is pending at once (shutdown, tests). */
   flushNow(): void {
+    this.finishRound();
     clearTimeout(this.flushTimer);
     clearTimeout(this.opensTimer);
     this.flushTimer = undefined;
@@ -828,7 +912,7 @@ export class SessionHub {
     try {
       this.flushChanges(sliceMs);
     } finally {
-      if (!this.job) this.openDeferred();
+      if (!this.job) this.openDeferred(sliceMs);
     }
   }
 
@@ -877,7 +961,7 @@ export class SessionHub {
     }
     this.job = undefined;
     this.endJob(job);
-    this.openDeferred();
+    this.openDeferred(sliceMs);
   }
 
   /** runJob sends sessions their messages for about sliceMs; true when every session has had its turn. */
@@ -907,18 +991,23 @@ export class SessionHub {
     }
   }
 
+  /** applyQueued applies the changes that arrived while a flush or a round of first maps was under way. */
+  private applyQueued(): void {
+    const queued = this.queued;
+    this.queued = [];
+    // Changes that waited came back to back with what held them (a burst goes on): the window is set as for one
+    // right behind another change.
+    if (queued.length) this.lastChangeAt = performance.now();
+    for (const c of queued) this.dispatch(c);
+  }
+
   /** endJob records a flush's cost and applies the changes that arrived while it was being sent. */
   private endJob(job: FlushJob): void {
     this.countDeltas();
     this.flushEnd = performance.now();
     this.lastFlushMs = job.busyMs;
     this.metrics.mapBatches.observe(job.busyMs / 1000);
-    const queued = this.queued;
-    this.queued = [];
-    // Changes that waited for this flush came back to back with it (a burst goes on): the window is set as for
-    // one right behind another change.
-    if (queued.length) this.lastChangeAt = performance.now();
-    for (const c of queued) this.dispatch(c);
+    this.applyQueued();
     if (this.flushAfterJob) {
       this.flushAfterJob = false;
       this.schedule();

@@ -3,8 +3,8 @@ import { TestDevice, type RegisterOptions } from './device.js';
 /** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
 export const JOIN_ATTEMPTS = 3;
 
-/** JoinPhases: how long the successful attempt of a join spent dialing (TCP and the Noise handshake), registering, and
- * waiting for its first map (from the map request to the first MapResponse applied), in ms. */
+/** JoinPhases: how long the successful attempt of a join spent dialing (`GET /key`, TCP and the Noise handshake),
+ * registering, and waiting for its first map (from the map request to the first MapResponse applied), in ms. */
 export interface JoinPhases { connectMs: number; registerMs: number; firstMapMs: number }
 
 /**

@@ -143,19 +143,20 @@ const UNSHARED_KEY_LENGTH = 2048;
 /** OWNER_SETS_MAX bounds the table of shared shownOwners sets (SessionHub.ownerSet); a tailnet shows far fewer. */
 const OWNER_SETS_MAX = 4096;
 
-/** FlushJob is one flush being sent: its sessions, the next to send, the per-session step and the time spent. */
 /**
  * OpenRound is a round of first maps sent in slices of FLUSH_SLICE_MS with the event loop free in between, like a
  * flush: the first map of a round extends the policy's view for every joiner since the last round (~100 ms at
  * 9,000 devices) and each map costs ~10 ms (5,000 devices), so a round of twenty held up every handshake,
- * registration and map request for a quarter of a second or more. Changes that arrive meanwhile wait for its end, so the whole round
- * shares one view of the tailnet (and one extension of it); sessions opening meanwhile wait for the next round.
+ * registration and map request for a quarter of a second or more. Changes that arrive meanwhile wait for its
+ * end, so the whole round shares one view of the tailnet (and one extension of it); sessions opening meanwhile
+ * wait for the next round.
  */
 interface OpenRound {
   opens: DeferredOpen[];
   next: number;
 }
 
+/** FlushJob is one flush being sent: its sessions, the next to send, the per-session step and the time spent. */
 interface FlushJob {
   sessions: MapSession[];
   next: number;

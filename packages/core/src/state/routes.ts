@@ -37,7 +37,7 @@ export class RouteService {
      * is sent in slices, so the view may not know yet of the node (or policy) a change names (a router that
      * registered meanwhile was compiled as an unknown node, with nothing approved).
      */
-    private readonly policy: () => Policy | null = () => view.compiledPolicy,
+    private readonly policy: () => Policy | null,
   ) {}
 
   /**

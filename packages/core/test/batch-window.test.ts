@@ -2,7 +2,7 @@
 // after the short quiet window, changes right behind a flush wait the base window; a busy one (a join burst) doubles the window up to its cap, so many joins share one
 // message per session instead of one message per join per session.
 import t from 'tap';
-import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, LONE_FLUSH_CHANGES, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, MAX_SHARE_WINDOW_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
+import { BATCH_WINDOW_MS, FLUSH_SHARE, HURRY_GAP_MS, LONE_FLUSH_CHANGES, LULL_MS, MAX_BATCH_WINDOW_MS, MAX_OPEN_WAIT_MS, MAX_SHARE_WINDOW_MS, OPEN_SHARE, QUIET_WINDOW_MS, nextBatchWindow, openWait } from '../src/control/sessions.js';
 import { Fleet } from './fleet.js';
 import { machineKey, nodeKey } from './harness.js';
 
@@ -30,6 +30,7 @@ t.test('on a busy loop with changes back to back the window is at least FLUSH_SH
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 1), 2 * BATCH_WINDOW_MS, 'a cheap flush: the window doubles as before');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 10_000), MAX_SHARE_WINDOW_MS, 'never above its own cap');
   t.ok(MAX_SHARE_WINDOW_MS > MAX_BATCH_WINDOW_MS);
+  t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 2000), FLUSH_SHARE * 2000, 'a 2 s flush (10,000 sessions with a policy): still four times it, fan-out a fifth of the time');
   t.equal(nextBatchWindow(BATCH_WINDOW_MS, 0.95, 2, 500), FLUSH_SHARE * 500, 'a 500 ms flush (thousands of sessions): past the doubling cap, fan-out still a fifth of the time');
   t.equal(nextBatchWindow(MAX_BATCH_WINDOW_MS, 0.95, 2, 10), MAX_BATCH_WINDOW_MS, 'doubling alone stops at its cap');
   t.equal(nextBatchWindow(4 * MAX_BATCH_WINDOW_MS, 0.95, 2, 10), MAX_BATCH_WINDOW_MS, 'a long window ends with the costly flushes that set it');
@@ -144,4 +145,57 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   t.equal(f.hub.batchWindow, long);
   f.hub.loadMeter = meter;
   f.hub.flushNow();
+});
+
+// Regression: at the end of a join burst no change comes after the lull to hurry the batch, and the last joiners'
+// peers learned of them only when the window the burst's flushes set ran out (5-10 s at 5,000-10,000 devices, bench).
+t.test('a batch waiting a long window goes out after a lull with no change; changes coming closer than that keep it waiting', async (t) => {
+  const { f, nodes } = await threeConnected(t);
+  f.hub.flushNow();
+  const viewer = f.connected.get(nodes[1]!.id)!.client;
+  const hub = f.hub as unknown as { lastFlushMs: number; flushEnd: number; lastFlushChanges: number };
+  // As if a 2 s flush of a burst's changes had just ended (10,000 devices): the next change waits FLUSH_SHARE times that.
+  hub.lastFlushMs = 2000; hub.flushEnd = performance.now(); hub.lastFlushChanges = 50;
+  const long = Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * 2000);
+  const before = viewer.messages;
+  const scheduled = performance.now();
+  await f.state.renameNode(nodes[2]!.id, 'trailing-0');
+  t.equal(f.hub.batchWindow, long, 'the trailing change waits the long window');
+  // More changes, each well within LULL_MS of the one before, on a busy loop (a gap of HURRY_GAP_MS or more on an
+  // idle one hurries the batch, tested above): the burst goes on, the batch keeps waiting.
+  const meter = f.hub.loadMeter;
+  let busy = true;
+  f.hub.loadMeter = { mark: () => 0, since: () => (busy ? 0.9 : 0.1) };
+  t.teardown(() => { f.hub.loadMeter = meter; });
+  let last = performance.now();
+  for (let i = 1; i <= 3; i++) {
+    await new Promise((r) => setTimeout(r, LULL_MS / 2));
+    await f.state.renameNode(nodes[2]!.id, `trailing-${i}`);
+    last = performance.now();
+  }
+  t.equal(viewer.messages, before, 'changes coming closer than the lull apart kept the batch waiting');
+  t.equal(f.hub.lulled, 0);
+  // No change for longer than a lull, but on a loop busy all along (held up, not idle): still waiting.
+  await new Promise((r) => setTimeout(r, LULL_MS * 1.6));
+  t.equal(viewer.messages, before, 'a gap in changes on a busy loop is not a lull');
+  t.equal(f.hub.lulled, 0);
+  // Then the loop goes idle, still with no change: the batch goes out within about a lull.
+  busy = false;
+  last = performance.now();
+  while (viewer.messages === before && performance.now() < scheduled + long) await new Promise((r) => setTimeout(r, 5));
+  const at = performance.now();
+  t.ok(viewer.messages > before, 'the viewer got the batch');
+  t.ok(at >= last, 'not while the loop was busy');
+  t.ok(at < scheduled + long, 'before the long window would have ended');
+  t.equal(f.hub.lulled, 1, 'sent early once, for the lull');
+  t.equal(f.hub.hurried, 0, 'no change came to hurry it');
+  f.hub.loadMeter = meter;
+  const { registry } = (f.hub as unknown as { metrics: { registry: import('prom-client').Registry } }).metrics;
+  const metrics = await registry.getSingleMetric('headway_map_batches_early_total')!.get();
+  t.equal(metrics.values.find((v) => v.labels.reason === 'lull')?.value, 1, 'counted on /metrics');
+  // A short window (a quiet server) never waits for a lull: nothing is armed.
+  await f.state.renameNode(nodes[0]!.id, 'quiet');
+  t.ok(f.hub.batchWindow <= LULL_MS, `a change on a quiet server waits ${f.hub.batchWindow} ms`);
+  f.hub.flushNow();
+  t.equal(f.hub.lulled, 1);
 });

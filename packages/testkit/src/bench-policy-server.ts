@@ -97,10 +97,14 @@ async function main(): Promise<void> {
         const { count: trimCount, sum: trimSum } = await histogram('headway_memory_trim_seconds');
         const blocksReused = (await read('headway_full_map_peer_blocks_reused'))[0]?.value ?? 0;
         const blocksCompressed = (await read('headway_full_map_peer_blocks_compressed'))[0]?.value ?? 0;
+        // Batches sent before their window ended: a change after a lull, or a lull with no change (the burst's end).
+        const early = await read('headway_map_batches_early_total');
+        const earlyOf = (reason: string) => (early as Array<{ value: number; labels?: Record<string, string | number> }>).find((v) => v.labels?.reason === reason)?.value ?? 0;
         return {
           nodes: nodes.length, withApprovedRoutes: nodes.filter((n) => n.approvedRoutes.length > 0).length, tagged: nodes.filter((n) => n.tags.length > 0).length,
           batches: count, batchSeconds: Math.round(sum * 100) / 100, contextsBuilt: contexts, contextsExtended: extended, contextsAdopted: adopted,
           memoryTrims: trimCount, memoryTrimMs: Math.round(trimSum * 1e4) / 10, peerBlocksReused: blocksReused, peerBlocksCompressed: blocksCompressed,
+          batchesHurried: earlyOf('change'), batchesLulled: earlyOf('lull'),
         };
       }
       case 'profileStart': return profiler.start(req.intervalUs);

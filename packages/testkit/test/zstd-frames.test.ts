@@ -333,3 +333,39 @@ t.test('own text in frames of a character or two, with blanks between tokens, st
   }
   t.equal(cut, 60, 'every block was cut out and shared, blanks and one-character frames notwithstanding');
 });
+
+t.test('a policy change\'s long message, hundreds of blocks between own pieces short and long, decodes as its whole text parses', async (t) => {
+  // The decoder tests how the own text so far ends: right after pieces longer and shorter than what it looks at,
+  // after blanks cut off across several pieces, after a block's mark, hundreds of times in one message.
+  let cut = 0, total = 0;
+  for (let seed = 1; seed <= 12; seed++) {
+    const rng = new PlanRng(1000 + seed);
+    const blocks = Array.from({ length: 200 + rng.int(200) }, (_, b) => compress(Buffer.from(JSON.stringify(
+      Array.from({ length: 20 + rng.int(30) }, (_, k) => `100.${64 + (b >> 8)}.${b & 255}.${k}`)))));
+    const list = compress(Buffer.from(peerList(rng, 'PeersChanged')));
+    const pad = (): string => ' '.repeat(rng.int(3));
+    const frames: Buffer[] = [];
+    const own = (text: string): void => { for (const f of cutText(rng, text)) frames.push(rng.chance(0.2) ? raw(zstdDecompress(f)) : f); };
+    // A list after blanks and a comma that come in frames of their own.
+    own('{"Domain":"example.com"');
+    frames.push(raw(Buffer.from(pad())), raw(Buffer.from(',')), raw(Buffer.from(` ${pad()}`)), list);
+    own(`,${pad()}"PacketFilters":{`);
+    blocks.forEach((block, k) => {
+      // Destinations of every length: a few characters, or far more than the end the decoder keeps.
+      const dsts = Array.from({ length: rng.int(6) }, (_, d) => `{"IP":"100.99.${k & 255}.${d}","Ports":{"First":${d},"Last":${d + rng.int(2000)}}}`).join(',');
+      own(`${k ? ',' : ''}"r${k}":[{"SrcIPs":${pad()}`);
+      frames.push(block);
+      own(`${pad()},"DstPorts":[${dsts}]}]`);
+    });
+    own('}}');
+    const { text, expected } = wholeOrRefused(t, frames, `seed ${seed}`);
+    if (expected === undefined) { t.fail(`seed ${seed}: the whole text should parse`); continue; }
+    const got = decodeOne(frames) as { PacketFilters: Record<string, Array<{ SrcIPs: unknown }>> };
+    t.same(got, expected, `seed ${seed}: ${text.length} characters in ${frames.length} frames, ${blocks.length} blocks`);
+    // Each block was cut out and parsed once: another message holding it gets the very same array.
+    const again = decodeOne([compress(Buffer.from('{"PacketFilters":{"x":[{"SrcIPs":')), blocks[blocks.length - 1]!, compress(Buffer.from(',"DstPorts":[]}]}}'))]) as typeof got;
+    total++;
+    if (got.PacketFilters[`r${blocks.length - 1}`]![0]!.SrcIPs === again.PacketFilters.x![0]!.SrcIPs) cut++;
+  }
+  t.equal(cut, total, 'the last block of every message was cut out and shared');
+});

@@ -46,6 +46,17 @@ export const MAX_BATCH_WINDOW_MS = 1280;
  * in the gaps of a burst at 1,000 devices; without that check it sent 4-6 more batches a burst).
  */
 export const HURRY_GAP_MS = 100;
+/**
+ * LULL_MS: a batch waiting a window longer than this goes out after QUIET_WINDOW_MS once this long has passed with
+ * no change at all, no flush or round under way (they hold changes back) and the event loop mostly idle (under
+ * BUSY_UTILIZATION). HURRY_GAP_MS needs a change to come after the lull; at the end of a burst none comes, and the
+ * burst's last changes waited out the window its flushes set (at 5,000 and 10,000 joining devices, windows of
+ * several seconds: peers learned of the last joiners 5-10 s after they joined). Nothing more is coming to share
+ * that batch, so waiting longer only delays it. Inside a burst the loop is busy: a gap in changes there is the loop
+ * held up (a long first map, a collection), not a lull, and without the idle test a 5,000-device join sent 3 of
+ * its batches early so.
+ */
+export const LULL_MS = 500;
 /** LONE_FLUSH_CHANGES: a flush that carried this many changes or fewer was not a burst's (see nextBatchWindow). */
 export const LONE_FLUSH_CHANGES = 3;
 /** BUSY_UTILIZATION is the event-loop utilization, while the previous batch was collected, above which the server counts as loaded. */
@@ -98,9 +109,13 @@ export const FLUSH_SHARE = 4;
  * a policy) sets a longer one, so that fanning out still takes at most about a fifth of the server's time. At 5,000
  * joining devices, capped at MAX_BATCH_WINDOW_MS, the flushes cost ~0.5 s each and came every ~1.3 s (39 s of the
  * server's 134 s in the join, 84 batches); with this cap 60 batches took 33 s, the join took as long (its pace is
- * set by the joins in flight) and the devices converged 1.1 s after the last join against 2.0 s.
+ * set by the joins in flight) and the devices converged 1.1 s after the last join against 2.0 s. At 10,000 a flush
+ * costs ~2 s, and a cap of 5 s held the window under FLUSH_SHARE times it: 122 flushes took 227 s of the server's
+ * 521-544 s; with 10 s, 74 flushes took 162 s, the join took 615 s against 729 s (server CPU 446 s against 521 s,
+ * the load generator's 658 s against 794 s on the same two cores), and the devices converged 8.6 s after the last
+ * join against 5.3 s (the last batch waits out a longer window).
  */
-export const MAX_SHARE_WINDOW_MS = 5000;
+export const MAX_SHARE_WINDOW_MS = 10000;
 /**
  * FLUSH_SLICE_MS: a batch timer's flush sends its messages in slices of about this much work, with the event loop
  * free in between, and changes that arrive meanwhile wait for its end (the flush keeps one view of the tailnet).
@@ -351,6 +366,7 @@ export class SessionHub {
     this.round = undefined;
     this.queued = [];
     clearTimeout(this.flushTimer);
+    clearTimeout(this.lullTimer);
     clearTimeout(this.opensTimer);
     for (const set of this.byNode.values()) for (const s of set) s.close();
     this.byNode.clear();
@@ -577,6 +593,7 @@ export class SessionHub {
         this.window = QUIET_WINDOW_MS;
         this.flushTimer = setTimeout(this.onBatchTimer, QUIET_WINDOW_MS);
         this.hurried++;
+        this.metrics.mapBatchesEarly.inc({ reason: 'change' });
       }
       return;
     }
@@ -585,7 +602,34 @@ export class SessionHub {
     this.collectMark = this.loadMeter.mark();
     this.scheduledAt = now;
     this.flushTimer = setTimeout(this.onBatchTimer, this.window);
+    if (this.window > LULL_MS) this.armLull(LULL_MS);
   }
+
+  /** armLull sets the timer that looks for a lull in changes under a long window (see LULL_MS). */
+  private armLull(delayMs: number): void {
+    clearTimeout(this.lullTimer);
+    this.lullMark = this.loadMeter.mark();
+    this.lullTimer = setTimeout(this.onLull, delayMs);
+  }
+
+  private readonly onLull = (): void => {
+    this.lullTimer = undefined;
+    // Sent already, or due at the end of a flush under way.
+    if (!this.flushTimer) return;
+    const now = performance.now();
+    const quiet = now - this.lastChangeAt;
+    // While a flush or a round is sent, changes wait for its end: no lull can be told then.
+    if (this.busy || quiet < LULL_MS) { this.armLull(this.busy ? LULL_MS : LULL_MS - quiet); return; }
+    if (this.loadMeter.since(this.lullMark) >= BUSY_UTILIZATION) { this.armLull(LULL_MS); return; }
+    if (this.scheduledAt + this.window - now <= QUIET_WINDOW_MS) return;
+    clearTimeout(this.flushTimer);
+    this.window = QUIET_WINDOW_MS;
+    this.flushTimer = setTimeout(this.onBatchTimer, QUIET_WINDOW_MS);
+    this.lulled++;
+    this.metrics.mapBatchesEarly.inc({ reason: 'lull' });
+  };
+  private lullTimer?: NodeJS.Timeout;
+  private lullMark?: unknown;
 
   private readonly onBatchTimer = (): void => {
     this.flushTimer = undefined;
@@ -604,6 +648,8 @@ export class SessionHub {
   private scheduledAt = 0;
   /** hurried counts batches sent early by a change after a lull (see HURRY_GAP_MS; tests). */
   hurried = 0;
+  /** lulled counts batches sent early after a lull with no change (see LULL_MS; tests, the benchmark). */
+  lulled = 0;
   /** blockFrames counts the blocks of filter sources compressed once per flush for the sessions sending them (tests). */
   blockFrames = 0;
   /** partFrames counts the shared PeersChanged and PeersChangedPatch parts compressed once per flush as frames of their own (tests). */

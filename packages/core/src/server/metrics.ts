@@ -11,6 +11,8 @@ export class Metrics {
   /** mapBatches times each batch of changes sent to map sessions (SessionHub's flush), its fan-out included. */
   readonly mapBatches: Histogram;
   readonly mapBatchWindow: Gauge;
+  /** mapBatchesEarly counts batches sent before their window ended: a change came after a lull, or none came (SessionHub). */
+  readonly mapBatchesEarly: Counter<'reason'>;
   /** memoryTrim* measure the C heap trims after garbage collections (server/memory.ts). */
   readonly memoryTrimSeconds: Histogram;
   readonly memoryTrimmedBytes: Counter;
@@ -26,6 +28,10 @@ export class Metrics {
       registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
     });
     this.mapBatchWindow = new Gauge({ name: 'headway_map_batch_window_seconds', help: 'How long changes are collected before they are sent (longer under load)', registers: [this.registry] });
+    this.mapBatchesEarly = new Counter({
+      name: 'headway_map_batches_early_total', help: 'Batches of changes sent before their window ended, by reason: a change after a lull (change) or a lull with no change (lull)',
+      labelNames: ['reason'], registers: [this.registry],
+    });
     this.memoryTrimSeconds = new Histogram({
       name: 'headway_memory_trim_seconds', help: 'Time to give the C heap\'s free pages back to the system (glibc malloc_trim)',
       registers: [this.registry], buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],

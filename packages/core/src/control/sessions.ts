@@ -112,8 +112,8 @@ export const FLUSH_SHARE = 4;
  * set by the joins in flight) and the devices converged 1.1 s after the last join against 2.0 s. At 10,000 a flush
  * costs ~2 s, and a cap of 5 s held the window under FLUSH_SHARE times it: 122 flushes took 227 s of the server's
  * 521-544 s; with 10 s, 74 flushes took 162 s, the join took 615 s against 729 s (server CPU 446 s against 521 s,
- * the load generator's 658 s against 794 s on the same two cores), and the devices converged 8.6 s after the last
- * join against 5.3 s (the last batch waits out a longer window).
+ * the load generator's 658 s against 794 s on the same two cores); the burst's last batch then waited out a longer
+ * window (converged 8.6 s after the last join against 5.3 s), which LULL_MS now cuts short.
  */
 export const MAX_SHARE_WINDOW_MS = 10000;
 /**

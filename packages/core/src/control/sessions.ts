@@ -587,14 +587,8 @@ export class SessionHub {
     if (this.flushTimer) {
       // A change after a lull, joining a batch that waits a long window, on a loop mostly idle since that batch
       // was scheduled: the burst that set the window is over.
-      if (sinceChange >= HURRY_GAP_MS && this.scheduledAt + this.window - now > QUIET_WINDOW_MS
-        && this.collectMark !== undefined && this.loadMeter.since(this.collectMark) < BUSY_UTILIZATION) {
-        clearTimeout(this.flushTimer);
-        this.window = QUIET_WINDOW_MS;
-        this.flushTimer = setTimeout(this.onBatchTimer, QUIET_WINDOW_MS);
-        this.hurried++;
-        this.metrics.mapBatchesEarly.inc({ reason: 'change' });
-      }
+      if (sinceChange >= HURRY_GAP_MS && this.collectMark !== undefined && this.loadMeter.since(this.collectMark) < BUSY_UTILIZATION
+        && this.sendSoon('change', now)) this.hurried++;
       return;
     }
     this.window = nextBatchWindow(this.window, this.collectBusy, now - this.flushEnd, this.lastFlushMs, sinceChange, this.lastFlushChanges);
@@ -621,13 +615,21 @@ export class SessionHub {
     // While a flush or a round is sent, changes wait for its end: no lull can be told then.
     if (this.busy || quiet < LULL_MS) { this.armLull(this.busy ? LULL_MS : LULL_MS - quiet); return; }
     if (this.loadMeter.since(this.lullMark) >= BUSY_UTILIZATION) { this.armLull(LULL_MS); return; }
-    if (this.scheduledAt + this.window - now <= QUIET_WINDOW_MS) return;
+    if (this.sendSoon('lull', now)) this.lulled++;
+  };
+
+  /**
+   * sendSoon sends the pending batch after QUIET_WINDOW_MS instead of the rest of its window, counted by reason
+   * (HURRY_GAP_MS, LULL_MS); false when it is due by then anyway.
+   */
+  private sendSoon(reason: 'change' | 'lull', now: number): boolean {
+    if (this.scheduledAt + this.window - now <= QUIET_WINDOW_MS) return false;
     clearTimeout(this.flushTimer);
     this.window = QUIET_WINDOW_MS;
     this.flushTimer = setTimeout(this.onBatchTimer, QUIET_WINDOW_MS);
-    this.lulled++;
-    this.metrics.mapBatchesEarly.inc({ reason: 'lull' });
-  };
+    this.metrics.mapBatchesEarly.inc({ reason });
+    return true;
+  }
   private lullTimer?: NodeJS.Timeout;
   private lullMark?: unknown;
 

@@ -1279,7 +1279,7 @@ export interface operations {
                 /** @description Set the key expiry to this RFC 3339 time (past or future) */
                 expiry?: string | null;
                 /** @description true: the node never expires */
-                disableExpiry?: "true" | "false" | "";
+                disableExpiry?: "true" | "false";
             };
             header?: never;
             path: {

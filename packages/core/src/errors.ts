@@ -37,7 +37,11 @@ export class HeadwayError extends Error {
 }
 
 export const badField = (field: string, message: string) => new HeadwayError('invalid_field', `${field}: ${message}`, field);
-export const notFound = (what: string, id: string | number) => new HeadwayError('not_found', `${what} ${id} not found`);
+/** notFound names what was asked for, cut to 80 characters (a path segment can be kilobytes; the answer need not echo it). */
+export const notFound = (what: string, id: string | number) => {
+  const text = String(id);
+  return new HeadwayError('not_found', `${what} ${text.length > 80 ? `${text.slice(0, 80)}…` : text} not found`);
+};
 
 /**
  * safeErrorText describes a failure for the ERR log. Driver errors (they carry a

@@ -469,6 +469,8 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   await expect('CreatePreAuthKey', { user: 77 }, 'NOT_FOUND', 'user 77 not found');
   await expect('CreatePreAuthKey', { user: alice.res.user.id, acl_tags: ['web'] }, 'INVALID_ARGUMENT', /^acl_tags: /);
   await expect('CreatePreAuthKey', { user: alice.res.user.id, expiration: { seconds: 1 } }, 'INVALID_ARGUMENT', 'expiration: must be in the future');
+  // Past year 9999: a Date still, but not one every database's timestamp column holds.
+  await expect('CreatePreAuthKey', { user: alice.res.user.id, expiration: { seconds: 253402300800 } }, 'INVALID_ARGUMENT', /^expiration: expected a time between years 1 and 9999/);
   t.strictSame(await s.state.listPreAuthKeys(), [], 'no key was made');
   await expect('ExpirePreAuthKey', { id: 5 }, 'NOT_FOUND', 'pre-auth key 5 not found');
   await expect('ExpireApiKey', {}, 'INVALID_ARGUMENT', 'prefix: is required (or id)');

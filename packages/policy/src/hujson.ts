@@ -41,10 +41,18 @@ export function parseHuJSON(text: string): JNode {
   return v;
 }
 
+/**
+ * MAX_DEPTH bounds how deeply objects and lists nest. Policies nest a handful of levels (capability values a few
+ * more); without a bound a text of thousands of '[' overflowed the parser's stack, an error that was no
+ * PolicyError and reached the API as a 500.
+ */
+export const MAX_DEPTH = 200;
+
 class HuParser {
   private i = 0;
   private line = 1;
   private col = 1;
+  private depth = 0;
 
   constructor(private readonly s: string) {}
 
@@ -97,8 +105,13 @@ class HuParser {
     const at = this.pos();
     const c = this.s[this.i];
     switch (c) {
-      case '{': return this.object();
-      case '[': return this.array();
+      case '{': case '[': {
+        if (this.depth >= MAX_DEPTH) this.fail(`objects and lists nest deeper than ${MAX_DEPTH} levels`);
+        this.depth++;
+        const v = c === '{' ? this.object() : this.array();
+        this.depth--;
+        return v;
+      }
       case '"': return { kind: 'string', pos: at, value: this.string() };
       case "'": this.fail('single-quoted strings are not allowed; use double quotes');
       // falls through (fail never returns)

@@ -327,6 +327,23 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       pol.randomizeClientPort = rcp.value;
     }, undefined);
   }
+  // Sections Headway reads but does not act on keep the shapes Tailscale gives them: one of another type was
+  // taken in silence (`"disableIPv4": 1`), as if it meant something.
+  const shaped: Array<[string, 'bool' | 'string' | 'object' | 'list' | 'lists']> = [
+    ['disableIPv4', 'bool'], ['OneCGNATRoute', 'string'], ['derpMap', 'object'], ['attrConfig', 'object'],
+    ['defaultSrcPosture', 'list'], ['postures', 'lists'], ['ipsets', 'lists'],
+  ];
+  for (const [key, shape] of shaped) {
+    const n = top.get(key);
+    if (!n || n.kind === 'null') continue;
+    attempt(() => {
+      if (shape === 'bool' && n.kind !== 'bool') err(`${key} must be true or false`, n.pos);
+      if (shape === 'string' && n.kind !== 'string') err(`${key} must be a string`, n.pos);
+      if (shape === 'object') expectObject(n, key);
+      if (shape === 'list') strList(n, key);
+      if (shape === 'lists') for (const e of expectObject(n, key).entries) strList(e.value, `${key}[${JSON.stringify(e.key)}]`);
+    }, undefined);
+  }
 
   const checkTag = (name: string, at: Pos | undefined, prefix: string) => {
     if (!(name in pol.tagOwners)) err(`${prefix}tag not found: ${JSON.stringify(name)}`, at);

@@ -151,3 +151,37 @@ t.test('userReferenceWarnings flags users that match no live user, or several', 
   tt.same(userReferenceWarnings(policy, undefined), ['users are not verified offline: alice@, bob@, carol@example.com, dave@']);
   tt.same(userReferenceWarnings(parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}'), []), [], 'no users named, nothing to say');
 });
+
+t.test('nesting is bounded: 200 levels parse, one more is a PolicyError at the bracket, not a stack overflow', async (tt) => {
+  const prefix = '{"nodeAttrs":[{"target":["*"],"app":{"x.com/cap":';
+  const nested = (depth: number) => `${prefix}${'['.repeat(depth - 4)}${']'.repeat(depth - 4)}}}]}`;
+  // Levels: the object, nodeAttrs' list, its object, app's object, then the lists.
+  tt.doesNotThrow(() => parsePolicy(nested(200)), '200 levels');
+  const err = (() => { try { parsePolicy(nested(201)); } catch (e) { return e; } })();
+  tt.type(err, PolicyError);
+  tt.match((err as Error).message, /nest deeper than 200 levels/);
+  tt.equal((err as PolicyError).column, prefix.length + 197, 'at the opening bracket of level 201');
+  const deep = checkPolicy(`{"acls":${'['.repeat(100_000)}}`);
+  tt.match(deep.errors[0]?.message ?? '', /nest deeper than 200 levels/, 'checkPolicy reports it too, however deep the text');
+});
+
+t.test('sections read but not acted on must still have their shapes', async (tt) => {
+  const bad: Array<[string, RegExp]> = [
+    ['"disableIPv4": 1', /disableIPv4 must be true or false/],
+    ['"OneCGNATRoute": 1', /OneCGNATRoute must be a string/],
+    ['"derpMap": []', /derpMap must be an object/],
+    ['"attrConfig": "x"', /attrConfig must be an object/],
+    ['"defaultSrcPosture": "posture:a"', /defaultSrcPosture must be a list of strings/],
+    ['"postures": {"posture:a": [null]}', /postures\["posture:a"\] must be a string/],
+    ['"ipsets": {"ipset:a": "add 10.0.0.0/8"}', /ipsets\["ipset:a"\] must be a list of strings/],
+    ['"ipsets": []', /ipsets must be an object/],
+  ];
+  for (const [section, want] of bad) {
+    const r = checkPolicy(`{${section}, "acls": []}`);
+    tt.match(r.errors.map((e) => e.message).join('\n'), want, section);
+  }
+  const good = checkPolicy(`{"disableIPv4": false, "OneCGNATRoute": "mullvad", "derpMap": {"Regions": {}}, "attrConfig": {},
+    "defaultSrcPosture": ["posture:a"], "postures": {"posture:a": ["node:os == 'linux'"]}, "ipsets": {"ipset:a": ["add 10.0.0.0/8"]},
+    "acls": []}`);
+  tt.same(good.errors.map((e) => e.message), [], 'the shapes Tailscale gives them are taken');
+});

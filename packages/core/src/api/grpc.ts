@@ -20,6 +20,7 @@ import { BODY_LIMIT, POLICY_LIMIT } from './http.js';
 import * as ops from './operations.js';
 import { apiNode, type ApiDeps } from './route.js';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
+import { LATEST_TIME } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 
 /** GRPC_POLICY_LIMIT is the largest SetPolicy or CheckPolicy message: the REST API's policy body limit. */
@@ -65,7 +66,7 @@ function time(ts: Timestamp | null | undefined, field: string): Date | undefined
   if (!ts) return undefined;
   const ms = Number(ts.seconds) * 1000 + Math.floor((ts.nanos ?? 0) / 1_000_000);
   const d = new Date(ms);
-  if (!Number.isFinite(ms) || Number.isNaN(d.getTime())) throw badField(field, `expected a time between years 1 and 9999, found ${ts.seconds} seconds`);
+  if (!Number.isFinite(ms) || Number.isNaN(d.getTime()) || ms > LATEST_TIME) throw badField(field, `expected a time between years 1 and 9999, found ${ts.seconds} seconds`);
   return d;
 }
 

@@ -15,10 +15,17 @@ export async function readBody(ctx: Context, limit = BODY_LIMIT): Promise<Buffer
   if (declared > limit) throw new HeadwayError('payload_too_large', `request body of ${declared} bytes exceeds the ${limit}-byte limit`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of ctx.req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) throw new HeadwayError('payload_too_large', `request body exceeds the ${limit}-byte limit`);
-    chunks.push(chunk as Buffer);
+  try {
+    for await (const chunk of ctx.req) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new HeadwayError('payload_too_large', `request body exceeds the ${limit}-byte limit`);
+      chunks.push(chunk as Buffer);
+    }
+  } catch (err) {
+    // A client that goes away inside its body (the request stream errors with ECONNRESET or "aborted") made a bad
+    // request, not the server a failed one: it was logged as an internal error and counted as a 500.
+    if (err instanceof HeadwayError || !ctx.req.destroyed) throw err;
+    throw new HeadwayError('bad_request', `the client closed the connection after ${size} bytes of the request body`);
   }
   return Buffer.concat(chunks);
 }
@@ -40,9 +47,22 @@ export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new HeadwayError('invalid_json', 'body must be a JSON object');
   }
-  // Accept headscale-style snake_case field names as well as camelCase.
+  return camelKeys(parsed as Record<string, unknown>);
+}
+
+const SNAKE = /^[a-z][a-z0-9]*(_[a-z][a-z0-9]*)+$/;
+
+/**
+ * camelKeys reads headscale-style snake_case names (`acl_tags`, `disable_expiry`: its gateway takes the proto
+ * names as well as the JSON ones, in bodies and query strings) as camelCase; other names stay as sent, so an error
+ * about one names what the client sent (`__proto__` is a key like any other here, not the prototype).
+ */
+export function camelKeys(input: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(parsed)) out[k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase())] = v;
+  for (const [k, v] of Object.entries(input)) {
+    const key = SNAKE.test(k) ? k.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase()) : k;
+    Object.defineProperty(out, key, { value: v, enumerable: true, writable: true, configurable: true });
+  }
   return out;
 }
 

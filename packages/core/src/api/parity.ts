@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import { badField } from '../errors.js';
 import { apiNode, route, type ApiDeps, type Route } from './route.js';
-import { Empty, idText, NodeAnswer, numericId, optional, UserSchema } from './schemas.js';
+import { Empty, idText, NodeAnswer, numericId, optional, rfc3339Time, UserSchema } from './schemas.js';
 import { userView } from './views.js';
 import { approvePendingNode, checkAuthId, registerPendingNode, rejectPendingNode, setNodeExpiry } from './operations.js';
 
@@ -61,21 +61,26 @@ export const AUTH_ROUTES: Route[] = [
   }),
 ];
 
-const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i;
 const expiryText = () => optional(z.string()).meta({ description: 'Set the key expiry to this RFC 3339 time (past or future)', examples: ['2030-01-31T10:00:00Z'] });
 
 /**
  * EXPIRE_NODE sets a node's key expiry as headscale's ExpireNode does: no parameter
  * expires it now; `expiry` (RFC 3339) sets that time; `disableExpiry` clears it (the
  * node never expires). Both at once is a 400. headscale's gateway sends them in the
- * query string; a JSON body is read too.
+ * query string; a JSON body is read too. Since no parameter expires the node at once,
+ * one it does not know (`expires`, a typo) and a bare `disableExpiry` are refused
+ * rather than read as no parameter.
  */
 export const EXPIRE_NODE = route({
   method: 'POST', path: '/api/v1/node/:id/expire', operationId: 'expireNode', tag: 'Nodes', summary: 'Expire a node key, set its expiry or disable it',
   description: 'No parameter expires the key now (the device must log in again); `expiry` sets when it expires; `disableExpiry=true` makes it never expire.',
   params: z.object({ id: numericId('Node id') }),
-  query: z.object({ expiry: expiryText(), disableExpiry: queryFlag('true: the node never expires') }),
-  body: z.object({
+  query: z.strictObject({
+    expiry: expiryText(),
+    disableExpiry: z.enum(['true', 'false'], { error: (iss) => `expected true or false, found ${JSON.stringify(iss.input)}` }).optional()
+      .transform((v) => v === 'true').meta({ description: 'true: the node never expires', examples: ['true'] }),
+  }),
+  body: z.strictObject({
     expiry: expiryText(),
     disableExpiry: optional(z.boolean()).meta({ description: 'true: the node never expires', examples: [true] }),
   }),
@@ -84,10 +89,11 @@ export const EXPIRE_NODE = route({
   handle: async ({ params, query, body }, deps) => {
     const disable = query.disableExpiry || (body.disableExpiry ?? false);
     const raw = (query.expiry ?? body.expiry)?.trim();
-    if (raw && (!RFC3339.test(raw) || Number.isNaN(Date.parse(raw)))) {
+    const at = raw ? rfc3339Time(raw) : undefined;
+    if (raw && !at) {
       throw badField('expiry', `expected an RFC 3339 time such as 2030-01-31T10:00:00Z, found ${JSON.stringify(raw.slice(0, 80))}`);
     }
-    return { node: apiNode(deps, await setNodeExpiry(deps, params.id, { at: raw ? new Date(raw) : undefined, disable })) };
+    return { node: apiNode(deps, await setNodeExpiry(deps, params.id, { at, disable })) };
   },
 });
 

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
-import { BODY_LIMIT, readJson } from './http.js';
+import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import { nodeView } from './views.js';
 import type { Node } from '../domain.js';
@@ -133,14 +133,12 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
     errors: errors ?? [],
     handler: async (ctx, deps) => {
       const params = spec.params ? parseInput(spec.params, { ...ctx.params }) : {};
-      const query = spec.query ? parseInput(spec.query, { ...ctx.query }) : {};
+      const query = spec.query ? parseInput(spec.query, camelKeys({ ...ctx.query })) : {};
       const body = spec.body ? parseInput(spec.body, await readJson(ctx, spec.bodyLimit ?? BODY_LIMIT)) : {};
       return handle({ params, query, body } as RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps, ctx);
     },
   };
 }
-
-/** expiration reads expirationText: an RFC 3339 time or a duration from now; absent means none. */
 
 /** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
 export function apiNode(deps: ApiDeps, n: Node) {

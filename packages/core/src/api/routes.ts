@@ -2,12 +2,11 @@ import type { Context } from 'koa';
 import { z } from 'zod';
 import { badField } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
-import { parseDuration } from '../config/duration.js';
 import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
 import { BODY_LIMIT, POLICY_LIMIT, readJson } from './http.js';
 import {
-  ApiKeySchema, ClusterInstanceSchema, Empty, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
+  ApiKeySchema, ClusterInstanceSchema, Empty, expiration, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 import * as parity from './parity.js';
@@ -16,16 +15,6 @@ import * as ops from './operations.js';
 export * from './route.js';
 import { apiNode as view, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
-
-function expiration(v: string | undefined, field = 'expiration'): Date | null {
-  if (!v) return null;
-  const d = parseDuration(v);
-  if (d !== undefined) return new Date(Date.now() + d);
-  if (!/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(Date.parse(v))) {
-    throw badField(field, `expected an RFC 3339 time or a duration such as 24h, found ${JSON.stringify(v)}`);
-  }
-  return new Date(v);
-}
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.resolveUser(ref ?? '', field);
 

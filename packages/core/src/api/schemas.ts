@@ -1,6 +1,7 @@
 import 'zod-openapi';
 import { z } from 'zod';
-import { ERRORS, HeadwayError, type ErrorCode } from '../errors.js';
+import { badField, ERRORS, HeadwayError, type ErrorCode } from '../errors.js';
+import { parseDuration } from '../config/duration.js';
 
 /*
  * The REST API's shapes as zod schemas: one source for request validation (routes.ts),
@@ -119,12 +120,46 @@ export function optional<T extends z.ZodType>(schema: T) {
   return schema.nullish().transform((v): z.output<T> | undefined => v ?? undefined);
 }
 
-/** numericId is an id in a path or body: decimal digits, parsed to a number. */
+/** numericId is an id in a path or body: decimal digits, parsed to a number (one past 2^53 - 1 no id reaches,
+ * which a number would round to another id, is refused). */
 export const numericId = (description = 'Numeric id') =>
   z.string()
     .regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${JSON.stringify(iss.input)}` })
+    .refine((v) => !/^\d+$/.test(v) || Number.isSafeInteger(Number(v)), { error: (iss) => `id ${JSON.stringify(String(iss.input).slice(0, 40))} is too large (at most ${Number.MAX_SAFE_INTEGER})` })
     .transform(Number)
     .meta({ description, examples: ['1'] });
+
+/** LATEST_TIME: the last time an RFC 3339 year (four digits) and every database's timestamp column hold. */
+export const LATEST_TIME = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+const RFC3339_PARTS = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?(Z|[+-](\d{2}):(\d{2}))$/i;
+
+/**
+ * rfc3339Time reads an RFC 3339 time (seconds optional), or undefined if `text` is none: a calendar date that does
+ * not exist (February 31, hour 24) is refused where Date.parse rolls it over into the next month or day.
+ */
+export function rfc3339Time(text: string): Date | undefined {
+  const m = RFC3339_PARTS.exec(text);
+  if (!m) return undefined;
+  const [year, month, day, hour, minute, second] = [1, 2, 3, 4, 5, 6].map((k) => Number(m[k] ?? 0)) as [number, number, number, number, number, number];
+  const days = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  if (month < 1 || month > 12 || day < 1 || day > days || hour > 23 || minute > 59 || second > 59) return undefined;
+  if (m[9] !== undefined && (Number(m[9]) > 23 || Number(m[10]) > 59)) return undefined;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) ? new Date(ms) : undefined;
+}
+
+/**
+ * expiration reads an expiration field: an RFC 3339 time or a duration from now (`24h`, `90d`); absent or empty
+ * is none. One past 9999-12-31 is refused (a long enough duration made a Date the databases cannot store: a 500).
+ */
+export function expiration(v: string | undefined, field = 'expiration'): Date | null {
+  if (!v) return null;
+  const d = parseDuration(v);
+  const at = d !== undefined ? new Date(Date.now() + d) : rfc3339Time(v);
+  if (!at) throw badField(field, `expected an RFC 3339 time or a duration such as 24h, found ${JSON.stringify(v.slice(0, 80))}`);
+  if (!(at.getTime() <= LATEST_TIME)) throw badField(field, `${JSON.stringify(v.slice(0, 80))} is after 9999-12-31T23:59:59Z`);
+  return at;
+}
 
 /**
  * idText accepts a decimal string or a JSON integer and reads it as a string: headscale's

@@ -4,7 +4,10 @@ import { canonicalPrefix, isExitRoute } from '../net/ip.js';
 /** approvedRouteSet is an approved-routes list as stored: canonical, sorted, and either exit route approving both. */
 export function approvedRouteSet(routes: string[], field = 'routes'): string[] {
   const set = new Set<string>();
-  for (const c of canonicalRoutes(routes.map((x) => x.trim()).filter(Boolean), field)) {
+  const trimmed = routes.map((x) => x.trim());
+  // [""] once cleared every approval as [] does: a blank from a script's empty variable would drop a node's routes.
+  if (trimmed.some((x) => x === '')) throw badField(field, 'an entry is empty; send an empty list to remove every approved route');
+  for (const c of canonicalRoutes(trimmed, field)) {
     if (isExitRoute(c)) { set.add('0.0.0.0/0'); set.add('::/0'); } else set.add(c);
   }
   return [...set].sort();

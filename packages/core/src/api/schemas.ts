@@ -141,7 +141,10 @@ export function rfc3339Time(text: string): Date | undefined {
   const m = RFC3339_PARTS.exec(text);
   if (!m) return undefined;
   const [year, month, day, hour, minute, second] = [1, 2, 3, 4, 5, 6].map((k) => Number(m[k] ?? 0)) as [number, number, number, number, number, number];
-  const days = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  // Day 0 of the next month is this month's last (setUTCFullYear, unlike Date.UTC, leaves years below 100 alone).
+  const last = new Date(0);
+  last.setUTCFullYear(year, month, 0);
+  const days = last.getUTCDate();
   if (month < 1 || month > 12 || day < 1 || day > days || hour > 23 || minute > 59 || second > 59) return undefined;
   if (m[9] !== undefined && (Number(m[9]) > 23 || Number(m[10]) > 59)) return undefined;
   const ms = Date.parse(text);

@@ -46,9 +46,14 @@ export function checkRoutes(routes: string[], flag = '--routes'): string[] {
   return routes;
 }
 
-/** expiresAt turns a duration flag into the RFC 3339 time the API expects. */
-export function expiresAt(ms: number, now = Date.now()): string {
-  return new Date(now + ms).toISOString();
+/** LATEST_EXPIRY: the last time the server takes (RFC 3339 years have four digits). */
+const LATEST_EXPIRY = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** expiresAt turns a duration flag into the RFC 3339 time the API expects; one past year 9999 names the flag. */
+export function expiresAt(ms: number, now = Date.now(), flag = '--expiration'): string {
+  const at = now + ms;
+  if (!(at <= LATEST_EXPIRY)) throw new UsageError(`${flag}: the duration reaches past 9999-12-31; give a shorter one`);
+  return new Date(at).toISOString();
 }
 
 /** resolveUser finds exactly one user by id or name (headscale's `-i ID` / `-n NAME`). */
@@ -63,10 +68,15 @@ export async function resolveUser(client: ApiClient, id: string | undefined, nam
   return matches[0]!;
 }
 
-/** requireOneOf fails with a usage error unless at least one of the named flags was given. */
+/**
+ * requireOneOf fails with a usage error unless exactly one of the named flags was given: with two (`-i 8 -n keepme`)
+ * the command once acted on the first and ignored the other, destroying or renaming a user not named by both.
+ */
 export function requireOneOf(values: Record<string, unknown>, names: string[]): void {
-  if (names.some((n) => values[n] !== undefined && values[n] !== '')) return;
-  throw new UsageError(`pass ${names.map((n) => `--${n}`).join(' or ')}`);
+  const given = names.filter((n) => values[n] !== undefined && values[n] !== '');
+  if (given.length === 1) return;
+  const list = names.map((n) => `--${n}`).join(' or ');
+  throw new UsageError(given.length ? `pass only one of ${list}` : `pass ${list}`);
 }
 
 /** seg encodes one path segment (names may contain characters that are special in URLs). */

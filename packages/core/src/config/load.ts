@@ -76,8 +76,16 @@ export function loadConfig(opts: LoadOptions = {}): LoadedConfig {
       problems.push({ level: 'error', key: '', message: `config file ${candidate} does not exist` });
     }
   }
+  let text: string | undefined;
   if (source) {
-    const text = readFileSync(source, 'utf8');
+    try {
+      text = readFileSync(source, 'utf8');
+    } catch (err) {
+      // A directory or an unreadable file: name it (the bare "EISDIR: illegal operation on a directory" did not).
+      problems.push({ level: 'error', key: '', message: `cannot read config file ${source}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` });
+    }
+  }
+  if (source && text !== undefined) {
     const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
     if (doc.errors.length) {
       for (const e of doc.errors) {

@@ -9,6 +9,7 @@ export default class DriveRevoke extends HeadwayCommand {
 
   async run(): Promise<void> {
     const { args, flags } = await this.parse(DriveRevoke);
+    if (flags.id !== undefined && args.id !== undefined) throw new UsageError('pass the grant id once: as the argument or as --id');
     const id = flags.id ?? args.id?.trim();
     if (!id) throw new UsageError('name the grant to revoke: headway drive revoke ID (ids are in headway drive list)');
     if (!/^[1-9]\d*$/.test(id)) throw new UsageError(`${JSON.stringify(id)} is not a grant id (a positive whole number)`);

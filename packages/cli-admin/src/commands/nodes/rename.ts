@@ -1,5 +1,5 @@
 import { Args } from '@oclif/core';
-import { HeadwayCommand, idFlag, type ApiNode, nodeJson, seg, commandAliases } from '@headway/cli';
+import { HeadwayCommand, UsageError, idFlag, type ApiNode, nodeJson, seg, commandAliases } from '@headway/cli';
 
 export default class NodesRename extends HeadwayCommand {
   static override summary = "Rename a node (its tailnet name; the device's hostname is unchanged)";
@@ -13,6 +13,7 @@ export default class NodesRename extends HeadwayCommand {
 
   async run(): Promise<void> {
     const { args, flags } = await this.parse(NodesRename);
+    if (!args.newName.trim()) throw new UsageError('NEW_NAME: give the new name (it is empty)');
     const { node } = await this.client().post<{ node: ApiNode }>(`/api/v1/node/${seg(flags.identifier)}/rename/${seg(args.newName)}`);
     this.print(nodeJson(node), 'Node renamed');
   }

@@ -1,5 +1,5 @@
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, idFlag, type ApiUser, userJson, commandAliases, requireOneOf, resolveUser, seg } from '@headway/cli';
+import { HeadwayCommand, UsageError, idFlag, type ApiUser, userJson, commandAliases, requireOneOf, resolveUser, seg } from '@headway/cli';
 
 export default class UsersRename extends HeadwayCommand {
   static override summary = 'Rename a user';
@@ -18,6 +18,7 @@ export default class UsersRename extends HeadwayCommand {
   async run(): Promise<void> {
     const { flags } = await this.parse(UsersRename);
     requireOneOf(flags, ['identifier', 'name']);
+    if (!flags['new-name'].trim()) throw new UsageError('--new-name: give the new name (it is empty)');
     const id = flags.identifier ?? (await resolveUser(this.client(), undefined, flags.name)).id;
     const { user } = await this.client().post<{ user: ApiUser }>(`/api/v1/user/${seg(id)}/rename/${seg(flags['new-name'])}`);
     this.print(userJson(user), 'User renamed');

@@ -9,6 +9,16 @@ import { startTestServer } from '../src/server.js';
 // with hostile flags): each is a usage error naming what was wrong, and nothing changes.
 t.setTimeout(300_000);
 
+/** withNode starts a server with user alice owning node box, and the CLI against it. */
+async function withNode(t: { teardown(fn: () => unknown): void; equal(a: unknown, b: unknown): void }) {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const hw = (...args: string[]) => runHeadwayOn(s, args);
+  t.equal((await hw('users', 'create', 'alice')).code, 0);
+  const node = await hw('debug', 'create-node', '--user', 'alice', '--name', 'box', '-o', 'json');
+  return { s, hw, id: String(JSON.parse(node.stdout).id) };
+}
+
 t.test('a user named twice (-i and -n) is refused, not the first one acted on', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
@@ -32,12 +42,7 @@ t.test('a user named twice (-i and -n) is refused, not the first one acted on', 
 });
 
 t.test('impossible or too distant expiry times name the flag and change nothing', async (t) => {
-  const s = await startTestServer();
-  t.teardown(() => s.stop());
-  const hw = (...args: string[]) => runHeadwayOn(s, args);
-  t.equal((await hw('users', 'create', 'alice')).code, 0);
-  const node = await hw('debug', 'create-node', '--user', 'alice', '--name', 'box', '-o', 'json');
-  const id = String(JSON.parse(node.stdout).id);
+  const { s, hw, id } = await withNode(t);
   const before = s.state.getNode(Number(id))!.expiry;
   for (const expiry of ['2030-02-31T10:00:00Z', '2030-02-29T10:00:00Z', '2030-01-01T24:00:00Z', '2030-01-01T10:00:00+25:00', '999999999999h']) {
     const r = await hw('nodes', 'expire', '-i', id, '--expiry', expiry);
@@ -56,12 +61,7 @@ t.test('impossible or too distant expiry times name the flag and change nothing'
 });
 
 t.test('an empty new name, a grant named twice and an unreadable config are usage errors naming them', async (t) => {
-  const s = await startTestServer();
-  t.teardown(() => s.stop());
-  const hw = (...args: string[]) => runHeadwayOn(s, args);
-  t.equal((await hw('users', 'create', 'alice')).code, 0);
-  const node = await hw('debug', 'create-node', '--user', 'alice', '--name', 'box', '-o', 'json');
-  const id = String(JSON.parse(node.stdout).id);
+  const { s, hw, id } = await withNode(t);
   const emptyNode = await hw('nodes', 'rename', '-i', id, '');
   t.equal(emptyNode.code, 2);
   t.match(emptyNode.stderr, /NEW_NAME: give the new name/);

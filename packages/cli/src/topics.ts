@@ -1,5 +1,5 @@
 import { Flags } from '@oclif/core';
-import { parsePrefix } from '@headway/core/ports';
+import { LATEST_TIME, parsePrefix } from '@headway/core/ports';
 import { UsageError } from './base.js';
 import type { ApiClient } from './client.js';
 import type { ApiUser } from './api-types.js';
@@ -46,13 +46,10 @@ export function checkRoutes(routes: string[], flag = '--routes'): string[] {
   return routes;
 }
 
-/** LATEST_EXPIRY: the last time the server takes (RFC 3339 years have four digits). */
-const LATEST_EXPIRY = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
-
 /** expiresAt turns a duration flag into the RFC 3339 time the API expects; one past year 9999 names the flag. */
 export function expiresAt(ms: number, now = Date.now(), flag = '--expiration'): string {
   const at = now + ms;
-  if (!(at <= LATEST_EXPIRY)) throw new UsageError(`${flag}: the duration reaches past 9999-12-31; give a shorter one`);
+  if (!(at <= LATEST_TIME)) throw new UsageError(`${flag}: the duration reaches past 9999-12-31; give a shorter one`);
   return new Date(at).toISOString();
 }
 

@@ -19,7 +19,8 @@ import type { Node } from '../domain.js';
 import { BODY_LIMIT, POLICY_LIMIT } from './http.js';
 import * as ops from './operations.js';
 import { apiNode, type ApiDeps } from './route.js';
-import { LATEST_TIME, type ApiKeyView, type NodeView, type PreAuthKeyView, type UserView } from './schemas.js';
+import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
+import { LATEST_TIME } from '../config/duration.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
 
 /** GRPC_POLICY_LIMIT is the largest SetPolicy or CheckPolicy message: the REST API's policy body limit. */

@@ -7,7 +7,8 @@
 import { z } from 'zod';
 import { badField } from '../errors.js';
 import { apiNode, route, type ApiDeps, type Route } from './route.js';
-import { Empty, idText, NodeAnswer, numericId, optional, rfc3339Time, UserSchema } from './schemas.js';
+import { Empty, idText, NodeAnswer, numericId, optional, UserSchema } from './schemas.js';
+import { rfc3339Time } from '../config/duration.js';
 import { userView } from './views.js';
 import { approvePendingNode, checkAuthId, registerPendingNode, rejectPendingNode, setNodeExpiry } from './operations.js';
 

@@ -1,7 +1,7 @@
 import 'zod-openapi';
 import { z } from 'zod';
 import { badField, ERRORS, HeadwayError, type ErrorCode } from '../errors.js';
-import { parseDuration } from '../config/duration.js';
+import { LATEST_TIME, parseDuration, rfc3339Time } from '../config/duration.js';
 
 /*
  * The REST API's shapes as zod schemas: one source for request validation (routes.ts),
@@ -128,28 +128,6 @@ export const numericId = (description = 'Numeric id') =>
     .refine((v) => !/^\d+$/.test(v) || Number.isSafeInteger(Number(v)), { error: (iss) => `id ${JSON.stringify(String(iss.input).slice(0, 40))} is too large (at most ${Number.MAX_SAFE_INTEGER})` })
     .transform(Number)
     .meta({ description, examples: ['1'] });
-
-/** LATEST_TIME: the last time an RFC 3339 year (four digits) and every database's timestamp column hold. */
-export const LATEST_TIME = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
-const RFC3339_PARTS = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(\.\d+)?)?(Z|[+-](\d{2}):(\d{2}))$/i;
-
-/**
- * rfc3339Time reads an RFC 3339 time (seconds optional), or undefined if `text` is none: a calendar date that does
- * not exist (February 31, hour 24) is refused where Date.parse rolls it over into the next month or day.
- */
-export function rfc3339Time(text: string): Date | undefined {
-  const m = RFC3339_PARTS.exec(text);
-  if (!m) return undefined;
-  const [year, month, day, hour, minute, second] = [1, 2, 3, 4, 5, 6].map((k) => Number(m[k] ?? 0)) as [number, number, number, number, number, number];
-  // Day 0 of the next month is this month's last (setUTCFullYear, unlike Date.UTC, leaves years below 100 alone).
-  const last = new Date(0);
-  last.setUTCFullYear(year, month, 0);
-  const days = last.getUTCDate();
-  if (month < 1 || month > 12 || day < 1 || day > days || hour > 23 || minute > 59 || second > 59) return undefined;
-  if (m[9] !== undefined && (Number(m[9]) > 23 || Number(m[10]) > 59)) return undefined;
-  const ms = Date.parse(text);
-  return Number.isFinite(ms) ? new Date(ms) : undefined;
-}
 
 /**
  * expiration reads an expiration field: an RFC 3339 time or a duration from now (`24h`, `90d`); absent or empty

@@ -1,7 +1,7 @@
 /**
  * @headway/core/ports is the ports-only entry point: what storage and policy adapters,
  * plugins and the CLI need (port interfaces, tokens and assertions, domain types, the
- * error catalogue, the config types, loader, key table and duration helpers, the logger,
+ * error catalogue, the config types, loader, key table, duration and RFC 3339 time helpers, the logger,
  * prefix parsing, key hashing) without loading the server. Nothing re-exported here may import koa,
  * @koa/router, @headway/derp, @headway/noise, prom-client or the control, server, state,
  * policy and api modules; test/ports-entry.test.ts proves it in a fresh process.

@@ -32,7 +32,7 @@ if (roundsAt >= 0) args.splice(roundsAt, 2);
 const sizes = (args.find((a) => !a.startsWith('--')) ?? '1000,5000').split(',').map(Number);
 const root = new URL('../../../', import.meta.url);
 const { parsePolicy, compilePolicy, TailnetContext, peerListOf } = await import(new URL('packages/policy/dist/src/index.js', root).href);
-const { planTailnet, planSnapshot, PLAN_TAGS } = await import(new URL('packages/testkit/dist/src/index.js', root).href);
+const { planTailnet, planSnapshot, planRetag } = await import(new URL('packages/testkit/dist/src/index.js', root).href);
 let impl = { compilePolicy, TailnetContext };
 if (reference) {
   const ref = await import(new URL('packages/policy/dist/test/compile-reference.js', root).href);
@@ -78,7 +78,7 @@ for (const n of rounds ? sizes : []) {
   for (let r = 0; r < rounds; r++) {
     have += per;
     snap = { users: full.users, nodes: order.slice(0, have) };
-    let t0 = performance.now();
+    const t0 = performance.now();
     if (!ctx.extend(snap)) throw new Error('the context refused a round of joins');
     const t1 = performance.now();
     const joiners = snap.nodes.slice(-per);
@@ -93,12 +93,12 @@ for (const n of rounds ? sizes : []) {
     const t5 = performance.now();
     join.extend += t1 - t0; join.grants += t2 - t1; join.peerIndex += t3 - t2; join.joiners += t4 - t3; join.everyNode += t5 - t4;
   }
-  const retag = plan.devices.find((d) => d.tags.length === 1 && d.tags[0] !== 'tag:router' && d.tags[0] !== 'tag:ci');
+  // The benchmark's tag change (planRetag): one device to another tag and back.
+  const retag = planRetag(plan.devices);
   const tag = { extend: 0, everyNode: 0 };
   for (let r = 0; r < rounds; r++) {
-    const tags = [r % 2 === 0 ? (retag.tags[0] === PLAN_TAGS[1] ? PLAN_TAGS[0] : PLAN_TAGS[1]) : retag.tags[0]];
     // The same users object: extend takes a snapshot with other users for a different tailnet.
-    const moved = planSnapshot(plan, { ...retag, tags }).nodes[retag.index];
+    const moved = planSnapshot(plan, { ...retag.device, tags: retag.tagsAt(r) }).nodes[retag.device.index];
     snap = { users: full.users, nodes: snap.nodes.map((x) => (x.id === moved.id ? moved : x)) };
     const t0 = performance.now();
     if (!ctx.extend(snap)) throw new Error('the context refused a tag change');

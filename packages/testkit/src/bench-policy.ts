@@ -254,6 +254,18 @@ export function expectedPeers(devices: readonly DevicePlan[], seed: number, vari
   return out;
 }
 
+/**
+ * planRetag is the benchmark's tag change: a device with one tag (not a router, not tag:ci) and the tags it has in
+ * round `round`, moved to another tag and, in the next round, back. undefined when no device fits.
+ */
+export function planRetag(devices: readonly DevicePlan[]): { device: DevicePlan; tagsAt(round: number): string[] } | undefined {
+  const device = devices.find((d) => d.tags.length === 1 && d.tags[0] !== 'tag:router' && d.tags[0] !== 'tag:ci');
+  if (!device) return undefined;
+  const own = device.tags[0]!;
+  const other = own === PLAN_TAGS[1] ? PLAN_TAGS[0] : PLAN_TAGS[1];
+  return { device, tagsAt: (round) => [round % 2 === 0 ? other : own] };
+}
+
 /** planKey names the pre-auth key a device joins with: its user's, or the tagged key for its tag set. */
 export function planKey(d: DevicePlan): string {
   return d.tags.length ? d.tags.join(',') : `user:${d.user}`;

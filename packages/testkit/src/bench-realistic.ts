@@ -30,7 +30,7 @@ import { join, resolve } from 'node:path';
 import { availableParallelism, cpus, totalmem } from 'node:os';
 import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
-import { planTailnet, PLAN_TAGS } from './bench-policy.js';
+import { planRetag, planTailnet } from './bench-policy.js';
 import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
 import type { Change, JoinResult, WorkerCommand, WorkerStats } from './bench-worker.js';
 
@@ -384,15 +384,14 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     const renameId = await nodeIdOf(0);
     // Retag a device with one tag (no router) to another and, in the next round, back: peers change on both sides,
     // and its Tags for those still seeing it. The policy change goes to variant 1 and back to 0 likewise.
-    const retag = plan.devices.find((d) => d.tags.length === 1 && d.tags[0] !== 'tag:router' && d.tags[0] !== 'tag:ci');
-    const retagId = retag ? await nodeIdOf(retag.index) : undefined;
+    const retag = planRetag(plan.devices);
+    const retagId = retag ? await nodeIdOf(retag.device.index) : undefined;
     for (let round = 0; round < opts.rounds; round++) {
       const name = `renamed-${renameId}-${round}`;
       await measure(round, { kind: 'rename', index: 0, nodeId: renameId, name }, { op: 'rename', nodeId: renameId, name });
       if (retag && retagId !== undefined) {
-        const other = retag.tags[0] === PLAN_TAGS[1] ? PLAN_TAGS[0] : PLAN_TAGS[1];
-        const tags = [round % 2 === 0 ? other! : retag.tags[0]!];
-        await measure(round, { kind: 'tags', index: retag.index, nodeId: retagId, tags }, { op: 'setTags', nodeId: retagId, tags });
+        const tags = retag.tagsAt(round);
+        await measure(round, { kind: 'tags', index: retag.device.index, nodeId: retagId, tags }, { op: 'setTags', nodeId: retagId, tags });
       }
       const variant = round % 2 === 0 ? 1 : 0;
       if (opts.policy === 'realistic') await measure(round, { kind: 'policy', variant }, { op: 'setPolicy', variant });

@@ -36,6 +36,15 @@ export class HeadwayError extends Error {
   }
 }
 
+/**
+ * shown quotes a value a client sent for an error message, cut to `max` characters: an error that echoed a
+ * 100,000-character name whole did not fit in a gRPC status (HTTP/2 trailers) and broke the client's connection.
+ */
+export function shown(v: unknown, max = 80): string {
+  const s = typeof v === 'string' ? v : String(JSON.stringify(v));
+  return s.length <= max ? JSON.stringify(s) : `${JSON.stringify(s.slice(0, max))}... (${s.length} characters)`;
+}
+
 export const badField = (field: string, message: string) => new HeadwayError('invalid_field', `${field}: ${message}`, field);
 /** notFound names what was asked for, cut to 80 characters (a path segment can be kilobytes; the answer need not echo it). */
 export const notFound = (what: string, id: string | number) => {

@@ -136,3 +136,31 @@ t.test('a not-found answer does not echo a kilobytes-long id whole', async (t) =
   t.equal(r.status, 404);
   t.equal(r.json.detail, `API key ${'a'.repeat(80)}… not found`);
 });
+
+t.test('a policy naming Object.prototype\'s members, or repeating an alias thousands of times, is handled as any other', async (t) => {
+  const { s, call } = await setUp(t, { policy: { mode: 'database' } });
+  await call('POST', '/api/v1/user', { name: 'alice' });
+  await call('POST', '/api/v1/debug/node', { user: 'alice', name: 'one' });
+  await call('POST', '/api/v1/debug/node', { user: 'alice', name: 'two' });
+  const before = (await call('GET', '/api/v1/policy')).json.policy;
+  // Accepted, then every node's filter failed to compile (all devices cut off); or a 500 on check and set.
+  for (const policy of [
+    '{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"ssh":[{"action":"accept","src":["constructor"],"dst":["autogroup:self"],"users":["root"]}]}',
+    '{"nodeAttrs":[{"target":["constructor"],"attr":["funnel"]}]}',
+    '{"acls":[{"action":"accept","src":["*"],"dst":["toString:*"]}]}',
+    '{"grants":[{"src":["*"],"dst":["constructor"],"ip":["*"]}]}',
+  ]) {
+    for (const path of ['/api/v1/policy/check', '/api/v1/policy']) {
+      const r = await call(path.endsWith('check') ? 'POST' : 'PUT', path, { policy });
+      t.equal(r.status, 400, `${path}: ${policy.slice(0, 70)}`);
+      t.match(r.json.detail, /host "(constructor|toString)" not found/);
+    }
+  }
+  t.equal((await call('GET', '/api/v1/policy')).json.policy, before, 'policy unchanged');
+  t.notOk(s.logs.some((l) => / ERR /.test(l)), 'nothing logged as a server error');
+  // Accepted as before, compiled once per list (2,000 of each took 30 s and held the server).
+  const repeated = JSON.stringify({ acls: [{ action: 'accept', src: Array(2000).fill('alice@'), dst: Array(2000).fill('alice@:*') }] });
+  const set = await call('PUT', '/api/v1/policy', { policy: repeated });
+  t.equal(set.status, 200, set.json.detail ?? 'set');
+  t.equal((await call('GET', '/api/v1/node')).json.nodes.length, 2, 'nodes still listed');
+});

@@ -501,6 +501,69 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   t.notOk(s.logs.some((l) => / ERR /.test(l) && /grpc/.test(l)), 'no client mistake was logged as a server error');
 });
 
+t.test('hostile requests: echoes cut short, messages read strictly, blank tags and malformed keys refused', async (t) => {
+  const s = await startTestServer({ grpc_listen_addr: '127.0.0.1:0' });
+  t.teardown(() => s.stop());
+  const c = grpcClient(s);
+  t.teardown(() => c.close());
+  const { secret } = await s.state.createApiKey(null);
+  const call = (method: string, req: Record<string, unknown> = {}) => rpc(c, method, req, secret);
+  const raw = (method: string, bytes: number[]) => new Promise<Answer>((resolve) => {
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${secret}`);
+    c.makeUnaryRequest(`/headscale.v1.HeadscaleService/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes), md,
+      (err, res) => resolve(err ? { err } : { res }));
+  });
+  const alice = await call('CreateUser', { name: 'alice' });
+  const keysBefore = (await s.state.listApiKeys()).length;
+
+  // A 100,000-character name was echoed whole in the status: past the client's header limit the stream was reset
+  // (INTERNAL, "Protocol error") and every later call on the channel failed.
+  for (const [method, req] of [['CreateUser', { name: 'x'.repeat(100_000) }], ['RenameUser', { old_id: alice.res.user.id, new_name: 'x'.repeat(100_000) }],
+    ['CreateUser', { name: 'bob', email: 'x'.repeat(100_000) }], ['CheckPolicy', { policy: 'x'.repeat(100_000) }]] as const) {
+    const a = await call(method, req);
+    t.equal(codeName(a), 'INVALID_ARGUMENT', `${method}: ${a.err?.details.slice(0, 100)}`);
+    t.ok((a.err?.details.length ?? 0) < 500, `${method}: the message quotes a part of the value (${a.err?.details.length} characters)`);
+  }
+  t.equal(codeName(await call('Health')), 'OK', 'the channel still works');
+
+  // protobufjs read a length-delimited field 2 (reusable, a bool) as a varint and then its contents as top-level
+  // fields: a reusable key for user 1 came out of a message that asked for none.
+  const misread = await raw('CreatePreAuthKey', [0x12, 0x0b, 0x08, 0x01, 0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+  t.equal(codeName(misread), 'INVALID_ARGUMENT');
+  t.match(misread.err?.details, /not a valid CreatePreAuthKey message: field 2 \(reusable\) came as wire type 2, but it is of wire type 0/);
+  t.match((await raw('CreateApiKey', [0x00, 0x01])).err?.details, /field number 0 is not a field/);
+  t.match((await raw('CreateApiKey', [0x0b])).err?.details, /wire type 3/);
+  t.strictSame(await s.state.listPreAuthKeys(), [], 'no pre-auth key was made');
+  t.equal((await s.state.listApiKeys()).length, keysBefore, 'no API key was made');
+  const unknownField = await raw('ListUsers', [0xf8, 0x07, 0x01, 0x12, 0x05, 0x61, 0x6c, 0x69, 0x63, 0x65]);
+  t.equal(codeName(unknownField), 'OK', 'an unknown field (number 127) is skipped, as every protobuf reader does');
+  t.strictSame(unknownField.res && headscaleServiceDefinition().ListUsers!.responseDeserialize(unknownField.res as Buffer), { users: [alice.res.user] }, 'and the known ones read');
+
+  const box = await call('DebugCreateNode', { user: 'alice', name: 'box', key: 'a-headscale-registration-id' });
+  t.equal(codeName(box), 'OK', 'a headscale registration id is no machine key and is ignored');
+  const id = Number(box.res.node.id);
+  for (const key of ['mkey:zz', `mkey:${'a'.repeat(63)}`, `mkey:${'A'.repeat(64)}`]) {
+    const a = await call('DebugCreateNode', { user: 'alice', name: 'box2', key });
+    t.equal(codeName(a), 'INVALID_ARGUMENT', key.slice(0, 12));
+    t.match(a.err?.details, /^key: expected mkey:<64 lower-case hex digits>/);
+  }
+  t.equal(s.state.listNodes().length, 1, 'no node was made from a malformed machine key');
+  // [""] removed every tag: a blank entry is refused ([] removes them on purpose).
+  await s.state.setTags(id, ['tag:web']);
+  for (const tags of [[''], [' tag:web ']]) {
+    const a = await call('SetTags', { node_id: id, tags });
+    t.equal(codeName(a), 'INVALID_ARGUMENT', JSON.stringify(tags));
+  }
+  t.strictSame(s.state.requireNode(id).tags, ['tag:web'], 'the tags are as they were');
+  // Before year 1: refused like after 9999 (REST showed "-271821-04-20T00:00:00.000Z").
+  for (const seconds of ['-8640000000000', '-62135596801']) {
+    const a = await call('ExpireNode', { node_id: id, expiry: { seconds } });
+    t.match(a.err?.details, /^expiry: expected a time between years 1 and 9999/, seconds);
+  }
+  t.equal(s.state.requireNode(id).expiry, null, 'the node does not expire');
+});
+
 t.test('grpc_listen_addr: plaintext on a non-loopback address refuses to start, naming the keys; empty turns it off', async (t) => {
   await t.rejects(startTestServer({ grpc_listen_addr: '0.0.0.0:0' }),
     /grpc_listen_addr: 0\.0\.0\.0:0 is not a loopback address and no TLS is configured.*tls_cert_path and tls_key_path.*grpc_allow_insecure: true/);

@@ -1,5 +1,5 @@
 import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, parseSetText, type Addr, type IPRange } from './ip.js';
-import type { Alias, Grant, Policy, PortRange, ProtoPorts, SshRule as SshRuleSpec } from './policy.js';
+import { dict, type Alias, type Grant, type Policy, type PortRange, type ProtoPorts, type SshRule as SshRuleSpec } from './policy.js';
 
 export interface PolicyUser {
   id: string;
@@ -576,6 +576,8 @@ export class TailnetContext {
   /** resolvedAliases: the alias behind each key of `resolved` (extend grows the sets of those the new nodes join). */
   private readonly resolvedAliases = new Map<string, Alias>();
   private resolvedAll = new WeakMap<Alias[], IPSet>();
+  /** resolvedLists: each alias list's sets (resolveList), once per list and extension. */
+  private resolvedLists = new WeakMap<Alias[], (IPSet | null)[]>();
   private addrHits = new WeakMap<IPSet, Int32Array>();
   private subnetRouteStrings?: string[];
   private nodeScopes: (Scope | null | undefined)[];
@@ -583,7 +585,7 @@ export class TailnetContext {
   private readonly selfPieces = new Map<string, Piece[]>();
   /** grantSpecs are the policy's grants (acls as grants); grantMemo each one compiled, with the alias sets it used. */
   private grantSpecs?: Grant[];
-  private readonly grantMemo: { deps: (IPSet | null)[]; out: CompiledGrant }[] = [];
+  private readonly grantMemo: { src: (IPSet | null)[]; dst: (IPSet | null)[]; out: CompiledGrant }[] = [];
   /** reusable are the merged rules of the context before an extension, by PreRule.sig, until scopes are rebuilt. */
   private reusable?: Map<string, PreRule>;
   /**
@@ -774,6 +776,7 @@ export class TailnetContext {
     this.generation++;
     this.nodeScopes = new Array<Scope | null | undefined>(this.infos.length);
     this.resolvedAll = new WeakMap();
+    this.resolvedLists = new WeakMap();
     this.addrHits = new WeakMap();
     this.sshPre.clear();
     this.inboundCache.clear();
@@ -865,6 +868,19 @@ export class TailnetContext {
         }
       default: return this.resolve(a);
     }
+  }
+
+  /**
+   * resolveList is resolve of every alias of a list, once per list: an acl's grants (one per destination) share its
+   * source list, and resolving 2,000 sources again for each of 2,000 destinations took seconds.
+   */
+  private resolveList(aliases: Alias[]): (IPSet | null)[] {
+    let v = this.resolvedLists.get(aliases);
+    if (!v) {
+      v = aliases.map((a) => this.resolve(a));
+      this.resolvedLists.set(aliases, v);
+    }
+    return v;
   }
 
   private resolveAll(aliases: Alias[]): IPSet {
@@ -986,19 +1002,22 @@ export class TailnetContext {
   private compileGrants(pol: Policy): CompiledGrant[] {
     this.grantSpecs ??= grantsOf(pol);
     return this.grantSpecs.map((g, k) => {
-      const deps = [...g.src, ...g.dst].map((a) => this.resolve(a));
+      const src = this.resolveList(g.src), dst = this.resolveList(g.dst);
       const memo = this.grantMemo[k];
-      if (memo?.deps.every((d, j) => d === deps[j])) return memo.out;
+      const same = (a: (IPSet | null)[], b: (IPSet | null)[]) => a === b || a.every((d, j) => d === b[j]);
+      if (memo && same(memo.src, src) && same(memo.dst, dst)) return memo.out;
       const out = this.compileGrant(g) ?? NO_GRANT;
-      this.grantMemo[k] = { deps, out };
+      this.grantMemo[k] = { src, dst, out };
       return out;
     });
   }
 
   private compileGrant(g: Grant): CompiledGrant | null {
     if (g.src.length === 0 || g.dst.length === 0) return null;
-    const srcSets = g.src.map((a) => this.resolve(a) ?? new IPSet());
-    const srcUnion = srcSets.length === 1 ? srcSets[0]! : new IPSet(srcSets.flatMap((s) => s.ranges));
+    // Once per source list: an acl's grants (one per destination) share its list, and a list of 2,000 aliases
+    // merged again for each of 2,000 destinations held the server for 30 s.
+    const srcSets = this.resolveList(g.src);
+    const srcUnion = srcSets.length === 1 ? srcSets[0] ?? new IPSet() : this.resolveAll(g.src);
     const srcIPs = this.srcStrings(g.src, srcUnion);
     if (g.via.length > 0) {
       if (srcUnion.isEmpty()) return null;
@@ -1015,20 +1034,22 @@ export class TailnetContext {
         const dstPorts: NetPortRange[] = [];
         // Each entry's set, as piecePorts would parse it from the entry's text.
         const entrySets: IPSet[] = [];
-        let dsts = new IPSet();
+        // The destinations' union is made once, at the end (a union per alias was quadratic in the aliases).
+        const dstSets: IPSet[] = [];
         for (const d of other) {
           if (d.kind === 'wildcard') {
             const all = parseSetText('*');
             for (const p of pp.ports) { dstPorts.push({ IP: '*', Ports: p }); entrySets.push(all); }
-            dsts = dsts.union(all);
+            dstSets.push(all);
             continue;
           }
           const set = this.resolve(d);
           if (!set) continue;
           const sets = set.prefixSets();
           set.prefixes().forEach((pref, k) => { for (const p of pp.ports) { dstPorts.push({ IP: pref, Ports: p }); entrySets.push(sets[k]!); } });
-          dsts = dsts.union(set);
+          dstSets.push(set);
         }
+        const dsts = dstSets.length === 1 ? dstSets[0]! : new IPSet(dstSets.flatMap((x) => x.ranges));
         if (dstPorts.length > 0 && srcIPs.length > 0) {
           const rule = withProto({ SrcIPs: srcIPs, DstPorts: dstPorts }, pp.protos);
           PIECE_PORTS.set(rule, { entrySets, dsts });
@@ -1051,7 +1072,7 @@ export class TailnetContext {
         }
       }
     }
-    const self = g.dst.some(isSelf) ? { srcs: srcSets, ip: g.ip, app: g.app } : null;
+    const self = g.dst.some(isSelf) ? { srcs: srcSets.map((x) => x ?? new IPSet()), ip: g.ip, app: g.app } : null;
     return { rules, self, via: null };
   }
 
@@ -1600,7 +1621,7 @@ export class TailnetContext {
     let p = this.sshPre.get(k);
     if (p) return p;
     const src = this.resolveAll(rule.src);
-    const users: Record<string, string> = {};
+    const users = dict<string>();
     if (rule.users.includes('autogroup:nonroot')) users['*'] = '=';
     users['root'] = rule.users.includes('root') ? 'root' : '';
     // Only `localpart:*@domain` is a localpart pattern; other spellings are plain user names.
@@ -1689,7 +1710,7 @@ export class TailnetContext {
 
   /** capMap is what nodeAttrs (and randomizeClientPort) add to the node's own CapMap. */
   capMap(i: NodeInfo): Record<string, unknown[] | null> {
-    const out: Record<string, unknown[] | null> = {};
+    const out = dict<unknown[] | null>();
     const pol = this.policy;
     if (!pol) return out;
     if (pol.randomizeClientPort) out['randomize-client-port'] = null;

@@ -123,7 +123,7 @@ class HuParser {
     if (word === 'null') { this.advance(4); return { kind: 'null', pos: at }; }
     if (c === undefined) this.fail('unexpected end of input: expected a value');
     const rest = /^[^,\]}\n]*/.exec(this.s.slice(this.i))?.[0]?.trim() ?? '';
-    this.fail(`quoteless string ${JSON.stringify(rest)}: strings must be double-quoted`);
+    this.fail(`quoteless string ${quoted(rest)}: strings must be double-quoted`);
   }
 
   private object(): JNode {
@@ -148,13 +148,13 @@ class HuParser {
       if (k !== '"') {
         const word = /^[^\s:,{}[\]"]*/.exec(this.s.slice(this.i))?.[0] ?? '';
         if (word === '') this.fail(`expected an object key, found ${this.describe()}`);
-        this.fail(`unquoted key ${JSON.stringify(word)}`);
+        this.fail(`unquoted key ${quoted(word)}`);
       }
       const key = this.string();
-      if (seen.has(key)) this.fail(`duplicate key ${JSON.stringify(key)}`, keyPos);
+      if (seen.has(key)) this.fail(`duplicate key ${quoted(key)}`, keyPos);
       seen.add(key);
       this.skipTrivia();
-      if (this.s[this.i] !== ':') this.fail(`expected ":" after key ${JSON.stringify(key)}`);
+      if (this.s[this.i] !== ':') this.fail(`expected ":" after key ${quoted(key)}`);
       this.advance();
       this.skipTrivia();
       entries.push({ key, keyPos, value: this.value() });
@@ -211,7 +211,7 @@ class HuParser {
     const next = this.s[this.i + m[0].length];
     if (next !== undefined && /[A-Za-z0-9_.]/.test(next)) {
       const rest = /^[^,\]}\n]*/.exec(this.s.slice(this.i))?.[0]?.trim() ?? '';
-      this.fail(`quoteless string ${JSON.stringify(rest)}: strings must be double-quoted`);
+      this.fail(`quoteless string ${quoted(rest)}: strings must be double-quoted`);
     }
     this.advance(m[0].length);
     return { kind: 'number', pos: at, value: Number(m[0]), text: m[0] };
@@ -226,4 +226,9 @@ export function toPlain(n: JNode): unknown {
     case 'string': case 'number': case 'bool': return n.value;
     case 'null': return null;
   }
+}
+
+/** quoted is text from the input for an error message, cut to 60 characters (a key or word may be megabytes long). */
+function quoted(text: string): string {
+  return text.length <= 60 ? JSON.stringify(text) : `${JSON.stringify(text.slice(0, 60))}... (${text.length} characters)`;
 }

@@ -82,6 +82,11 @@ export interface Policy {
   tests: PolicyTest[];
   sshTests: SshPolicyTest[];
   randomizeClientPort: boolean;
+  /**
+   * unenforced names conditions the policy sets that Headway does not check (device posture), each a sentence for
+   * policy warnings: a rule with such a condition applies to every device its other parts name.
+   */
+  unenforced?: string[];
 }
 
 const PROTOCOLS: Record<string, number> = {
@@ -153,10 +158,19 @@ function strList(n: JNode | undefined, what: string): string[] {
   return n.items.map((i) => str(i, what));
 }
 
+/**
+ * dict is an object without a prototype for a policy's named entries: a name the policy writes is only ever its own
+ * entry. With `{}`, a host named "constructor" or "toString" was found (Object.prototype's function, used as an
+ * address set: every node's filter failed to compile), and an app capability named "__proto__" set the prototype.
+ */
+export function dict<T>(): Record<string, T> {
+  return Object.create(null) as Record<string, T>;
+}
+
 function capMap(n: JNode | undefined, what: string): Record<string, unknown[]> | null {
   if (!n || n.kind === 'null') return null;
   const o = expectObject(n, what);
-  const out: Record<string, unknown[]> = {};
+  const out = dict<unknown[]>();
   for (const e of o.entries) {
     if (e.value.kind !== 'array') err(`${what}[${JSON.stringify(e.key)}] must be a list`, e.value.pos);
     out[e.key] = e.value.items.map(toPlain);
@@ -279,8 +293,8 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     'postures', 'defaultSrcPosture', 'ipsets', 'attrConfig',
   ]);
   const pol: Policy = {
-    groups: {}, hosts: {}, tagOwners: {}, acls: null, grants: null, ssh: [], nodeAttrs: [],
-    autoApprovers: { routes: {}, exitNode: [] }, tests: [], sshTests: [], randomizeClientPort: false,
+    groups: dict(), hosts: dict(), tagOwners: dict(), acls: null, grants: null, ssh: [], nodeAttrs: [],
+    autoApprovers: { routes: dict(), exitNode: [] }, tests: [], sshTests: [], randomizeClientPort: false,
   };
 
   const groupsNode = top.get('groups');
@@ -288,7 +302,12 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     for (const e of expectObject(groupsNode, 'groups').entries) {
       pol.groups[e.key] = attempt(() => {
         if (!e.key.startsWith('group:')) err(`groups: ${JSON.stringify(e.key)} must start with "group:"`, e.keyPos);
-        return strList(e.value, `groups[${JSON.stringify(e.key)}]`);
+        const members = strList(e.value, `groups[${JSON.stringify(e.key)}]`);
+        // A member is a user (or a group, refused below as recursive): a tag, address or autogroup in a group was
+        // taken and matched nothing, in silence.
+        const stray = members.find((m) => m === '*' || /^(tag|autogroup):/.test(m) || parsePrefix(m));
+        if (stray !== undefined) err(`groups[${JSON.stringify(e.key)}]: ${JSON.stringify(stray)}: a group member must be a user (name@ or an e-mail address)`, e.value.pos);
+        return members;
       }, []);
     }
     // Tailscale reports the last nested group it finds, so do the same.
@@ -333,6 +352,10 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     ['disableIPv4', 'bool'], ['OneCGNATRoute', 'string'], ['derpMap', 'object'], ['attrConfig', 'object'],
     ['defaultSrcPosture', 'list'], ['postures', 'lists'], ['ipsets', 'lists'],
   ];
+  const defaultPosture = top.get('defaultSrcPosture');
+  if (defaultPosture && defaultPosture.kind === 'array' && defaultPosture.items.length) {
+    (pol.unenforced ??= []).push('defaultSrcPosture is set, and Headway does not check device posture: rules apply to every device in their sources');
+  }
   for (const [key, shape] of shaped) {
     const n = top.get(key);
     if (!n || n.kind === 'null') continue;
@@ -367,6 +390,8 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
+        // The internet sends no packets a node's filter could name (every public range became a source).
+        if (a.kind === 'autogroup' && a.name === 'autogroup:internet') err('autogroup:internet can only be used in ACL destinations', item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
       }, null)).filter(present);
@@ -398,9 +423,15 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     if (grantsNode.kind !== 'array') err('grants must be a list', grantsNode.pos);
     return grantsNode.items.map((item) => attempt(() => {
       const f = fields(item, 'grant', ['src', 'dst', 'ip', 'app', 'via', 'srcPosture']);
+      const posture = f.get('srcPosture');
+      if (posture && posture.kind === 'array' && posture.items.length) {
+        (pol.unenforced ??= []).push(`grant ${grantsNode.items.indexOf(item) + 1} (line ${item.pos.line}) has srcPosture, which Headway does not check: it applies to every device in its src`);
+      }
       const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
+        // The internet sends no packets a node's filter could name (every public range became a source).
+        if (a.kind === 'autogroup' && a.name === 'autogroup:internet') err('autogroup:internet can only be used in ACL destinations', item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
       }, null)).filter(present);

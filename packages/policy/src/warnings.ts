@@ -24,6 +24,7 @@ export function policyWarnings(policy: Policy, snapshot: Snapshot): string[] {
       warnings.push(`device ${i.node.name} will see no peers`);
     }
   }
+  warnings.push(...(policy.unenforced ?? []));
   // Whoever installs this policy next compiles it against the same tailnet: the context is offered to it.
   offerContext(ctx);
   return warnings;

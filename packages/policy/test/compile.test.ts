@@ -82,3 +82,40 @@ t.test('a policy group names identity-provider groups when the server passes use
   const member = parsePolicy(`{"acls": [{"action": "accept", "src": ["autogroup:member"], "dst": ["thor@example.org:22"]}]}`);
   tt.same(compilePolicy(member, withGroups, 'b').packetFilter[0]?.SrcIPs, ['100.64.0.1-100.64.0.2', 'fd7a:115c:a1e0::1-fd7a:115c:a1e0::2'], 'autogroup:member includes users from the provider');
 });
+
+t.test('names a policy gives are its own: Object.prototype\'s members are no hosts, attributes or capabilities', async (tt) => {
+  // A host named "constructor" was found (Object.prototype's function, taken for an address set): the policy was
+  // accepted and every node's filter failed to compile, cutting every device off.
+  for (const text of [
+    '{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"ssh":[{"action":"accept","src":["constructor"],"dst":["autogroup:self"],"users":["root"]}]}',
+    '{"nodeAttrs":[{"target":["constructor"],"attr":["funnel"]}]}',
+    '{"acls":[{"action":"accept","src":["*"],"dst":["toString:*"]}]}',
+    '{"grants":[{"src":["*"],"dst":["valueOf"],"ip":["*"]}]}',
+    '{"acls":[{"action":"accept","src":["hasOwnProperty"],"dst":["*:*"]}]}',
+  ]) {
+    tt.throws(() => parsePolicy(text), /host "(constructor|toString|valueOf|hasOwnProperty)" not found/, text);
+  }
+  // Where no existence check applies, such a name resolves to nothing instead of a function.
+  const aa = parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"autoApprovers":{"exitNode":["constructor"],"routes":{"10.1.0.0/16":["toString"]}}}');
+  tt.same(compilePolicy(aa, snapshot, 'r1').approvedRoutes, [], 'approves nothing, compiles');
+  // An attribute or capability named like a prototype member is an ordinary name.
+  const attrs = parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"nodeAttrs":[{"target":["*"],"attr":["constructor","toString"]},{"target":["*"],"app":{"example.com/cap/__proto__":[{"x":1}]}}]}');
+  const c = compilePolicy(attrs, snapshot, 'a');
+  tt.same(Object.keys(c.capMap).sort(), ['constructor', 'example.com/cap/__proto__', 'toString']);
+  tt.equal(c.capMap.constructor, null);
+  const ssh = parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"ssh":[{"action":"accept","src":["autogroup:member"],"dst":["autogroup:self"],"users":["__proto__","constructor"]}]}');
+  const rules = compilePolicy(ssh, snapshot, 'a').sshPolicy?.rules ?? [];
+  tt.same(Object.keys(rules[0]?.sshUsers ?? {}).sort(), ['__proto__', 'constructor', 'root'], 'ssh users named like prototype members are users');
+});
+
+t.test('an acl with thousands of repeated sources and destinations compiles as written, each list resolved once', async (tt) => {
+  // 2,000 copies of a user on each side took the server 30 s (every destination's grant merged the whole source
+  // list again); the output is the same as before, the repeated entries kept as Tailscale keeps them.
+  const k = 300;
+  const pol = parsePolicy(JSON.stringify({ acls: [{ action: 'accept', src: Array(k).fill('odin@example.com'), dst: Array(k).fill('thor@example.org:22') }] }));
+  const phone = compilePolicy(pol, snapshot, 'b');
+  tt.equal(phone.packetFilter.length, 1);
+  tt.same(phone.packetFilter[0]!.SrcIPs, ['100.64.0.1', 'fd7a:115c:a1e0::1']);
+  tt.equal(phone.packetFilter[0]!.DstPorts!.length, 2 * k, 'every destination entry, repeated as written');
+  tt.same(phone.peers, ['a']);
+});

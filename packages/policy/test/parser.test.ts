@@ -1,5 +1,5 @@
 import t from 'tap';
-import { PolicyError, checkPolicy, parsePolicy, parseAlias, parsePortList, userReferenceWarnings } from '../src/index.js';
+import { PolicyError, checkPolicy, parsePolicy, parseAlias, parsePortList, policyWarnings, userReferenceWarnings } from '../src/index.js';
 
 /** rejection parses text that must be rejected and reports where and why. */
 function rejection(text: string): { line: number; column: number; message: string; isPolicyError: boolean } {
@@ -184,4 +184,32 @@ t.test('sections read but not acted on must still have their shapes', async (tt)
     "defaultSrcPosture": ["posture:a"], "postures": {"posture:a": ["node:os == 'linux'"]}, "ipsets": {"ipset:a": ["add 10.0.0.0/8"]},
     "acls": []}`);
   tt.same(good.errors.map((e) => e.message), [], 'the shapes Tailscale gives them are taken');
+});
+
+t.test('sources and group members: autogroup:internet only as a destination, group members are users', async (tt) => {
+  // Accepted before: every public range became a source of every node's filter.
+  tt.match(rejection('{"acls":[{"action":"accept","src":["autogroup:internet"],"dst":["*:*"]}]}').message, /autogroup:internet can only be used in ACL destinations/);
+  tt.match(rejection('{"grants":[{"src":["autogroup:internet"],"dst":["*"],"ip":["*"]}]}').message, /autogroup:internet can only be used in ACL destinations/);
+  tt.doesNotThrow(() => parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["autogroup:internet:*"]}]}'), 'as a destination it is fine');
+  // Accepted before and matched nothing, with no word.
+  for (const member of ['tag:a', '*', '10.0.0.0/8', '100.64.0.1', 'autogroup:member']) {
+    const r = rejection(`{"tagOwners":{"tag:a":[]},"groups":{"group:a":["alice@",${JSON.stringify(member)}]},"acls":[{"action":"accept","src":["group:a"],"dst":["*:*"]}]}`);
+    tt.match(r.message, new RegExp(`groups\\["group:a"\\]: ${JSON.stringify(member).replace(/[.*/]/g, '\\$&')}: a group member must be a user`), member);
+  }
+  tt.doesNotThrow(() => parsePolicy('{"groups":{"group:a":["alice@","bob@example.com","carol"]}}'), 'users in any spelling');
+});
+
+t.test('device posture is not checked, and a policy that sets it says so in its warnings', async (tt) => {
+  const snapshot = { users: [{ id: '1', name: 'alice' }], nodes: [] };
+  const posture = parsePolicy(`{
+    "postures": {"posture:latest": ["node:tsVersion >= '1.60'"]},
+    "grants": [
+      {"src": ["*"], "dst": ["*"], "ip": ["*"]},
+      {"src": ["alice@"], "dst": ["*"], "ip": ["22"], "srcPosture": ["posture:latest"]},
+    ],
+  }`);
+  tt.match(policyWarnings(posture, snapshot), [/grant 2 \(line 5\) has srcPosture, which Headway does not check: it applies to every device in its src/]);
+  const dflt = parsePolicy('{"defaultSrcPosture":["posture:latest"],"postures":{"posture:latest":[]},"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}');
+  tt.match(policyWarnings(dflt, snapshot), [/defaultSrcPosture is set, and Headway does not check device posture/]);
+  tt.same(policyWarnings(parsePolicy('{"postures":{"posture:x":[]},"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}'), snapshot), [], 'postures defined but not used: nothing to say');
 });

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { HeadwayError } from '../errors.js';
+import { HeadwayError, shown } from '../errors.js';
 import type { DriveDestination, DriveGrantRecord, DriveSource } from '../ports/drive.js';
 import type { State } from '../state/state.js';
 import type { DriveService } from '../drive/service.js';
@@ -56,7 +56,7 @@ const GrantBody = z.strictObject({
   shares: z.array(z.string(), { error: 'expected a list of share names' })
     .min(1, { error: 'must name at least one share (or "*" for all)' }).nullish()
     .meta({ description: 'Share names, or "*" for all (default ["*"])', examples: [['docs']] }),
-  access: z.enum(['ro', 'rw'], { error: (iss) => `expected "ro" or "rw", found ${JSON.stringify(iss.input)}` }).nullish()
+  access: z.enum(['ro', 'rw'], { error: (iss) => `expected "ro" or "rw", found ${shown(iss.input)}` }).nullish()
     .meta({ description: 'ro (default) or rw', examples: ['ro'] }),
 });
 

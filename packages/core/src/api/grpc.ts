@@ -13,7 +13,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import { badField, HeadwayError, safeErrorText, type ErrorCode } from '../errors.js';
+import { badField, HeadwayError, safeErrorText, shown, type ErrorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Node } from '../domain.js';
 import { BODY_LIMIT, POLICY_LIMIT } from './http.js';
@@ -61,12 +61,15 @@ function timestamp(iso: string | null | undefined): Timestamp | null {
   return { seconds: String(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
 }
 
+/** EARLIEST_TIME: 0001-01-01T00:00:00Z, the first time an RFC 3339 year (four digits) holds. */
+const EARLIEST_TIME = Date.parse('0001-01-01T00:00:00Z');
+
 /** time reads a Timestamp field (null when absent); one outside what a Date holds is refused naming the field. */
 function time(ts: Timestamp | null | undefined, field: string): Date | undefined {
   if (!ts) return undefined;
   const ms = Number(ts.seconds) * 1000 + Math.floor((ts.nanos ?? 0) / 1_000_000);
   const d = new Date(ms);
-  if (!Number.isFinite(ms) || Number.isNaN(d.getTime()) || ms > LATEST_TIME) throw badField(field, `expected a time between years 1 and 9999, found ${ts.seconds} seconds`);
+  if (!Number.isFinite(ms) || Number.isNaN(d.getTime()) || ms > LATEST_TIME || ms < EARLIEST_TIME) throw badField(field, `expected a time between years 1 and 9999, found ${ts.seconds} seconds`);
   return d;
 }
 
@@ -177,6 +180,9 @@ export const HANDLERS: Record<string, Handler> = {
   // node at once (POST /api/v1/debug/node). A `key` of the form mkey:<hex> is its machine key.
   DebugCreateNode: async (r, deps) => {
     const key = text(r.key);
+    // Any other key is headscale's registration id, which Headway has no use for; one that says it is a machine key
+    // must be one (mkey:zz was dropped for a random key, where REST refuses it).
+    if (key.startsWith('mkey:') && !/^mkey:[0-9a-f]{64}$/.test(key)) throw badField('key', `expected mkey:<64 lower-case hex digits>, found ${shown(key)}`);
     return oneNode(deps, await ops.createDebugNode(deps, {
       user: text(r.user), name: text(r.name), machineKey: /^mkey:[0-9a-f]{64}$/.test(key) ? key : undefined, routes: list(r.routes),
     }));
@@ -263,9 +269,18 @@ const renameFields = (s: string) => s.replace(/\b(authId|disableExpiry|aclTags|n
 /** GrpcError is a status to answer with. */
 export interface GrpcError { code: grpc.status; details: string }
 
+/**
+ * MAX_DETAILS bounds a status message: it travels in HTTP/2 trailers, and one past the client's header limit
+ * (a policy with thousands of errors, say) reset the stream and destroyed the channel's connection.
+ */
+const MAX_DETAILS = 4096;
+function capDetails(text: string): string {
+  return text.length <= MAX_DETAILS ? text : `${text.slice(0, MAX_DETAILS)}... (${text.length - MAX_DETAILS} more characters)`;
+}
+
 /** grpcErrorOf turns a thrown error into a status; anything unexpected is INTERNAL and logged (never its text to the client). */
 export function grpcErrorOf(err: unknown, method: string, logger: Logger): GrpcError {
-  if (err instanceof HeadwayError) return { code: STATUS[err.code], details: renameFields(err.message) };
+  if (err instanceof HeadwayError) return { code: STATUS[err.code], details: capDetails(renameFields(err.message)) };
   logger.error('grpc call failed', { method, error: safeErrorText(err) });
   return { code: grpc.status.INTERNAL, details: 'internal error; see the server log' };
 }
@@ -275,6 +290,70 @@ export function grpcErrorOf(err: unknown, method: string, logger: Logger): GrpcE
 /** Refused marks a request message the service will not decode (too large or malformed), answered after authentication. */
 class Refused {
   constructor(readonly error: GrpcError) {}
+}
+
+/** FieldWire: per field number of a request message, its name and the wire types it may come in. */
+type FieldWire = Map<number, { name: string; wire: number[] }>;
+const FIELD_WIRES = new WeakMap<object, FieldWire>();
+const WIRE_OF: Record<string, number> = {
+  TYPE_DOUBLE: 1, TYPE_FIXED64: 1, TYPE_SFIXED64: 1, TYPE_FLOAT: 5, TYPE_FIXED32: 5, TYPE_SFIXED32: 5,
+  TYPE_STRING: 2, TYPE_BYTES: 2, TYPE_MESSAGE: 2,
+};
+
+/** fieldsOf reads a method's request fields from its descriptor (proto-loader's), once. */
+function fieldsOf(def: grpc.MethodDefinition<unknown, unknown>): FieldWire {
+  const type = (def as unknown as { requestType: { type: { field: { name: string; number: number; label: string; type: string }[] } } }).requestType.type;
+  let out = FIELD_WIRES.get(type);
+  if (!out) {
+    out = new Map();
+    for (const f of type.field) {
+      const wire = WIRE_OF[f.type] ?? 0;
+      // A repeated number may come packed (one length-delimited run).
+      out.set(f.number, { name: f.name, wire: f.label === 'LABEL_REPEATED' && wire !== 2 ? [wire, 2] : [wire] });
+    }
+    FIELD_WIRES.set(type, out);
+  }
+  return out;
+}
+
+/**
+ * wireProblem walks a request's top-level fields and says what is wrong with them, if anything: a field number 0,
+ * a group, a known field in a wire type its type never has, or a field cut short. protobufjs decodes a known field
+ * sent in another wire type as if it were its own and reads on from inside it: the bytes of a length-delimited
+ * `reusable` became top-level fields, and a key for no user came out reusable where the message asked for none.
+ * Unknown fields are skipped, as every protobuf reader does.
+ */
+export function wireProblem(buf: Uint8Array, fields: FieldWire): string | undefined {
+  let at = 0;
+  const varint = (): number | undefined => {
+    let v = 0, mul = 1;
+    for (let k = 0; k < 10 && at < buf.length; k++) {
+      const b = buf[at++]!;
+      v += (b & 0x7f) * mul;
+      mul *= 128;
+      if (b < 0x80) return v;
+    }
+    return undefined;
+  };
+  while (at < buf.length) {
+    const tag = varint();
+    if (tag === undefined) return `a field tag is cut short at byte ${at}`;
+    const num = Math.floor(tag / 8), wire = tag % 8;
+    if (num === 0) return 'field number 0 is not a field';
+    const known = fields.get(num);
+    if (known && !known.wire.includes(wire)) return `field ${num} (${known.name}) came as wire type ${wire}, but it is of wire type ${known.wire[0]}`;
+    let end: number;
+    switch (wire) {
+      case 0: if (varint() === undefined) return `field ${num} is cut short`; continue;
+      case 1: end = at + 8; break;
+      case 5: end = at + 4; break;
+      case 2: { const n = varint(); if (n === undefined) return `field ${num} is cut short`; end = at + n; break; }
+      default: return `field ${num} came as wire type ${wire}, which no field of this message has`;
+    }
+    if (end > buf.length) return `field ${num} is cut short`;
+    at = end;
+  }
+  return undefined;
 }
 
 /** limitOf is a method's largest request message: the REST body limits (policy text 4 MiB, anything else 1 MiB). */
@@ -295,6 +374,8 @@ function serviceWithLimits(): grpc.ServiceDefinition {
         if (buf.length > limit) {
           return new Refused({ code: grpc.status.RESOURCE_EXHAUSTED, details: `request message of ${buf.length} bytes exceeds the ${limit}-byte limit` });
         }
+        const wrong = wireProblem(buf, fieldsOf(def));
+        if (wrong) return new Refused({ code: grpc.status.INVALID_ARGUMENT, details: `the request is not a valid ${name} message: ${wrong}` });
         try {
           return def.requestDeserialize(buf);
         } catch (err) {

@@ -5,7 +5,7 @@
  * typed route() entry; routes.ts places them in the route table.
  */
 import { z } from 'zod';
-import { badField } from '../errors.js';
+import { badField, shown } from '../errors.js';
 import { apiNode, route, type ApiDeps, type Route } from './route.js';
 import { Empty, idText, NodeAnswer, numericId, optional, UserSchema } from './schemas.js';
 import { rfc3339Time } from '../config/duration.js';
@@ -78,7 +78,7 @@ export const EXPIRE_NODE = route({
   params: z.object({ id: numericId('Node id') }),
   query: z.strictObject({
     expiry: expiryText(),
-    disableExpiry: z.enum(['true', 'false'], { error: (iss) => `expected true or false, found ${JSON.stringify(iss.input)}` }).optional()
+    disableExpiry: z.enum(['true', 'false'], { error: (iss) => `expected true or false, found ${shown(iss.input)}` }).optional()
       .transform((v) => v === 'true').meta({ description: 'true: the node never expires', examples: ['true'] }),
   }),
   body: z.strictObject({

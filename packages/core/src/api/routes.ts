@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { badField } from '../errors.js';
+import { badField, shown } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { State } from '../state/state.js';
 import type { PolicyService } from '../policy/service.js';
@@ -37,7 +37,7 @@ export const ROUTES: Route[] = [
     method: 'GET', path: '/api/v1/user', operationId: 'listUsers', tag: 'Users', summary: 'List users',
     description: 'Every user, or those matching all the filters given.',
     query: z.object({
-      id: z.string().regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${JSON.stringify(iss.input)}` }).transform(Number).optional()
+      id: z.string().regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${shown(iss.input)}` }).transform(Number).optional()
         .meta({ description: 'Only the user with this id', examples: ['1'] }),
       name: queryText('Only the user with this name', 'alice'),
       email: queryText('Only users with this e-mail address', 'alice@example.com'),
@@ -71,7 +71,7 @@ export const ROUTES: Route[] = [
       if (!subject) throw badField('subject', 'must not be empty');
       let link: { provider: string; providerId: string };
       if (issuer) {
-        if (!/^https?:\/\/\S+$/.test(issuer)) throw badField('issuer', `expected an http(s) URL, found ${JSON.stringify(issuer)}`);
+        if (!/^https?:\/\/\S+$/.test(issuer)) throw badField('issuer', `expected an http(s) URL, found ${shown(issuer)}`);
         link = { provider: body.provider ?? 'oidc', providerId: `${issuer.replace(/\/+$/, '')}/${subject.replace(/^\/+/, '')}` };
       } else if (deps.providerIdFor) {
         link = deps.providerIdFor(subject);
@@ -159,7 +159,7 @@ export const ROUTES: Route[] = [
     body: z.object({
       user: idText().meta({ description: 'Owner: user name or id', examples: ['alice'] }),
       name: z.string().min(1, { error: 'must not be empty' }).refine((s) => s.trim() !== '', { error: 'must not be empty' }).meta({ description: 'Hostname', examples: ['demo-laptop'] }),
-      key: optional(z.string().regex(/^mkey:[0-9a-f]{64}$/, { error: (iss) => `expected mkey:<64 hex digits>, found ${JSON.stringify(iss.input)}` }))
+      key: optional(z.string().regex(/^mkey:[0-9a-f]{64}$/, { error: (iss) => `expected mkey:<64 hex digits>, found ${shown(iss.input)}` }))
         .meta({ description: 'Machine key (random when absent)', examples: [`mkey:${'a1'.repeat(32)}`] }),
       routes: stringList('Routes the node advertises (CIDR prefixes)', ['10.0.0.0/24']),
     }),

@@ -1,6 +1,6 @@
 import 'zod-openapi';
 import { z } from 'zod';
-import { badField, ERRORS, HeadwayError, type ErrorCode } from '../errors.js';
+import { badField, ERRORS, HeadwayError, shown, type ErrorCode } from '../errors.js';
 import { LATEST_TIME, parseDuration, rfc3339Time } from '../config/duration.js';
 
 /*
@@ -124,7 +124,7 @@ export function optional<T extends z.ZodType>(schema: T) {
  * which a number would round to another id, is refused). */
 export const numericId = (description = 'Numeric id') =>
   z.string()
-    .regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${JSON.stringify(iss.input)}` })
+    .regex(/^\d+$/, { error: (iss) => `expected a numeric id, found ${shown(iss.input)}` })
     .refine((v) => !/^\d+$/.test(v) || Number.isSafeInteger(Number(v)), { error: (iss) => `id ${JSON.stringify(String(iss.input).slice(0, 40))} is too large (at most ${Number.MAX_SAFE_INTEGER})` })
     .transform(Number)
     .meta({ description, examples: ['1'] });

@@ -15,9 +15,20 @@ export interface KeySpec {
   values?: readonly string[];
   /** empty: the key may be an empty string (meaning "off"/"unset"). */
   empty?: boolean;
+  /** min/max bound an int, or a duration in ms (a duration's 0, where a key takes it, is always allowed; its max
+   * defaults to TIMER_MAX_MS). */
   min?: number;
   max?: number;
 }
+
+/**
+ * TIMER_MAX_MS (24 days) is the longest a duration key may be unless it says otherwise: most of them set timers,
+ * and Node runs a timer longer than 2^31 - 1 ms (24.8 days) after 1 ms instead (a 30-day handshake timeout closed
+ * every connection at once, a 30-day cleanup interval ran every millisecond).
+ */
+export const TIMER_MAX_MS = 24 * 86_400_000;
+/** NODE_EXPIRY_MAX_MS (100 years): node.expiry is added to the login time, which must stay a time clients can read. */
+export const NODE_EXPIRY_MAX_MS = 36_500 * 86_400_000;
 
 const net = (prefix: string, port: number, name: string): Record<string, KeySpec> => ({
   [`${prefix}.host`]: { kind: 'string', default: '127.0.0.1', doc: `${name} server host` },
@@ -39,9 +50,9 @@ export const KEYS: Record<string, KeySpec> = {
   grpc_listen_addr: { kind: 'addr', default: '127.0.0.1:50443', empty: true, doc: "headscale's gRPC API (headscale.v1.HeadscaleService, for headscale's CLI in remote mode and gRPC clients; calls need an API key); TLS with tls_cert_path/tls_key_path, plaintext only on a loopback address or with grpc_allow_insecure; empty disables it" },
   grpc_allow_insecure: { kind: 'bool', default: false, doc: 'serve the gRPC API without TLS on a non-loopback grpc_listen_addr (TLS terminated in front of Headway); API keys then cross the network in the clear' },
   'noise.private_key_path': { kind: 'path', default: 'noise_private.key', doc: 'the control key (generated on first start); relative to data_dir' },
-  'noise.handshake_timeout': { kind: 'duration', default: 10_000, doc: 'longest time from TCP accept to a complete first request or ts2021 upgrade on listen_addr; 0 disables' },
-  'noise.first_request_timeout': { kind: 'duration', default: 30_000, doc: 'longest time from a finished Noise handshake to its first HTTP/2 request, and for any request body to arrive in full; 0 disables' },
-  'noise.idle_timeout': { kind: 'duration', default: 5 * 60_000, doc: 'a Noise connection with no open request (a map long-poll is open) is closed after this long; 0 disables' },
+  'noise.handshake_timeout': { kind: 'duration', min: 100, default: 10_000, doc: 'longest time from TCP accept to a complete first request or ts2021 upgrade on listen_addr; 0 disables' },
+  'noise.first_request_timeout': { kind: 'duration', min: 100, default: 30_000, doc: 'longest time from a finished Noise handshake to its first HTTP/2 request, and for any request body to arrive in full; 0 disables' },
+  'noise.idle_timeout': { kind: 'duration', min: 100, default: 5 * 60_000, doc: 'a Noise connection with no open request (a map long-poll is open) is closed after this long; 0 disables' },
   'noise.max_unauthenticated_sessions': { kind: 'int', default: 50_000, min: 1, doc: 'open Noise sessions whose machine key has no registered node, server-wide' },
   'noise.max_unauthenticated_sessions_per_address': { kind: 'int', default: 10_000, min: 1, doc: 'the same per source address (an IPv4 address or an IPv6 /64); sized so a 10,000-device fleet behind one NAT can enroll at once' },
   'noise.handshake_rate': { kind: 'int', default: 200, min: 1, doc: 'Noise handshakes per second one source address may start, sustained (token bucket refill); excess get HTTP 429' },
@@ -51,7 +62,7 @@ export const KEYS: Record<string, KeySpec> = {
   'registration.max_pending': { kind: 'int', default: 10_000, min: 1, doc: 'interactive logins waiting for approval, server-wide' },
   'registration.max_pending_per_address': { kind: 'int', default: 1000, min: 1, doc: 'the same per source address (each machine key holds at most one: a new login replaces its old one)' },
   'registration.max_hostinfo_bytes': { kind: 'int', default: 65_536, min: 1024, doc: 'largest device description (Hostinfo JSON) stored with a waiting login' },
-  'registration.gc_interval': { kind: 'duration', default: 60_000, doc: 'how often expired waiting logins are deleted from the database; 0 turns the sweep off' },
+  'registration.gc_interval': { kind: 'duration', min: 100, default: 60_000, doc: 'how often expired waiting logins are deleted from the database; 0 turns the sweep off' },
   'prefixes.v4': { kind: 'cidr', default: '100.64.0.0/10', empty: true, doc: 'IPv4 range nodes get addresses from; empty disables IPv4' },
   'prefixes.v6': { kind: 'cidr', default: 'fd7a:115c:a1e0::/48', empty: true, doc: 'IPv6 range nodes get addresses from; empty disables IPv6' },
   'prefixes.allocation': { kind: 'enum', values: ['sequential', 'random'], default: 'sequential', doc: 'how addresses are picked' },
@@ -69,9 +80,9 @@ export const KEYS: Record<string, KeySpec> = {
   'derp.urls': { kind: 'strings', default: [], doc: 'DERP map JSON URLs to merge (none by default: nothing outside this machine is fetched unless configured)' },
   'derp.paths': { kind: 'strings', default: [], doc: 'DERP map files (YAML or JSON) to merge' },
   'derp.auto_update_enabled': { kind: 'bool', default: true, doc: 're-read derp.urls and derp.paths periodically' },
-  'derp.update_frequency': { kind: 'duration', default: 3 * 3600_000, doc: 'how often to re-read them' },
+  'derp.update_frequency': { kind: 'duration', min: 10_000, default: 3 * 3600_000, doc: 'how often to re-read them' },
   disable_check_updates: { kind: 'bool', default: true, doc: 'accepted for headscale compatibility: Headway never checks for updates; false is a config check warning' },
-  'node.expiry': { kind: 'duration', default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
+  'node.expiry': { kind: 'duration', max: NODE_EXPIRY_MAX_MS, default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' },
   'node.ephemeral.inactivity_timeout': { kind: 'duration', default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' },
   'database.type': { kind: 'string', default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' },
   'database.debug': { kind: 'bool', default: false, doc: 'log every SQL statement at debug level (bound values never shown); log.level trace logs them too' },

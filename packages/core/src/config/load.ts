@@ -3,9 +3,9 @@ import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { closest, distance } from 'fastest-levenshtein';
 import YAML from 'yaml';
-import { parseIP, parsePrefix } from '../net/ip.js';
-import { parseDuration } from './duration.js';
-import { KEYS, NOT_IMPLEMENTED_KEYS, NOT_IMPLEMENTED_PREFIXES, REMOVED, RENAMED, type KeySpec, type NotImplemented } from './keys.js';
+import { formatPrefix, parseIP, parsePrefix, prefixOverlaps } from '../net/ip.js';
+import { formatDuration, parseDuration } from './duration.js';
+import { KEYS, TIMER_MAX_MS, NOT_IMPLEMENTED_KEYS, NOT_IMPLEMENTED_PREFIXES, REMOVED, RENAMED, type KeySpec, type NotImplemented } from './keys.js';
 import type { HeadwayConfig } from './schema.js';
 import { PORT_SELECTION, type PortName, type PluginEntry } from '../ports/adapter.js';
 
@@ -85,19 +85,84 @@ export function loadConfig(opts: LoadOptions = {}): LoadedConfig {
       problems.push({ level: 'error', key: '', message: `cannot read config file ${source}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` });
     }
   }
-  if (source && text !== undefined) {
-    const doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-    if (doc.errors.length) {
-      for (const e of doc.errors) {
-        const pos = e.linePos?.[0];
-        problems.push({ level: 'error', key: '', message: `${source}${pos ? `:${pos.line}:${pos.col}` : ''}: invalid YAML: ${e.message.split('\n')[0]}` });
-      }
-    } else {
-      raw = doc.toJS() ?? {};
-    }
+  if (source && text !== undefined && Buffer.byteLength(text) > MAX_CONFIG_BYTES) {
+    problems.push({ level: 'error', key: '', message: `config file ${source} is ${Buffer.byteLength(text)} bytes; a config file may be at most ${MAX_CONFIG_BYTES} bytes` });
+  } else if (source && text !== undefined) {
+    raw = parseYaml(text, source, problems);
   }
   const resolved = resolveConfig(raw, { env, baseDir: source ? dirname(source) : cwd, home });
   return { config: resolved.config, source, problems: [...problems, ...resolved.problems] };
+}
+
+/** MAX_CONFIG_BYTES bounds the config file read (headscale's whole example is ~20 KB). */
+const MAX_CONFIG_BYTES = 1 << 20;
+
+/**
+ * parseYaml reads the config file's YAML, adding a problem (with file:line:col where there is one) for anything
+ * wrong. Duplicate keys are found here in one pass: the yaml package's uniqueKeys compares every key with every
+ * other in a mapping, and a file of 20,000 keys took 5 s to parse (100,000 never finished). Merge keys (`<<: *base`)
+ * are read as headscale's YAML reader does. An alias bomb or nesting too deep to convert is a problem, not a throw.
+ */
+function parseYaml(text: string, source: string, problems: ConfigProblem[]): unknown {
+  const lines = new YAML.LineCounter();
+  const at = (offset: number | undefined) => {
+    if (offset === undefined) return '';
+    const pos = lines.linePos(offset);
+    return `:${pos.line}:${pos.col}`;
+  };
+  const invalid = (where: string, message: string) => problems.push({ level: 'error', key: '', message: `${source}${where}: invalid YAML: ${message}` });
+  let doc: YAML.Document.Parsed;
+  try {
+    doc = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: false, merge: true, lineCounter: lines });
+  } catch (err) {
+    invalid('', tooDeep(err));
+    return {};
+  }
+  if (doc.errors.length) {
+    for (const e of doc.errors) invalid(at(e.pos[0]), e.message.split('\n')[0]!);
+    return {};
+  }
+  const before = problems.length;
+  const seen = new Set<unknown>();
+  const visit = (node: unknown): void => {
+    // Aliases share nodes: each is checked once (an alias bomb does not multiply the walk).
+    if (!node || typeof node !== 'object' || seen.has(node)) return;
+    seen.add(node);
+    if (YAML.isMap(node)) {
+      const keys = new Set<unknown>();
+      for (const pair of node.items) {
+        const key = YAML.isScalar(pair.key) ? pair.key.value : pair.key;
+        if (key !== '<<' && keys.has(key)) invalid(at((pair.key as YAML.Node | null)?.range?.[0]), `Map keys must be unique (${JSON.stringify(key)} again)`);
+        keys.add(key);
+        visit(pair.value);
+      }
+    } else if (YAML.isSeq(node)) for (const item of node.items) visit(item);
+  };
+  try {
+    visit(doc.contents);
+  } catch (err) {
+    invalid('', tooDeep(err));
+    return {};
+  }
+  if (problems.length > before) return {};
+  // A file mode written as a YAML number keeps its digits: 0o770 is read as 504 and 0770 as 770, neither of which
+  // is the mode meant (the socket was made with mode 0504 and its owner could not connect).
+  const mode = doc.get('unix_socket_permission', true);
+  if (YAML.isScalar(mode) && typeof mode.value === 'number' && mode.source) {
+    mode.value = mode.format === 'OCT' ? `0${mode.source.slice(2)}` : mode.source;
+  }
+  try {
+    return doc.toJS({ maxAliasCount: 1000 }) ?? {};
+  } catch (err) {
+    // An alias bomb ("Excessive alias count") or nesting deeper than the stack.
+    invalid('', tooDeep(err));
+    return {};
+  }
+}
+
+/** tooDeep names a stack overflow as what it means in a config file; any other error by its first line. */
+function tooDeep(err: unknown): string {
+  return err instanceof RangeError ? 'nested too deeply' : String((err as Error).message).split('\n')[0]!;
 }
 
 type Flat = Map<string, { value: unknown; from: string }>;
@@ -149,6 +214,11 @@ export function resolveConfig(
   crossCheck(values, problems);
   checkServerUrl(values, problems);
   resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
+  const socket = String(values.unix_socket ?? '');
+  // sun_path holds 108 bytes with the final NUL; a longer path failed at start-up with a bare "listen EINVAL".
+  if (socket && Buffer.byteLength(socket) > 107) {
+    problems.push({ level: 'error', key: 'unix_socket', message: `${socket} is ${Buffer.byteLength(socket)} bytes long; a socket path may be at most 107 (set a shorter unix_socket or data_dir)` });
+  }
   checkOidc(values, problems);
   return { config: nest(values) as unknown as HeadwayConfig, problems };
 }
@@ -182,8 +252,14 @@ function unimplementedProblems(found: Unimplemented): ConfigProblem[] {
 function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems: ConfigProblem[], unimplemented: Unimplemented): void {
   for (const [k, v] of Object.entries(obj)) {
     const key = prefix ? `${prefix}.${k}` : k;
-    if (key in KEYS) { flat.set(key, { value: v, from: key }); continue; }
-    if (key in REMOVED) {
+    // Own keys only: `__proto__`, `toString` and the like are unknown keys, not inherited ones.
+    if (Object.hasOwn(KEYS, key)) {
+      const renamed = flat.get(key);
+      if (renamed) problems.push({ level: 'error', key, message: `set twice: also as ${renamed.from}, its old name; keep one` });
+      flat.set(key, { value: v, from: key });
+      continue;
+    }
+    if (Object.hasOwn(REMOVED, key)) {
       if (key === 'dns_config' && v && typeof v === 'object') {
         const children = Object.keys(v);
         for (const c of children) {
@@ -195,8 +271,12 @@ function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems
       problems.push({ level: 'fatal', key, message: `removed: ${REMOVED[key]}` });
       continue;
     }
-    if (key in RENAMED) {
+    if (Object.hasOwn(RENAMED, key)) {
       const to = RENAMED[key]!;
+      if (flat.has(to)) {
+        problems.push({ level: 'error', key, message: `set twice: also as ${to}, its new name; keep one` });
+        continue;
+      }
       problems.push({ level: 'warn', key, message: `renamed to \`${to}\`; the old key still works but will be removed` });
       flat.set(to, { value: v, from: key });
       continue;
@@ -277,7 +357,8 @@ function describe(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return 'a list';
   if (typeof v === 'object') return 'a mapping';
-  return `${typeof v} ${JSON.stringify(v)}`;
+  // JSON.stringify writes NaN and Infinity (.nan, .inf in YAML) as null.
+  return typeof v === 'number' ? `number ${String(v)}` : `${typeof v} ${JSON.stringify(v)}`;
 }
 
 type Checked = { value: unknown } | { error: string };
@@ -302,7 +383,11 @@ function check(v: unknown, spec: KeySpec): Checked {
     case 'duration': {
       if (v === 0) return { value: 0 };
       const ms = typeof v === 'string' ? parseDuration(v) : undefined;
-      return ms === undefined ? { error: `expected a duration such as 30m, 24h or 90d, found ${found}` } : { value: ms };
+      if (ms === undefined) return { error: `expected a duration such as 30m, 24h or 90d, found ${found}` };
+      const max = spec.max ?? TIMER_MAX_MS;
+      if (ms > max) return { error: `must be at most ${formatDuration(max)}, found ${v}` };
+      if (ms !== 0 && spec.min !== undefined && ms < spec.min) return { error: `must be at least ${formatDuration(spec.min)}, found ${v}` };
+      return { value: ms };
     }
     case 'strings':
       if (!Array.isArray(v) || v.some((s) => typeof s !== 'string')) return { error: `expected a list of strings, found ${found}` };
@@ -320,11 +405,15 @@ function check(v: unknown, spec: KeySpec): Checked {
     }
     case 'url': {
       if (typeof v !== 'string') return { error: `expected an http:// or https:// URL, found ${found}` };
+      let u: URL;
       try {
-        const u = new URL(v);
+        u = new URL(v);
         if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
-        return { value: v.replace(/\/+$/, '') };
       } catch { return { error: `expected an http:// or https:// URL, found ${found}` }; }
+      // Devices are sent this URL with paths after it (AuthURL): a password would reach every device.
+      if (u.username || u.password) return { error: 'must not hold a user name or password (every device is sent this URL)' };
+      if (u.search || u.hash || v.includes('?') || v.includes('#')) return { error: `must not have a query (?...) or fragment (#...): devices are sent it with paths after it, found ${found}` };
+      return { value: v.replace(/\/+$/, '') };
     }
     case 'enum':
       return typeof v === 'string' && spec.values!.includes(v)
@@ -332,6 +421,7 @@ function check(v: unknown, spec: KeySpec): Checked {
     case 'split': {
       if (typeof v !== 'object' || Array.isArray(v)) return { error: `expected a mapping of domain to a list of nameservers, found ${found}` };
       for (const [d, list] of Object.entries(v as object)) {
+        if (!isDomainName(d)) return { error: `expected a domain name such as corp.example.com as each key, found ${JSON.stringify(d)}` };
         if (!Array.isArray(list) || list.some((s) => typeof s !== 'string' || !parseIP(s))) {
           return { error: `${d}: expected a list of nameserver IP addresses, found ${describe(list)}` };
         }
@@ -377,11 +467,23 @@ function check(v: unknown, spec: KeySpec): Checked {
   }
 }
 
+/**
+ * isDomainName: labels of letters, digits, '-' (not at either end) and '_', 1-63 characters each, 253 in all, an
+ * optional final dot, and a last label that is not all digits (that is an IP address, not a name).
+ */
+export function isDomainName(s: string): boolean {
+  const name = s.endsWith('.') ? s.slice(0, -1) : s;
+  if (!name || name.length > 253) return false;
+  const labels = name.split('.');
+  return labels.every((l) => /^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$/i.test(l)) && !/^\d+$/.test(labels.at(-1)!);
+}
+
 /** checkRecord validates one DNS extra record; shared with the extra_records_path watcher. */
 export function checkRecord(r: unknown): string | undefined {
   if (!r || typeof r !== 'object') return `expected {name, type, value}, found ${describe(r)}`;
   const { name, type, value } = r as Record<string, unknown>;
   if (typeof name !== 'string' || !name) return 'name must be a non-empty string';
+  if (!isDomainName(name)) return `name must be a DNS name such as grafana.example.com, found ${JSON.stringify(name)}`;
   if (type !== 'A' && type !== 'AAAA') return `type must be A or AAAA, found ${JSON.stringify(type)}`;
   const ip = typeof value === 'string' ? parseIP(value) : undefined;
   if (!ip || (type === 'A') !== (ip.family === 4)) return `value must be an IPv${type === 'A' ? 4 : 6} address, found ${JSON.stringify(value)}`;
@@ -461,7 +563,7 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
     err('dns.base_domain', 'must be set when dns.magic_dns is true');
   }
   const base = String(values['dns.base_domain'] ?? '');
-  if (base && !/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/i.test(base)) {
+  if (base && (!/^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/i.test(base) || !isDomainName(base))) {
     err('dns.base_domain', `expected a domain name such as example.net, found ${JSON.stringify(base)}`);
   }
   try {
@@ -483,11 +585,27 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
   const v4 = values['prefixes.v4'] as string, v6 = values['prefixes.v6'] as string;
   if (!v4 && !v6) err('prefixes', 'at least one of prefixes.v4 and prefixes.v6 must be set');
   if (v4 && parsePrefix(v4)?.family !== 4) err('prefixes.v4', `expected an IPv4 prefix, found ${JSON.stringify(v4)}`);
+  else if (v4) checkNodePrefix('prefixes.v4', v4, problems);
   if (v6 && parsePrefix(v6)?.family !== 6) err('prefixes.v6', `expected an IPv6 prefix, found ${JSON.stringify(v6)}`);
-  for (const key of ['dns.nameservers.global'] as const) {
-    for (const ns of values[key] as string[]) {
-      if (!parseIP(ns) && !/^https:\/\//.test(ns)) err(key, `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
-    }
+  else if (v6) checkNodePrefix('prefixes.v6', v6, problems);
+  for (const ns of values['dns.nameservers.global'] as string[]) {
+    if (!parseIP(ns) && !isDohUrl(ns)) err('dns.nameservers.global', `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
+  }
+  for (const d of values['dns.search_domains'] as string[]) {
+    if (!isDomainName(d)) err('dns.search_domains', `expected domain names such as corp.example.com, found ${JSON.stringify(d)}`);
+  }
+  for (const [key, family] of [['derp.server.ipv4', 4], ['derp.server.ipv6', 6]] as const) {
+    const ip = String(values[key] ?? '');
+    if (ip && parseIP(ip)?.family !== family) err(key, `expected an IPv${family} address, found ${JSON.stringify(ip)}`);
+  }
+  for (const u of values['derp.urls'] as string[]) {
+    if (!/^https?:\/\/[^\s/?#]+/i.test(u) || !URL.canParse(u)) err('derp.urls', `expected http:// or https:// URLs of DERP maps, found ${JSON.stringify(u)}`);
+  }
+  const dbType = String(values['database.type']);
+  if (dbType === 'postgres' || dbType === 'mysql') {
+    const host = String(values[`database.${dbType}.host`] ?? '');
+    // A connection URL pasted here (often with its password) would be echoed back by the driver's errors.
+    if (/:\/\/|@|\s/.test(host)) err(`database.${dbType}.host`, 'expected a host name, an IP address or a socket directory, found a connection URL or user@host (set host, port, name, user and pass apart)');
   }
   if (values['cluster.enabled'] && String(values['database.type']) === 'sqlite') {
     err('cluster.enabled', 'needs database.type postgres or mysql: several instances cannot share one SQLite file');
@@ -503,6 +621,50 @@ function crossCheck(values: Record<string, unknown>, problems: ConfigProblem[]):
     if (!PACKAGE_NAME.test(id)) {
       err(key, `expected an adapter id or npm package name, found ${JSON.stringify(id)}`);
     }
+  }
+}
+
+/** isDohUrl: an https:// URL with a host (DNS over HTTPS), nothing else. */
+function isDohUrl(s: string): boolean {
+  if (!/^https:\/\/[^\s]+$/i.test(s)) return false;
+  try { return new URL(s).hostname !== ''; } catch { return false; }
+}
+
+/** Ranges no node address may come from: devices treat them as something else (or refuse them). */
+const SPECIAL_RANGES: { prefix: string; what: string }[] = [
+  { prefix: '0.0.0.0/8', what: '"this network"' }, { prefix: '127.0.0.0/8', what: 'loopback' },
+  { prefix: '169.254.0.0/16', what: 'link-local' }, { prefix: '224.0.0.0/3', what: 'multicast and reserved' },
+  { prefix: '::/8', what: 'unspecified, loopback and IPv4-mapped' }, { prefix: 'fe80::/10', what: 'link-local' },
+  { prefix: 'ff00::/8', what: 'multicast' },
+];
+const TAILSCALE_RANGES = { 4: '100.64.0.0/10', 6: 'fd7a:115c:a1e0::/48' } as const;
+
+/**
+ * checkNodePrefix: a prefix nodes get addresses from must be written without host bits, hold at least one address
+ * to give (the allocator never gives a prefix's first and last), and stay out of SPECIAL_RANGES; outside
+ * Tailscale's own ranges it is a warning, as headscale gives.
+ */
+function checkNodePrefix(key: string, text: string, problems: ConfigProblem[]): void {
+  const p = parsePrefix(text)!;
+  const width = p.family === 4 ? 32 : 128;
+  if (parseIP(text.split('/')[0]!)!.value !== p.base) {
+    problems.push({ level: 'error', key, message: `${text} has host bits set; did you mean ${formatPrefix(p)}?` });
+    return;
+  }
+  if (p.bits > width - 2) {
+    problems.push({ level: 'error', key, message: `${text} holds no address to give a node (a prefix's first and last addresses are never given); use /${width - 2} or shorter` });
+    return;
+  }
+  for (const r of SPECIAL_RANGES) {
+    const q = parsePrefix(r.prefix)!;
+    if (prefixOverlaps(p, q)) {
+      problems.push({ level: 'error', key, message: `${text} overlaps ${r.prefix} (${r.what}): devices cannot use addresses there` });
+      return;
+    }
+  }
+  const ts = parsePrefix(TAILSCALE_RANGES[p.family])!;
+  if (!(prefixOverlaps(p, ts) && p.bits >= ts.bits)) {
+    problems.push({ level: 'warn', key, message: `${text} is outside ${TAILSCALE_RANGES[p.family]}, the range Tailscale clients expect tailnet addresses in: some client features may not work` });
   }
 }
 

@@ -109,7 +109,7 @@ export class DnsConfigSource {
   private async readRecordsFile(strict: boolean): Promise<DnsRecord[]> {
     const path = this.dns.extra_records_path;
     try {
-      const parsed: unknown = JSON.parse(await readFile(path, 'utf8'));
+      const parsed = parseJsonFile(await readFile(path, 'utf8'));
       if (!Array.isArray(parsed)) throw new Error('expected a JSON list of {name, type, value} records');
       parsed.forEach((r, i) => {
         const err = checkRecord(r);
@@ -169,5 +169,18 @@ export class DnsConfigSource {
   close(): void {
     this.watcher?.close();
     for (const unwatch of this.unwatchPlugins) unwatch();
+  }
+}
+
+/**
+ * parseJsonFile is JSON.parse with an error that says where, not what: V8's message quotes the text around the
+ * fault, and the file may hold anything (a secret put there by mistake is not to be logged).
+ */
+function parseJsonFile(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    const where = /line \d+ column \d+/.exec((err as Error).message)?.[0];
+    throw new Error(`not valid JSON${where ? ` (${where})` : ''}`);
   }
 }

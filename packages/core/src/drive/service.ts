@@ -1,5 +1,5 @@
 import type { Policy } from '@headway/policy';
-import { badField, HeadwayError, notFound } from '../errors.js';
+import { badField, HeadwayError, notFound, shown } from '../errors.js';
 import type { Logger } from '../log.js';
 import {
   DRIVE_SHARE_NAME, isDriveGrantStore, type DriveAccess, type DriveDestination, type DriveGrant, type DriveGrantRecord,
@@ -136,7 +136,7 @@ export class DriveService {
         throw badField('shares', `${JSON.stringify(s)} is not a Taildrive share name: use lower-case letters a-z, digits, _, (, ) and spaces, or * for all shares`);
       }
     }
-    if (input.access !== 'ro' && input.access !== 'rw') throw badField('access', `expected ro or rw, found ${JSON.stringify(input.access)}`);
+    if (input.access !== 'ro' && input.access !== 'rw') throw badField('access', `expected ro or rw, found ${shown(input.access)}`);
     return { src: this.source(input.src), dst: this.destination(input.dst), shares: [...new Set(shares)], access: input.access };
   }
 

@@ -1,5 +1,6 @@
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, lstatSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { makeDirectory } from './preflight.js';
 import type { Logger } from '../log.js';
 
 /*
@@ -16,7 +17,7 @@ const uid = () => (typeof process.getuid === 'function' ? process.getuid() : -1)
  * one we own (a 0755 directory left by an older version or by mkdir) to 0700.
  */
 export function prepareDataDir(dir: string): void {
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDirectory(dir, 'data_dir');
   const st = lstatSync(dir);
   if ((st.mode & 0o077) !== 0 && st.uid === uid()) chmodSync(dir, 0o700);
 }

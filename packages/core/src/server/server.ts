@@ -1,5 +1,5 @@
 import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
-import { chmodSync, existsSync, mkdirSync, readFileSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { dirname } from 'node:path';
@@ -9,6 +9,7 @@ import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { loadAdapter, preparePlugins, registerPlugins, type PreparedPlugins } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
+import { makeDirectory, preflight } from '../kernel/preflight.js';
 import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '../kernel/datadir.js';
 import { assertStoragePort, STORAGE, type StoragePort } from '../ports/storage.js';
 import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '../ports/policy.js';
@@ -91,6 +92,7 @@ function trackSockets(server: http.Server): Set<Socket> {
  */
 export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
+  preflight(config);
   prepareDataDir(config.data_dir);
   logger.info('data directory', { path: config.data_dir });
   const unlock = lockDataDir(config.data_dir);
@@ -192,7 +194,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     if (config.unix_socket) {
       const path = config.unix_socket;
-      mkdirSync(dirname(path), { recursive: true });
+      makeDirectory(dirname(path), 'unix_socket');
       if (existsSync(path)) unlinkSync(path);
       const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
       const ls = trackSockets(local);

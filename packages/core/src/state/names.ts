@@ -1,4 +1,4 @@
-import { badField } from '../errors.js';
+import { badField, shown } from '../errors.js';
 import { canonicalPrefix, isExitRoute } from '../net/ip.js';
 
 /** approvedRouteSet is an approved-routes list as stored: canonical, sorted, and either exit route approving both. */
@@ -17,7 +17,7 @@ export function approvedRouteSet(routes: string[], field = 'routes'): string[] {
 export function canonicalRoutes(routes: string[], field = 'routes'): string[] {
   return routes.map((r) => {
     const c = r.includes('/') ? canonicalPrefix(r) : undefined;
-    if (!c) throw badField(field, `expected CIDR prefixes such as 10.0.0.0/24, found ${JSON.stringify(r)}`);
+    if (!c) throw badField(field, `expected CIDR prefixes such as 10.0.0.0/24, found ${shown(r)}`);
     return c;
   });
 }
@@ -40,7 +40,7 @@ const LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
 export function checkDnsLabel(name: string): string | undefined {
   if (!name) return 'must not be empty';
   if (name.length > 63) return `must be at most 63 characters, found ${name.length}`;
-  if (!LABEL.test(name)) return `must be a DNS label: lower-case letters, digits and '-', not starting or ending with '-'; found ${JSON.stringify(name)}`;
+  if (!LABEL.test(name)) return `must be a DNS label: lower-case letters, digits and '-', not starting or ending with '-'; found ${shown(name)}`;
   return undefined;
 }
 
@@ -58,12 +58,12 @@ const USER = /^[a-zA-Z0-9][a-zA-Z0-9._@+-]{0,62}$/;
 
 export function checkUserName(name: string): string | undefined {
   if (!name) return 'must not be empty';
-  if (!USER.test(name)) return `must be 1-63 characters of letters, digits, '.', '_', '-', '+' or '@', starting with a letter or digit; found ${JSON.stringify(name)}`;
+  if (!USER.test(name)) return `must be 1-63 characters of letters, digits, '.', '_', '-', '+' or '@', starting with a letter or digit; found ${shown(name)}`;
   return undefined;
 }
 
 const TAG = /^tag:[a-zA-Z0-9][a-zA-Z0-9-_.]*$/;
 
 export function checkTag(tag: string): string | undefined {
-  return TAG.test(tag) ? undefined : `expected tag:<name> (letters, digits, '-', '_', '.'), found ${JSON.stringify(tag)}`;
+  return TAG.test(tag) ? undefined : `expected tag:<name> (letters, digits, '-', '_', '.'), found ${shown(tag)}`;
 }

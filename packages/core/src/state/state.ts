@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ApiKey, NewNode, Node, NodePatch, PendingRegistration, PreAuthKey, RegisterMethod, User } from '../domain.js';
-import { badField, HeadwayError, notFound } from '../errors.js';
+import { badField, HeadwayError, notFound, shown } from '../errors.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
@@ -194,7 +194,7 @@ export class State {
   async createUser(input: { name: string; displayName?: string; email?: string; profilePicUrl?: string }): Promise<User> {
     const err = checkUserName(input.name);
     if (err) throw badField('name', err);
-    if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address such as alice@example.com, found ${JSON.stringify(input.email)}`);
+    if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address such as alice@example.com, found ${shown(input.email)}`);
     if (input.profilePicUrl) {
       const bad = checkPictureUrl(input.profilePicUrl);
       if (bad) throw badField('pictureUrl', bad);
@@ -269,8 +269,8 @@ export class State {
   async linkUser(id: number, provider: string, providerId: string): Promise<User> {
     const user = this.users.get(id);
     if (!user) throw notFound('user', id);
-    if (!provider || !/^[a-z0-9_-]{1,64}$/.test(provider)) throw badField('provider', `expected a provider name such as oidc, found ${JSON.stringify(provider)}`);
-    if (!providerId || providerId.length > 512 || /[\s]/.test(providerId)) throw badField('subject', `expected the provider's subject identifier (1-512 characters, no spaces), found ${JSON.stringify(providerId)}`);
+    if (!provider || !/^[a-z0-9_-]{1,64}$/.test(provider)) throw badField('provider', `expected a provider name such as oidc, found ${shown(provider)}`);
+    if (!providerId || providerId.length > 512 || /[\s]/.test(providerId)) throw badField('subject', `expected the provider's subject identifier (1-512 characters, no spaces), found ${shown(providerId)}`);
     const other = this.userByProviderId(providerId);
     if (other && other.id !== id) throw new HeadwayError('name_taken', `identity ${providerId} is already linked to user ${other.name} (id ${other.id})`, 'subject');
     const updated = await this.conflicts(() => this.storage.users.update(id, { provider, providerId }));
@@ -624,11 +624,12 @@ export class State {
 
   async setTags(id: number, tags: string[]): Promise<Node> {
     const node = this.requireNode(id);
-    const clean = [...new Set(tags.map((t) => t.trim()).filter(Boolean))];
-    for (const t of clean) {
+    // Each entry as sent: a blank one is refused, not dropped ([""] removed every tag; [] does that on purpose).
+    for (const t of tags) {
       const err = checkTag(t);
       if (err) throw badField('tags', err);
     }
+    const clean = [...new Set(tags)];
     // A node given tags is owned by its tags; removing every tag returns it to its user.
     return this.updateNode(node.id, { tags: clean.sort() });
   }

@@ -26,14 +26,16 @@ const sqliteStorageAdapter: AdapterDescriptor = {
   async register(ctx) {
     const config = ctx.config.database.sqlite;
     const logger: Logger = ctx.logger.child({ adapter: 'storage-sqlite' });
+    const path = sqliteStoragePath(config.path, ctx.config.data_dir);
+    // The driver's errors ("unable to open database file", EISDIR) do not say which setting named the file.
     const storage = await createSqliteStorage({
-      path: sqliteStoragePath(config.path, ctx.config.data_dir),
+      path,
       wal: config.write_ahead_log,
       walAutocheckpoint: config.wal_autocheckpoint,
       synchronous: config.synchronous,
       logger,
       debugSql: ctx.config.database.debug,
-    });
+    }).catch((err: Error) => { throw new Error(`database.sqlite.path ${path}: ${err.message}`); });
     ctx.container.register(STORAGE, asValue(storage));
   },
 };

@@ -422,13 +422,25 @@ t.test('every HeadscaleService rpc needs an API key: UNAUTHENTICATED and no data
   t.notOk(s.logs.some((l) => l.includes(secret) || l.includes(oldSecret)), 'keys are never logged');
 });
 
-t.test('client mistakes map to gRPC codes naming the field, and change nothing', async (t) => {
+/** grpcSetUp starts a server with the gRPC API and an API key: `call` sends a message, `raw` the bytes given as one. */
+async function grpcSetUp(t: Test) {
   const s = await startTestServer({ grpc_listen_addr: '127.0.0.1:0' });
   t.teardown(() => s.stop());
   const c = grpcClient(s);
   t.teardown(() => c.close());
   const { secret } = await s.state.createApiKey(null);
   const call = (method: string, req: Record<string, unknown> = {}) => rpc(c, method, req, secret);
+  const raw = (method: string, bytes: number[]) => new Promise<Answer>((resolve) => {
+    const md = new grpc.Metadata();
+    md.set('authorization', `Bearer ${secret}`);
+    c.makeUnaryRequest(`/headscale.v1.HeadscaleService/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes), md,
+      (err, res) => resolve(err ? { err } : { res }));
+  });
+  return { s, c, secret, call, raw };
+}
+
+t.test('client mistakes map to gRPC codes naming the field, and change nothing', async (t) => {
+  const { s, c, secret, call, raw } = await grpcSetUp(t);
   const expect = async (method: string, req: Record<string, unknown>, code: string, detail: RegExp | string) => {
     const a = await call(method, req);
     t.equal(codeName(a), code, `${method} ${JSON.stringify(req).slice(0, 80)}`);
@@ -490,30 +502,14 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   const huge = await call('CheckPolicy', { policy: ' '.repeat(5 * 1024 * 1024) });
   t.equal(codeName(huge), 'RESOURCE_EXHAUSTED', 'a policy over 4 MiB is refused');
   // A message that is not protobuf at all is the client's fault, not INTERNAL.
-  const garbage = await new Promise<Answer>((resolve) => {
-    const md = new grpc.Metadata();
-    md.set('authorization', `Bearer ${secret}`);
-    c.makeUnaryRequest('/headscale.v1.HeadscaleService/GetNode', (b: Buffer) => b, (b: Buffer) => b, Buffer.from([0x12, 0x05, 0x01]), md,
-      (err, res) => resolve(err ? { err } : { res }));
-  });
+  const garbage = await raw('GetNode', [0x12, 0x05, 0x01]);
   t.equal(codeName(garbage), 'INVALID_ARGUMENT');
   t.match(garbage.err?.details, /not a valid GetNode message/);
   t.notOk(s.logs.some((l) => / ERR /.test(l) && /grpc/.test(l)), 'no client mistake was logged as a server error');
 });
 
 t.test('hostile requests: echoes cut short, messages read strictly, blank tags and malformed keys refused', async (t) => {
-  const s = await startTestServer({ grpc_listen_addr: '127.0.0.1:0' });
-  t.teardown(() => s.stop());
-  const c = grpcClient(s);
-  t.teardown(() => c.close());
-  const { secret } = await s.state.createApiKey(null);
-  const call = (method: string, req: Record<string, unknown> = {}) => rpc(c, method, req, secret);
-  const raw = (method: string, bytes: number[]) => new Promise<Answer>((resolve) => {
-    const md = new grpc.Metadata();
-    md.set('authorization', `Bearer ${secret}`);
-    c.makeUnaryRequest(`/headscale.v1.HeadscaleService/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes), md,
-      (err, res) => resolve(err ? { err } : { res }));
-  });
+  const { s, c, secret, call, raw } = await grpcSetUp(t);
   const alice = await call('CreateUser', { name: 'alice' });
   const keysBefore = (await s.state.listApiKeys()).length;
 

@@ -164,3 +164,15 @@ t.test('a policy naming Object.prototype\'s members, or repeating an alias thous
   t.equal(set.status, 200, set.json.detail ?? 'set');
   t.equal((await call('GET', '/api/v1/node')).json.nodes.length, 2, 'nodes still listed');
 });
+
+t.test('a user\'s display name and e-mail address are bounded as a provider\'s are (255 characters)', async (t) => {
+  const { s, call } = await setUp(t);
+  const long = await call('POST', '/api/v1/user', { name: 'alice', displayName: 'x'.repeat(100_000) });
+  t.equal(long.status, 400);
+  t.match(long.json.detail, /^displayName: must be at most 255 characters, found 100000/);
+  const mail = await call('POST', '/api/v1/user', { name: 'alice', email: `${'x'.repeat(300)}@example.com` });
+  t.equal(mail.status, 400);
+  t.match(mail.json.detail, /^email: must be at most 255 characters/);
+  t.same(s.state.listUsers(), [], 'no user was made');
+  t.equal((await call('POST', '/api/v1/user', { name: 'alice', displayName: 'x'.repeat(255) })).status, 200, '255 is fine');
+});

@@ -195,6 +195,9 @@ export class State {
     const err = checkUserName(input.name);
     if (err) throw badField('name', err);
     if (input.email && !/^[^\s@]+@[^\s@]+$/.test(input.email)) throw badField('email', `expected an e-mail address such as alice@example.com, found ${shown(input.email)}`);
+    if (input.email && input.email.length > 255) throw badField('email', `must be at most 255 characters, found ${input.email.length}`);
+    // The same bound a provider's display name gets (loginUser): every device in the tailnet is sent it.
+    if (input.displayName && input.displayName.length > 255) throw badField('displayName', `must be at most 255 characters, found ${input.displayName.length}`);
     if (input.profilePicUrl) {
       const bad = checkPictureUrl(input.profilePicUrl);
       if (bad) throw badField('pictureUrl', bad);

@@ -627,12 +627,11 @@ export class State {
 
   async setTags(id: number, tags: string[]): Promise<Node> {
     const node = this.requireNode(id);
-    // Each entry as sent: a blank one is refused, not dropped ([""] removed every tag; [] does that on purpose).
-    for (const t of tags) {
+    const clean = [...new Set(tags.map((t) => t.trim()).filter(Boolean))];
+    for (const t of clean) {
       const err = checkTag(t);
       if (err) throw badField('tags', err);
     }
-    const clean = [...new Set(tags)];
     // A node given tags is owned by its tags; removing every tag returns it to its user.
     return this.updateNode(node.id, { tags: clean.sort() });
   }

@@ -15,6 +15,8 @@ const OP_BINARY = 0x2;
 const OP_CLOSE = 0x8;
 const OP_PING = 0x9;
 const OP_PONG = 0xa;
+/** PONG_BACKLOG_BYTES: pings are answered only while the socket has less than this waiting to be written. */
+export const PONG_BACKLOG_BYTES = 64 * 1024;
 
 /** WsCloseCode lists the close codes from RFC 6455 §7.4.1 that this endpoint sends. */
 export const WsCloseCode = { Normal: 1000, ProtocolError: 1002, UnsupportedData: 1003, TooBig: 1009 } as const;
@@ -214,7 +216,9 @@ export class WebSocketStream extends Duplex {
         return used;
       }
       case OP_PING:
-        if (!this.closeSent) this.socket.write(this.encodeFrame(OP_PONG, payload));
+        // A pong waits for the socket only while little else does: a peer that sends pings and never reads grew the
+        // server by gigabytes (each answer queued in memory). RFC 6455 lets an endpoint answer only the latest ping.
+        if (!this.closeSent && this.socket.writableLength < PONG_BACKLOG_BYTES) this.socket.write(this.encodeFrame(OP_PONG, payload));
         return used;
       case OP_PONG:
         return used;

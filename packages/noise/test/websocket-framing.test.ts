@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap';
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import { webSocketAccept, WebSocketStream, WsCloseCode, isValidWebSocketKey } from '../src/websocket.js';
+import { PONG_BACKLOG_BYTES, webSocketAccept, WebSocketStream, WsCloseCode, isValidWebSocketKey } from '../src/websocket.js';
 
 /** WirePeer is the hand-driven end of a TCP connection: it records every byte and whether the socket closed. */
 interface WirePeer {
@@ -68,14 +68,15 @@ function serverFrames(data: Buffer): { opcode: number; payload: Buffer }[] {
   return out;
 }
 
-async function pair(t: Test): Promise<{ ws: WebSocketStream; raw: WirePeer; received: () => Buffer }> {
+async function pair(t: Test): Promise<{ ws: WebSocketStream; raw: WirePeer; received: () => Buffer; socket: Socket }> {
   let accepted!: (s: Socket) => void;
   const got = new Promise<Socket>((r) => (accepted = r));
   const server = createServer((s) => accepted(s));
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise<void>((r) => server.close(() => r())));
   const raw = await dialWirePeer((server.address() as AddressInfo).port);
-  const ws = new WebSocketStream(await got, { role: 'server', maxMessageBytes: 1000 });
+  const socket = await got;
+  const ws = new WebSocketStream(socket, { role: 'server', maxMessageBytes: 1000 });
   ws.on('error', () => {});
   const chunks: Buffer[] = [];
   ws.on('data', (c: Buffer) => chunks.push(c));
@@ -83,7 +84,7 @@ async function pair(t: Test): Promise<{ ws: WebSocketStream; raw: WirePeer; rece
     ws.destroy();
     raw.socket.destroy();
   });
-  return { ws, raw, received: () => Buffer.concat(chunks) };
+  return { ws, raw, received: () => Buffer.concat(chunks), socket };
 }
 
 t.test('accept key matches RFC 6455 example; key validation', async (t) => {
@@ -141,3 +142,21 @@ for (const [name, bytes, expected] of violations) {
     t.ok(ws.destroyed);
   });
 }
+
+t.test('a peer that pings and never reads gets no more pongs than the socket can hold', async (t) => {
+  // Each ping was answered into the socket's write queue whatever was waiting there: one connection that never read
+  // grew the server by gigabytes.
+  const { raw, socket } = await pair(t);
+  raw.socket.pause();
+  const ping = clientFrame(0x9, Buffer.alloc(125, 1));
+  let most = 0;
+  for (let round = 0; round < 40; round++) {
+    raw.socket.write(Buffer.concat(Array.from({ length: 1000 }, () => ping)));
+    await new Promise((r) => setTimeout(r, 5));
+    most = Math.max(most, socket.writableLength);
+  }
+  t.ok(most > 0, `pongs queued while the peer does not read (${most} bytes at most)`);
+  t.ok(most < PONG_BACKLOG_BYTES + 1024, `the queue stays under the bound (${most} bytes for 5 MB of pings)`);
+  raw.socket.resume();
+  await eventually(() => serverFrames(raw.data).some((f) => f.opcode === 0xa), 'a pong once the peer reads');
+});

@@ -886,7 +886,7 @@ export class TailnetContext {
   private resolveAll(aliases: Alias[]): IPSet {
     let v = this.resolvedAll.get(aliases);
     if (!v) {
-      v = new IPSet(aliases.flatMap((a) => (this.resolve(a) ?? new IPSet()).ranges));
+      v = new IPSet(this.resolveList(aliases).flatMap((x) => x?.ranges ?? []));
       this.resolvedAll.set(aliases, v);
     }
     return v;

@@ -65,14 +65,17 @@ function readable(key: string, path: string): Buffer {
  * preflight checks the files the configuration names before the database is opened (and migrated) or any key is
  * generated, so that a typo in a path stops the server having changed nothing: the TLS certificate and key (read
  * and parsed), the existing private keys, the policy file (file mode), DERP map files and the extra records file.
- * Their contents are read again, and checked in full, where they are used.
+ * The TLS files it has read and parsed are returned for the listener; the others are read again, and checked in
+ * full, where they are used.
  */
-export function preflight(config: HeadwayConfig): void {
+export function preflight(config: HeadwayConfig): { tls?: { cert: Buffer; key: Buffer } } {
+  let tls: { cert: Buffer; key: Buffer } | undefined;
   if (config.tls_cert_path) {
     const cert = readable('tls_cert_path', config.tls_cert_path);
     try { new X509Certificate(cert); } catch { throw new StartupError('tls_cert_path', `${config.tls_cert_path} is not a PEM certificate`); }
     const key = readable('tls_key_path', config.tls_key_path);
     try { createPrivateKey(key); } catch { throw new StartupError('tls_key_path', `${config.tls_key_path} is not a PEM private key`); }
+    tls = { cert, key };
   }
   const keys: [string, string][] = [['noise.private_key_path', config.noise.private_key_path]];
   if (config.derp.server.enabled) keys.push(['derp.server.private_key_path', config.derp.server.private_key_path]);
@@ -86,4 +89,5 @@ export function preflight(config: HeadwayConfig): void {
   if (config.policy.mode === 'file' && config.policy.path) readable('policy.path', config.policy.path);
   for (const p of config.derp.paths) readable('derp.paths', p);
   if (config.dns.extra_records_path) readable('dns.extra_records_path', config.dns.extra_records_path);
+  return { tls };
 }

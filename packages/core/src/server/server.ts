@@ -1,5 +1,5 @@
 import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
-import { chmodSync, existsSync, readFileSync, unlinkSync } from 'node:fs';
+import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import { dirname } from 'node:path';
@@ -92,7 +92,7 @@ function trackSockets(server: http.Server): Set<Socket> {
  */
 export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
-  preflight(config);
+  const { tls } = preflight(config);
   prepareDataDir(config.data_dir);
   logger.info('data directory', { path: config.data_dir });
   const unlock = lockDataDir(config.data_dir);
@@ -155,7 +155,6 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
 
-    const tls = config.tls_cert_path ? { cert: readFileSync(config.tls_cert_path), key: readFileSync(config.tls_key_path) } : undefined;
     const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
     const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
     const servers: http.Server[] = [main];

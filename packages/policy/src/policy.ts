@@ -371,6 +371,12 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   const checkTag = (name: string, at: Pos | undefined, prefix: string) => {
     if (!(name in pol.tagOwners)) err(`${prefix}tag not found: ${JSON.stringify(name)}`, at);
   };
+  /** checkSource: autogroups that name no sender are refused on the src side of acls and grants. */
+  const checkSource = (a: Alias, at: Pos | undefined) => {
+    if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', at);
+    // The internet sends no packets a node's filter could name (every public range became a source).
+    if (a.kind === 'autogroup' && a.name === 'autogroup:internet') err('autogroup:internet can only be used in ACL destinations', at);
+  };
   const checkAlias = (a: Alias, at: Pos | undefined, side: string) => {
     if (a.kind === 'tag') checkTag(a.name, at, side === 'src' ? 'src=' : '');
     if (a.kind === 'host' && !(a.name in pol.hosts)) err(hostNotFound(a.name, opts.userNames), at);
@@ -389,9 +395,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       }, undefined);
       const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
-        if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
-        // The internet sends no packets a node's filter could name (every public range became a source).
-        if (a.kind === 'autogroup' && a.name === 'autogroup:internet') err('autogroup:internet can only be used in ACL destinations', item.pos);
+        checkSource(a, item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
       }, null)).filter(present);
@@ -421,17 +425,15 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   if (grantsNode && grantsNode.kind !== 'null') {
     pol.grants = attempt(() => {
     if (grantsNode.kind !== 'array') err('grants must be a list', grantsNode.pos);
-    return grantsNode.items.map((item) => attempt(() => {
+    return grantsNode.items.map((item, k) => attempt(() => {
       const f = fields(item, 'grant', ['src', 'dst', 'ip', 'app', 'via', 'srcPosture']);
       const posture = f.get('srcPosture');
       if (posture && posture.kind === 'array' && posture.items.length) {
-        (pol.unenforced ??= []).push(`grant ${grantsNode.items.indexOf(item) + 1} (line ${item.pos.line}) has srcPosture, which Headway does not check: it applies to every device in its src`);
+        (pol.unenforced ??= []).push(`grant ${k + 1} (line ${item.pos.line}) has srcPosture, which Headway does not check: it applies to every device in its src`);
       }
       const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
-        if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('"autogroup:self" not valid on the src side of a rule', item.pos);
-        // The internet sends no packets a node's filter could name (every public range became a source).
-        if (a.kind === 'autogroup' && a.name === 'autogroup:internet') err('autogroup:internet can only be used in ACL destinations', item.pos);
+        checkSource(a, item.pos);
         checkAlias(a, item.pos, 'src');
         return a;
       }, null)).filter(present);

@@ -3,22 +3,12 @@ import http2 from 'node:http2';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { H2_ERROR, H2Session, type H2SessionOptions, type H2Stream, type H2Transport } from '../src/control/h2.js';
 import { decodeHuffman, HpackDecoder } from '../src/control/hpack.js';
+import { transportOf } from './h2-transport.js';
 
 // The control server's own HTTP/2 (h2.ts, hpack.ts), checked against nghttp2's client (node:http2) over TCP,
 // and against hand-made frames for what a well-behaved client never sends.
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
-
-/** transportOf adapts a TCP socket to what H2Session needs (the server runs it over a Noise connection). */
-function transportOf(socket: Socket): H2Transport {
-  return {
-    writeRecords: (parts) => { socket.write(Buffer.concat(parts)); },
-    on: (event: 'data' | 'close' | 'end', fn: (chunk: Buffer) => void) => socket.on(event, fn),
-    end: () => socket.end(),
-    destroy: () => socket.destroy(),
-    get destroyed() { return socket.destroyed; },
-  } as H2Transport;
-}
 
 interface Served { port: number; sessions: H2Session[]; server: Server }
 
@@ -250,6 +240,7 @@ t.test('a client byte stream cut anywhere is read the same (frames split across 
       end: () => events.push('end'),
       destroy: () => events.push('destroy'),
       destroyed: false,
+      sendBacklog: () => 0,
     } as unknown as H2Transport;
     new H2Session(transport, {
       onStream: (s) => { events.push(`stream ${s.id} ${s.method} ${s.path}`); void s.body().then((b) => { events.push(`body ${b}`); s.end(b); }); },

@@ -286,6 +286,11 @@ export class NoiseConn extends Duplex {
     this.socket.write(frames, (err) => callback(err ?? null));
   }
 
+  /** sendBacklog is how many sealed bytes wait in the socket for the peer to read them. */
+  sendBacklog(): number {
+    return this.socket.writableLength;
+  }
+
   /**
    * writeRecords seals parts, in order, as one run of records and gives the socket one buffer, bypassing the
    * Writable side (its buffering, callbacks and per-write state): for a caller that is this connection's only

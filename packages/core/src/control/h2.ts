@@ -1,4 +1,5 @@
-import { COMPRESSION_ERROR, encodeResponseHeaders, ENTRY_OVERHEAD, H2Error, HpackDecoder } from './hpack.js';
+import { COMPRESSION_ERROR, encodeResponseHeaders, ENHANCE_YOUR_CALM, ENTRY_OVERHEAD, H2Error, HpackDecoder } from './hpack.js';
+import { FrameBudget, IDLE_FRAMES, MAX_DECODED_HEADER_LIST, MAX_HEADER_BLOCK, MAX_HEADER_FRAMES, MAX_HEADER_LIST_SIZE, MAX_QUEUED_REPLIES, RESETS } from './h2-limits.js';
 
 /**
  * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
@@ -9,13 +10,14 @@ import { COMPRESSION_ERROR, encodeResponseHeaders, ENTRY_OVERHEAD, H2Error, Hpac
  * largest part of the server's memory per device. A control connection needs a small part of HTTP/2: requests
  * from one client with small bodies, and responses whose bodies are written as the server has them. This
  * server does that part completely (flow control both ways, HPACK decoding, CONTINUATION, padding, PING,
- * SETTINGS, GOAWAY, RST_STREAM) and answers anything else with the error RFC 9113 names.
+ * SETTINGS, GOAWAY, RST_STREAM) and answers anything else with the error RFC 9113 names, within the limits a
+ * production stack puts on a peer (h2-limits.ts), and passes h2spec (test/h2spec.test.ts).
  */
 
 /** H2_ERROR holds HTTP/2's error codes (RFC 9113 §7). */
 export const H2_ERROR = {
   NO_ERROR: 0x0, PROTOCOL_ERROR: 0x1, INTERNAL_ERROR: 0x2, FLOW_CONTROL_ERROR: 0x3, STREAM_CLOSED: 0x5,
-  FRAME_SIZE_ERROR: 0x6, REFUSED_STREAM: 0x7, CANCEL: 0x8, COMPRESSION_ERROR, ENHANCE_YOUR_CALM: 0xb,
+  FRAME_SIZE_ERROR: 0x6, REFUSED_STREAM: 0x7, CANCEL: 0x8, COMPRESSION_ERROR, ENHANCE_YOUR_CALM,
 } as const;
 
 const DATA = 0x0;
@@ -67,10 +69,6 @@ const MIN_PEER_FRAME_SIZE = 16_384;
 const MAX_PEER_FRAME_SIZE = 16_777_215;
 /** A receive window is topped up once this much of it is used. */
 const WINDOW_REFRESH = 32_768;
-/** MAX_HEADER_LIST_SIZE is announced; a request over it is answered 431. */
-const MAX_HEADER_LIST_SIZE = 16_384;
-/** MAX_HEADER_BLOCK bounds one header block with its CONTINUATION frames: a longer one ends the connection. */
-const MAX_HEADER_BLOCK = 64 * 1024;
 /** MAX_BUFFERED caps request body bytes held per connection: past it the connection window is not topped up. */
 const MAX_BUFFERED = 4 * 1024 * 1024;
 /** A connection that sent GOAWAY or failed is destroyed this long after, if the peer has not closed it. */
@@ -87,6 +85,8 @@ export interface H2Transport {
   end(): unknown;
   destroy(): unknown;
   readonly destroyed: boolean;
+  /** sendBacklog is how many bytes written are still waiting to go out (the peer has not read them). */
+  sendBacklog(): number;
 }
 
 export interface H2SessionOptions {
@@ -99,6 +99,8 @@ export interface H2SessionOptions {
   bodyLimit?: number;
   /** bodyTimeoutMs cancels (RST_STREAM CANCEL) a request whose body has not ended this long after its headers. */
   bodyTimeoutMs?: number;
+  /** now is the clock the per-connection frame budgets refill by (tests inject one). */
+  now?: () => number;
 }
 
 /**
@@ -124,16 +126,28 @@ export class H2Session {
   private recvWindow = DEFAULT_WINDOW;
   /** buffered counts request body bytes held by streams (MAX_BUFFERED). */
   private buffered = 0;
-  private continuation?: { id: number; flags: number; parts: Buffer[]; size: number };
+  private continuation?: { id: number; flags: number; parts: Buffer[]; size: number; frames: number };
+  /** resets and idleFrames are the peer's budgets of stream resets and of frames that ask for no work (h2-limits.ts). */
+  private readonly resets: FrameBudget;
+  private readonly idleFrames: FrameBudget;
+  /** repliesQueued counts acknowledgements and resets queued since the transport last had nothing waiting. */
+  private repliesQueued = 0;
   private blocked?: Set<H2Stream>;
   private outbox?: Uint8Array[];
   private readonly flush = (): void => {
     const parts = this.outbox;
     this.outbox = undefined;
-    if (parts && !this.transport.destroyed) this.transport.writeRecords(parts);
+    if (!parts || this.transport.destroyed) return;
+    const drained = this.transport.sendBacklog() === 0;
+    this.transport.writeRecords(parts);
+    // Everything queued before went out, and so did this: the peer reads.
+    if (drained && this.transport.sendBacklog() === 0) this.repliesQueued = 0;
   };
 
   constructor(private readonly transport: H2Transport, readonly opts: H2SessionOptions) {
+    const now = opts.now ?? Date.now;
+    this.resets = new FrameBudget(RESETS, now);
+    this.idleFrames = new FrameBudget(IDLE_FRAMES, now);
     const settings = Buffer.alloc(12);
     settings.writeUInt16BE(SETTINGS_MAX_CONCURRENT_STREAMS, 0);
     settings.writeUInt32BE(opts.maxConcurrentStreams ?? 250, 2);
@@ -197,6 +211,7 @@ export class H2Session {
       case DATA: return this.onData(flags, id, payload);
       case HEADERS: return this.onHeaders(flags, id, payload);
       case PRIORITY:
+        this.spend(this.idleFrames);
         if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'PRIORITY on stream 0');
         if (payload.length !== 5) this.resetStream(id, H2_ERROR.FRAME_SIZE_ERROR);
         return;
@@ -204,6 +219,7 @@ export class H2Session {
         if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
         if (payload.length !== 4) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `RST_STREAM of ${payload.length} bytes`);
         if (id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `RST_STREAM on idle stream ${id}`);
+        this.spend(this.resets);
         const s = this.streams.get(id);
         if (s) this.closeStream(s);
         return;
@@ -213,7 +229,8 @@ export class H2Session {
       case PING:
         if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'PING on a stream');
         if (payload.length !== 8) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, `PING of ${payload.length} bytes`);
-        if (!(flags & FLAG_ACK)) this.frameOut(PING, FLAG_ACK, 0, Buffer.from(payload));
+        this.spend(this.idleFrames); // this server sends no PING, so an acknowledgement asks for no work either
+        if (!(flags & FLAG_ACK)) this.replyOut(PING, FLAG_ACK, 0, Buffer.from(payload));
         return;
       case GOAWAY:
         if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'GOAWAY on a stream');
@@ -227,7 +244,8 @@ export class H2Session {
         if (!c) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `CONTINUATION on stream ${id} without HEADERS before it`);
         c.size += payload.length;
         if (c.size > MAX_HEADER_BLOCK) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `a header block over ${MAX_HEADER_BLOCK} bytes`);
-        c.parts.push(payload);
+        if (++c.frames > MAX_HEADER_FRAMES) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `a header block in over ${MAX_HEADER_FRAMES} frames`);
+        if (payload.length) c.parts.push(Buffer.from(payload));
         if (flags & FLAG_END_HEADERS) {
           this.continuation = undefined;
           this.onHeaderBlock(c.id, c.flags, Buffer.concat(c.parts));
@@ -235,12 +253,14 @@ export class H2Session {
         return;
       }
       default:
+        this.spend(this.idleFrames);
         return; // unknown frame types are ignored (RFC 9113 §4.1)
     }
   }
 
   private onSettings(flags: number, id: number, payload: Buffer): void {
     if (id !== 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'SETTINGS on a stream');
+    this.spend(this.idleFrames);
     if (flags & FLAG_ACK) {
       if (payload.length !== 0) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, 'SETTINGS acknowledgement with a payload');
       return;
@@ -264,7 +284,7 @@ export class H2Session {
         this.peerMaxFrame = value;
       }
     }
-    this.frameOut(SETTINGS, FLAG_ACK, 0);
+    this.replyOut(SETTINGS, FLAG_ACK, 0);
     this.pumpBlocked();
   }
 
@@ -293,11 +313,11 @@ export class H2Session {
     if (payload.length > this.recvWindow) throw new H2Error(H2_ERROR.FLOW_CONTROL_ERROR, `DATA of ${payload.length} bytes past the connection window (${this.recvWindow})`);
     this.recvWindow -= payload.length;
     const data = unpad(flags, payload);
+    if (data.length === 0 && !(flags & FLAG_END_STREAM)) this.spend(this.idleFrames);
     const s = this.streams.get(id);
-    if (!s) {
-      if (id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `DATA on idle stream ${id}`);
-      this.resetStream(id, H2_ERROR.STREAM_CLOSED);
-    } else if (s.requestEnded) {
+    if (!s || s.requestEnded) {
+      if (!s && id > this.lastStreamId) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `DATA on idle stream ${id}`);
+      if (data.length) this.spend(this.idleFrames); // empty ones have spent already
       this.resetStream(id, H2_ERROR.STREAM_CLOSED);
     } else if (payload.length > s.recvWindow) {
       this.resetStream(id, H2_ERROR.FLOW_CONTROL_ERROR);
@@ -334,14 +354,13 @@ export class H2Session {
       block = block.subarray(5);
     }
     if (flags & FLAG_END_HEADERS) { this.onHeaderBlock(id, flags, block); return; }
-    if (block.length > MAX_HEADER_BLOCK) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `a header block over ${MAX_HEADER_BLOCK} bytes`);
-    this.continuation = { id, flags, parts: [Buffer.from(block)], size: block.length };
+    this.continuation = { id, flags, parts: block.length ? [Buffer.from(block)] : [], size: block.length, frames: 1 };
   }
 
   /** onHeaderBlock decodes a whole header block (always: the decoder's table must stay in step) and acts on it. */
   private onHeaderBlock(id: number, flags: number, block: Buffer): void {
     const request = new RequestHeaders();
-    this.hpack.decode(block, (name, value) => request.add(name, value));
+    this.hpack.decode(block, (name, value) => request.add(name, value), MAX_DECODED_HEADER_LIST);
     const endStream = (flags & FLAG_END_STREAM) !== 0;
     const existing = this.streams.get(id);
     if (existing) {
@@ -354,9 +373,9 @@ export class H2Session {
     if (id <= this.lastStreamId) throw new H2Error(H2_ERROR.STREAM_CLOSED, `HEADERS on closed stream ${id}`);
     this.lastStreamId = id;
     if (this.goawaySent) return; // after GOAWAY new streams are ignored (RFC 9113 §6.8)
-    if (this.streams.size >= (this.opts.maxConcurrentStreams ?? 250)) { this.resetStream(id, H2_ERROR.REFUSED_STREAM); return; }
+    if (this.streams.size >= (this.opts.maxConcurrentStreams ?? 250)) { this.spend(this.resets); this.resetStream(id, H2_ERROR.REFUSED_STREAM); return; }
     const problem = request.problem();
-    if (problem) { this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
+    if (problem) { this.spend(this.resets); this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
     const s = new H2Stream(this, id, request.method, request.path, this.peerInitialWindow);
     this.streams.set(id, s);
     if (endStream) s.requestEnded = true;
@@ -387,6 +406,23 @@ export class H2Session {
     if (!this.outbox) { this.outbox = []; process.nextTick(this.flush); }
     this.outbox.push(header);
     pushPieces(this.outbox, payload);
+  }
+
+  /**
+   * replyOut queues a frame the peer's own frame asked for (an acknowledgement, a reset). A peer that does not read
+   * makes them pile up in memory, one per frame it sends; past MAX_QUEUED_REPLIES the connection ends.
+   */
+  private replyOut(type: number, flags: number, id: number, payload?: Uint8Array): void {
+    if (++this.repliesQueued > MAX_QUEUED_REPLIES) {
+      this.fail(new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `over ${MAX_QUEUED_REPLIES} replies wait for the peer to read them`));
+      return;
+    }
+    this.frameOut(type, flags, id, payload);
+  }
+
+  /** spend takes one token of a frame budget; past it the connection ends (ENHANCE_YOUR_CALM). */
+  private spend(budget: FrameBudget): void {
+    if (!budget.take()) throw new H2Error(H2_ERROR.ENHANCE_YOUR_CALM, `too many ${budget.spec.what} (over ${budget.spec.burst}, then ${budget.spec.rate} a second)`);
   }
 
   sendHeaders(s: H2Stream, block: Buffer, endStream: boolean): void {
@@ -452,7 +488,7 @@ export class H2Session {
   resetStream(id: number, code: number): void {
     const payload = Buffer.allocUnsafe(4);
     payload.writeUInt32BE(code, 0);
-    this.frameOut(RST_STREAM, 0, id, payload);
+    this.replyOut(RST_STREAM, 0, id, payload);
     const s = this.streams.get(id);
     if (s) this.closeStream(s);
   }
@@ -665,7 +701,8 @@ class RequestHeaders {
 
   add(name: string, value: string): void {
     this.size += name.length + value.length + ENTRY_OVERHEAD; // SETTINGS_MAX_HEADER_LIST_SIZE counts as HPACK does
-    if (this.bad) return;
+    // Past the limit the request is answered 431 whatever its fields say: they are counted, not looked at.
+    if (this.bad || this.size > MAX_HEADER_LIST_SIZE) return;
     if (name.startsWith(':')) {
       if (this.regularSeen) { this.bad = `pseudo-header ${name} after a regular header`; return; }
       if (name === ':method' && !this.method) this.method = value;

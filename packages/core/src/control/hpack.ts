@@ -17,6 +17,8 @@ export class H2Error extends Error {
 
 /** COMPRESSION_ERROR is HTTP/2's error code for a header block that cannot be decoded. */
 export const COMPRESSION_ERROR = 0x9;
+/** ENHANCE_YOUR_CALM is HTTP/2's error code for a peer that makes this side do too much. */
+export const ENHANCE_YOUR_CALM = 0xb;
 
 /** The static table (RFC 7541 Appendix A), index 1 first. */
 const STATIC: ReadonlyArray<readonly [string, string]> = [
@@ -119,10 +121,22 @@ export class HpackDecoder {
     this.maxSize = limit;
   }
 
-  /** decode calls onField for each field of a complete header block. */
-  decode(block: Uint8Array, onField: (name: string, value: string) => void): void {
+  /**
+   * decode calls onField for each field of a complete header block. The fields' sizes (as SETTINGS_MAX_HEADER_LIST_SIZE
+   * counts them) are added up as they are decoded, and past maxListSize decoding stops with ENHANCE_YOUR_CALM: an
+   * indexed field is one byte on the wire however long the entry it names, so a 64 KiB block could otherwise stand
+   * for gigabytes of fields.
+   */
+  decode(block: Uint8Array, onField: (name: string, value: string) => void, maxListSize = Infinity): void {
     let at = 0;
     let fields = 0;
+    let listSize = 0;
+    const emit = (name: string, value: string): void => {
+      listSize += name.length + value.length + ENTRY_OVERHEAD;
+      if (listSize > maxListSize) throw new H2Error(ENHANCE_YOUR_CALM, `a header block that decodes to over ${maxListSize} bytes of fields`);
+      onField(name, value);
+      fields++;
+    };
     const integer = (prefixBits: number): number => {
       const mask = (1 << prefixBits) - 1;
       let value = block[at++]! & mask;
@@ -150,15 +164,13 @@ export class HpackDecoder {
       const b = block[at]!;
       if (b & 0x80) {
         const [name, value] = this.entry(integer(7));
-        onField(name, value);
-        fields++;
+        emit(name, value);
       } else if (b & 0x40) {
         const index = integer(6);
         const name = index === 0 ? string() : this.entry(index)[0];
         const value = string();
         this.insert(name, value);
-        onField(name, value);
-        fields++;
+        emit(name, value);
       } else if (b & 0x20) {
         if (fields > 0) throw new H2Error(COMPRESSION_ERROR, 'dynamic table size update after a header field');
         const size = integer(5);
@@ -169,8 +181,7 @@ export class HpackDecoder {
         // 0000xxxx without indexing, 0001xxxx never indexed: the same to a decoder.
         const index = integer(4);
         const name = index === 0 ? string() : this.entry(index)[0];
-        onField(name, string());
-        fields++;
+        emit(name, string());
       }
     }
   }

@@ -1,5 +1,8 @@
-import { COMPRESSION_ERROR, encodeResponseHeaders, ENHANCE_YOUR_CALM, ENTRY_OVERHEAD, H2Error, HpackDecoder } from './hpack.js';
+import { H2Error, HpackDecoder } from './hpack.js';
 import { FrameBudget, IDLE_FRAMES, MAX_DECODED_HEADER_LIST, MAX_HEADER_BLOCK, MAX_HEADER_FRAMES, MAX_HEADER_LIST_SIZE, MAX_QUEUED_REPLIES, RESETS } from './h2-limits.js';
+import { DEFAULT_WINDOW, H2_ERROR, H2Stream, payloadLength, pushPieces, RequestHeaders } from './h2-stream.js';
+
+export { H2_ERROR, H2Stream } from './h2-stream.js';
 
 /**
  * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
@@ -14,28 +17,7 @@ import { FrameBudget, IDLE_FRAMES, MAX_DECODED_HEADER_LIST, MAX_HEADER_BLOCK, MA
  * production stack puts on a peer (h2-limits.ts), and passes h2spec (test/h2spec.test.ts).
  */
 
-/** H2_ERROR holds HTTP/2's error codes (RFC 9113 §7). */
-export const H2_ERROR = {
-  NO_ERROR: 0x0, PROTOCOL_ERROR: 0x1, INTERNAL_ERROR: 0x2, FLOW_CONTROL_ERROR: 0x3, STREAM_CLOSED: 0x5,
-  FRAME_SIZE_ERROR: 0x6, REFUSED_STREAM: 0x7, CANCEL: 0x8, COMPRESSION_ERROR, ENHANCE_YOUR_CALM,
-} as const;
-
 const DATA = 0x0;
-
-/** pushPieces appends a payload given whole or in pieces to out, leaving out empty pieces. */
-function pushPieces(out: Uint8Array[], payload: Uint8Array | readonly Uint8Array[] | undefined): void {
-  if (payload instanceof Uint8Array) { if (payload.length) out.push(payload); }
-  else if (payload) for (const p of payload) if (p.length) out.push(p);
-}
-
-/** payloadLength is the byte length of a payload given whole or in pieces. */
-function payloadLength(payload: Uint8Array | readonly Uint8Array[] | undefined): number {
-  if (!payload) return 0;
-  if (payload instanceof Uint8Array) return payload.length;
-  let n = 0;
-  for (const p of payload) n += p.length;
-  return n;
-}
 const HEADERS = 0x1;
 const PRIORITY = 0x2;
 const RST_STREAM = 0x3;
@@ -60,8 +42,6 @@ const SETTINGS_MAX_HEADER_LIST_SIZE = 0x6;
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const FRAME_HEADER_LENGTH = 9;
-/** DEFAULT_WINDOW is HTTP/2's initial flow-control window; this server announces no other for receiving. */
-const DEFAULT_WINDOW = 65_535;
 const MAX_WINDOW = 2 ** 31 - 1;
 /** MAX_FRAME_SIZE is SETTINGS_MAX_FRAME_SIZE's default, which this server keeps for what it receives. */
 const MAX_FRAME_SIZE = 16_384;
@@ -126,7 +106,7 @@ export class H2Session {
   private recvWindow = DEFAULT_WINDOW;
   /** buffered counts request body bytes held by streams (MAX_BUFFERED). */
   private buffered = 0;
-  private continuation?: { id: number; flags: number; parts: Buffer[]; size: number; frames: number };
+  private continuation?: { id: number; flags: number; parts: Buffer[]; size: number; frames: number; selfDependent: boolean };
   /** resets and idleFrames are the peer's budgets of stream resets and of frames that ask for no work (h2-limits.ts). */
   private readonly resets: FrameBudget;
   private readonly idleFrames: FrameBudget;
@@ -214,6 +194,7 @@ export class H2Session {
         this.spend(this.idleFrames);
         if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'PRIORITY on stream 0');
         if (payload.length !== 5) this.resetStream(id, H2_ERROR.FRAME_SIZE_ERROR);
+        else if ((payload.readUInt32BE(0) & 0x7fffffff) === id) this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); // RFC 9113 §5.3.1
         return;
       case RST_STREAM: {
         if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
@@ -248,7 +229,7 @@ export class H2Session {
         if (payload.length) c.parts.push(Buffer.from(payload));
         if (flags & FLAG_END_HEADERS) {
           this.continuation = undefined;
-          this.onHeaderBlock(c.id, c.flags, Buffer.concat(c.parts));
+          this.onHeaderBlock(c.id, c.flags, Buffer.concat(c.parts), c.selfDependent);
         }
         return;
       }
@@ -321,6 +302,8 @@ export class H2Session {
       this.resetStream(id, H2_ERROR.STREAM_CLOSED);
     } else if (payload.length > s.recvWindow) {
       this.resetStream(id, H2_ERROR.FLOW_CONTROL_ERROR);
+    } else if (!s.bodyWithin(data.length, (flags & FLAG_END_STREAM) !== 0)) {
+      this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); // a body longer or shorter than its content-length (RFC 9113 §8.1.1)
     } else {
       s.recvWindow -= payload.length;
       this.buffered += s.received(data);
@@ -349,24 +332,27 @@ export class H2Session {
   private onHeaders(flags: number, id: number, payload: Buffer): void {
     if (id === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, 'HEADERS on stream 0');
     let block = unpad(flags, payload);
+    let selfDependent = false;
     if (flags & FLAG_PRIORITY) {
       if (block.length < 5) throw new H2Error(H2_ERROR.FRAME_SIZE_ERROR, 'HEADERS too short for its priority fields');
+      selfDependent = (block.readUInt32BE(0) & 0x7fffffff) === id;
       block = block.subarray(5);
     }
-    if (flags & FLAG_END_HEADERS) { this.onHeaderBlock(id, flags, block); return; }
-    this.continuation = { id, flags, parts: block.length ? [Buffer.from(block)] : [], size: block.length, frames: 1 };
+    if (flags & FLAG_END_HEADERS) { this.onHeaderBlock(id, flags, block, selfDependent); return; }
+    this.continuation = { id, flags, parts: block.length ? [Buffer.from(block)] : [], size: block.length, frames: 1, selfDependent };
   }
 
   /** onHeaderBlock decodes a whole header block (always: the decoder's table must stay in step) and acts on it. */
-  private onHeaderBlock(id: number, flags: number, block: Buffer): void {
+  private onHeaderBlock(id: number, flags: number, block: Buffer, selfDependent = false): void {
     const request = new RequestHeaders();
     this.hpack.decode(block, (name, value) => request.add(name, value), MAX_DECODED_HEADER_LIST);
     const endStream = (flags & FLAG_END_STREAM) !== 0;
     const existing = this.streams.get(id);
     if (existing) {
-      // Trailers: they must end the request; their fields are not used.
-      if (existing.requestEnded || !endStream) { this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
-      this.requestEnded(existing);
+      // Trailers: they must end the request, and the body must have been as long as it said; their fields are not used.
+      if (existing.requestEnded) this.resetStream(id, H2_ERROR.STREAM_CLOSED);
+      else if (!endStream || !existing.bodyComplete()) this.resetStream(id, H2_ERROR.PROTOCOL_ERROR);
+      else this.requestEnded(existing);
       return;
     }
     if (id % 2 === 0) throw new H2Error(H2_ERROR.PROTOCOL_ERROR, `a client opened even-numbered stream ${id}`);
@@ -374,9 +360,10 @@ export class H2Session {
     this.lastStreamId = id;
     if (this.goawaySent) return; // after GOAWAY new streams are ignored (RFC 9113 §6.8)
     if (this.streams.size >= (this.opts.maxConcurrentStreams ?? 250)) { this.spend(this.resets); this.resetStream(id, H2_ERROR.REFUSED_STREAM); return; }
-    const problem = request.problem();
+    const problem = request.problem() ?? (selfDependent ? 'a stream that depends on itself' : undefined) ?? (endStream && request.contentLength ? 'content-length without a body' : undefined);
     if (problem) { this.spend(this.resets); this.resetStream(id, H2_ERROR.PROTOCOL_ERROR); return; }
     const s = new H2Stream(this, id, request.method, request.path, this.peerInitialWindow);
+    s.contentLength = request.contentLength;
     this.streams.set(id, s);
     if (endStream) s.requestEnded = true;
     if (request.size > MAX_HEADER_LIST_SIZE) {
@@ -540,187 +527,6 @@ export class H2Session {
     this.closed = true;
     this.outbox = undefined;
     for (const s of [...this.streams.values()]) this.closeStream(s);
-  }
-}
-
-/**
- * H2Stream is one request and its response. The request's method and path are kept (the control protocol
- * needs nothing else of its headers); its body is read with body(). The response is sent with respond(),
- * write() and end(), or refused with reset().
- */
-export class H2Stream {
-  requestEnded = false;
-  headersSent = false;
-  /** ended: end() was called; endSent: END_STREAM has gone out. */
-  ended = false;
-  endSent = false;
-  closed = false;
-  overflowed = false;
-  recvWindow = DEFAULT_WINDOW;
-  queue?: Uint8Array[];
-  endQueued = false;
-  private chunks?: Buffer[];
-  private size = 0;
-  private waiter?: { resolve: (b: Buffer) => void; reject: (e: Error) => void };
-  private onCloseFns?: Array<() => void>;
-  private bodyTimer?: NodeJS.Timeout;
-
-  constructor(private readonly session: H2Session, readonly id: number, readonly method: string, readonly path: string, public sendWindow: number) {}
-
-  /** received keeps a piece of the request body (up to the session's bodyLimit) and returns the bytes it kept. */
-  received(data: Buffer): number {
-    if (this.overflowed || data.length === 0) return 0;
-    const limit = this.session.opts.bodyLimit ?? 1024 * 1024;
-    if (this.size + data.length > limit) {
-      this.overflowed = true;
-      this.dropBody();
-      if (this.waiter) this.settle();
-      return 0;
-    }
-    (this.chunks ??= []).push(data);
-    this.size += data.length;
-    return data.length;
-  }
-
-  /** requestEnd: the whole body is in. */
-  requestEnd(): void {
-    clearTimeout(this.bodyTimer);
-    this.bodyTimer = undefined;
-    if (this.waiter) this.settle();
-  }
-
-  /** body resolves with the request body once it has ended; refused with status 413 past the session's bodyLimit. */
-  body(): Promise<Buffer> {
-    return new Promise((resolve, reject) => {
-      this.waiter = { resolve, reject };
-      if (this.overflowed || this.requestEnded || this.closed) this.settle();
-    });
-  }
-
-  private settle(): void {
-    const w = this.waiter!;
-    this.waiter = undefined;
-    if (this.overflowed) { w.reject(Object.assign(new Error('body too large'), { status: 413 })); return; }
-    if (!this.requestEnded) { w.reject(new Error('the stream closed before its request body ended')); return; }
-    const chunks = this.dropBody();
-    w.resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
-  }
-
-  /** dropBody lets go of the body pieces held, telling the session, and returns them. */
-  private dropBody(): Buffer[] {
-    const chunks = this.chunks ?? [];
-    const held = this.size;
-    this.chunks = undefined;
-    this.size = 0;
-    if (held) this.session.released(held);
-    return chunks;
-  }
-
-  armBodyTimeout(ms: number): void {
-    this.bodyTimer = setTimeout(() => { if (!this.requestEnded) this.reset(H2_ERROR.CANCEL); }, ms);
-    this.bodyTimer.unref();
-  }
-
-  /** onClose calls fn once the stream has closed (at once if it has). */
-  onClose(fn: () => void): void {
-    if (this.closed) { fn(); return; }
-    (this.onCloseFns ??= []).push(fn);
-  }
-
-  /** respond sends the response headers, once. */
-  respond(status: number, contentType?: string): void {
-    if (this.headersSent || this.closed) return;
-    this.headersSent = true;
-    this.session.sendHeaders(this, encodeResponseHeaders(status, contentType), false);
-  }
-
-  /**
-   * write sends response bytes (a 200 first if nothing was sent), queued while flow control holds them back: one
-   * buffer, or a message's pieces in order (see frames.ts), which go out in DATA frames without being joined.
-   */
-  write(data: Uint8Array | readonly Uint8Array[]): void {
-    if (this.closed || this.ended || payloadLength(data) === 0) return;
-    this.respond(200);
-    const q = (this.queue ??= []);
-    const idle = q.length === 0;
-    pushPieces(q, data);
-    if (idle) this.session.pump(this);
-  }
-
-  /** end sends the last bytes, if any (one buffer or a message's pieces), and ends the response (a 200 with no body if nothing was sent). */
-  end(data?: string | Uint8Array | readonly Uint8Array[]): void {
-    if (this.closed || this.ended) return;
-    this.ended = true;
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
-    if (!this.headersSent && !payloadLength(bytes)) {
-      this.headersSent = true;
-      this.session.sendHeaders(this, encodeResponseHeaders(200), true);
-      return;
-    }
-    this.respond(200);
-    this.endQueued = true;
-    const q = (this.queue ??= []);
-    const idle = q.length === 0;
-    pushPieces(q, bytes);
-    if (idle || q.length <= 1) this.session.pump(this);
-  }
-
-  /** reply answers with a status and a line of text. */
-  reply(status: number, text: string): void {
-    this.respond(status, 'text/plain; charset=utf-8');
-    this.end(text + '\n');
-  }
-
-  /** reset ends the stream with RST_STREAM and an error code. */
-  reset(code: number): void {
-    if (this.closed) return;
-    this.session.resetStream(this.id, code);
-  }
-
-  closedNow(): void {
-    this.closed = true;
-    clearTimeout(this.bodyTimer);
-    this.bodyTimer = undefined;
-    this.queue = undefined;
-    if (this.waiter) this.settle();
-    this.dropBody();
-    const fns = this.onCloseFns;
-    this.onCloseFns = undefined;
-    if (fns) for (const fn of fns) fn();
-  }
-}
-
-/** RequestHeaders checks a request's header fields as they are decoded, keeping the pseudo-headers it needs. */
-class RequestHeaders {
-  method = '';
-  path = '';
-  scheme = '';
-  size = 0;
-  private regularSeen = false;
-  private bad?: string;
-
-  add(name: string, value: string): void {
-    this.size += name.length + value.length + ENTRY_OVERHEAD; // SETTINGS_MAX_HEADER_LIST_SIZE counts as HPACK does
-    // Past the limit the request is answered 431 whatever its fields say: they are counted, not looked at.
-    if (this.bad || this.size > MAX_HEADER_LIST_SIZE) return;
-    if (name.startsWith(':')) {
-      if (this.regularSeen) { this.bad = `pseudo-header ${name} after a regular header`; return; }
-      if (name === ':method' && !this.method) this.method = value;
-      else if (name === ':path' && !this.path) this.path = value;
-      else if (name === ':scheme' && !this.scheme) this.scheme = value;
-      else if (name !== ':authority') this.bad = `pseudo-header ${name} unknown or repeated`;
-      return;
-    }
-    this.regularSeen = true;
-    if (/[A-Z]/.test(name)) this.bad = `header name ${name} has upper-case letters`;
-    else if (name === 'connection' || name === 'keep-alive' || name === 'proxy-connection' || name === 'transfer-encoding' || name === 'upgrade') this.bad = `connection-specific header ${name}`;
-    else if (name === 'te' && value !== 'trailers') this.bad = 'te other than trailers';
-  }
-
-  problem(): string | undefined {
-    if (this.bad) return this.bad;
-    if (!this.method || !this.path || !this.scheme) return 'a request without :method, :path or :scheme';
-    return undefined;
   }
 }
 

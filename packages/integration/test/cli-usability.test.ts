@@ -22,6 +22,12 @@ t.test('users destroy --force only skips the prompt: a user who owns nodes is re
   const refused = await hw('users', 'destroy', '--name', 'alice', '--force');
   t.equal(refused.code, 1);
   t.match(refused.stderr, /^Error: user alice still owns 1 node\(s\) \(box\); delete them first/);
+  t.match(refused.stderr, /or add --delete-nodes to delete them with the user/, 'the refusal names the flag that deletes them too');
+  // Without --force the refusal comes before the question (standard input is closed: a question would be refused as unanswered).
+  const asked = await hw('users', 'destroy', '--name', 'alice');
+  t.equal(asked.code, 1);
+  t.notMatch(asked.stdout + asked.stderr, /Remove the user|Not confirmed/, 'nothing is asked');
+  t.match(asked.stderr, /^Error: user alice still owns 1 node/, 'the user who owns nodes is refused at once');
   t.equal(s.state.listNodes().length, 1, 'the node is still there');
   t.ok(s.state.userByName('alice'), 'the user is still there');
   const keys = await hw('preauthkeys', 'list', '-u', 'alice', '-o', 'json');

@@ -27,6 +27,12 @@ export default class UsersDestroy extends HeadwayCommand {
     requireOneOf(flags, ['identifier', 'name']);
     const user = await resolveUser(this.client(), flags.identifier, flags.name);
     if (!flags['delete-nodes']) {
+      // Checked before asking: a question answered "y" and then refused wastes the administrator's answer.
+      const { nodes = [] } = await this.client().get<{ nodes: ApiNode[] }>('/api/v1/node', { user: user.id });
+      if (nodes.length) {
+        const names = listNames(nodes.map((n) => n.givenName || n.name));
+        throw new Error(`user ${user.name} still owns ${nodes.length} node(s) (${names}); delete them first (headway nodes delete -i ID), or add --delete-nodes to delete them with the user`);
+      }
       if (!(await this.confirm(`Remove the user ${JSON.stringify(user.name)} (${user.id}) and its pre-auth keys?`))) {
         this.print({ Result: 'User not destroyed' }, 'User not destroyed');
         return;

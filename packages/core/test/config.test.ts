@@ -131,6 +131,7 @@ t.test('YAML syntax errors carry line and column', async (t) => {
   const p = write('broken.yaml', 'listen_addr: 127.0.0.1:8080\n  bad: [\n');
   const { problems } = loadConfig({ path: p, env: {}, home: dir, cwd: dir });
   t.match(errors(problems)[0]!.message, /broken\.yaml:\d+:\d+: invalid YAML/);
+  for (const p of errors(problems)) t.notMatch(p.message, /(:|at line \d+, column \d+)$/, `no dangling colon or second position: ${p.message}`);
 });
 
 t.test('durations', async (t) => {

@@ -24,6 +24,22 @@ t.test('unknown config keys suggest the nearest known key (metrics_listen_adr)',
   t.match(msg('database.sqlite.pth'), /did you mean `database.sqlite.path`/);
   t.notMatch(msg('zzzqqq'), /did you mean/, 'nothing close: no suggestion');
   t.equal(suggestKey('listen_adr'), 'listen_addr');
+  // A misspelt section is compared with sections, not with the keys inside them.
+  t.match(resolveConfig({ polcy: { path: '/etc/headway/policy.hujson' } }).problems.find((p) => p.key === 'polcy')?.message ?? '', /did you mean `policy`\?/);
+  t.equal(suggestKey('dsn'), 'dns');
+});
+
+t.test('HEADWAY_* variables that name no key are named in a warning, with the nearest one', async (t) => {
+  const env = { HEADWAY_LISTEN_ADR: '127.0.0.1:9000', HEADWAY_ZZZQQQ: '1', HEADWAY_CONFIG: '/etc/x.yaml', HEADWAY_TEST_POSTGRES_URL: 'postgres://x', HEADWAY_LISTEN_ADDR: '127.0.0.1:8080' };
+  const { problems, config } = resolveConfig({}, { env });
+  const msg = (k: string) => problems.find((p) => p.key === k);
+  t.match(msg('HEADWAY_LISTEN_ADR')?.message, /names no configuration key \(ignored\); did you mean HEADWAY_LISTEN_ADDR\?/);
+  t.equal(msg('HEADWAY_LISTEN_ADR')?.level, 'warn');
+  t.match(msg('HEADWAY_ZZZQQQ')?.message, /names no configuration key \(ignored\)$/, 'nothing close: no suggestion');
+  t.notOk(msg('HEADWAY_CONFIG'), 'HEADWAY_CONFIG is read by the loader itself');
+  t.notOk(msg('HEADWAY_TEST_POSTGRES_URL'), 'the test suite\'s variables are not keys and not warned about');
+  t.notOk(msg('HEADWAY_LISTEN_ADDR'), 'a variable naming a key is not warned about');
+  t.equal(config.listen_addr, '127.0.0.1:8080');
 });
 
 t.test('server_url on a loopback port other than listen_addr warns with the value to set', async (t) => {

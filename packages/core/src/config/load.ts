@@ -119,7 +119,8 @@ function parseYaml(text: string, source: string, problems: ConfigProblem[]): unk
     return {};
   }
   if (doc.errors.length) {
-    for (const e of doc.errors) invalid(at(e.pos[0]), e.message.split('\n')[0]!);
+    // The yaml package's first line ends "at line 2, column 1:" before the excerpt it prints below; the position is already in front.
+    for (const e of doc.errors) invalid(at(e.pos[0]), e.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '').replace(/:$/, ''));
     return {};
   }
   const before = problems.length;
@@ -191,7 +192,7 @@ export function resolveConfig(
     flat.set(key, { value, from: name });
   }
 
-  problems.push(...headscaleEnvProblems(env));
+  problems.push(...headscaleEnvProblems(env), ...unknownEnvProblems(env));
 
   const values: Record<string, unknown> = {};
   for (const [key, spec] of Object.entries(KEYS)) {
@@ -310,9 +311,36 @@ function walk(obj: Record<string, unknown>, prefix: string, flat: Flat, problems
  * nothing when no key is within a third of the name's length.
  */
 export function suggestKey(key: string): string | undefined {
-  const known = [...Object.keys(KEYS), ...Object.values(RENAMED)];
-  const best = closest(key, known);
+  // A key is compared with the known keys and sections at its own depth: `polcy` with `policy`, not `policy.mode`.
+  const depth = key.split('.').length;
+  const known = new Set<string>();
+  for (const k of [...Object.keys(KEYS), ...Object.values(RENAMED)]) {
+    const parts = k.split('.');
+    if (parts.length >= depth) known.add(parts.slice(0, depth).join('.'));
+  }
+  if (!known.size) return undefined;
+  const best = closest(key, [...known]);
   return distance(key, best) <= Math.max(2, Math.floor(key.length / 3)) ? best : undefined;
+}
+
+/** OTHER_VARIABLES are HEADWAY_* variables that name no key but that the CLI, the scripts or the tests read. */
+const OTHER_VARIABLES = new Set(['HEADWAY_CONFIG', 'HEADWAY_NODE_HOME', 'HEADWAY_CI_WORK', 'HEADWAY_CHILD_CONFIG', 'HEADWAY_LOAD_RECORD', 'HEADWAY_CONTAINER_CACHE', 'HEADWAY_BASE_IMAGE']);
+
+/**
+ * unknownEnvProblems warns about each HEADWAY_* variable that names no key (`HEADWAY_LISTEN_ADR`), with the
+ * nearest variable that does: a misspelt variable is otherwise ignored without a word.
+ */
+function unknownEnvProblems(env: NodeJS.ProcessEnv): ConfigProblem[] {
+  const names = Object.keys(KEYS).map(envName);
+  const known = new Set(names);
+  const problems: ConfigProblem[] = [];
+  for (const name of Object.keys(env)) {
+    if (!name.startsWith('HEADWAY_') || known.has(name) || OTHER_VARIABLES.has(name) || name.startsWith('HEADWAY_TEST_')) continue;
+    const best = closest(name, names);
+    const hint = distance(name, best) <= Math.max(2, Math.floor((name.length - 'HEADWAY_'.length) / 3)) ? `; did you mean ${best}?` : '';
+    problems.push({ level: 'warn', key: name, message: `this environment variable names no configuration key (ignored)${hint}` });
+  }
+  return problems;
 }
 
 export function envName(key: string): string {

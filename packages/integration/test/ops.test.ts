@@ -115,6 +115,20 @@ t.test('/verify exists only with derp.server.verify_clients', async (t) => {
   t.equal(missing.status, 404);
 });
 
+// Regression (issue 47): GET / was a plain-text 404 with no pointer anywhere.
+t.test('GET / says what the server is, how a device joins, and where the docs and the health check are', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const r = await fetch(`${s.urls.http}/`);
+  t.equal(r.status, 200);
+  t.match(r.headers.get('content-type'), /text\/html/);
+  t.match(r.headers.get('content-security-policy'), /default-src 'none'/, 'the pages\' strict policy');
+  const html = await r.text();
+  t.match(html, `tailscale up --login-server ${s.config.server_url}`, 'the join command with this server_url');
+  t.match(html, 'href="/api/v1/docs"');
+  t.match(html, 'href="/health"');
+});
+
 t.test('TRACE and PROPFIND: status and body agree (405 with Allow on known paths, 404 elsewhere)', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
@@ -127,7 +141,7 @@ t.test('TRACE and PROPFIND: status and body agree (405 with Allow on known paths
   }
   const unknown = await rawRequest(s.urls.http, 'PROPFIND', '/no/such/path');
   t.equal(unknown.status, 404);
-  t.equal(unknown.body, 'not found\n');
+  t.equal(unknown.body, 'not found (this is a Headway server: / says how devices join; the API is documented at /api/v1/docs)\n');
   const { secret } = await s.state.createApiKey(null);
   const api = await rawRequest(s.urls.http, 'TRACE', '/api/v1/user', { authorization: `Bearer ${secret}` });
   t.equal(api.status, 405);

@@ -125,6 +125,17 @@ ${commandBlock('approve-command', approveCommand(p.key))}
   });
 }
 
+/** homePage answers `GET /`: what this server is, how a device joins, and where the API documentation and the health check are. */
+export function homePage(serverUrl: string): string {
+  return renderPage({
+    title: 'Headway',
+    body: `<h1>Headway coordination server</h1>
+<p>Devices join this network with the Tailscale client:</p>
+${commandBlock('join-command', `tailscale up --login-server ${serverUrl}`)}
+<p>Administrators use the <code>headway</code> command on the server, or the HTTP API: <a href="/api/v1/docs">API documentation</a>. Health check: <a href="/health"><code>/health</code></a>.</p>`,
+  });
+}
+
 /** expiredRegistrationPage answers a register link that is unknown or past its time. */
 export function expiredRegistrationPage(): string {
   return renderPage({

@@ -6,6 +6,7 @@ import { mountApiDocs } from '../api/docs.js';
 import { openApiDocument } from '../api/openapi.js';
 import { ROUTES, type ApiDeps } from '../api/routes.js';
 import type { Metrics } from './metrics.js';
+import { homePage, PAGE_HEADERS } from '../control/pages.js';
 
 export interface AppOptions {
   deps: ApiDeps;
@@ -51,6 +52,11 @@ export function createApp(opts: AppOptions): Koa {
     return next();
   };
 
+  router.get('/', (ctx) => {
+    ctx.type = 'text/html; charset=utf-8';
+    ctx.set(PAGE_HEADERS);
+    ctx.body = homePage(deps.config.server_url);
+  });
   router.get('/health', async (ctx) => {
     const ok = await deps.health();
     ctx.status = ok ? 200 : 500;
@@ -96,7 +102,7 @@ export function createApp(opts: AppOptions): Koa {
       }
       if (ctx.path.startsWith('/api/')) return problem(ctx, 404, 'route_not_found', `no route ${ctx.method} ${ctx.path}`);
       ctx.status = 404;
-      ctx.body = 'not found\n';
+      ctx.body = 'not found (this is a Headway server: / says how devices join; the API is documented at /api/v1/docs)\n';
     }
   });
   return app;

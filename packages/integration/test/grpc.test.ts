@@ -15,7 +15,7 @@ import t, { type Test } from 'tap';
 import type { ApiDeps, HeadwayConfig } from '@headway/core';
 import { headscaleServiceDefinition, HANDLERS, startGrpcServer } from '@headway/core/grpc';
 import { TestDevice } from '@headway/testkit';
-import { localApi, requireHeadscale, runHeadscale } from '../src/headscale-cli.js';
+import { findHeadscale, localApi, requireHeadscale, runHeadscale } from '../src/headscale-cli.js';
 import { startTestServer, type TestServer } from '../src/server.js';
 
 t.setTimeout(300_000);
@@ -563,9 +563,40 @@ t.test('grpc_listen_addr: plaintext on a non-loopback address refuses to start, 
   await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
   t.teardown(() => taken.close());
   const port = (taken.address() as AddressInfo).port;
-  await t.rejects(startTestServer({ grpc_listen_addr: `127.0.0.1:${port}` }), { message: new RegExp(`^grpc_listen_addr 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`) }, 'a port in use is named in the error');
+  await t.rejects(startTestServer({ grpc_listen_addr: `127.0.0.1:${port}` }),
+    { message: new RegExp(`^grpc_listen_addr 127\\.0\\.0\\.1:${port}: the address is already in use; choose another port, or set grpc_listen_addr: "" to turn the gRPC API off$`) },
+    'a port in use is named in the error, with the way to turn the API off');
   const off = await startTestServer({ grpc_listen_addr: '' });
   t.teardown(() => off.stop());
   t.equal(off.urls.grpc, undefined, 'no gRPC listener');
   t.match(off.logs.join('\n'), /grpc=off/);
+});
+
+// Regression (issue 47): the headscale CLI (TLS by default) against the plaintext port said only "context deadline
+// exceeded", and the server logged nothing.
+t.test('a client speaking TLS to the plaintext gRPC port is told in the log, once a minute', async (t) => {
+  const s = await startTestServer({ grpc_listen_addr: '127.0.0.1:0' });
+  t.teardown(() => s.stop());
+  const port = Number(new URL(s.urls.grpc!.replace(/^grpc:/, 'http:')).port);
+  const hello = () => new Promise<void>((resolve) => {
+    const c = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false });
+    c.on('error', () => resolve());
+    c.on('close', () => resolve());
+  });
+  const bin = findHeadscale();
+  if (bin) {
+    const { secret: apiKey } = await s.state.createApiKey(null);
+    const r = await runHeadscale(bin, { address: `127.0.0.1:${port}`, apiKey, args: ['users', 'list'], insecure: false, timeoutMs: 30_000 });
+    t.not(r.code, 0, 'the headscale CLI with TLS fails against the plaintext port');
+  } else await hello();
+  await hello();
+  await hello();
+  const lines = s.logs.filter((l) => l.includes('spoke TLS to the gRPC port'));
+  t.equal(lines.length, 1, 'logged once for three attempts');
+  t.match(lines[0], /cli\.insecure: true \(HEADSCALE_CLI_INSECURE=1\).*tls_cert_path and tls_key_path/, 'with the two ways out');
+  // The port still serves gRPC in plaintext.
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  t.teardown(() => client.close());
+  await new Promise<void>((resolve, reject) => client.waitForReady(Date.now() + 10_000, (err) => (err ? reject(err) : resolve())));
+  t.pass('a plaintext gRPC client still connects (its HTTP/2 connection is ready)');
 });

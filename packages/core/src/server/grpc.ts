@@ -1,4 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
+import type { Server, Socket } from 'node:net';
+import { bindTcp } from '../kernel/ports.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import { grpcPlaintextProblem, isLoopbackHost, parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
@@ -13,19 +15,37 @@ export interface GrpcListener {
   close(): Promise<void>;
 }
 
+/** GRPC_OFF is what a bind error suggests: the gRPC API is only for headscale's CLI and gRPC clients. */
+const GRPC_OFF = 'set grpc_listen_addr: "" to turn the gRPC API off';
+/** MISMATCH_LOG_MS: a client speaking TLS to the plaintext port (or the reverse) is logged at most this often. */
+const MISMATCH_LOG_MS = 60_000;
+/** TLS_HANDSHAKE is the first byte of every TLS connection (a handshake record, RFC 8446 §5.1). */
+const TLS_HANDSHAKE = 0x16;
+
+/** bindGrpcPort opens grpc_listen_addr before anything else is done at start; its error names the key and the way to turn it off. */
+export function bindGrpcPort(config: HeadwayConfig, tls?: { cert: Buffer; key: Buffer }): Promise<Server> {
+  const problem = tls ? undefined : grpcPlaintextProblem(config);
+  if (problem) return Promise.reject(new Error(`grpc_listen_addr ${problem}`));
+  return bindTcp('grpc_listen_addr', config.grpc_listen_addr, GRPC_OFF);
+}
+
 /**
  * startGrpcServer serves headscale's HeadscaleService on grpc_listen_addr, with TLS
  * when `tls` is given (tls_cert_path/tls_key_path, the certificate listen_addr uses),
  * else plaintext where grpcPlaintextProblem allows it. Messages above the policy
  * limit are refused by grpc-js before any handler runs; smaller caps are per method.
+ *
+ * The port is Headway's own listener (bindGrpcPort), whose connections are handed to grpc-js: grpc-js's own
+ * bind printed a raw `E No address added` line on a clash, and its server cannot say that a client spoke TLS
+ * to a plaintext port (the headscale CLI without `insecure` does: it saw only "context deadline exceeded").
+ * The first byte of each connection tells, and the mismatch is logged, at most once a minute.
  */
-export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDeps; logger: Logger; tls?: { cert: Buffer; key: Buffer } }): Promise<GrpcListener> {
+export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDeps; logger: Logger; tls?: { cert: Buffer; key: Buffer }; listener?: Server }): Promise<GrpcListener> {
   const { config, logger, tls } = opts;
   const addr = config.grpc_listen_addr;
-  const problem = tls ? undefined : grpcPlaintextProblem(config);
-  if (problem) throw new Error(`grpc_listen_addr ${problem}`);
   const hp = parseHostPort(addr);
   if (!hp) throw new Error(`grpc_listen_addr ${addr}: expected host:port`);
+  const listener = opts.listener ?? await bindGrpcPort(config, tls);
   const server = new grpc.Server({
     'grpc.max_receive_message_length': GRPC_POLICY_LIMIT,
     // Idle admin connections are not kept forever.
@@ -36,20 +56,58 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   const creds = tls
     ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false)
     : grpc.ServerCredentials.createInsecure();
+  const injector = server.createConnectionInjector(creds);
   const host = hp.host.includes(':') ? `[${hp.host}]` : hp.host;
-  const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(`${host}:${hp.port}`, creds, (err, bound) => (err ? reject(new Error(`grpc_listen_addr ${addr}: ${err.message}`)) : resolve(bound)));
-  });
+  const port = (listener.address() as { port: number }).port;
   const url = `${tls ? 'grpcs' : 'grpc'}://${host}:${port}`;
   if (!tls && !isLoopbackHost(hp.host)) logger.warn('the gRPC API runs without TLS (grpc_allow_insecure)', { grpc: url });
+  const mismatch = mismatchLog(logger, url, Boolean(tls));
+  const sockets = new Set<Socket>();
+  listener.on('connection', (socket: Socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    // A connection that says nothing is not kept: the main port's deadline.
+    const silent = config.noise.handshake_timeout > 0 ? setTimeout(() => socket.destroy(), config.noise.handshake_timeout) : undefined;
+    silent?.unref();
+    socket.once('data', (chunk: Buffer) => {
+      clearTimeout(silent);
+      socket.pause();
+      if ((chunk[0] === TLS_HANDSHAKE) !== Boolean(tls)) {
+        mismatch(socket.remoteAddress);
+        socket.destroy();
+        return;
+      }
+      socket.unshift(chunk);
+      injector.injectConnection(socket);
+    });
+    socket.resume();
+  });
   return {
     url,
     port,
     close: () => new Promise<void>((resolve) => {
+      listener.close();
+      injector.drain(2000);
       // Calls in flight get a moment to finish; then the rest are cut.
-      const force = setTimeout(() => { server.forceShutdown(); resolve(); }, 2000);
+      const force = setTimeout(() => { server.forceShutdown(); injector.destroy(); for (const s of sockets) s.destroy(); resolve(); }, 2000);
       force.unref();
-      server.tryShutdown(() => { clearTimeout(force); resolve(); });
+      server.tryShutdown(() => { clearTimeout(force); injector.destroy(); for (const s of sockets) s.destroy(); resolve(); });
     }),
+  };
+}
+
+/** mismatchLog warns that a client spoke TLS to the plaintext port, or plaintext to the TLS one, at most once a MISMATCH_LOG_MS. */
+function mismatchLog(logger: Logger, url: string, tls: boolean): (client: string | undefined) => void {
+  let last = -Infinity;
+  let suppressed = 0;
+  return (client) => {
+    const now = Date.now();
+    if (now - last < MISMATCH_LOG_MS) { suppressed++; return; }
+    last = now;
+    const fields = { grpc: url, client: client ?? 'unknown', ...(suppressed ? { more_since_last: suppressed } : {}) };
+    suppressed = 0;
+    if (tls) logger.warn('a client spoke plaintext to the gRPC port, which uses TLS (a headscale CLI with cli.insecure: true?); connect with TLS', fields);
+    else logger.warn('a client spoke TLS to the gRPC port, which is plaintext; the headscale CLI needs cli.insecure: true (HEADSCALE_CLI_INSECURE=1) for it, or give Headway tls_cert_path and tls_key_path', fields);
   };
 }

@@ -50,12 +50,12 @@ export function requireHeadscale(t: TapLike): string | undefined {
  * with a self-signed certificate would) with a scratch HOME, cwd and a minimal config
  * file, so nothing of the caller's environment decides what it talks to.
  */
-/** runHeadscale runs the headscale CLI against address; `insecure: false` makes it speak TLS (its default). */
-export function runHeadscale(bin: string, opts: { address: string; apiKey: string; args: string[]; timeoutMs?: number; insecure?: boolean }): Promise<CliResult> {
+/** runHeadscale runs the headscale CLI against address; `insecure: false` makes it speak TLS (its default), `cliTimeout` is its cli.timeout. */
+export function runHeadscale(bin: string, opts: { address: string; apiKey: string; args: string[]; timeoutMs?: number; insecure?: boolean; cliTimeout?: string }): Promise<CliResult> {
   const home = mkdtempSync(join(tmpdir(), 'hs-cli-home-'));
   const config = join(home, 'config.yaml');
   // The CLI reads only these keys (and unix_socket, unused in remote mode); no update check.
-  writeFileSync(config, `disable_check_updates: true\ncli:\n  timeout: ${opts.timeoutMs ? '5s' : '30s'}\n`);
+  writeFileSync(config, `disable_check_updates: true\ncli:\n  timeout: ${opts.cliTimeout ?? '30s'}\n`);
   const env = {
     PATH: process.env.PATH ?? '', HOME: home, HEADSCALE_CONFIG: config,
     HEADSCALE_CLI_ADDRESS: opts.address, HEADSCALE_CLI_API_KEY: opts.apiKey, HEADSCALE_CLI_INSECURE: String(opts.insecure ?? true),

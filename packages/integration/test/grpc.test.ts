@@ -586,7 +586,7 @@ t.test('a client speaking TLS to the plaintext gRPC port is told in the log, onc
   const bin = findHeadscale();
   if (bin) {
     const { secret: apiKey } = await s.state.createApiKey(null);
-    const r = await runHeadscale(bin, { address: `127.0.0.1:${port}`, apiKey, args: ['users', 'list'], insecure: false, timeoutMs: 30_000 });
+    const r = await runHeadscale(bin, { address: `127.0.0.1:${port}`, apiKey, args: ['users', 'list'], insecure: false, cliTimeout: '5s' });
     t.not(r.code, 0, 'the headscale CLI with TLS fails against the plaintext port');
   } else await hello();
   await hello();

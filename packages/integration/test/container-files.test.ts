@@ -195,6 +195,11 @@ t.test('compose.yaml: restart policy, the same ports, config read-only, a named 
   const cfgMount = mounts.find((m) => m[1] === '/etc/headway/config.yaml');
   t.ok(cfgMount, 'the config is mounted at /etc/headway/config.yaml');
   t.equal(cfgMount?.[2], 'ro', 'read-only');
+  // Regression (issue 47): ./config.yaml is in the CLI's own search path, so the container's config there sent
+  // \`headway nodes list\` in the checkout to the container's socket path.
+  t.not(cfgMount?.[0], './config.yaml', 'the mounted file is not ./config.yaml, which the CLI in this directory would read');
+  t.notOk(configSearchPath({ cwd: root, home: '/nonexistent', env: {} }).includes(join(root, cfgMount?.[0] ?? '')), 'nor any file the CLI searches');
+  t.match(readFileSync(join(root, '.gitignore'), 'utf8'), new RegExp(`^${(cfgMount?.[0] ?? '').replace(/^\.\//, '').replace(/\./g, '\\.')}$`, 'm'), 'and git ignores it');
   const dataMount = mounts.find((m) => m[1] === config.data_dir);
   t.ok(dataMount, `a volume at data_dir ${config.data_dir}`);
   t.ok(dataMount && compose.volumes && dataMount[0]! in compose.volumes, 'a named volume (declared under volumes:)');

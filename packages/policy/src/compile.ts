@@ -1,4 +1,4 @@
-import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, parseSetText, type Addr, type IPRange } from './ip.js';
+import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, formatAddr, isExitRoute, parseAddr, parsePrefix, parseRangeText, parseSetText, type Addr } from './ip.js';
 import { dict, type Alias, type Grant, type Policy, type PortRange, type ProtoPorts, type SshRule as SshRuleSpec } from './policy.js';
 
 export interface PolicyUser {
@@ -537,7 +537,7 @@ interface SshPre {
   users: Record<string, string>;
   localpartOf: Map<string, string>;
   hasLocalpart: boolean;
-  /** byUser: the source principals of each owning user (the user's matching nodes' addresses, as strings). */
+  /** byUser: the source principals of each owning user (the user's matching nodes' addresses, one per string). */
   byUser: Map<string, string[]>;
   userIds: string[];
   tagged: string[];
@@ -1639,16 +1639,16 @@ export class TailnetContext {
       }
     }
     // Principals are grouped by owning user (sorted ids), tagged sources last.
-    const byUserRanges = new Map<string, IPRange[]>();
+    const byUserAddrs = new Map<string, Addr[]>();
     const tagged: string[] = [];
     for (const x of this.nodesWithAddrIn(src)) {
       const n = this.infos[x]!;
-      if (n.tagged) { tagged.push(...n.ips.strings()); continue; }
+      if (n.tagged) { tagged.push(...principalAddrs(n.addrs)); continue; }
       if (!n.node.userId) continue;
-      const l = byUserRanges.get(n.node.userId);
-      if (l) l.push(...n.ips.ranges); else byUserRanges.set(n.node.userId, [...n.ips.ranges]);
+      const l = byUserAddrs.get(n.node.userId);
+      if (l) l.push(...n.addrs); else byUserAddrs.set(n.node.userId, [...n.addrs]);
     }
-    const byUser = new Map([...byUserRanges].map(([uid, rs]) => [uid, new IPSet(rs).strings()]));
+    const byUser = new Map([...byUserAddrs].map(([uid, as]) => [uid, principalAddrs(as)]));
     const otherDst = rule.dst.filter((a) => !(a.kind === 'autogroup' && a.name === 'autogroup:self'));
     p = {
       src, users, localpartOf, hasLocalpart: localpartDomains.length > 0, byUser, userIds: [...byUser.keys()].sort(compareIds), tagged,
@@ -1699,7 +1699,7 @@ export class TailnetContext {
           }
         } else if (pre.hasLocalpart && i.addrs.some((a) => pre.src.containsAddr(a))) {
           // With localpart users, a source device also gets the rule for its own login.
-          if (i.tagged) add(i.ips.strings().map((ip) => ({ nodeIP: ip })), null);
+          if (i.tagged) add(principalAddrs(i.addrs).map((ip) => ({ nodeIP: ip })), null);
           else if (i.node.userId && pre.byUser.has(i.node.userId)) add(principalsOf(i.node.userId), i.node.userId);
         }
       }
@@ -1797,6 +1797,16 @@ function compareIds(a: string, b: string): number {
 
 function addrText(a: Addr): string {
   return new IPSet([{ v6: a.v6, start: a.n, end: a.n }]).strings()[0]!;
+}
+
+/**
+ * principalAddrs lists addresses for SSH principals: each address on its own, sorted (IPv4 first), without
+ * repeats. A client reads a principal's nodeIP as one address, so a range or prefix (what IPSet.strings() makes of
+ * adjacent devices) matched no connection and denied SSH to a user with two devices at neighbouring addresses.
+ */
+function principalAddrs(addrs: Addr[]): string[] {
+  const sorted = [...addrs].sort((a, b) => (a.v6 !== b.v6 ? (a.v6 ? 1 : -1) : a.n < b.n ? -1 : a.n > b.n ? 1 : 0));
+  return sorted.filter((a, k) => k === 0 || a.v6 !== sorted[k - 1]!.v6 || a.n !== sorted[k - 1]!.n).map(formatAddr);
 }
 
 function withProto(r: FilterRule, protos: number[] | null): FilterRule {

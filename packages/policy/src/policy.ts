@@ -472,7 +472,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   if (sshNode && sshNode.kind !== 'null') {
     pol.ssh = attempt(() => {
       if (sshNode.kind !== 'array') err('ssh must be a list', sshNode.pos);
-      return sshNode.items.map((item) => attempt(() => parseSshRule(item, pol, opts, checkAlias), null)).filter(present);
+      return sshNode.items.map((item, k) => attempt(() => parseSshRule(item, k + 1, pol, opts, checkAlias), null)).filter(present);
     }, []);
   }
 
@@ -580,6 +580,40 @@ function validateCapName(name: string, at: Pos): void {
 
 const MAX_CHECK_SECONDS = 168 * 3600;
 
+/** SSH_FIX is what an ssh rule refused by checkSshReach can be written as instead. */
+const SSH_FIX = "(use autogroup:self for each user's own devices, or tag the devices others may reach)";
+
+/**
+ * checkSshReach refuses an ssh rule that would let one identity start Tailscale SSH on another user's device.
+ * Tailscale allows a tag (or autogroup:tagged) as dst from any src, autogroup:self only from users and groups,
+ * and a user only from that same user; a dst that can hold several users' devices ("*", autogroup:member,
+ * user:*@domain, a group) is refused outright, since src and dst would then be different users
+ * (https://tailscale.com/kb/1337/policy-syntax#dst-1). A group is never "the same user": its members can change
+ * without the policy changing (oidc.policy_groups). Two user names are the same user when they are spelled the
+ * same, trailing @ aside, which is how the compiler looks them up.
+ */
+function checkSshReach(ruleNo: number, src: Alias[], srcTexts: string[], dst: Alias[], dstTexts: string[], at: Pos): void {
+  const q = JSON.stringify;
+  const userKey = (name: string) => (name.endsWith('@') ? name.slice(0, -1) : name);
+  dst.forEach((d, k) => {
+    const dt = dstTexts[k]!;
+    if (d.kind === 'tag' || (d.kind === 'autogroup' && d.name === 'autogroup:tagged')) return;
+    if (d.kind === 'autogroup' && d.name === 'autogroup:self') {
+      const bad = src.findIndex((s) => !(s.kind === 'user' || s.kind === 'group' || s.kind === 'userDomain' || (s.kind === 'autogroup' && s.name === 'autogroup:member')));
+      if (bad >= 0) err(`ssh rule ${ruleNo}: dst "autogroup:self" is only allowed from users and groups, not from ${q(srcTexts[bad])}`, at);
+      return;
+    }
+    if (d.kind === 'user') {
+      const bad = src.findIndex((s) => s.kind !== 'user' || userKey(s.name) !== userKey(d.name));
+      if (bad >= 0) err(`ssh rule ${ruleNo}: dst ${q(dt)}: users in dst are only allowed from the same user, and src ${q(srcTexts[bad])} is not that user ${SSH_FIX}`, at);
+      return;
+    }
+    const manyUsers = d.kind === 'wildcard' || d.kind === 'group' || d.kind === 'userDomain'
+      || (d.kind === 'autogroup' && (d.name === 'autogroup:member' || d.name === 'autogroup:danger-all'));
+    if (manyUsers) err(`ssh rule ${ruleNo}: dst ${q(dt)} is not allowed: it holds other users' devices, and a user's device accepts Tailscale SSH only from that same user ${SSH_FIX}`, at);
+  });
+}
+
 /** parseGoDuration reads Go's time.Duration syntax (e.g. "12h30m"), in seconds. */
 export function parseGoDuration(text: string): number {
   const m = /^([-+]?)((?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+|0)$/.exec(text);
@@ -600,7 +634,7 @@ export function formatGoDuration(seconds: number): string {
   return (neg ? '-' : '') + body;
 }
 
-function parseSshRule(item: JNode, pol: Policy, opts: ParseOptions, checkAlias: (a: Alias, at: Pos | undefined, side: string) => void): SshRule {
+function parseSshRule(item: JNode, ruleNo: number, pol: Policy, opts: ParseOptions, checkAlias: (a: Alias, at: Pos | undefined, side: string) => void): SshRule {
   const f = fields(item, 'ssh rule', ['action', 'src', 'dst', 'users', 'checkPeriod', 'acceptEnv']);
   // The hosted service trims whitespace around SSH rule strings.
   const action = str(f.get('action'), 'action').trim();
@@ -625,18 +659,21 @@ function parseSshRule(item: JNode, pol: Policy, opts: ParseOptions, checkAlias: 
       if (d !== '') knownDomain(d, '');
     }
   }
-  const src = strList(f.get('src'), 'src').map((s) => {
-    const a = parseAlias(s.trim(), item.pos);
+  const srcTexts = strList(f.get('src'), 'src').map((s) => s.trim());
+  const src = srcTexts.map((s) => {
+    const a = parseAlias(s, item.pos);
     if (a.kind === 'userDomain') knownDomain(a.domain, '[ssh] ');
     checkAlias(a, item.pos, 'src');
     return a;
   });
-  const dst = strList(f.get('dst'), 'dst').map((d) => {
+  const dstTexts = strList(f.get('dst'), 'dst');
+  const dst = dstTexts.map((d) => {
     const a = parseAlias(d.trim(), item.pos);
     if (a.kind === 'host' || a.kind === 'prefix') err(`invalid dst ${JSON.stringify(d)}`, item.pos);
     checkAlias(a, item.pos, 'dst');
     return a;
   });
+  checkSshReach(ruleNo, src, srcTexts, dst, dstTexts.map((d) => d.trim()), item.pos);
   let checkPeriod: string | null = null;
   const cp = f.get('checkPeriod');
   if (cp && cp.kind !== 'null') {

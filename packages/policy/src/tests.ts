@@ -1,6 +1,6 @@
 import { PolicyError } from './hujson.js';
 import { ALL, IPSet, type Addr } from './ip.js';
-import { parseAlias, parsePortList, type Policy } from './policy.js';
+import { parseAlias, parsePortList, type Alias, type Policy } from './policy.js';
 import { TailnetContext, type FilterRule, type Snapshot } from './compile.js';
 
 const DEFAULT_PROTOS = [6, 17, 1, 58];
@@ -24,12 +24,19 @@ export function runPolicyTests(policy: Policy, snapshot: Snapshot): void {
   const ctx = new TailnetContext(policy, snapshot);
   const failures: string[] = [];
   const srcAddrs = (src: string): Addr[] => {
+    let alias: Alias;
     let set: IPSet;
     try {
-      set = ctx.resolve(parseAlias(src)) ?? new IPSet();
+      alias = parseAlias(src);
+      set = ctx.resolve(alias) ?? new IPSet();
     } catch {
       return [];
     }
+    // A user, group, tag or member/tagged autogroup names devices: each of their addresses, also where the set
+    // merged two devices at adjacent addresses into one range (their tests failed, "expected accept").
+    const namesDevices = alias.kind === 'user' || alias.kind === 'group' || alias.kind === 'tag' || alias.kind === 'userDomain'
+      || (alias.kind === 'autogroup' && (alias.name === 'autogroup:member' || alias.name === 'autogroup:tagged'));
+    if (namesDevices) return ctx.infos.flatMap((i) => i.addrs.filter((a) => set.containsAddr(a)));
     return set.ranges.filter((r) => r.start === r.end).map((r) => ({ v6: r.v6, n: r.start }));
   };
   const filterFor = (dst: Addr): FilterRule[] => {

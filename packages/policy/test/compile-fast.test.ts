@@ -101,11 +101,14 @@ function policyFor(rng: PlanRng, snap: Snapshot): string | null {
   });
   const sshUsers = ['root', 'autogroup:nonroot', 'ubuntu', 'localpart:*@example.com'];
   const ssh = Array.from({ length: rng.int(4) }, () => {
+    // Only what a policy may write: autogroup:self from users and groups, tagged devices from anyone, a user's
+    // devices from that same user.
     const self = rng.chance(0.4);
+    const own = !self && rng.chance(0.25) ? rng.pick(userAliases) : null;
     return {
       action: rng.pick(['accept', 'check']),
-      src: rng.some(self ? selfSrc.filter((a) => a !== '*') : ['autogroup:member', 'group:g1', ...emails, 'tag:a', 'autogroup:tagged'], 2),
-      dst: self ? ['autogroup:self', ...(rng.chance(0.3) ? ['tag:a'] : [])] : rng.some(['tag:a', 'tag:b', 'autogroup:member', 'autogroup:tagged', ...emails], 2),
+      src: self ? rng.some(selfSrc.filter((a) => a !== '*'), 2) : own ? [own] : rng.some(['autogroup:member', 'group:g1', ...emails, 'tag:a', 'autogroup:tagged'], 2),
+      dst: self ? ['autogroup:self', ...(rng.chance(0.3) ? ['tag:a'] : [])] : own ? [own, ...(rng.chance(0.3) ? ['tag:b'] : [])] : rng.some(['tag:a', 'tag:b', 'autogroup:tagged'], 2),
       users: rng.some(sshUsers, 3),
       ...(rng.chance(0.2) ? { acceptEnv: ['GIT_*'] } : {}),
     };

@@ -1,7 +1,8 @@
 // compile-reference is the SLOW REFERENCE compiler: a verbatim copy of packages/policy/src/compile.ts as it was
 // before the per-context indexes (issue 9), kept only so the property test (compile-fast.test.ts) can check that
 // the indexed compiler gives exactly the same result for every node. O(N·R) per node; never use it elsewhere.
-// Names are prefixed with Reference so nobody imports it by mistake.
+// Names are prefixed with Reference so nobody imports it by mistake. Behaviour fixes made since are carried over
+// (SSH principals: one per address), so that the two still agree.
 import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, type Addr } from '../src/ip.js';
 import type { Alias, Grant, Policy, PortRange, ProtoPorts } from '../src/policy.js';
 // The data shapes are the real ones: only the algorithm is kept as it was.
@@ -404,7 +405,12 @@ export class ReferenceTailnetContext {
         byUser.set(n.node.userId, (byUser.get(n.node.userId) ?? new IPSet()).union(n.ips));
       }
       const userIds = [...byUser.keys()].sort(compareIds);
-      const principalsOf = (uid: string) => (byUser.get(uid) ?? new IPSet()).strings().map((ip) => ({ nodeIP: ip }));
+      // One principal per address (a client reads nodeIP as a single address): each range walked address by address.
+      const principalsOf = (uid: string) => (byUser.get(uid)?.ranges ?? []).flatMap((r) => {
+        const out: SSHPrincipal[] = [];
+        for (let n = r.start; n <= r.end; n++) out.push({ nodeIP: addrText({ v6: r.v6, n }) });
+        return out;
+      });
       const add = (principals: SSHPrincipal[], uid: string | null) => {
         const r: SSHRule = { principals, sshUsers: users, action };
         if (rule.acceptEnv.length > 0) r.acceptEnv = rule.acceptEnv;

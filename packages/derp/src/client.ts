@@ -8,7 +8,6 @@ import {
   encodeFrame,
   FrameReader,
   FrameType,
-  MAX_CLIENT_INFO_LENGTH,
   MAX_PACKET_SIZE,
   PROTOCOL_VERSION,
   type Frame,
@@ -45,6 +44,8 @@ export interface DerpClientOptions {
 }
 
 const MAX_RESPONSE_HEAD = 16 << 10;
+/** MAX_RECEIVED_FRAME is the largest frame accepted from a relay: a RecvPacket is at most 64 KiB + 32, the rest far less. */
+const MAX_RECEIVED_FRAME = 256 << 10;
 
 /**
  * DerpClient speaks the client side of DERP over plain HTTP or WebSocket; it
@@ -59,7 +60,7 @@ export class DerpClient {
   readonly closed: Promise<void>;
 
   private readonly stream: Duplex;
-  private readonly reader = new FrameReader(MAX_CLIENT_INFO_LENGTH);
+  private readonly reader = new FrameReader(MAX_RECEIVED_FRAME);
   private readonly queue: DerpMessage[] = [];
   private readonly waiters: { resolve: (m: DerpMessage) => void; reject: (e: Error) => void }[] = [];
   private readonly pendingPings = new Map<string, () => void>();

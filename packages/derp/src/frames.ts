@@ -32,8 +32,14 @@ export const FRAME_HEADER_LENGTH = 5;
 export const MAX_PACKET_SIZE = 64 << 10;
 /** MAX_FRAME_LENGTH bounds every post-login frame: a destination key plus the largest packet. */
 export const MAX_FRAME_LENGTH = KEY_LENGTH + MAX_PACKET_SIZE;
-/** MAX_CLIENT_INFO_LENGTH bounds the untrusted login frame before any key is proven. */
-export const MAX_CLIENT_INFO_LENGTH = 256 << 10;
+/**
+ * MAX_CLIENT_INFO_LENGTH bounds the untrusted login frame before any key is proven. A real
+ * client's is about 200 bytes (its 32-byte key, a 24-byte nonce, a 16-byte tag and sealed JSON of
+ * version, meshKey, CanAckPings and IsProber), so a few KiB leave room for a long mesh key while a
+ * connection that never logs in can hold no more than this (tailscale's derper allows 256 KiB:
+ * 2,000 such connections trickling one held half a gigabyte until their login timers).
+ */
+export const MAX_CLIENT_INFO_LENGTH = 4 << 10;
 
 /** encodeFrame builds `type u8 | length u32 BE | payload` from one or more payload parts. */
 export function encodeFrame(type: number, ...parts: Uint8Array[]): Buffer {

@@ -7,6 +7,7 @@ export {
   PROTOCOL_VERSION,
   MAX_PACKET_SIZE,
   MAX_FRAME_LENGTH,
+  MAX_CLIENT_INFO_LENGTH,
   FRAME_HEADER_LENGTH,
   encodeFrame,
   FrameReader,
@@ -25,6 +26,7 @@ export {
   type VerifyClient,
   type RestartNotice,
   type MeshForwarder,
+  DERP_LOGIN_LIMITS,
 } from './server.js';
 export { MeshPeer, type MeshPeerOptions } from './mesh.js';
 export { DerpClient, type DerpClientOptions, type DerpMessage } from './client.js';

@@ -11,12 +11,28 @@ export interface RelayListenerOptions {
   key: string;
   host: string;
   port: number;
-  /** firstByteTimeoutMs closes a connection that sends nothing (default 10 s). */
-  firstByteTimeoutMs?: number;
+  /**
+   * handshakeTimeoutMs closes a connection that has not sent a complete HTTP request head within
+   * this long of being accepted, the TLS handshake included, or of its last response on a kept-alive
+   * connection (default 10 s, like the main port's noise.handshake_timeout; 0 disables).
+   */
+  handshakeTimeoutMs?: number;
 }
 
 /** TLS_HANDSHAKE_RECORD is the first byte of every TLS connection (a handshake record). */
 const TLS_HANDSHAKE_RECORD = 0x16;
+
+/** Stage is how far a connection under the handshake deadline got, for the line that reports it. */
+type Stage = 'silent' | 'tls' | 'http';
+
+/** Deadline is a connection that has not sent a complete request head yet. */
+interface Deadline {
+  /** socket is what expiry destroys: the TCP socket, or after a first request the socket requests came on. */
+  socket: Duplex;
+  stage: Stage;
+  timer: NodeJS.Timeout;
+  onClose: () => void;
+}
 
 /**
  * RelayListener gives the relay a port of its own: TLS with the relay's
@@ -34,12 +50,19 @@ export class RelayListener {
   private readonly plain: http.Server;
   private readonly secure: https.Server;
   private readonly sockets = new Set<net.Socket>();
-  private readonly firstByteTimeoutMs: number;
+  private readonly handshakeTimeoutMs: number;
+  /**
+   * deadlines holds the connections still inside the handshake deadline, keyed by peer address and
+   * port: requests arrive on the TLS socket, while the deadline was set on the TCP socket under it.
+   */
+  private readonly deadlines = new Map<string, Deadline>();
+  /** open counts each kept-alive connection's requests not yet answered (pipelining), so its deadline restarts only when idle. */
+  private readonly open = new WeakMap<Duplex, number>();
   /** connections counts accepted connections by protocol, for tests and metrics. */
   readonly connections = { tls: 0, plain: 0 };
 
   private constructor(private readonly o: RelayListenerOptions) {
-    this.firstByteTimeoutMs = o.firstByteTimeoutMs ?? 10_000;
+    this.handshakeTimeoutMs = o.handshakeTimeoutMs ?? 10_000;
     const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
       if (o.derp.handleRequest(req, res)) return;
       res.writeHead(404, { 'Content-Type': 'text/plain; charset=utf-8' });
@@ -52,6 +75,19 @@ export class RelayListener {
     this.plain = http.createServer(onRequest);
     this.secure = https.createServer({ cert: o.cert, key: o.key }, onRequest);
     for (const server of [this.plain, this.secure]) {
+      // A complete request head ends the deadline, before the request is handled; an answered
+      // request starts it again, so a kept-alive connection cannot stall in its next request head.
+      server.prependListener('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+        const socket = req.socket;
+        this.settle(peerKey(socket));
+        this.open.set(socket, (this.open.get(socket) ?? 0) + 1);
+        res.once('finish', () => {
+          const left = (this.open.get(socket) ?? 1) - 1;
+          this.open.set(socket, left);
+          if (left === 0 && !socket.destroyed) this.arm(socket, 'http');
+        });
+      });
+      server.prependListener('upgrade', (req: http.IncomingMessage) => this.settle(peerKey(req.socket)));
       server.on('upgrade', onUpgrade);
       server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
         // TLS failures arrive here too; tlsClientError below has already reported them, and nothing can be answered.
@@ -66,6 +102,10 @@ export class RelayListener {
         else socket.destroy();
       });
     }
+    this.secure.on('secureConnection', (socket: Duplex) => {
+      const d = this.deadlines.get(peerKey(socket));
+      if (d) d.stage = 'http';
+    });
     this.secure.on('tlsClientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
       o.derp.reportHandshakeFailure({ remote: remoteOf(socket), reason: describeTlsFailure(err), level: 'warn' });
     });
@@ -101,24 +141,32 @@ export class RelayListener {
     await closed;
   }
 
-  /** route reads the first byte and hands the connection, byte put back, to the TLS or the plain server. */
+  /**
+   * route reads the first byte and hands the connection, byte put back, to the TLS or the plain
+   * server. From accept until a complete request head (over TLS, after the handshake) the connection
+   * is under the handshake deadline (and again after each response while kept alive): a first byte
+   * alone, half a handshake or half a request head would otherwise hold it open for good.
+   */
   private route(socket: net.Socket): void {
     this.sockets.add(socket);
     socket.once('close', () => this.sockets.delete(socket));
-    const remote = remoteOf(socket);
     const onError = () => socket.destroy();
     socket.on('error', onError);
-    socket.setTimeout(this.firstByteTimeoutMs, () => {
-      this.o.derp.reportHandshakeFailure({ remote, reason: `sent nothing within ${this.firstByteTimeoutMs} ms` });
+    // Reset before we got to it: nothing to serve, and no address to key its deadline by.
+    if (!socket.remoteAddress) {
       socket.destroy();
-    });
+      return;
+    }
+    const key = peerKey(socket);
+    this.arm(socket, 'silent');
     const peek = (): void => {
       const first = socket.read(1) as Buffer | null;
       if (first === null) {
         socket.once('readable', peek);
         return;
       }
-      socket.setTimeout(0);
+      const d = this.deadlines.get(key);
+      if (d) d.stage = first[0] === TLS_HANDSHAKE_RECORD ? 'tls' : 'http';
       socket.off('error', onError);
       socket.unshift(first);
       if (first[0] === TLS_HANDSHAKE_RECORD) {
@@ -132,6 +180,46 @@ export class RelayListener {
     };
     socket.once('readable', peek);
   }
+
+  /** arm starts the handshake deadline of a connection (at accept, or once a kept-alive one is answered). */
+  private arm(socket: Duplex, stage: Stage): void {
+    if (this.handshakeTimeoutMs <= 0) return;
+    const key = peerKey(socket);
+    this.settle(key);
+    const onClose = (): void => this.settle(key, socket);
+    const timer = setTimeout(() => this.expire(key), this.handshakeTimeoutMs);
+    timer.unref();
+    this.deadlines.set(key, { socket, stage, timer, onClose });
+    socket.once('close', onClose);
+  }
+
+  /** settle ends a connection's handshake deadline (it sent a request head, or it closed). */
+  private settle(key: string, socket?: Duplex): void {
+    const d = this.deadlines.get(key);
+    if (!d || (socket && d.socket !== socket)) return;
+    clearTimeout(d.timer);
+    d.socket.off('close', d.onClose);
+    this.deadlines.delete(key);
+  }
+
+  /** expire closes a connection that reached the handshake deadline, saying how far it got. */
+  private expire(key: string): void {
+    const d = this.deadlines.get(key);
+    if (!d) return;
+    this.settle(key);
+    const ms = this.handshakeTimeoutMs;
+    const reason = d.stage === 'silent' ? `sent nothing within ${ms} ms`
+      : d.stage === 'tls' ? `did not finish the TLS handshake within ${ms} ms`
+      : `sent no complete HTTP request within ${ms} ms`;
+    this.o.derp.reportHandshakeFailure({ remote: remoteOf(d.socket), reason });
+    d.socket.destroy();
+  }
+}
+
+/** peerKey names a connection by its peer's address and port, the same for a TLS socket and the TCP socket under it. */
+function peerKey(socket: Duplex): string {
+  const s = socket as net.Socket;
+  return `${s.remoteAddress}|${s.remotePort}`;
 }
 
 function remoteOf(socket: Duplex): string | undefined {

@@ -5,6 +5,7 @@ import { BOX_OVERHEAD, NONCE_LENGTH, openFrom, sealTo } from './box.js';
 import {
   DERP_MAGIC,
   encodeFrame,
+  FRAME_HEADER_LENGTH,
   FrameReader,
   FrameTooLargeError,
   FrameType,
@@ -18,7 +19,7 @@ import {
 } from './frames.js';
 import { formatNodeKey, KEY_LENGTH, publicKeyFromPrivate } from './keys.js';
 import { HandshakeFailureLog, type HandshakeFailure, type HandshakeFailureLogOptions } from './failurelog.js';
-import { isValidWebSocketKey, webSocketAccept, WebSocketStream } from '@headway/noise';
+import { isValidWebSocketKey, sourceOf, TokenBuckets, webSocketAccept, WebSocketStream } from '@headway/noise';
 
 /** DerpLogger is the slice of a structured logger the relay writes to; @headway/core's Logger fits. */
 export interface DerpLogger {
@@ -57,6 +58,20 @@ export interface DerpServerOptions {
   /** handshakeLog tunes the rate limit on lines about failed connection attempts. */
   handshakeLog?: HandshakeFailureLogOptions;
   /**
+   * maxUnauthenticatedPerAddress caps connections from one source (an IPv4 address or an IPv6 /64)
+   * that have not logged in yet; past it an upgrade gets HTTP 429 (default 1,000).
+   */
+  maxUnauthenticatedPerAddress?: number;
+  /**
+   * loginRate and loginBurst bound the logins (ClientInfo frames, each a public-key box to open)
+   * one source may attempt: loginBurst at once, loginRate per second after that; a login over the
+   * rate is refused, connection closed, before its box is opened (defaults 100 and 1,000).
+   */
+  loginRate?: number;
+  loginBurst?: number;
+  /** now is the clock of the login rate limit (tests inject one; default Date.now). */
+  now?: () => number;
+  /**
    * meshKey, when set, is the secret the other relays of this region present in their
    * ClientInfo: a client showing it is a trusted mesh peer (admitted without verifyClient)
    * and may watch connections (WatchConns) and forward packets (ForwardPacket, ClosePeer).
@@ -93,6 +108,10 @@ export interface DerpServerStats {
   packetsMeshDropped: number;
   /** packetsFromMesh counts ForwardPacket frames delivered to a local client. */
   packetsFromMesh: number;
+  /** connectionsRefusedPerAddress counts connections refused because their address had too many not logged in yet. */
+  connectionsRefusedPerAddress: number;
+  /** loginsRateLimited counts login frames refused, unopened, because their address was over the login rate. */
+  loginsRateLimited: number;
 }
 
 export interface RestartNotice {
@@ -105,6 +124,19 @@ export interface RestartNotice {
 const DEFAULT_KEEPALIVE_MS = 60_000;
 const DEFAULT_QUEUE_DEPTH = 32;
 const DEFAULT_LOGIN_TIMEOUT_MS = 10_000;
+/**
+ * DERP_LOGIN_LIMITS are the defaults of the per-address limits on clients that have not logged in
+ * (Headway's config sets them from derp.server.*, whose docs in core's keys.ts give the reasons).
+ */
+export const DERP_LOGIN_LIMITS = { maxUnauthenticatedPerAddress: 1000, loginRate: 100, loginBurst: 1000 } as const;
+/**
+ * WS_MESSAGE_LIMIT caps one WebSocket frame of a logged-in client (its frames are ≤ 64 KiB + 37 bytes);
+ * before login a frame may hold no more than one ClientInfo frame, since frames are buffered whole.
+ */
+const WS_MESSAGE_LIMIT = 256 << 10;
+const WS_LOGIN_MESSAGE_LIMIT = FRAME_HEADER_LENGTH + MAX_CLIENT_INFO_LENGTH;
+/** MAX_MESH_KEY_LENGTH keeps a mesh peer's ClientInfo (key, nonce, tag, JSON around the key) under MAX_CLIENT_INFO_LENGTH. */
+const MAX_MESH_KEY_LENGTH = 1024;
 const MAX_PING_LENGTH = 1000;
 /** Control frames (pong, peer-gone, keepalive) are tiny; this cap only stops a reader that never reads. */
 const MAX_CONTROL_QUEUE = 256;
@@ -128,6 +160,8 @@ class ClientConn {
   preferred = false;
   /** canMesh: the client presented the mesh key (another relay of the region). */
   canMesh = false;
+  /** unauthenticated: the connection is counted against its source's cap on connections not logged in yet. */
+  unauthenticated = false;
   readonly reader = new FrameReader(MAX_CLIENT_INFO_LENGTH);
   readonly packetQueue: Buffer[] = [];
   readonly controlQueue: Buffer[] = [];
@@ -146,6 +180,8 @@ class ClientConn {
     readonly socket: Duplex,
     readonly remoteAddress: string | undefined,
     readonly transport: 'derp' | 'websocket',
+    /** source is what per-address limits charge the connection to (IPv4 address or IPv6 /64). */
+    readonly source: string,
   ) {}
 
   get writable(): boolean {
@@ -250,6 +286,13 @@ export class DerpServer {
    */
   private readonly remoteAll = new Map<string, MeshForwarder[]>();
   private closing = false;
+  private readonly maxUnauthenticatedPerAddress: number;
+  /** unauthenticatedBySource counts connections not logged in yet per source. */
+  private readonly unauthenticatedBySource = new Map<string, number>();
+  private readonly loginRate: number;
+  private readonly loginBurst: number;
+  /** logins rate-limits login frames per source before their box is opened. */
+  private readonly logins: TokenBuckets;
   private readonly counters: DerpServerStats = {
     accepts: 0,
     packetsReceived: 0,
@@ -266,6 +309,8 @@ export class DerpServer {
     packetsMeshForwarded: 0,
     packetsMeshDropped: 0,
     packetsFromMesh: 0,
+    connectionsRefusedPerAddress: 0,
+    loginsRateLimited: 0,
   };
 
   constructor(options: DerpServerOptions) {
@@ -284,9 +329,15 @@ export class DerpServer {
     this.loginTimeoutMs = options.loginTimeoutMs ?? DEFAULT_LOGIN_TIMEOUT_MS;
     this.log = options.logger ?? silentLogger;
     this.failures = new HandshakeFailureLog(this.log, options.handshakeLog);
-    if (options.meshKey !== undefined && (typeof options.meshKey !== 'string' || options.meshKey.length < 16)) {
-      throw new Error('DerpServer: meshKey must be a string of at least 16 characters');
+    if (options.meshKey !== undefined && (typeof options.meshKey !== 'string' || options.meshKey.length < 16 || options.meshKey.length > MAX_MESH_KEY_LENGTH)) {
+      throw new Error(`DerpServer: meshKey must be a string of 16 to ${MAX_MESH_KEY_LENGTH} characters`);
     }
+    const maxUnauthenticated = options.maxUnauthenticatedPerAddress ?? DERP_LOGIN_LIMITS.maxUnauthenticatedPerAddress;
+    if (!Number.isInteger(maxUnauthenticated) || maxUnauthenticated < 1) throw new Error('DerpServer: maxUnauthenticatedPerAddress must be a positive integer');
+    this.maxUnauthenticatedPerAddress = maxUnauthenticated;
+    this.loginRate = options.loginRate ?? DERP_LOGIN_LIMITS.loginRate;
+    this.loginBurst = options.loginBurst ?? DERP_LOGIN_LIMITS.loginBurst;
+    this.logins = new TokenBuckets({ rate: this.loginRate, burst: this.loginBurst, ...(options.now ? { now: options.now } : {}) });
     this.meshKey = options.meshKey ? Buffer.from(options.meshKey, 'utf8') : undefined;
   }
 
@@ -360,6 +411,16 @@ export class DerpServer {
 
   get stats(): Readonly<DerpServerStats> {
     return { ...this.counters };
+  }
+
+  /** loginLimits are the per-address limits on clients that have not logged in, as configured. */
+  get loginLimits(): { maxUnauthenticatedPerAddress: number; loginRate: number; loginBurst: number } {
+    return { maxUnauthenticatedPerAddress: this.maxUnauthenticatedPerAddress, loginRate: this.loginRate, loginBurst: this.loginBurst };
+  }
+
+  /** unauthenticatedConnections counts connections not logged in yet from the source of remoteAddress (tests and metrics). */
+  unauthenticatedConnections(remoteAddress: string): number {
+    return this.unauthenticatedBySource.get(sourceOf(remoteAddress)) ?? 0;
   }
 
   /** isConnected reports whether a node key (`nodekey:<hex>`) has an active connection. */
@@ -448,6 +509,10 @@ export class DerpServer {
       .split(',')
       .map((p) => p.trim());
     const remoteAddress = req.socket?.remoteAddress;
+    if (this.refuseUnauthenticated(remoteAddress)) {
+      writeHttpError(socket, 429, 'too many DERP connections from this address that have not logged in; retry later');
+      return true;
+    }
 
     if (upgrade === 'websocket' && protocols.includes('derp')) {
       const key = req.headers['sec-websocket-key'];
@@ -464,7 +529,7 @@ export class DerpServer {
           'Sec-WebSocket-Protocol: derp\r\n\r\n',
       );
       if ('setNoDelay' in socket && typeof socket.setNoDelay === 'function') socket.setNoDelay(true);
-      const ws = new WebSocketStream(socket, { role: 'server', head, maxMessageBytes: MAX_CLIENT_INFO_LENGTH });
+      const ws = new WebSocketStream(socket, { role: 'server', head, maxMessageBytes: WS_LOGIN_MESSAGE_LIMIT });
       this.accept(ws, remoteAddress, 'websocket', Buffer.alloc(0));
       return true;
     }
@@ -493,9 +558,16 @@ export class DerpServer {
    * tests or other transports may too.
    */
   accept(socket: Duplex, remoteAddress: string | undefined, transport: 'derp' | 'websocket' = 'derp', head?: Buffer): void {
-    const conn = new ClientConn(socket, remoteAddress, transport);
+    if (this.refuseUnauthenticated(remoteAddress)) {
+      socket.on('error', () => undefined);
+      socket.destroy();
+      return;
+    }
+    const conn = new ClientConn(socket, remoteAddress, transport, sourceOf(remoteAddress));
     this.counters.accepts++;
     this.connections.add(conn);
+    conn.unauthenticated = true;
+    this.unauthenticatedBySource.set(conn.source, (this.unauthenticatedBySource.get(conn.source) ?? 0) + 1);
     if ('setNoDelay' in socket && typeof socket.setNoDelay === 'function') socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.onData(conn, chunk));
     socket.on('drain', () => conn.flush());
@@ -513,6 +585,27 @@ export class DerpServer {
     conn.loginTimer.unref();
     socket.write(encodeFrame(FrameType.ServerKey, DERP_MAGIC, this.publicKey));
     if (head && head.length > 0) this.onData(conn, head);
+  }
+
+  /**
+   * refuseUnauthenticated reports (and counts) that remoteAddress's source already has
+   * maxUnauthenticatedPerAddress connections that have not logged in, so a new one must be refused.
+   */
+  private refuseUnauthenticated(remoteAddress: string | undefined): boolean {
+    const source = sourceOf(remoteAddress);
+    if ((this.unauthenticatedBySource.get(source) ?? 0) < this.maxUnauthenticatedPerAddress) return false;
+    this.counters.connectionsRefusedPerAddress++;
+    this.reportHandshakeFailure({ remote: remoteAddress, reason: `too many connections not logged in from ${source} (limit ${this.maxUnauthenticatedPerAddress})` });
+    return true;
+  }
+
+  /** releaseUnauthenticated stops counting a connection against its source's cap (it logged in, or it closed). */
+  private releaseUnauthenticated(conn: ClientConn): void {
+    if (!conn.unauthenticated) return;
+    conn.unauthenticated = false;
+    const n = (this.unauthenticatedBySource.get(conn.source) ?? 1) - 1;
+    if (n > 0) this.unauthenticatedBySource.set(conn.source, n);
+    else this.unauthenticatedBySource.delete(conn.source);
   }
 
   /**
@@ -584,6 +677,14 @@ export class DerpServer {
       throw new ProtocolError(`expected ClientInfo frame, got type 0x${frame.type.toString(16)}`);
     }
     if (frame.payload.length < KEY_LENGTH + NONCE_LENGTH + BOX_OVERHEAD) throw new ProtocolError('short ClientInfo frame');
+    // Opening the box is the costly step (about a millisecond): an address over its login rate is refused before it.
+    if (!this.logins.take(conn.source)) {
+      this.counters.loginsRateLimited++;
+      this.counters.loginFailures++;
+      this.reportHandshakeFailure({ remote: conn.remoteAddress, reason: `over the login rate of ${conn.source} (login attempts per address are limited)` });
+      this.closeConn(conn);
+      return;
+    }
     const clientKey = Buffer.from(frame.payload.subarray(0, KEY_LENGTH));
     const opened = openFrom(frame.payload.subarray(KEY_LENGTH), clientKey, this.privateKey);
     if (!opened) throw new ProtocolError('ClientInfo box does not open with the claimed client key');
@@ -608,6 +709,9 @@ export class DerpServer {
     conn.keyHex = clientKey.toString('hex');
     conn.info = info;
     conn.state = 'verifying';
+    // The key is proven: a WebSocket client may now send frames as large as a logged-in client's
+    // (it may send them before it hears it is admitted; they wait in the paused stream).
+    if (conn.socket instanceof WebSocketStream) conn.socket.maxMessageBytes = WS_MESSAGE_LIMIT;
     // Hold further frames until admission is decided; the socket's buffer absorbs them meanwhile.
     conn.socket.pause();
     const nodeKey = formatNodeKey(clientKey);
@@ -642,6 +746,7 @@ export class DerpServer {
     clearTimeout(conn.loginTimer);
     conn.loginTimer = undefined;
     conn.state = 'active';
+    this.releaseUnauthenticated(conn);
     if (conn.canMesh) {
       // A mesh peer is not a node: it is not a packet destination and watchers are not told of it.
       conn.reader.maxLength = MAX_FRAME_LENGTH + KEY_LENGTH;
@@ -813,6 +918,7 @@ export class DerpServer {
     if (conn.state === 'closed') return;
     const wasActive = conn.state === 'active';
     conn.state = 'closed';
+    this.releaseUnauthenticated(conn);
     clearTimeout(conn.loginTimer);
     clearInterval(conn.keepAliveTimer);
     this.counters.packetsDroppedGone += conn.packetQueue.length;
@@ -855,7 +961,7 @@ function pathOf(req: IncomingMessage): string {
 }
 
 function writeHttpError(socket: Duplex, status: number, message: string): void {
-  const reason = status === 400 ? 'Bad Request' : status === 426 ? 'Upgrade Required' : 'Service Unavailable';
+  const reason = status === 400 ? 'Bad Request' : status === 426 ? 'Upgrade Required' : status === 429 ? 'Too Many Requests' : 'Service Unavailable';
   const body = message + '\n';
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\n` +

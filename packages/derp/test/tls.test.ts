@@ -4,6 +4,7 @@ import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, statSync, unlinkSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { connect } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DerpClient } from '../src/client.js';
@@ -81,7 +82,7 @@ t.test('relay certificate: generated 0600, covers the host names, pinned by its 
   await t.rejects(loadOrCreateRelayCertificate({ certPath, keyPath, hostNames: [] }), /at least one host name/);
 });
 
-async function startListener(t: Test, options: { loginTimeoutMs?: number; verify?: (key: string) => boolean } = {}) {
+async function startListener(t: Test, options: { loginTimeoutMs?: number; verify?: (key: string) => boolean; handshakeTimeoutMs?: number } = {}) {
   const dir = tempDir(t);
   const log = capture();
   const cert = await loadOrCreateRelayCertificate({ certPath: join(dir, 'c.pem'), keyPath: join(dir, 'k.pem'), hostNames: ['127.0.0.1'] });
@@ -91,7 +92,7 @@ async function startListener(t: Test, options: { loginTimeoutMs?: number; verify
     loginTimeoutMs: options.loginTimeoutMs,
     verifyClient: options.verify ? async (key) => options.verify!(key) : undefined,
   });
-  const listener = await RelayListener.listen({ derp, cert: cert.cert, key: cert.key, host: '127.0.0.1', port: 0, firstByteTimeoutMs: 500 });
+  const listener = await RelayListener.listen({ derp, cert: cert.cert, key: cert.key, host: '127.0.0.1', port: 0, handshakeTimeoutMs: options.handshakeTimeoutMs ?? 500 });
   t.teardown(async () => {
     await derp.close();
     await listener.close();
@@ -175,6 +176,56 @@ t.test('relay port: failed handshakes are logged once per address and reason, wi
   await waitFor(() => failures(log).some((l) => /sent nothing within 500 ms/.test(String(l.fields.reason))), 3000, 'the silent-connection line');
   silent.destroy();
   t.comment(failures(log).map((l) => `${l.level} ${JSON.stringify(l.fields)}`).join('\n'));
+});
+
+t.test('relay port: one byte (0x16 or G), partial headers or a bare TLS handshake do not hold a connection open (100/100 still open after 150 s)', async (t) => {
+  // The login timer is far away, so only the handshake deadline can close these connections.
+  const { port, log, cert } = await startListener(t, { loginTimeoutMs: 60_000, handshakeTimeoutMs: 300 });
+  const plainStalls: Buffer[] = [
+    Buffer.from([0x16]),
+    Buffer.from('G'),
+    Buffer.from('GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: DERP\r\n'),
+    Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]), // a client hello's first bytes
+    Buffer.from('GET /derp/probe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nG'), // answered, then stalls in its next request
+  ];
+  const answered = new Set<unknown>();
+  const sockets: import('node:net').Socket[] = [];
+  const closed = new Set<unknown>();
+  const track = (s: import('node:net').Socket) => {
+    s.on('error', () => undefined);
+    s.on('data', (d: Buffer) => { if (d.toString('latin1').startsWith('HTTP/1.1 200 ')) answered.add(s); });
+    s.once('close', () => closed.add(s));
+    sockets.push(s);
+    t.teardown(() => s.destroy());
+  };
+  for (const bytes of plainStalls) {
+    for (let i = 0; i < 5; i++) {
+      const s = connect({ host: '127.0.0.1', port });
+      track(s);
+      s.write(bytes);
+    }
+  }
+  // A finished TLS handshake followed by nothing, by half a request head, or by an answered request and half the next.
+  for (const after of ['', 'GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\n', 'GET /derp/probe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /derp']) {
+    for (let i = 0; i < 5; i++) {
+      const s = tlsConnect({ host: '127.0.0.1', port, ca: cert.cert });
+      track(s);
+      await new Promise<void>((resolve, reject) => { s.once('secureConnect', resolve); s.once('error', reject); });
+      if (after) s.write(after);
+    }
+  }
+  // A real client that completes its request head in time is not cut off by the deadline.
+  const client = await DerpClient.connect({ url: `https://127.0.0.1:${port}/derp`, tls: { ca: cert.cert } });
+  t.teardown(() => client.close());
+
+  await waitFor(() => closed.size === sockets.length, 5000, `all ${sockets.length} stalled connections to close`).catch(() => undefined);
+  t.equal(closed.size, sockets.length, `${closed.size}/${sockets.length} stalled connections closed`);
+  t.equal(answered.size, 10, 'the kept-alive connections got their first answer before stalling');
+  t.ok(client.isOpen, 'the logged-in client is still connected');
+  await client.ping();
+  const reasons = new Set(failures(log).map((l) => String(l.fields.reason)));
+  t.ok([...reasons].some((r) => /did not finish the TLS handshake within 300 ms/.test(r)), 'a stalled TLS handshake is logged as such');
+  t.ok([...reasons].some((r) => /sent no complete HTTP request within 300 ms/.test(r)), 'a stalled request head is logged as such');
 });
 
 t.test('relay port: a client that refuses the certificate is logged as such (openssl s_client)', async (t) => {

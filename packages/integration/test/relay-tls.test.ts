@@ -4,13 +4,14 @@
  * the DERP map, older clients told to skip verification, and TLS handshakes
  * that reach the plain-HTTP listener logged instead of failing silently.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { connect as netConnect } from 'node:net';
 import { DerpClient } from '@headway/derp';
-import { certificateSha256 } from '@headway/derp';
+import { certificateSha256, DERP_LOGIN_LIMITS } from '@headway/derp';
+import { KEYS } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 
@@ -108,4 +109,62 @@ t.test('a TLS handshake on the plain-HTTP listener is logged (rate-limited); oth
 
 t.test('derp.server.tls_listen_addr that cannot be bound stops the server naming the key', async (t) => {
   await t.rejects(startTestServer({ derp: { server: { tls_listen_addr: '192.0.2.1:0' } } }), /derp\.server\.tls_listen_addr 192\.0\.2\.1:0: .*EADDRNOTAVAIL/);
+});
+
+/** stalled opens a TCP connection that sends `bytes` and nothing more; it resolves with whether the server closed it. */
+function stalled(port: number, bytes: string | Buffer, t: Test): { closed: Promise<boolean> } {
+  const c = netConnect({ host: '127.0.0.1', port });
+  t.teardown(() => c.destroy());
+  c.on('error', () => undefined);
+  c.write(bytes);
+  c.resume();
+  const closed = new Promise<boolean>((resolve) => {
+    c.once('close', () => resolve(true));
+    setTimeout(() => resolve(false), 5000).unref();
+  });
+  return { closed };
+}
+
+/** derpUpgrade opens a raw DERP upgrade that never logs in; it resolves with the status line the server answered. */
+async function derpUpgrade(port: number, t: Test): Promise<string> {
+  const c = netConnect({ host: '127.0.0.1', port });
+  t.teardown(() => c.destroy());
+  c.on('error', () => undefined);
+  c.write('GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n\r\n');
+  return new Promise<string>((resolve) => {
+    let got = '';
+    c.on('data', (d) => {
+      got += d.toString('latin1');
+      if (got.includes('\r\n')) resolve(got.slice(0, got.indexOf('\r\n')));
+    });
+    c.once('close', () => resolve(got || 'closed'));
+  });
+}
+
+t.test('relay limits for clients without credentials come from the config (relay TLS port held open by one byte; unlimited unauthenticated relay connections and logins per address)', async (t) => {
+  const s = await startTestServer({
+    noise: { handshake_timeout: '300ms' },
+    derp: { server: { max_unauthenticated_connections_per_address: 2, login_rate: 7, login_burst: 9 } },
+  });
+  t.teardown(() => s.stop());
+  const relayPort = s.relay.listener!.address().port;
+  const mainPort = Number(new URL(s.urls.http).port);
+
+  // noise.handshake_timeout closes what never completes a request head on the relay's TLS port.
+  const stalls = [Buffer.from([0x16]), 'G', 'GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\n'].map((b) => stalled(relayPort, b, t));
+  const closed = await Promise.all(stalls.map((x) => x.closed));
+  t.same(closed, [true, true, true], 'one byte of TLS, one byte of HTTP and half a request head are all closed');
+
+  // Two relay connections from 127.0.0.1 may wait to log in, on either port; the third is refused.
+  t.match(await derpUpgrade(relayPort, t), /^HTTP\/1\.1 101 /);
+  t.match(await derpUpgrade(mainPort, t), /^HTTP\/1\.1 101 /);
+  t.match(await derpUpgrade(relayPort, t), /^HTTP\/1\.1 429 /, 'the third not logged in from one address gets 429');
+  t.equal(s.relay.derp!.stats.connectionsRefusedPerAddress, 1);
+  t.same(s.relay.derp!.loginLimits, { maxUnauthenticatedPerAddress: 2, loginRate: 7, loginBurst: 9 }, 'the login rate and burst reach the relay');
+});
+
+t.test('the relay login limits default to what the relay library documents', async (t) => {
+  t.equal(KEYS['derp.server.max_unauthenticated_connections_per_address']!.default, DERP_LOGIN_LIMITS.maxUnauthenticatedPerAddress);
+  t.equal(KEYS['derp.server.login_rate']!.default, DERP_LOGIN_LIMITS.loginRate);
+  t.equal(KEYS['derp.server.login_burst']!.default, DERP_LOGIN_LIMITS.loginBurst);
 });

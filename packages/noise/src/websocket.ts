@@ -59,7 +59,12 @@ export interface WebSocketStreamOptions {
 export class WebSocketStream extends Duplex {
   private readonly socket: Duplex;
   private readonly role: 'server' | 'client';
-  private readonly maxMessageBytes: number;
+  /**
+   * maxMessageBytes caps one frame and one reassembled fragment run. A server may start small, while
+   * the peer has not proved who it is, and raise it later: a frame is buffered whole before its
+   * payload is passed on.
+   */
+  maxMessageBytes: number;
   private pending: Buffer = Buffer.alloc(0);
   private inFragmentedMessage = false;
   private fragmentedBytes = 0;

@@ -36,6 +36,9 @@ export interface DerpServerConfig {
   verify_clients: boolean;
   stun_listen_addr: string;
   tls_listen_addr: string;
+  max_unauthenticated_connections_per_address: number;
+  login_rate: number;
+  login_burst: number;
   private_key_path: string;
   automatically_add_embedded_derp_region: boolean;
   ipv4: string;

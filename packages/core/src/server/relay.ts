@@ -71,6 +71,9 @@ export class Relay {
       privateKey: key.privateKey,
       logger,
       verifyClient: config.derp.server.verify_clients ? async (nodeKey) => this.admits(nodeKey) : undefined,
+      maxUnauthenticatedPerAddress: config.derp.server.max_unauthenticated_connections_per_address,
+      loginRate: config.derp.server.login_rate,
+      loginBurst: config.derp.server.login_burst,
       ...(this.meshKey ? { meshKey: this.meshKey } : {}),
     });
     const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
@@ -111,7 +114,10 @@ export class Relay {
     const listenHost = parseHostPort(config.listen_addr)!.host;
     const addr = s.tls_listen_addr ? parseHostPort(s.tls_listen_addr)! : { host: listenHost, port: 0 };
     try {
-      this.listener = await RelayListener.listen({ derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port });
+      // The main port's deadline from accept to a complete request head holds here too (noise.handshake_timeout).
+      this.listener = await RelayListener.listen({
+        derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port, handshakeTimeoutMs: config.noise.handshake_timeout,
+      });
     } catch (err) {
       const what = s.tls_listen_addr ? `derp.server.tls_listen_addr ${s.tls_listen_addr}` : `derp.server.tls_listen_addr (empty: ${listenHost} from listen_addr, any port)`;
       throw new Error(`${what}: ${(err as Error).message}`);

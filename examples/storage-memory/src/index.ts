@@ -11,12 +11,14 @@ interface Tables {
   preAuthKeys: Map<number, PreAuthKey>;
   apiKeys: Map<number, ApiKey>;
   pending: Map<string, PendingRegistration>;
+  /** pendingSources: the source address of each waiting login putWithinQuota stored (put stores none). */
+  pendingSources: Map<string, string>;
   policy: PolicyRecord | undefined;
   nextId: { users: number; nodes: number; preAuthKeys: number; apiKeys: number };
 }
 
 const emptyTables = (): Tables => ({
-  users: new Map(), nodes: new Map(), preAuthKeys: new Map(), apiKeys: new Map(), pending: new Map(),
+  users: new Map(), nodes: new Map(), preAuthKeys: new Map(), apiKeys: new Map(), pending: new Map(), pendingSources: new Map(),
   policy: undefined, nextId: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1 },
 });
 
@@ -186,16 +188,36 @@ function repositories(db: () => Tables): StorageRepositories {
     },
     pendingRegistrations: {
       async get(key) { const r = db().pending.get(key); return r && copy(r); },
-      async put(reg) { validDate(reg.expiresAt, 'expiresAt'); db().pending.set(reg.key, copy(reg)); },
-      async delete(key) { return db().pending.delete(key); },
+      async put(reg) { validDate(reg.expiresAt, 'expiresAt'); db().pending.set(reg.key, copy(reg)); db().pendingSources.delete(reg.key); },
+      // Calls run one at a time and nothing below awaits, so the count and the write cannot be split.
+      async putWithinQuota(reg, source, caps, now) {
+        validDate(reg.expiresAt, 'expiresAt');
+        const t = db();
+        const waiting = (r: PendingRegistration) => r.expiresAt.getTime() > now.getTime();
+        const mine = [...t.pending.values()].filter((r) => r.machineKey === reg.machineKey)
+          .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+        const replaced = mine.filter((r) => !waiting(r) || r.nodeKey === reg.nodeKey);
+        const live = mine.filter((r) => !replaced.includes(r));
+        while (live.length && live.length >= caps.perMachine) replaced.push(live.shift()!);
+        const going = new Set(replaced.filter(waiting).map((r) => r.key));
+        const counted = [...t.pending.values()].filter((r) => waiting(r) && !going.has(r.key));
+        const fromSource = counted.filter((r) => t.pendingSources.get(r.key) === source).length;
+        if (fromSource >= caps.perSource) return { stored: false, limit: 'perSource', waiting: fromSource };
+        if (counted.length >= caps.total) return { stored: false, limit: 'total', waiting: counted.length };
+        for (const r of replaced) { t.pending.delete(r.key); t.pendingSources.delete(r.key); }
+        t.pending.set(reg.key, copy(reg));
+        t.pendingSources.set(reg.key, source);
+        return { stored: true, replaced: replaced.map((r) => r.key) };
+      },
+      async delete(key) { db().pendingSources.delete(key); return db().pending.delete(key); },
       async deleteByMachineKey(machineKey) {
         let n = 0;
-        for (const [k, r] of db().pending) if (r.machineKey === machineKey) { db().pending.delete(k); n++; }
+        for (const [k, r] of db().pending) if (r.machineKey === machineKey) { db().pending.delete(k); db().pendingSources.delete(k); n++; }
         return n;
       },
       async deleteExpired(now) {
         let n = 0;
-        for (const [k, r] of db().pending) if (r.expiresAt.getTime() <= now.getTime()) { db().pending.delete(k); n++; }
+        for (const [k, r] of db().pending) if (r.expiresAt.getTime() <= now.getTime()) { db().pending.delete(k); db().pendingSources.delete(k); n++; }
         return n;
       },
     },

@@ -39,10 +39,78 @@ export class HeadwayError extends Error {
 /**
  * shown quotes a value a client sent for an error message, cut to `max` characters: an error that echoed a
  * 100,000-character name whole did not fit in a gRPC status (HTTP/2 trailers) and broke the client's connection.
+ * A value that is not a string is shown as its JSON text, written by jsonPreview: JSON.stringify recursed into a
+ * list nested 5,000 deep and overflowed the stack while the message was being built.
  */
 export function shown(v: unknown, max = 80): string {
-  const s = typeof v === 'string' ? v : String(JSON.stringify(v));
-  return s.length <= max ? JSON.stringify(s) : `${JSON.stringify(s.slice(0, max))}... (${s.length} characters)`;
+  if (typeof v === 'string') return v.length <= max ? JSON.stringify(v) : `${JSON.stringify(v.slice(0, max))}... (${v.length} characters)`;
+  const text = jsonPreview(v, max + 1);
+  return text.length <= max ? JSON.stringify(text) : `${JSON.stringify(text.slice(0, max))}... (more than ${max} characters)`;
+}
+
+/** Frame is one object or list jsonPreview is inside: what closes it, and its remaining entries. */
+interface Frame { close: string; entries: Iterator<[string | undefined, unknown]>; first: boolean }
+
+/**
+ * jsonPreview writes the start of a value's JSON text (as JSON.stringify would, `undefined` for what it would
+ * skip at the top), at most `limit` characters of it. It keeps its own stack of open objects and lists and
+ * stops at the limit, so neither depth nor size nor a cycle can make it recurse or run long.
+ */
+export function jsonPreview(value: unknown, limit: number): string {
+  let out = '';
+  const stack: Frame[] = [];
+  const scalar = (v: unknown): string | undefined => {
+    if (v === null) return 'null';
+    switch (typeof v) {
+      case 'string': return JSON.stringify(v.length > limit ? v.slice(0, limit) : v);
+      case 'number': return Number.isFinite(v) ? String(v) : 'null';
+      case 'boolean': return String(v);
+      case 'bigint': return String(v);
+      default: return undefined;
+    }
+  };
+  /** open writes v: a scalar at once, an object or list as its opening bracket and a frame for its entries. */
+  const open = (v: unknown): void => {
+    const toJSON = v && typeof v === 'object' ? (v as { toJSON?: unknown }).toJSON : undefined;
+    if (typeof toJSON === 'function') {
+      try { v = (toJSON as () => unknown).call(v); } catch { v = undefined; }
+    }
+    if (!v || typeof v !== 'object') { out += scalar(v) ?? 'null'; return; }
+    if (Array.isArray(v)) {
+      out += '[';
+      stack.push({ close: ']', entries: arrayEntries(v), first: true });
+    } else {
+      out += '{';
+      stack.push({ close: '}', entries: objectEntries(v as Record<string, unknown>), first: true });
+    }
+  };
+  if (!(value && typeof value === 'object') && scalar(value) === undefined) return 'undefined';
+  open(value);
+  while (stack.length && out.length < limit) {
+    const frame = stack[stack.length - 1]!;
+    const next = frame.entries.next();
+    if (next.done) { out += frame.close; stack.pop(); continue; }
+    const [key, v] = next.value;
+    if (!frame.first) out += ',';
+    frame.first = false;
+    if (key !== undefined) out += `${JSON.stringify(key.length > limit ? key.slice(0, limit) : key)}:`;
+    open(v);
+  }
+  return out.length > limit ? out.slice(0, limit) : out;
+}
+
+function* arrayEntries(list: readonly unknown[]): Iterator<[string | undefined, unknown]> {
+  for (let i = 0; i < list.length; i++) yield [undefined, list[i]];
+}
+
+/** objectEntries yields own enumerable properties lazily (a million keys are not listed first), skipping what JSON skips. */
+function* objectEntries(obj: Record<string, unknown>): Iterator<[string | undefined, unknown]> {
+  for (const key in obj) {
+    if (!Object.prototype.hasOwnProperty.call(obj, key)) continue;
+    const v = obj[key];
+    if (v === undefined || typeof v === 'function' || typeof v === 'symbol') continue;
+    yield [key, v];
+  }
 }
 
 export const badField = (field: string, message: string) => new HeadwayError('invalid_field', `${field}: ${message}`, field);

@@ -352,3 +352,42 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
     t.same(types(s.changes), ['node-removed'], `${kind}: only the removal is published`);
   }
 });
+
+// Regression: createPending checked the quota in memory, awaited the write, then counted, so logins arriving
+// together all passed (one machine x 200 left 200 rows). The database decides now, in the write's transaction.
+t.test('createPending: logins arriving at once stay within one per node key and registration.max_pending_per_address', async (t) => {
+  const s = await startState(t, { registration: { max_pending_per_address: 100, max_pending: 150 } });
+  const rows = async () => (await s.storage.dump!()).pendingRegistrations.length;
+  const outcome = async (logins: Array<Promise<unknown>>) => {
+    const settled = await Promise.allSettled(logins);
+    const refused = settled.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason as HeadwayError);
+    return { stored: settled.length - refused.length, refused };
+  };
+  const mkey = machineKey();
+  const nkey = nodeKey();
+  const same = await outcome(Array.from({ length: 200 }, () => s.state.createPending({ machineKey: mkey, nodeKey: nkey, hostinfo: null, source: '192.0.2.1' })));
+  t.equal(same.stored, 200, 'each of 200 logins of one machine and node key is taken, replacing the one before');
+  t.equal(await rows(), 1, 'one row is left');
+  t.equal(s.state.pendingQuota.size(), 1, 'and memory counts one');
+
+  const burst = await outcome(Array.from({ length: 240 }, () => s.state.createPending({ machineKey: machineKey(), nodeKey: nodeKey(), hostinfo: null, source: '198.51.100.7' })));
+  t.equal(burst.stored, 100, '100 of 240 logins from one address are stored');
+  t.equal(burst.refused.length, 140, 'the rest refused');
+  t.ok(burst.refused.every((e) => e.code === 'rate_limited' && /^too many logins waiting for approval from 198\.51\.100\.7 \(registration\.max_pending_per_address 100\)/.test(e.message)),
+    'with the same 429 and message as before');
+  t.equal(await rows(), 101);
+
+  // Rows this State never saw (another instance's, or written before a restart) count too: memory does not decide.
+  const now = new Date();
+  const elsewhere = { perMachine: 3, perSource: 1000, total: 1000 };
+  for (let i = 0; i < 49; i++) {
+    await s.storage.pendingRegistrations.putWithinQuota({
+      key: `elsewhere${i}`, machineKey: machineKey(), nodeKey: nodeKey(), hostinfo: null, createdAt: now, expiresAt: new Date(now.getTime() + 600_000),
+    }, `203.0.113.${i % 7}`, elsewhere, now);
+  }
+  t.equal(s.state.pendingQuota.size(), 101, 'memory knows none of the 49 written elsewhere');
+  t.equal(await rows(), 150, 'the database holds max_pending');
+  await t.rejects(s.state.createPending({ machineKey: machineKey(), nodeKey: nodeKey(), hostinfo: null, source: '192.0.2.200' }),
+    { code: 'rate_limited', message: /^too many logins waiting for approval \(registration\.max_pending 150\)/ }, 'the next login is refused by the overall cap');
+  t.equal(await rows(), 150, 'and nothing was written');
+});

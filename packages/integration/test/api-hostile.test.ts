@@ -4,6 +4,7 @@
  */
 import t from 'tap';
 import net from 'node:net';
+import { ROUTES } from '@headway/core';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 
 async function setUp(t: { teardown(fn: () => unknown): void }, config: Record<string, unknown> = {}): Promise<{ s: TestServer; call: (m: string, p: string, b?: unknown) => Promise<{ status: number; json: any }> }> {
@@ -175,4 +176,48 @@ t.test('a user\'s display name and e-mail address are bounded as a provider\'s a
   t.match(mail.json.detail, /^email: must be at most 255 characters/);
   t.same(s.state.listUsers(), [], 'no user was made');
   t.equal((await call('POST', '/api/v1/user', { name: 'alice', displayName: 'x'.repeat(255) })).status, 200, '255 is fine');
+});
+
+/** deepList is `levels` lists around "x", as JSON text: a body that deep cannot go through JSON.stringify. */
+const deepList = (levels: number) => `${'['.repeat(levels)}"x"${']'.repeat(levels)}`;
+const deepObject = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
+
+/** rawCall sends `body` as it is (adminFetch would JSON.stringify it). */
+async function rawCall(s: TestServer, key: string, method: string, path: string, body: string): Promise<{ status: number; json: any }> {
+  const res = await fetch(s.urls.http + path, { method, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+  const text = await res.text();
+  return { status: res.status, json: JSON.parse(text) };
+}
+
+t.test('drive access nested 5,000 deep answered 500 "Maximum call stack size exceeded" (the error message stringified it); every route answers 400', async (t) => {
+  const { s } = await setUp(t);
+  const key = (await s.state.createApiKey(null)).secret;
+  const grant = (access: string) => `{"src":"user:alice","dst":"node:nas","access":${access}}`;
+  for (const levels of [3_000, 5_000, 100_000]) {
+    for (const [shape, value] of [['lists', deepList(levels)], ['objects', deepObject(levels)]] as const) {
+      const r = await rawCall(s, key, 'POST', '/api/v1/drive', grant(value));
+      t.match(r, { status: 400, json: { code: 'invalid_json' } }, `drive access, ${levels} levels of ${shape}`);
+      t.match(r.json.detail, /nest deeper than 64 levels/);
+    }
+  }
+  // Up to the cap the body reaches validation, whose message quotes the value cut short.
+  const atCap = await rawCall(s, key, 'POST', '/api/v1/drive', grant(deepList(63)));
+  t.match(atCap, { status: 400, json: { code: 'invalid_field', field: 'access' } }, '64 levels in all reach the field check');
+  t.match(atCap.json.detail, /^access: expected "ro" or "rw", found "\[\[\[.*\.\.\. \(more than 80 characters\)$/, 'which quotes 80 characters of it');
+
+  let routes = 0;
+  for (const r of ROUTES) {
+    if (!r.body) continue;
+    const path = r.path.replace(/:[A-Za-z]+/g, '1');
+    const shape = (r.body as { shape?: Record<string, unknown> }).shape;
+    const field = shape ? Object.keys(shape)[0] ?? 'x' : 'x';
+    for (const levels of [5_000, 100_000]) {
+      const res = await rawCall(s, key, r.method, path, `{${JSON.stringify(field)}:${deepList(levels)}}`);
+      t.equal(res.status, 400, `${r.method} ${r.path}: ${field} ${levels} levels deep`);
+      t.match(res.json.detail, /nest deeper than 64 levels/, `${r.method} ${r.path}: says why`);
+    }
+    routes++;
+  }
+  t.ok(routes >= 10, `every route with a body was tried (${routes})`);
+  t.equal(s.state.listUsers().length, 0, 'nothing was created');
 });

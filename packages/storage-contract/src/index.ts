@@ -10,7 +10,9 @@
  * as a devDependency next to tap.
  */
 import type { Test } from 'tap';
-import { StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type StorageDump, type StoragePort } from '@headway/core/ports';
+import {
+  StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type PendingCaps, type PendingRegistration, type StorageDump, type StoragePort,
+} from '@headway/core/ports';
 
 /** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
 export type StorageFactory = () => Promise<StoragePort>;
@@ -71,8 +73,9 @@ async function conflictField(t: Test, work: Promise<unknown>, field: string, wha
  * runStorageContract is the one behavioural suite every storage adapter must
  * pass: CRUD on every repository, uniqueness conflicts naming their field,
  * foreign keys, transactions that commit or roll back whole, the single-use key
- * race, dates and JSON round-trips. It opens one storage for the run and writes
- * rows with unique names, so any database (a throw-away one is best) will do.
+ * race, the caps on waiting logins under concurrent putWithinQuota, dates and JSON
+ * round-trips. It opens one storage for the run and writes rows with unique names,
+ * so any database (a throw-away one is best) will do.
  */
 export async function runStorageContract(t: Test, name: string, makeStorage: StorageFactory,
   opts: ContractOptions = {}): Promise<void> {
@@ -426,6 +429,73 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.ok(await storage.pendingRegistrations.get(c.key), 'another machine keeps its row');
       t.equal(await storage.pendingRegistrations.deleteByMachineKey(mine), 0);
       await storage.pendingRegistrations.delete(c.key);
+    });
+
+    await t.test('pending registrations: putWithinQuota called concurrently stores exactly up to each cap and refuses the rest', async (t) => {
+      // The caps count logins waiting at `now`. Each round's `now` lies past every row other tests wrote (and the
+      // rounds before), so on a shared database the caps count this round's rows only.
+      let epoch = Date.UTC(2200, 0, 1);
+      const round = () => { epoch += 10 * 3_600_000; return new Date(epoch); };
+      const written: string[] = [];
+      const login = (now: Date, machineKey = `mkey:${hex('qm')}`, nodeKey = `nodekey:${hex('qn')}`): PendingRegistration => {
+        const reg = { key: unique('quota'), machineKey, nodeKey, hostinfo: { Hostname: 'q' }, createdAt: now, expiresAt: new Date(now.getTime() + 3_600_000) };
+        written.push(reg.key);
+        return reg;
+      };
+      const kept = async (regs: PendingRegistration[]) => (await Promise.all(regs.map((r) => storage.pendingRegistrations.get(r.key)))).filter(Boolean).length;
+      const caps = (over: Partial<PendingCaps>): PendingCaps => ({ perMachine: 3, perSource: 10_000, total: 10_000, ...over });
+      const put = (regs: PendingRegistration[], source: (i: number) => string, c: PendingCaps, now: Date) =>
+        Promise.all(regs.map((r, i) => storage.pendingRegistrations.putWithinQuota(r, source(i), c, now)));
+
+      let now = round();
+      const fromOne = Array.from({ length: 240 }, () => login(now));
+      let results = await put(fromOne, () => '198.51.100.7', caps({ perSource: 100 }), now);
+      t.equal(results.filter((r) => r.stored).length, 100, 'per source: 100 of 240 stored');
+      t.same(results.filter((r) => !r.stored), Array.from({ length: 140 }, () => ({ stored: false, limit: 'perSource', waiting: 100 })), 'the other 140 refused at the per-source cap');
+      t.equal(await kept(fromOne), 100, 'and the table holds exactly 100 of them');
+      const storedOne = fromOne.find((_, i) => results[i]!.stored)!;
+      const renewed = login(now, storedOne.machineKey, storedOne.nodeKey);
+      t.same(await storage.pendingRegistrations.putWithinQuota(renewed, '198.51.100.7', caps({ perSource: 100 }), now), { stored: true, replaced: [storedOne.key] },
+        'at the cap, a machine renewing its login replaces it');
+      t.equal(await storage.pendingRegistrations.get(storedOne.key), undefined, 'the replaced login is gone');
+      t.same(await storage.pendingRegistrations.putWithinQuota(login(now), '198.51.100.7', caps({ perSource: 100 }), now), { stored: false, limit: 'perSource', waiting: 100 });
+      t.same(await storage.pendingRegistrations.putWithinQuota(login(now), '198.51.100.8', caps({ perSource: 100 }), now), { stored: true, replaced: [] }, 'another source still has room');
+
+      now = round();
+      const fromMany = Array.from({ length: 240 }, () => login(now));
+      results = await put(fromMany, (i) => `203.0.113.${i % 12}`, caps({ total: 150 }), now);
+      t.equal(results.filter((r) => r.stored).length, 150, 'overall: 150 of 240 from 12 sources stored');
+      t.same(results.filter((r) => !r.stored), Array.from({ length: 90 }, () => ({ stored: false, limit: 'total', waiting: 150 })), 'the other 90 refused at the overall cap');
+      t.equal(await kept(fromMany), 150, 'and the table holds exactly 150 of them');
+
+      now = round();
+      const machineKey = `mkey:${hex('qmachine')}`;
+      const nodeKey = `nodekey:${hex('qnode')}`;
+      const retries = Array.from({ length: 200 }, () => login(now, machineKey, nodeKey));
+      results = await put(retries, () => '192.0.2.1', caps({ perSource: 5, total: 5 }), now);
+      t.ok(results.every((r) => r.stored), 'one machine and node key, 200 at once: each is stored, replacing the one before');
+      t.equal(await kept(retries), 1, 'one login is left');
+      t.equal(results.flatMap((r) => (r.stored ? r.replaced : [])).length, 199, 'the other 199 were each replaced once');
+      const rotated = Array.from({ length: 50 }, () => login(now, machineKey));
+      results = await put(rotated, () => '192.0.2.1', caps({ perSource: 5, total: 5 }), now);
+      t.ok(results.every((r) => r.stored), 'new node keys of the machine are all stored');
+      t.equal(await kept([...retries, ...rotated]), 3, 'and the machine keeps perMachine (3) logins');
+
+      now = round();
+      const inTransactions = Array.from({ length: 60 }, () => login(now));
+      results = await Promise.all(inTransactions.map((r) => storage.transaction((tx) => tx.pendingRegistrations.putWithinQuota(r, '192.0.2.9', caps({ perSource: 20 }), now))));
+      t.equal(results.filter((r) => r.stored).length, 20, 'inside transactions too: 20 of 60 stored');
+      t.equal(await kept(inTransactions), 20);
+
+      const expired = login(new Date(now.getTime() - 2 * 3_600_000));
+      await storage.pendingRegistrations.put(expired);
+      t.same(await storage.pendingRegistrations.putWithinQuota(login(now), '192.0.2.9', caps({ perSource: 20 }), now), { stored: false, limit: 'perSource', waiting: 20 },
+        'an expired row is not counted, and a refusal writes nothing');
+      t.ok(await storage.pendingRegistrations.get(expired.key), 'not even the expired row of another machine is touched');
+      t.same(await storage.pendingRegistrations.putWithinQuota(login(now, expired.machineKey), '192.0.2.10', caps({}), now), { stored: true, replaced: [expired.key] },
+        'a login of that machine removes its expired one');
+
+      for (const key of written) await storage.pendingRegistrations.delete(key);
     });
 
     await t.test('policy: one row, set and get', async (t) => {

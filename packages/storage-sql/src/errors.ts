@@ -113,7 +113,8 @@ export function toStorageError(err: unknown, table: string, fkField?: string): u
 /**
  * isRetryableError recognises a transaction the database aborted because of
  * other transactions (PostgreSQL serialization failure or deadlock, MySQL
- * deadlock or lock wait timeout, SQLite busy or locked): running it again may succeed.
+ * deadlock or lock wait timeout, MariaDB 11.6+ "record has changed since last read"
+ * under innodb_snapshot_isolation, SQLite busy or locked): running it again may succeed.
  */
 export function isRetryableError(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
@@ -121,5 +122,6 @@ export function isRetryableError(err: unknown): boolean {
   const code = text(e.code);
   if (code === '40001' || code === '40P01' || code === '55P03') return true;
   if (code === 'ER_LOCK_DEADLOCK' || code === 'ER_LOCK_WAIT_TIMEOUT' || e.errno === 1213 || e.errno === 1205) return true;
+  if (code === 'ER_CHECKREAD' || e.errno === 1020) return true;
   return code === 'SQLITE_BUSY' || code.startsWith('SQLITE_BUSY_') || code === 'SQLITE_LOCKED' || code.startsWith('SQLITE_LOCKED_');
 }

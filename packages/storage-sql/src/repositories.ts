@@ -1,21 +1,41 @@
 import type { Knex } from 'knex';
 import {
-  StorageConflictError,
+  StorageConflictError, StorageRetryableError,
   type ApiKey, type ApiKeyRepository, type NewApiKey, type NewNode, type NewPreAuthKey, type Node,
-  type NodePatch, type NodeRepository, type PendingRegistration, type PendingRegistrationRepository,
+  type NodePatch, type NodeRepository, type PendingAdmission, type PendingCaps, type PendingRegistration, type PendingRegistrationRepository,
   type PolicyRecord, type PolicyRepository, type PreAuthKey, type PreAuthKeyRepository,
   type StorageRepositories, type User, type UserRepository, type DriveGrant, type DriveGrantRepository, type DriveSource,
 } from '@headway/core/ports';
-import { toStorageError } from './errors.js';
+import { isRetryableError, toStorageError } from './errors.js';
+import { PENDING_QUOTA_LOCK } from './migrations/0006_pending_quota.js';
 import {
   NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
-  preAuthKeyFromRow, stringArrayText, userFromRow, type Row,
+  preAuthKeyFromRow, stringArrayText, toDate, userFromRow, type Row,
 } from './rows.js';
 
 export type SqlDialect = 'sqlite' | 'postgres' | 'mysql';
 
 /** Executor is the knex instance or an open transaction; repositories work on either. */
 export type Executor = Knex | Knex.Transaction;
+
+/**
+ * runTransaction runs fn in one transaction on `db` (knex commits when fn resolves and rolls back, rethrowing,
+ * when it rejects), or inside `db` when it already is one. A deadlock or serialization failure rejects with
+ * StorageRetryableError (see StoragePort.transaction).
+ */
+export async function runTransaction<T>(db: Executor, dialect: SqlDialect, fn: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  if (db.isTransaction) return fn(db as Knex.Transaction);
+  try {
+    return await db.transaction(fn);
+  } catch (err) {
+    if (isRetryableError(err)) {
+      // The driver's message quotes the statement with its values; name only the code.
+      const code = String((err as { code?: unknown }).code ?? 'busy');
+      throw new StorageRetryableError(`${dialect}: transaction aborted by a concurrent one (${code}); it may be retried`, err);
+    }
+    throw err;
+  }
+}
 
 /** POLICY_ROW_ID is the id of the single row of `policies`. */
 const POLICY_ROW_ID = 1;
@@ -274,22 +294,81 @@ function apiKeyRepository(db: Executor, dialect: SqlDialect): ApiKeyRepository {
   };
 }
 
-function pendingRegistrationRepository(db: Executor): PendingRegistrationRepository {
+/**
+ * lockPendingQuota takes the pending-registration lock for the rest of the transaction: an UPDATE of its
+ * `storage_locks` row, which every putWithinQuota runs first, so they go one at a time on every database and
+ * across every instance sharing it (an in-process mutex would not reach another instance). An UPDATE rather
+ * than SELECT ... FOR UPDATE, though PostgreSQL and MySQL/MariaDB take the same exclusive row lock for both:
+ * SQLite has no FOR UPDATE, and there a write as the first statement makes the transaction the database's
+ * writer at once, so another process on the file waits (busy_timeout) instead of failing to upgrade a read.
+ * What makes the counts after it exact: on PostgreSQL (READ COMMITTED) each later statement takes a new
+ * snapshot, taken after the previous holder committed; on InnoDB a locking statement opens no read view, so
+ * under REPEATABLE READ the transaction's snapshot is taken by its first plain read, after the lock as well.
+ * Counting and then inserting without it lets concurrent callers all count the same rows and all insert,
+ * whatever the isolation level short of SERIALIZABLE. A guarded counter (UPDATE ... SET n = n + 1 WHERE n < cap)
+ * would need every other delete (approval, rejection, the expiry sweep, restore) to keep it right; an advisory
+ * lock has no MySQL twin that ends with the transaction (GET_LOCK belongs to the pooled connection).
+ */
+async function lockPendingQuota(trx: Knex.Transaction): Promise<void> {
+  const take = () => trx('storage_locks').where({ name: PENDING_QUOTA_LOCK }).update({ turn: trx.raw('turn + 1') });
+  if (await take() > 0) return;
+  // The migration seeds the row; one deleted by hand is put back (the insert waits on a concurrent one).
+  await trx('storage_locks').insert({ name: PENDING_QUOTA_LOCK, turn: 0 }).onConflict('name').ignore();
+  await take();
+}
+
+/** countWaiting counts the logins waiting at `now` (expires_at after it), optionally from one source only. */
+async function countWaiting(trx: Knex.Transaction, now: Date, source?: string): Promise<number> {
+  const q = trx('pending_registrations').where('expires_at', '>', now);
+  if (source !== undefined) q.where({ source });
+  const [row] = await q.count({ n: '*' });
+  return Number((row as { n: unknown } | undefined)?.n ?? 0);
+}
+
+function pendingRegistrationRepository(db: Executor, dialect: SqlDialect): PendingRegistrationRepository {
+  const pendingRow = (reg: PendingRegistration): Row => ({
+    key: reg.key,
+    machine_key: reg.machineKey,
+    node_key: reg.nodeKey,
+    hostinfo: objectText(reg.hostinfo, 'pending_registrations.hostinfo'),
+    expires_at: writableDate(reg.expiresAt, 'expiresAt'),
+    created_at: writableDate(reg.createdAt, 'createdAt'),
+  });
   return {
     async get(key) {
       const row = await db('pending_registrations').where({ key }).first();
       return row ? pendingRegistrationFromRow(row) : undefined;
     },
     async put(reg: PendingRegistration) {
-      const row: Row = {
-        key: reg.key,
-        machine_key: reg.machineKey,
-        node_key: reg.nodeKey,
-        hostinfo: objectText(reg.hostinfo, 'pending_registrations.hostinfo'),
-        expires_at: writableDate(reg.expiresAt, 'expiresAt'),
-        created_at: writableDate(reg.createdAt, 'createdAt'),
-      };
-      await db('pending_registrations').insert(row).onConflict('key').merge();
+      await db('pending_registrations').insert(pendingRow(reg)).onConflict('key').merge();
+    },
+    putWithinQuota(reg: PendingRegistration, source: string, caps: PendingCaps, now: Date): Promise<PendingAdmission> {
+      const row = { ...pendingRow(reg), source };
+      const at = writableDate(now, 'now');
+      return runTransaction(db, dialect, async (trx) => {
+        await lockPendingQuota(trx);
+        const mine = await trx('pending_registrations').where({ machine_key: reg.machineKey })
+          .select('key', 'node_key', 'source', 'expires_at').orderBy([{ column: 'created_at' }, { column: 'key' }]);
+        const live: Row[] = [];
+        const replaced: Array<{ key: string; source: unknown; live: boolean }> = [];
+        for (const r of mine) {
+          const waiting = toDate(r.expires_at, 'pending_registrations.expires_at').getTime() > at.getTime();
+          if (!waiting || r.node_key === reg.nodeKey) replaced.push({ key: String(r.key), source: r.source, live: waiting });
+          else live.push(r);
+        }
+        while (live.length && live.length >= caps.perMachine) {
+          const oldest = live.shift()!;
+          replaced.push({ key: String(oldest.key), source: oldest.source, live: true });
+        }
+        const going = replaced.filter((r) => r.live);
+        const fromSource = await countWaiting(trx, at, source) - going.filter((r) => r.source === source).length;
+        if (fromSource >= caps.perSource) return { stored: false, limit: 'perSource', waiting: fromSource };
+        const total = await countWaiting(trx, at) - going.length;
+        if (total >= caps.total) return { stored: false, limit: 'total', waiting: total };
+        if (replaced.length) await trx('pending_registrations').whereIn('key', replaced.map((r) => r.key)).delete();
+        await trx('pending_registrations').insert(row);
+        return { stored: true, replaced: replaced.map((r) => r.key) };
+      });
     },
     async delete(key) {
       return (await db('pending_registrations').where({ key }).delete()) > 0;
@@ -366,7 +445,7 @@ export function createRepositories(db: Executor, dialect: SqlDialect): StorageRe
     nodes: nodeRepository(db, dialect),
     preAuthKeys: preAuthKeyRepository(db, dialect),
     apiKeys: apiKeyRepository(db, dialect),
-    pendingRegistrations: pendingRegistrationRepository(db),
+    pendingRegistrations: pendingRegistrationRepository(db, dialect),
     policy: policyRepository(db),
   };
 }

@@ -1,11 +1,10 @@
 import type { Knex } from 'knex';
-import { silentLogger, StorageRetryableError, type Logger, type StoragePort, type StorageRepositories } from '@headway/core/ports';
+import { silentLogger, type Logger, type StoragePort, type StorageRepositories } from '@headway/core/ports';
 import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from './backup.js';
-import { isRetryableError } from './errors.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
-import { createRepositories, driveGrantRepository, type SqlDialect } from './repositories.js';
+import { createRepositories, driveGrantRepository, runTransaction, type SqlDialect } from './repositories.js';
 
 export interface SqlStorageOptions {
   dialect: SqlDialect;
@@ -36,18 +35,8 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
       const version = await runMigrations(knex, migrations);
       logger.info('database schema up to date', { database: describe, schema_version: version });
     },
-    async transaction<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T> {
-      // knex commits when fn resolves and rolls back (rethrowing) when it rejects.
-      try {
-        return await knex.transaction((trx) => fn(createRepositories(trx, dialect)));
-      } catch (err) {
-        if (isRetryableError(err)) {
-          // The driver's message quotes the statement with its values; name only the code.
-          const code = String((err as { code?: unknown }).code ?? 'busy');
-          throw new StorageRetryableError(`${dialect}: transaction aborted by a concurrent one (${code}); it may be retried`, err);
-        }
-        throw err;
-      }
+    transaction<T>(fn: (tx: StorageRepositories) => Promise<T>): Promise<T> {
+      return runTransaction(knex, dialect, (trx) => fn(createRepositories(trx, dialect)));
     },
     async ping() {
       await knex.raw('select 1');

@@ -1,10 +1,17 @@
 import type { Context, Next } from 'koa';
 import { ERRORS, HeadwayError, safeErrorText } from '../errors.js';
 import type { Logger } from '../log.js';
+import { nestingDepth } from '../nesting.js';
 
 export const BODY_LIMIT = 1024 * 1024;
 /** POLICY_LIMIT caps policy text (PUT /api/v1/policy, policy check, gRPC SetPolicy and CheckPolicy). */
 export const POLICY_LIMIT = 4 * 1024 * 1024;
+/**
+ * BODY_MAX_DEPTH caps how deeply a JSON body's objects and lists nest. No route takes more than a few levels
+ * (a policy travels as text); a body nested thousands deep reached code that walks values recursively
+ * (an error message quoting `access` overflowed the stack at 5,000 levels and answered 500).
+ */
+export const BODY_MAX_DEPTH = 64;
 
 /**
  * readBody reads at most `limit` bytes before anything else looks at the request,
@@ -46,6 +53,9 @@ export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new HeadwayError('invalid_json', 'body must be a JSON object');
+  }
+  if (nestingDepth(parsed, BODY_MAX_DEPTH) > BODY_MAX_DEPTH) {
+    throw new HeadwayError('invalid_json', `body: objects and lists nest deeper than ${BODY_MAX_DEPTH} levels`);
   }
   return camelKeys(parsed as Record<string, unknown>);
 }

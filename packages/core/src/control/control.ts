@@ -14,6 +14,7 @@ import type { HostinfoService } from '../state/hostinfo.js';
 import type { State } from '../state/state.js';
 import type { Metrics } from '../server/metrics.js';
 import type { Relay } from '../server/relay.js';
+import { closeSilentConnections } from '../server/silence.js';
 import { frame } from './frames.js';
 import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
@@ -100,10 +101,10 @@ export class ControlServer {
 
   /**
    * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, bounds how long a TCP
-   * connection may stay silent before its first request or upgrade (noise.handshake_timeout),
-   * and on a plain-HTTP listener reports TLS handshakes that reach it (a client told to use
-   * https here: server_url says https with no TLS in front, or a DERP map names this port for
-   * TLS), which otherwise fail on the client alone.
+   * connection may go without a complete request or upgrade (noise.handshake_timeout, through
+   * closeSilentConnections, as the metrics listener), and on a plain-HTTP listener reports TLS
+   * handshakes that reach it (a client told to use https here: server_url says https with no TLS
+   * in front, or a DERP map names this port for TLS), which otherwise fail on the client alone.
    */
   attach(server: http.Server): void {
     if (!(server instanceof https.Server)) {
@@ -129,32 +130,7 @@ export class ControlServer {
         s.destroy();
       });
     }
-    const deadline = this.o.config.noise.handshake_timeout;
-    if (deadline > 0) {
-      // Keyed by peer address and port: with TLS, 'connection' sees the TCP socket, requests the TLS one.
-      // Only this map holds a timer: a listener closing over it would keep a cleared timer for as long as
-      // the connection lives (each idle device's).
-      const waiting = new Map<string, { socket: Socket; timer: NodeJS.Timeout; onClose: () => void }>();
-      const peer = (s: { remoteAddress?: string; remotePort?: number }) => `${s.remoteAddress}|${s.remotePort}`;
-      const arrived = (s: Duplex) => {
-        const key = peer(s as never);
-        const w = waiting.get(key);
-        if (w) { clearTimeout(w.timer); w.socket.off('close', w.onClose); waiting.delete(key); }
-      };
-      server.on('connection', (socket: Socket) => {
-        const key = peer(socket);
-        const timer = setTimeout(() => { waiting.delete(key); socket.destroy(); }, deadline);
-        timer.unref();
-        const onClose = (): void => {
-          const w = waiting.get(key);
-          if (w?.socket === socket) { clearTimeout(w.timer); waiting.delete(key); }
-        };
-        waiting.set(key, { socket, timer, onClose });
-        socket.once('close', onClose);
-      });
-      server.prependListener('request', (req: http.IncomingMessage) => arrived(req.socket));
-      server.prependListener('upgrade', (req: http.IncomingMessage) => arrived(req.socket));
-    }
+    closeSilentConnections(server, this.o.config.noise.handshake_timeout);
     const refusals = new RefusalLog(this.o.logger);
     server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       const path = (req.url ?? '').split('?')[0];

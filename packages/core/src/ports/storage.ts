@@ -54,9 +54,39 @@ export interface ApiKeyRepository {
   delete(id: number): Promise<boolean>;
 }
 
+/** PendingCaps are the caps putWithinQuota holds waiting interactive logins to. */
+export interface PendingCaps {
+  /** perMachine: logins one machine key may have waiting, one per node key; a new one replaces the oldest. */
+  perMachine: number;
+  /** perSource: logins waiting from one source address (registration.max_pending_per_address). */
+  perSource: number;
+  /** total: logins waiting overall (registration.max_pending). */
+  total: number;
+}
+
+/**
+ * PendingAdmission is what putWithinQuota did: stored the login (and removed the ones it replaced),
+ * or refused it because `limit` already holds `waiting` logins, writing nothing.
+ */
+export type PendingAdmission =
+  | { stored: true; replaced: string[] }
+  | { stored: false; limit: 'perSource' | 'total'; waiting: number };
+
 export interface PendingRegistrationRepository {
   get(key: string): Promise<PendingRegistration | undefined>;
   put(reg: PendingRegistration): Promise<void>;
+  /**
+   * putWithinQuota stores a new waiting login only when the caps allow it, and the database decides: in one
+   * transaction, holding a lock every putWithinQuota on the database takes first (whichever process or
+   * instance calls it), it picks the machine's logins the new one replaces (the one for the same node key,
+   * expired ones, and its oldest while it would keep more than caps.perMachine), counts the logins waiting at
+   * `now` (expiresAt after it) from `source` and overall, not counting the replaced ones, and only when both are
+   * under their caps deletes the replaced logins and inserts `reg`. So concurrent calls can never leave more
+   * rows than a cap allows, nor two logins for one node key. On a transaction's repositories it must be the
+   * first statement of the transaction (the lock comes before any read); on the storage it runs in a
+   * transaction of its own.
+   */
+  putWithinQuota(reg: PendingRegistration, source: string, caps: PendingCaps, now: Date): Promise<PendingAdmission>;
   delete(key: string): Promise<boolean>;
   /** deleteByMachineKey removes a machine's waiting logins (a new one replaces them); returns how many. */
   deleteByMachineKey(machineKey: string): Promise<number>;
@@ -217,7 +247,7 @@ const REPO_METHODS: Record<keyof StorageRepositories, readonly string[]> = {
   nodes: ['list', 'get', 'getByMachineKey', 'getByNodeKey', 'create', 'update', 'delete'],
   preAuthKeys: ['list', 'get', 'getByPrefix', 'create', 'markUsed', 'setExpiration', 'delete'],
   apiKeys: ['list', 'get', 'getByPrefix', 'create', 'update', 'delete'],
-  pendingRegistrations: ['get', 'put', 'delete', 'deleteByMachineKey', 'deleteExpired'],
+  pendingRegistrations: ['get', 'put', 'putWithinQuota', 'delete', 'deleteByMachineKey', 'deleteExpired'],
   policy: ['get', 'set'],
 };
 

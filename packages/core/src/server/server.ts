@@ -24,6 +24,7 @@ import { createApp } from './app.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
+import { closeSilentConnections } from './silence.js';
 import { recordAead } from '@headway/noise';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
@@ -181,6 +182,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         }
       });
       const ms = trackSockets(m);
+      // The main listener's deadline: a half-sent scrape was held until Node's headersTimeout check (60-90 s).
+      closeSilentConnections(m, config.noise.handshake_timeout);
       try {
         await listen(m, config.metrics_listen_addr);
       } catch (err) {
@@ -213,8 +216,11 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const trimmer = await startMemoryTrimmer(logger, metrics);
     if (trimmer) cleanups.push(() => trimmer.stop());
-    // @headway/aead is optional too: without it Noise records are sealed in WASM (the same bytes, slower).
-    if (recordAead.unavailable) logger.debug('Noise records are sealed with libsodium\'s WASM build', { reason: recordAead.unavailable });
+    // @headway/aead is optional too: without it Noise records are sealed in WASM (the same bytes, slower). A build
+    // that failed at install is a warning, with its reason: the operator can fix it.
+    if (recordAead.unavailable) {
+      logger[recordAead.buildFailed ? 'warn' : 'debug']('Noise records are sealed with libsodium\'s WASM build', { reason: recordAead.unavailable });
+    }
 
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;

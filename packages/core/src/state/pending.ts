@@ -16,12 +16,21 @@ interface Entry { key: string; source: string; machineKey: string; nodeKey: stri
  */
 export const PER_MACHINE = 3;
 
+/** pendingQuotaError is the 429 for a login refused by a cap (the same whichever of memory or the database refused it). */
+export function pendingQuotaError(limit: 'perSource' | 'total', source: string, limits: PendingLimits): HeadwayError {
+  return limit === 'perSource'
+    ? new HeadwayError('rate_limited', `too many logins waiting for approval from ${source} (registration.max_pending_per_address ${limits.max_pending_per_address}); approve or let them expire first`)
+    : new HeadwayError('rate_limited', `too many logins waiting for approval (registration.max_pending ${limits.max_pending}); approve or let them expire first`);
+}
+
 /**
- * PendingQuota counts interactive logins waiting for approval, overall and per source address, so a
- * client without credentials cannot fill the database with them. A machine holds at most one per node
- * key and PER_MACHINE in all (a new one replaces the oldest), so the entry a new login replaces is
- * not counted against it.
- * It lives in memory: after a restart, rows written before it are not counted but expire on their own.
+ * PendingQuota counts interactive logins waiting for approval, overall and per source address, in memory: the
+ * register path's look-up of the login a machine already waits on (keyOf), and a cheap first filter in front of
+ * the database, which decides (PendingRegistrationRepository.putWithinQuota): its entries are logins this
+ * process stored and has not seen go, a subset of the rows while one instance owns the database, so a refusal
+ * here is one the database would make too. A machine holds at most one per node key and PER_MACHINE in all
+ * (a new one replaces the oldest), so the entry a new login replaces is not counted against it.
+ * After a restart, rows written before it are not counted here, but the database counts them.
  */
 export class PendingQuota {
   private readonly byKey = new Map<string, Entry>();
@@ -32,16 +41,13 @@ export class PendingQuota {
 
   /** check throws a 429 naming the limit when one more login for machineKey from source is too many. */
   check(source: string, machineKey: string, nodeKey = ''): void {
-    const { max_pending, max_pending_per_address } = this.limits();
+    const limits = this.limits();
+    const { max_pending, max_pending_per_address } = limits;
     const own = this.replaced(machineKey, nodeKey);
     const count = (n: number, mine: boolean) => n - (own && (!mine || own.source === source) ? 1 : 0);
     if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address || count(this.byKey.size, false) >= max_pending) this.prune();
-    if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address) {
-      throw new HeadwayError('rate_limited', `too many logins waiting for approval from ${source} (registration.max_pending_per_address ${max_pending_per_address}); approve or let them expire first`);
-    }
-    if (count(this.byKey.size, false) >= max_pending) {
-      throw new HeadwayError('rate_limited', `too many logins waiting for approval (registration.max_pending ${max_pending}); approve or let them expire first`);
-    }
+    if (count(this.bySource.get(source)?.size ?? 0, true) >= max_pending_per_address) throw pendingQuotaError('perSource', source, limits);
+    if (count(this.byKey.size, false) >= max_pending) throw pendingQuotaError('total', source, limits);
   }
 
   /** replaced is the login a new one for (machineKey, nodeKey) replaces: the same node key's, or the machine's oldest when it has PER_MACHINE. */
@@ -50,10 +56,13 @@ export class PendingQuota {
     return list.find((e) => e.nodeKey === nodeKey) ?? (list.length >= PER_MACHINE ? list[0] : undefined);
   }
 
-  /** add records a stored login, dropping the one it replaces (see replaced). */
-  add(key: string, source: string, machineKey: string, expiresAt: number, nodeKey = ''): void {
-    const old = this.replaced(machineKey, nodeKey);
-    if (old) this.remove(old.key);
+  /**
+   * add records a login the database stored, and forgets the ones it replaced (putWithinQuota's answer) and any
+   * other of the same node key still listed (one stored concurrently, which the database replaced as well).
+   */
+  add(key: string, source: string, machineKey: string, expiresAt: number, nodeKey: string, replaced: readonly string[]): void {
+    for (const k of replaced) this.remove(k);
+    for (const e of [...(this.byMachine.get(machineKey) ?? [])]) if (e.nodeKey === nodeKey) this.remove(e.key);
     const e: Entry = { key, source, machineKey, nodeKey, expiresAt };
     this.byKey.set(key, e);
     const list = this.byMachine.get(machineKey) ?? this.byMachine.set(machineKey, []).get(machineKey)!;

@@ -8,7 +8,7 @@ import { issueSecret, parseSecret, randomToken, verifySecret } from '../secrets.
 import { isEndpointList, isHostinfo } from '../control/validate.js';
 import { ChangeBus, type Change, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
-import { PendingQuota } from './pending.js';
+import { PER_MACHINE, PendingQuota, pendingQuotaError } from './pending.js';
 import { approvedRouteSet, checkDnsLabel, checkTag, checkUserName, sanitizeHostname, uniqueName } from './names.js';
 import { sameUserName, warnCaseDuplicates } from './user-names.js';
 
@@ -1025,13 +1025,15 @@ export class State {
 
   // ---- pending registrations ----
 
-  /** pendingQuota caps waiting interactive logins per source and overall (registration.*). */
+  /** pendingQuota remembers the waiting interactive logins this process stored: a first filter in front of the database's caps (registration.*). */
   readonly pendingQuota = new PendingQuota(() => this.config.registration);
 
   /**
-   * createPending stores an interactive login waiting for approval. The Hostinfo kept with it is bounded,
-   * the per-source and overall caps apply, and the machine's previous waiting login is replaced in the
-   * same transaction, so retries never add rows.
+   * createPending stores an interactive login waiting for approval. The Hostinfo kept with it is bounded, and
+   * the database decides the rest in the one transaction that writes the row (putWithinQuota): the machine's
+   * login for the same node key (or its oldest of PER_MACHINE) is replaced, and the per-source and overall caps
+   * are counted there, under a lock every instance on the database takes, so concurrent logins cannot pass a cap
+   * together (checked in memory and written after, 200 at once from one machine had left 200 rows).
    */
   async createPending(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null; source?: string }): Promise<PendingRegistration> {
     const limits = this.config.registration;
@@ -1040,19 +1042,33 @@ export class State {
       throw new HeadwayError('payload_too_large', `Hostinfo is ${size} bytes; a login waiting for approval stores at most ${limits.max_hostinfo_bytes} (registration.max_hostinfo_bytes)`, 'Hostinfo');
     }
     const source = input.source ?? 'unknown';
-    this.pendingQuota.check(source, input.machineKey, input.nodeKey);
-    const replaced = this.pendingQuota.replaced(input.machineKey, input.nodeKey)?.key;
+    // One at a time in this process, so memory learns of the database's decisions in the order it made them: two
+    // answered out of order left memory holding a login the later one had replaced (the database serializes them
+    // anyway, with its lock; across instances that lock alone decides, since memory is not consulted there).
+    const turn = this.pendingTurn.then(() => this.admitPending(input, source));
+    this.pendingTurn = turn.catch(() => undefined);
+    return turn;
+  }
+
+  /** pendingTurn is the createPending running now, which the next one waits for. */
+  private pendingTurn: Promise<unknown> = Promise.resolve();
+
+  private async admitPending(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null }, source: string): Promise<PendingRegistration> {
+    const limits = this.config.registration;
+    // Alone, every login memory counts is a row in the database, so a refusal here is the database's too and
+    // spares it the locked transaction; in a cluster another instance may have approved some, so it decides.
+    if (!this.clustered) this.pendingQuota.check(source, input.machineKey, input.nodeKey);
+    const now = new Date();
     const reg: PendingRegistration = {
       // Letters and digits: the key goes on a command line, where a leading '-' reads as a flag (randomToken).
       key: randomToken(24),
       machineKey: input.machineKey, nodeKey: input.nodeKey, hostinfo: input.hostinfo,
-      createdAt: new Date(), expiresAt: new Date(Date.now() + limits.pending_expiry),
+      createdAt: now, expiresAt: new Date(now.getTime() + limits.pending_expiry),
     };
-    await this.storage.transaction(async (tx) => {
-      if (replaced) await tx.pendingRegistrations.delete(replaced);
-      await tx.pendingRegistrations.put(reg);
-    });
-    this.pendingQuota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime(), reg.nodeKey);
+    const caps = { perMachine: PER_MACHINE, perSource: limits.max_pending_per_address, total: limits.max_pending };
+    const admission = await this.atomically((tx) => tx.pendingRegistrations.putWithinQuota(reg, source, caps, now));
+    if (!admission.stored) throw pendingQuotaError(admission.limit, source, limits);
+    this.pendingQuota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime(), reg.nodeKey, admission.replaced);
     return reg;
   }
 

@@ -17,6 +17,8 @@ export interface RelayListenerOptions {
    * connection (default 10 s, like the main port's noise.handshake_timeout; 0 disables).
    */
   handshakeTimeoutMs?: number;
+  /** server is a TCP listener already bound (created with pauseOnConnect) to serve instead of binding host:port. */
+  server?: net.Server;
 }
 
 /** TLS_HANDSHAKE_RECORD is the first byte of every TLS connection (a handshake record). */
@@ -109,12 +111,14 @@ export class RelayListener {
     this.secure.on('tlsClientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
       o.derp.reportHandshakeFailure({ remote: remoteOf(socket), reason: describeTlsFailure(err), level: 'warn' });
     });
-    this.front = net.createServer({ pauseOnConnect: true }, (socket) => this.route(socket));
+    this.front = o.server ?? net.createServer({ pauseOnConnect: true });
+    this.front.on('connection', (socket: net.Socket) => this.route(socket));
   }
 
   /** listen binds host:port (port 0 picks a free one) and resolves once it accepts connections. */
   static async listen(o: RelayListenerOptions): Promise<RelayListener> {
     const l = new RelayListener(o);
+    if (l.front.listening) return l;
     await new Promise<void>((resolve, reject) => {
       l.front.once('error', reject);
       l.front.listen(o.port, o.host, () => {

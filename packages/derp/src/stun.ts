@@ -135,9 +135,16 @@ export class StunServer {
   requestsAnswered = 0;
   packetsIgnored = 0;
 
-  /** listen binds udp4 or udp6 according to host (default 0.0.0.0) and resolves once bound. */
-  async listen(options: { host?: string; port?: number } = {}): Promise<{ address: string; port: number }> {
+  /** listen binds udp4 or udp6 according to host (default 0.0.0.0) and resolves once bound, or serves `socket`, bound already. */
+  async listen(options: { host?: string; port?: number; socket?: Socket } = {}): Promise<{ address: string; port: number }> {
     if (this.socket) throw new Error('StunServer is already listening');
+    if (options.socket) {
+      const bound = options.socket;
+      bound.on('message', (msg: Buffer, rinfo: RemoteInfo) => this.onMessage(bound, msg, rinfo));
+      bound.on('error', () => undefined);
+      this.socket = bound;
+      return this.address();
+    }
     const host = options.host ?? '0.0.0.0';
     const port = options.port ?? 3478;
     if (!isIPv4(host) && !isIPv6(host)) throw new Error(`StunServer: host must be an IP address, got ${JSON.stringify(host)}`);

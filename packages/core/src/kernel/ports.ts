@@ -31,8 +31,10 @@ export function portHolder(port: number, protocol: 'tcp' | 'udp' = 'tcp'): strin
       try { target = readlinkSync(`/proc/${pid}/fd/${fd}`); } catch { continue; }
       const m = /^socket:\[(\d+)\]$/.exec(target);
       if (!m || !inodes.has(m[1]!)) continue;
+      // The program's name from its command line: comm can be a thread's name (Node's main thread calls itself MainThread).
       let command = '';
-      try { command = readFileSync(`/proc/${pid}/comm`, 'utf8').trim(); } catch { /* gone meanwhile */ }
+      try { command = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0]!.split('/').pop() ?? ''; } catch { /* gone meanwhile */ }
+      if (!command) try { command = readFileSync(`/proc/${pid}/comm`, 'utf8').trim(); } catch { /* gone meanwhile */ }
       return command ? `${command}, pid ${pid}` : `pid ${pid}`;
     }
   }

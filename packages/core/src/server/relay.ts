@@ -1,5 +1,6 @@
 import type http from 'node:http';
-import { isIP } from 'node:net';
+import type { Socket as UdpSocket } from 'node:dgram';
+import { isIP, type Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
@@ -23,6 +24,9 @@ const RELAY_CERT_CHECK_MS = 24 * 3600_000;
 function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || (isIP(host) === 4 && host.startsWith('127.'));
 }
+
+/** RelayPorts are the relay's UDP (STUN) and TCP (its own TLS port) sockets, bound before the server started. */
+export interface RelayPorts { stun?: UdpSocket; relayTls?: NetServer }
 
 /**
  * Relay is the embedded DERP relay (derp.server.enabled) with STUN and, for an
@@ -48,6 +52,8 @@ export class Relay {
     private readonly derpMap: DerpMapSource,
     /** meshKey (cluster mode) admits the other instances' relays as mesh peers. */
     private readonly meshKey?: string,
+    /** ports are STUN's and the TLS port's sockets when bound before start (server/listeners.ts); else start binds them. */
+    private readonly ports: RelayPorts = {},
   ) {}
 
   /** start starts the relay, STUN and the TLS port; on failure it releases whatever it bound. */
@@ -80,7 +86,7 @@ export class Relay {
     if (stunAddr) {
       this.stun = new StunServer();
       try {
-        const bound = await this.stun.listen({ host: stunAddr.host, port: stunAddr.port });
+        const bound = await this.stun.listen(this.ports.stun ? { socket: this.ports.stun } : { host: stunAddr.host, port: stunAddr.port });
         this.derpMap.stunPort = bound.port;
       } catch (err) {
         throw new Error(`derp.server.stun_listen_addr ${config.derp.server.stun_listen_addr}: ${(err as Error).message}`);
@@ -117,6 +123,8 @@ export class Relay {
       // The main port's deadline from accept to a complete request head holds here too (noise.handshake_timeout).
       this.listener = await RelayListener.listen({
         derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port, handshakeTimeoutMs: config.noise.handshake_timeout,
+        // A port bound before start closes what reaches it until now (server/listeners.ts): the relay takes it over.
+        ...(this.ports.relayTls ? { server: this.ports.relayTls.removeAllListeners('connection') } : {}),
       });
     } catch (err) {
       const what = s.tls_listen_addr ? `derp.server.tls_listen_addr ${s.tls_listen_addr}` : `derp.server.tls_listen_addr (empty: ${listenHost} from listen_addr, any port)`;

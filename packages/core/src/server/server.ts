@@ -25,6 +25,7 @@ import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
 import { closeSilentConnections } from './silence.js';
+import { bindListeners, handOver, serveRequests } from './listeners.js';
 import { recordAead } from '@headway/noise';
 import type { Metrics } from './metrics.js';
 import type { Relay } from './relay.js';
@@ -94,9 +95,17 @@ function trackSockets(server: http.Server): Set<Socket> {
 export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
   const { tls } = preflight(config);
-  prepareDataDir(config.data_dir);
-  logger.info('data directory', { path: config.data_dir });
-  const unlock = lockDataDir(config.data_dir);
+  // Every port first: a start that cannot have them writes nothing (no data directory, database or key).
+  const bound = await bindListeners(config, tls);
+  let unlock: () => void;
+  try {
+    prepareDataDir(config.data_dir);
+    logger.info('data directory', { path: config.data_dir });
+    unlock = lockDataDir(config.data_dir);
+  } catch (err) {
+    await bound.close();
+    throw err;
+  }
 
   const container = createContainer({ injectionMode: InjectionMode.PROXY, strict: true });
   container.register({ config: asValue(config), logger: asValue(logger) });
@@ -112,9 +121,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     assertStoragePort(storage, config.database.type);
   } catch (err) {
     unlock();
+    await bound.close();
     throw err;
   }
-  const cleanups: Array<() => Promise<void> | void> = [unlock, () => storage.close()];
+  const cleanups: Array<() => Promise<void> | void> = [unlock, () => storage.close(), () => bound.close()];
   try {
     logger.info('database ready', { database: storage.describe() });
     await loadAdapter('policy', config.policy.mode, ctx, 'policy.mode');
@@ -138,7 +148,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       if (id.close) cleanups.push(() => id.close!());
       logger.info('interactive logins go through the identity provider', { provider: identity.provider, callback: config.server_url + identity.callbackPath });
     }
-    composeKernel(container, { engine: opts.engine ?? hujsonEngine, controlKey: noiseKey, identity });
+    composeKernel(container, {
+      engine: opts.engine ?? hujsonEngine, controlKey: noiseKey, identity,
+      relayPorts: { stun: bound.stun, relayTls: bound.relayTls },
+    });
     const kernel = await bootKernel(container, (state) => {
       const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
       if (!storage.describe().includes(':memory:')) {
@@ -157,22 +170,19 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     ]));
 
     const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
-    const main = tls ? https.createServer(tls, tcpApp.callback()) : http.createServer(tcpApp.callback());
+    const main = bound.main;
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
     control.attach(main);
-    try {
-      await listen(main, config.listen_addr);
-    } catch (err) {
-      throw new Error(`listen_addr ${config.listen_addr}: ${(err as Error).message}`);
-    }
+    serveRequests(main, tcpApp.callback());
     cleanups.splice(cleanups.length - 1, 0, () => closeServer(main, sockets));
     const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
     // Without cluster.advertise_addr an instance is listed at the address it really listens on (port 0 resolved).
     if (kernel.cradle.cluster && !config.cluster.advertise_addr) kernel.cradle.cluster.address = urls.http;
 
-    if (config.metrics_listen_addr) {
-      const m = http.createServer(async (req, res) => {
+    if (bound.metrics) {
+      const m = bound.metrics;
+      serveRequests(m, async (req, res) => {
         if (req.url === '/metrics') {
           res.setHeader('content-type', metrics.registry.contentType);
           res.end(await metrics.registry.metrics());
@@ -184,11 +194,6 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       const ms = trackSockets(m);
       // The main listener's deadline: a half-sent scrape was held until Node's headersTimeout check (60-90 s).
       closeSilentConnections(m, config.noise.handshake_timeout);
-      try {
-        await listen(m, config.metrics_listen_addr);
-      } catch (err) {
-        throw new Error(`metrics_listen_addr ${config.metrics_listen_addr}: ${(err as Error).message}`);
-      }
       servers.push(m);
       cleanups.push(() => closeServer(m, ms));
       urls.metrics = urlOf(m, 'http');
@@ -206,10 +211,9 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       urls.socket = path;
     }
 
-    if (config.grpc_listen_addr) {
-      // Loaded on demand: grpc-js and the proto loader add about half a second to every import of the core.
+    if (bound.grpc) {
       const { startGrpcServer } = await import('./grpc.js');
-      const g = await startGrpcServer({ config, deps, logger, tls });
+      const g = await startGrpcServer({ config, deps, logger, tls, listener: handOver(bound.grpc) });
       cleanups.push(() => g.close());
       urls.grpc = g.url;
     }

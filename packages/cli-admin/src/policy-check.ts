@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { checkPolicy, policyWarnings, userReferenceWarnings } from '@headway/policy';
+import { checkPolicy, listErrors, policyWarnings, userReferenceWarnings } from '@headway/policy';
 import { ApiError } from '@headway/cli';
 
 /** readPolicyFile reads a policy file, naming the path when it cannot. */
@@ -41,8 +41,11 @@ export function asPolicyInvalid(e: unknown): unknown {
   return e;
 }
 
-/** renderPolicyErrors prints one error as one line, several as a count and one indented line each. */
+/**
+ * renderPolicyErrors prints one error as one line, several as a count and one indented line each, up to
+ * MAX_LISTED_ERRORS of them and then how many more (`-o json` has them all).
+ */
 export function renderPolicyErrors(errors: string[]): string {
   if (errors.length === 1) return `Error: ${errors[0]}\n`;
-  return `Error: the policy has ${errors.length} errors:\n${errors.map((e) => `  ${e}\n`).join('')}`;
+  return `Error: the policy has ${errors.length} errors:\n${listErrors(errors).map((e) => `  ${e}\n`).join('')}`;
 }

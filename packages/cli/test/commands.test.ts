@@ -28,7 +28,8 @@ t.test('commands send the contract requests and render the answers', async (t) =
     .on('POST', '/api/v1/user/1/rename/bob', { body: { user: { ...ALICE, name: 'bob' } } })
     .on('DELETE', '/api/v1/user/1', problem(409, 'user alice still owns 2 node(s) (laptop-1, phone); delete them first', 'user_has_nodes'))
     .on('DELETE', '/api/v1/user/2', { body: {} })
-    .on('GET', '/api/v1/node', { body: { nodes: [NODE, { ...NODE, id: '8', name: 'phone', givenName: 'phone', approvedRoutes: [], availableRoutes: [], subnetRoutes: [], online: false, user: null, tags: [] }] } })
+    // User 2 (bare) owns no nodes; every other query gets alice's two.
+    .on('GET', '/api/v1/node', (r) => ({ body: { nodes: r.query.user === '2' ? [] : [NODE, { ...NODE, id: '8', name: 'phone', givenName: 'phone', approvedRoutes: [], availableRoutes: [], subnetRoutes: [], online: false, user: null, tags: [] }] } }))
     .on('GET', '/api/v1/node/7', { body: { node: NODE } })
     .on('POST', '/api/v1/node/7/rename/new%20name', { body: { node: { ...NODE, givenName: 'new-name' } } })
     .on('POST', '/api/v1/node/7/tags', (r) => ({ body: { node: { ...NODE, tags: (r.body as { tags: string[] }).tags } } }))
@@ -107,13 +108,15 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(api.last.path, '/api/v1/user/2');
     t.equal(r.stdout, 'User destroyed\n');
 
+    t.same(api.requests.at(-2)!.query, { user: '2' }, 'the user\'s nodes are looked up before anything is asked or deleted');
+    t.same(api.last.query, {}, 'no force parameter is sent');
+
     // Regression (users destroy --force deleted the user's nodes): --force only skips the
-    // question; it is not sent to the server, and a user with nodes is refused.
+    // question, and a user with nodes is refused, before any DELETE, naming --delete-nodes.
     const owner = await headway(['users', 'destroy', '-i', '1', '--force'], { env, cwd: dir });
     t.equal(owner.code, 1);
-    t.equal(api.last.path, '/api/v1/user/1');
-    t.same(api.last.query, {}, 'no force parameter is sent');
-    t.equal(owner.stderr, 'Error: user alice still owns 2 node(s) (laptop-1, phone); delete them first\n');
+    t.equal(api.last.method, 'GET', 'nothing deleted');
+    t.equal(owner.stderr, 'Error: user alice still owns 2 node(s) (laptop-1, phone); delete them first (headway nodes delete -i ID), or add --delete-nodes to delete them with the user\n');
     t.equal(owner.stdout, '');
 
     const missing = await headway(['users', 'destroy', '--name', 'nobody', '--force'], { env, cwd: dir });

@@ -90,6 +90,27 @@ t.test('policy check without a server checks offline', async (t) => {
   t.match(r.stderr, /multi-error\.hujson:5:5: host "alice" not found \(define it under "hosts", or write "alice@" for a user named alice\)/);
   t.match(r.stderr, /multi-error\.hujson:7:5: dst="\*:99999": port range "99999": port out of range/);
 
+  // Regression (an unknown group and a bad action: one reported, and neither said what was meant).
+  writeFileSync(`${dir}/two.hujson`, '{"acls":[{"action":"allow","src":["group:admin"],"dst":["*:*"]}],"groups":{"group:admins":["a@"]}}');
+  r = await headway(['policy', 'check', '-f', `${dir}/two.hujson`], { env, cwd: dir });
+  t.equal(r.code, 1);
+  t.same(r.stderr.trimEnd().split('\n').filter((l) => !l.startsWith('note:')), [
+    'Error: the policy has 2 errors:',
+    `  ${dir}/two.hujson:1:20: action="allow" is not supported; did you mean "accept"?`,
+    `  ${dir}/two.hujson:1:10: group "group:admin" not found; did you mean "group:admins"?`,
+  ]);
+  // Past 20 errors the rest are counted; -o json has them all.
+  writeFileSync(`${dir}/many.hujson`, JSON.stringify({ acls: Array.from({ length: 25 }, (_, k) => ({ action: 'accept', src: [`group:g${k}`], dst: ['*:*'] })) }));
+  r = await headway(['policy', 'check', '-f', `${dir}/many.hujson`], { env, cwd: dir });
+  t.equal(r.code, 1);
+  const manyLines = r.stderr.trimEnd().split('\n').filter((l) => !l.startsWith('note:'));
+  t.equal(manyLines[0], 'Error: the policy has 25 errors:');
+  t.equal(manyLines.length, 1 + 20 + 1);
+  t.match(manyLines[20], /many\.hujson:1:\d+: group "group:g19" not found$/);
+  t.equal(manyLines[21], '  and 5 more errors');
+  r = await headway(['policy', 'check', '-f', `${dir}/many.hujson`, '-o', 'json'], { env, cwd: dir });
+  t.equal(JSON.parse(r.stdout).errors.length, 25);
+
   // Offline nobody knows the users: the ones the policy names are listed as not verified.
   writeFileSync(`${dir}/users.hujson`, '{"acls": [{"action": "accept", "src": ["alice@"], "dst": ["bob@:*"]}]}');
   r = await headway(['policy', 'check', '-f', `${dir}/users.hujson`], { env, cwd: dir });

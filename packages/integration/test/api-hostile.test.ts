@@ -221,3 +221,28 @@ t.test('drive access nested 5,000 deep answered 500 "Maximum call stack size exc
   t.ok(routes >= 10, `every route with a body was tried (${routes})`);
   t.equal(s.state.listUsers().length, 0, 'nothing was created');
 });
+
+// Regression (a policy with a bad action and an unknown group was refused naming one of them, and neither said what
+// to write instead).
+t.test('an invalid policy is refused with every error, each saying what was likely meant; the detail lists 20', async (t) => {
+  const { call } = await setUp(t, { policy: { mode: 'database' } });
+  const before = (await call('GET', '/api/v1/policy')).json.policy;
+  const policy = '{"acls":[{"action":"allow","src":["group:admin"],"dst":["*:*"]}],"groups":{"group:admins":["a@"]}}';
+  const want = [
+    'line 1, column 20: action="allow" is not supported; did you mean "accept"?',
+    'line 1, column 10: group "group:admin" not found; did you mean "group:admins"?',
+  ];
+  for (const path of ['/api/v1/policy/check', '/api/v1/policy']) {
+    const r = await call(path.endsWith('check') ? 'POST' : 'PUT', path, { policy });
+    t.equal(r.status, 400, path);
+    t.same(r.json.errors, want, path);
+    t.equal(r.json.detail, `2 errors: ${want.join('; ')}`, path);
+  }
+  const many = JSON.stringify({ acls: Array.from({ length: 25 }, (_, k) => ({ action: 'accept', src: [`group:g${k}`], dst: ['*:*'] })) });
+  const r = await call('PUT', '/api/v1/policy', { policy: many });
+  t.equal(r.status, 400);
+  t.equal(r.json.errors.length, 25, 'the list has them all');
+  t.match(r.json.detail, /^25 errors: line 1, column \d+: group "group:g0" not found; .*group "group:g19" not found; and 5 more errors$/);
+  t.notMatch(r.json.detail, /group:g20/, 'the detail stops at 20');
+  t.equal((await call('GET', '/api/v1/policy')).json.policy, before, 'policy unchanged');
+});

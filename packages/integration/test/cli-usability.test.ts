@@ -124,7 +124,7 @@ t.test('policy: warnings on set, every error, hints, unknown users, no policy', 
   t.equal(all.stderr, [
     'Error: the policy has 4 errors:',
     '  line 2, column 14: groups: "admins" must start with "group:"',
-    '  line 4, column 16: action="allow" is not supported',
+    '  line 4, column 16: action="allow" is not supported; did you mean "accept"?',
     '  line 4, column 5: group "group:ops" not found',
     '  line 5, column 5: dst="tag:web": tag not found: "tag:web"',
     '',

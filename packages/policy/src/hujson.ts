@@ -1,9 +1,28 @@
-/** PolicyError is any rejection of a policy; line/column are 1-based and 0 when the
- * problem is not tied to one place in the text. */
+/**
+ * MAX_LISTED_ERRORS is how many errors a message lists; the rest are counted ("and 5 more"). A policy with
+ * hundreds of errors has one mistake repeated, and a screen of them hides the first ones.
+ */
+export const MAX_LISTED_ERRORS = 20;
+
+/** listErrors is what a message shows of a list of errors: the first MAX_LISTED_ERRORS, then "and N more". */
+export function listErrors(messages: readonly string[]): string[] {
+  if (messages.length <= MAX_LISTED_ERRORS) return [...messages];
+  const more = messages.length - MAX_LISTED_ERRORS;
+  return [...messages.slice(0, MAX_LISTED_ERRORS), `and ${more} more ${more === 1 ? 'error' : 'errors'}`];
+}
+
+/**
+ * PolicyError is any rejection of a policy; line/column are 1-based and 0 when the problem is not tied to one place
+ * in the text. One rejection can stand for several independent errors (parsePolicy reports every error a policy
+ * has): `errors` lists them in the order they were found, line/column/reason are the first's, and the message lists
+ * each on its own line.
+ */
 export class PolicyError extends Error {
   readonly line: number;
   readonly column: number;
   readonly reason: string;
+  /** several holds the errors of a rejection that stands for more than one (see of). */
+  private several: readonly PolicyError[] | undefined;
 
   constructor(reason: string, line = 0, column = 0) {
     super(line > 0 ? `line ${line}, column ${column}: ${reason}` : reason);
@@ -11,6 +30,23 @@ export class PolicyError extends Error {
     this.reason = reason;
     this.line = line;
     this.column = column;
+  }
+
+  /** errors are the single errors this rejection stands for: itself alone, or every error parsePolicy found. */
+  get errors(): readonly PolicyError[] {
+    return this.several ?? [this];
+  }
+
+  /** of is the rejection for a list of errors (at least one): the error itself when there is one. */
+  static of(errors: readonly PolicyError[]): PolicyError {
+    const singles = errors.flatMap((e) => e.errors);
+    if (singles.length === 1) return singles[0]!;
+    const first = singles[0];
+    if (!first) throw new Error('PolicyError.of needs at least one error');
+    const all = new PolicyError(first.reason, first.line, first.column);
+    all.message = `the policy has ${singles.length} errors:\n${listErrors(singles.map((e) => e.message)).map((m) => `  ${m}`).join('\n')}`;
+    all.several = singles;
+    return all;
   }
 }
 
@@ -37,7 +73,7 @@ export function parseHuJSON(text: string): JNode {
   if (p.atEnd()) p.fail('empty policy: expected a JSON object');
   const v = p.value();
   p.skipTrivia();
-  if (!p.atEnd()) p.fail(`unexpected ${p.describe()} after the end of the policy`);
+  if (!p.atEnd()) p.fail(`unexpected ${p.describe()} after the end of the policy: expected nothing but spaces and comments after its closing bracket`);
   return v;
 }
 
@@ -92,7 +128,7 @@ class HuParser {
       if (c === '/' && this.s[this.i + 1] === '*') {
         const start = this.pos();
         const end = this.s.indexOf('*/', this.i + 2);
-        if (end < 0) this.fail('unterminated /* comment', start);
+        if (end < 0) this.fail('unterminated /* comment: expected "*/" to end it', start);
         this.advance(end + 2 - this.i);
         continue;
       }
@@ -122,6 +158,7 @@ class HuParser {
     if (word === 'true' || word === 'false') { this.advance(word.length); return { kind: 'bool', pos: at, value: word === 'true' }; }
     if (word === 'null') { this.advance(4); return { kind: 'null', pos: at }; }
     if (c === undefined) this.fail('unexpected end of input: expected a value');
+    if (c === '}' || c === ']' || c === ',' || c === ':') this.fail(`expected a value (a string, number, object, list, true, false or null), found ${this.describe()}`);
     const rest = /^[^,\]}\n]*/.exec(this.s.slice(this.i))?.[0]?.trim() ?? '';
     this.fail(`quoteless string ${quoted(rest)}: strings must be double-quoted`);
   }
@@ -135,9 +172,9 @@ class HuParser {
       this.skipTrivia();
       const c = this.s[this.i];
       if (c === '}') { this.advance(); return { kind: 'object', pos: at, entries }; }
-      if (c === undefined) this.fail('unexpected end of input: unclosed object', at);
+      if (c === undefined) this.fail('unexpected end of input: the object that starts here is not closed (expected "}")', at);
       if (entries.length > 0) {
-        if (c !== ',') this.fail(`missing comma between object members (found ${this.describe()})`);
+        if (c !== ',') this.fail(`missing comma between object members: expected "," or "}", found ${this.describe()}`);
         this.advance();
         this.skipTrivia();
         if (this.s[this.i] === '}') { this.advance(); return { kind: 'object', pos: at, entries }; }
@@ -148,13 +185,13 @@ class HuParser {
       if (k !== '"') {
         const word = /^[^\s:,{}[\]"]*/.exec(this.s.slice(this.i))?.[0] ?? '';
         if (word === '') this.fail(`expected an object key, found ${this.describe()}`);
-        this.fail(`unquoted key ${quoted(word)}`);
+        this.fail(`unquoted key ${quoted(word)}: expected a double-quoted key`);
       }
       const key = this.string();
       if (seen.has(key)) this.fail(`duplicate key ${quoted(key)}`, keyPos);
       seen.add(key);
       this.skipTrivia();
-      if (this.s[this.i] !== ':') this.fail(`expected ":" after key ${quoted(key)}`);
+      if (this.s[this.i] !== ':') this.fail(`expected ":" after key ${quoted(key)}, found ${this.describe()}`);
       this.advance();
       this.skipTrivia();
       entries.push({ key, keyPos, value: this.value() });
@@ -169,9 +206,9 @@ class HuParser {
       this.skipTrivia();
       const c = this.s[this.i];
       if (c === ']') { this.advance(); return { kind: 'array', pos: at, items }; }
-      if (c === undefined) this.fail('unexpected end of input: unclosed array', at);
+      if (c === undefined) this.fail('unexpected end of input: the list that starts here is not closed (expected "]")', at);
       if (items.length > 0) {
-        if (c !== ',') this.fail(`missing comma between array elements (found ${this.describe()})`);
+        if (c !== ',') this.fail(`missing comma between array elements: expected "," or "]", found ${this.describe()}`);
         this.advance();
         this.skipTrivia();
         if (this.s[this.i] === ']') { this.advance(); return { kind: 'array', pos: at, items }; }
@@ -186,11 +223,11 @@ class HuParser {
     let j = this.i + 1;
     for (;;) {
       const c = this.s[j];
-      if (c === undefined) this.fail('unterminated string', start);
+      if (c === undefined) this.fail('unterminated string: expected a closing \'"\'', start);
       if (c === '\n' || c === '\r') this.fail('multi-line strings are not allowed; a string must end on its line', start);
       if (c === '\\') { j += 2; continue; }
       if (c === '"') break;
-      if (c.charCodeAt(0) < 0x20) this.fail('control character in string', start);
+      if (c.charCodeAt(0) < 0x20) this.fail(`control character U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')} in string: expected it escaped (\\t, \\n or \\u00XX)`, { line: start.line, column: start.column + j - this.i });
       j++;
     }
     const raw = this.s.slice(this.i, j + 1);
@@ -198,7 +235,9 @@ class HuParser {
     try {
       out = JSON.parse(raw) as string;
     } catch {
-      this.fail('invalid escape in string', start);
+      const bad = badEscape(raw);
+      const what = bad ? `invalid escape ${bad.text} in string` : 'invalid escape in string';
+      this.fail(`${what}: expected one of \\" \\\\ \\/ \\b \\f \\n \\r \\t or \\u and 4 hex digits`, bad ? { line: start.line, column: start.column + bad.index } : start);
     }
     this.advance(j + 1 - this.i);
     return out;
@@ -207,7 +246,7 @@ class HuParser {
   private number(): JNode {
     const at = this.pos();
     const m = /^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/.exec(this.s.slice(this.i));
-    if (!m) this.fail('invalid number');
+    if (!m) this.fail(`invalid number: expected a digit after "-", found ${this.s[this.i + 1] === undefined ? 'end of input' : `character ${JSON.stringify(this.s[this.i + 1])}`}`);
     const next = this.s[this.i + m[0].length];
     if (next !== undefined && /[A-Za-z0-9_.]/.test(next)) {
       const rest = /^[^,\]}\n]*/.exec(this.s.slice(this.i))?.[0]?.trim() ?? '';
@@ -216,6 +255,18 @@ class HuParser {
     this.advance(m[0].length);
     return { kind: 'number', pos: at, value: Number(m[0]), text: m[0] };
   }
+}
+
+/** badEscape finds the first backslash sequence JSON does not define in a quoted string, and its offset. */
+function badEscape(raw: string): { text: string; index: number } | null {
+  for (let k = 0; k < raw.length - 1; k++) {
+    if (raw[k] !== '\\') continue;
+    const next = raw[k + 1]!;
+    if ('"\\/bfnrt'.includes(next)) { k++; continue; }
+    if (next === 'u' && /^[0-9a-fA-F]{4}$/.test(raw.slice(k + 2, k + 6))) { k += 5; continue; }
+    return { text: raw.slice(k, Math.min(next === 'u' ? k + 6 : k + 2, raw.length - 1)), index: k };
+  }
+  return null;
 }
 
 /** toPlain converts a parsed node into ordinary JSON data (used for opaque capability values). */

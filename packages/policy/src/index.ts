@@ -1,4 +1,4 @@
-export { PolicyError, parseHuJSON, type JNode, type Pos } from './hujson.js';
+export { PolicyError, parseHuJSON, listErrors, MAX_LISTED_ERRORS, type JNode, type Pos } from './hujson.js';
 export { IPSet, parseAddr, parsePrefix, formatAddr, TAILNET_WILDCARD, INTERNET, ALL, type Addr, type IPRange } from './ip.js';
 export {
   parsePolicy, checkPolicy, parseAlias, parsePortList, parseGoDuration, formatGoDuration,

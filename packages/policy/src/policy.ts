@@ -1,5 +1,6 @@
 import { PolicyError, parseHuJSON, toPlain, type JNode, type Pos } from './hujson.js';
 import { IPSet, parsePrefix } from './ip.js';
+import { Suggester } from './suggest.js';
 
 /** Alias is one parsed policy name for a set of devices or addresses. */
 export type Alias =
@@ -103,14 +104,14 @@ function err(reason: string, at?: Pos): never {
   throw new PolicyError(reason, at?.line ?? 0, at?.column ?? 0);
 }
 
-/** collected holds the errors checkPolicy gathers; null while parsePolicy stops at the first. */
+/** collected holds the errors checkPolicy gathers while it reads a policy; null outside. */
 let collected: PolicyError[] | null = null;
 
 /**
  * attempt runs one independent piece of validation (a section, an entry, one src or dst).
- * Under checkPolicy a PolicyError is recorded and `fallback` stands in, so the pieces
- * after it are still checked and a broken file is reported in one round; otherwise the
- * error propagates unchanged, so parsePolicy reports exactly the first error as before.
+ * Under checkPolicy (parsePolicy too reads through it) a PolicyError is recorded and
+ * `fallback` stands in, so the pieces after it are still checked and a broken file is
+ * reported in one round; outside one the error propagates unchanged.
  */
 function attempt<T>(fn: () => T, fallback: T): T {
   if (!collected) return fn();
@@ -125,6 +126,32 @@ function attempt<T>(fn: () => T, fallback: T): T {
 
 const present = <T>(v: T | null): v is T => v !== null;
 
+/** suggesting holds the suggestions of the policy being parsed (null outside a parse: each call then has its own). */
+let suggesting: Suggester | null = null;
+
+/** didYouMean is `; did you mean "x"?` naming the candidate a slip away from name, or ''. */
+function didYouMean(kind: string, name: string, candidates: () => Iterable<string>, prefix = ''): string {
+  return (suggesting ?? new Suggester()).didYouMean(kind, name, candidates, prefix);
+}
+
+/** ACCEPT_WORDS are what other firewalls call "accept"; DENY_WORDS, rules Tailscale policies do not have. */
+const ACCEPT_WORDS = new Set(['allow', 'allowed', 'permit', 'pass', 'accepted', 'grant']);
+const DENY_WORDS = new Set(['deny', 'denied', 'drop', 'reject', 'block', 'refuse']);
+
+/**
+ * actionHint says what an unsupported rule action should be: the valid action it was meant to be ("allow",
+ * "Accept" and "acept" are "accept"), why there is no deny, or which actions there are.
+ */
+function actionHint(action: string, valid: string[]): string {
+  const word = action.trim().toLowerCase();
+  const quoted = valid.map((v) => JSON.stringify(v)).join(' or ');
+  if (valid.includes(word)) return `; did you mean ${JSON.stringify(word)}? (actions are lower case)`;
+  if (ACCEPT_WORDS.has(word)) return valid.includes('check') ? '; did you mean "accept"? (or "check", to ask for a recent login)' : '; did you mean "accept"?';
+  if (DENY_WORDS.has(word)) return `; rules only allow (${quoted}), and what no rule allows is denied`;
+  const near = didYouMean('action', word, () => valid);
+  return near || `; use ${quoted}`;
+}
+
 type ObjNode = Extract<JNode, { kind: 'object' }>;
 
 function expectObject(n: JNode, what: string): ObjNode {
@@ -138,7 +165,7 @@ function fields(n: JNode, what: string, allowed: string[]): Map<string, JNode> {
   const out = new Map<string, JNode>();
   for (const e of o.entries) {
     const known = attempt(() => {
-      if (!allowed.includes(e.key)) err(`unknown field ${JSON.stringify(e.key)} in ${what}`, e.keyPos);
+      if (!allowed.includes(e.key)) err(`unknown field ${JSON.stringify(e.key)} in ${what}${didYouMean(`field of ${what}`, e.key, () => allowed)}`, e.keyPos);
       return true;
     }, false);
     if (known) out.set(e.key, e.value);
@@ -182,7 +209,10 @@ function capMap(n: JNode | undefined, what: string): Record<string, unknown[]> |
 export function parseAlias(text: string, at?: Pos): Alias {
   if (text === '*') return { kind: 'wildcard' };
   if (text.startsWith('autogroup:')) {
-    if (!AUTOGROUPS.has(text)) err(`autogroup ${JSON.stringify(text)} is not supported`, at);
+    if (!AUTOGROUPS.has(text)) {
+      const hint = didYouMean('autogroup', text, () => AUTOGROUPS, 'autogroup:') || ` (Headway supports ${[...AUTOGROUPS].join(', ')})`;
+      err(`autogroup ${JSON.stringify(text)} is not supported${hint}`, at);
+    }
     return { kind: 'autogroup', name: text };
   }
   if (text.startsWith('group:')) return { kind: 'group', name: text };
@@ -259,22 +289,23 @@ export interface ParseOptions {
 }
 
 /**
- * checkPolicy validates like parsePolicy but reports every error it can reach instead of
- * the first (a broken HuJSON syntax still stops at its first error: nothing after it can
- * be read reliably). errors[0] is the error parsePolicy would throw.
+ * checkPolicy validates a policy and returns every error it can reach, in the order met, instead of the first
+ * (a broken HuJSON syntax still stops at its first error: nothing after it can be read reliably). The policy is
+ * null when there is any error.
  */
 export function checkPolicy(text: string, opts: ParseOptions = {}): { policy: Policy | null; errors: PolicyError[] } {
-  const outer = collected;
+  const outer = { collected, suggesting };
   collected = [];
+  suggesting = new Suggester();
   try {
-    const policy = parsePolicy(text, opts);
+    const policy = readPolicy(text, opts);
     const errors = uniqueErrors(collected);
     return { policy: errors.length ? null : policy, errors };
   } catch (e) {
     if (!(e instanceof PolicyError)) throw e;
     return { policy: null, errors: uniqueErrors([...collected, e]) };
   } finally {
-    collected = outer;
+    ({ collected, suggesting } = outer);
   }
 }
 
@@ -283,9 +314,22 @@ function uniqueErrors(errors: PolicyError[]): PolicyError[] {
   return errors.filter((e) => !seen.has(e.message) && !!seen.add(e.message));
 }
 
-/** parsePolicy parses HuJSON policy text and validates it on its own (names, ports,
- * autogroup placement). Validation against a device list (tests) is separate. */
+/**
+ * parsePolicy parses HuJSON policy text and validates it on its own (names, ports, autogroup placement); a policy
+ * with errors throws one PolicyError listing all of them (see checkPolicy). Validation against a device list
+ * (tests) is separate.
+ */
 export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
+  const { policy, errors } = checkPolicy(text, opts);
+  if (!policy) throw PolicyError.of(errors);
+  return policy;
+}
+
+/**
+ * readPolicy is the parser itself. Each independent piece of validation runs in attempt(), so under checkPolicy
+ * an error in one rule, or one name in a rule, is recorded and the rest is still checked.
+ */
+function readPolicy(text: string, opts: ParseOptions): Policy {
   const root = parseHuJSON(text);
   const top = fields(root, 'policy', [
     'acls', 'grants', 'groups', 'hosts', 'tagOwners', 'autoApprovers', 'ssh', 'nodeAttrs',
@@ -368,8 +412,15 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     }, undefined);
   }
 
+  // What a name the policy uses but does not define was likely meant to be: a name it does define, a slip away.
+  // The defined names are all read by now: list them once.
+  let tagNames: string[] | undefined;
+  let groupNames: string[] | undefined;
+  let hostNames: string[] | undefined;
+  const nearTag = (name: string) => didYouMean('tag', name, () => (tagNames ??= Object.keys(pol.tagOwners)), 'tag:');
+  const nearGroup = (name: string) => didYouMean('group', name, () => (groupNames ??= Object.keys(pol.groups).filter((g) => g.startsWith('group:'))), 'group:');
   const checkTag = (name: string, at: Pos | undefined, prefix: string) => {
-    if (!(name in pol.tagOwners)) err(`${prefix}tag not found: ${JSON.stringify(name)}`, at);
+    if (!(name in pol.tagOwners)) err(`${prefix}tag not found: ${JSON.stringify(name)}${nearTag(name)}`, at);
   };
   /** checkSource: autogroups that name no sender are refused on the src side of acls and grants. */
   const checkSource = (a: Alias, at: Pos | undefined) => {
@@ -379,8 +430,8 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
   };
   const checkAlias = (a: Alias, at: Pos | undefined, side: string) => {
     if (a.kind === 'tag') checkTag(a.name, at, side === 'src' ? 'src=' : '');
-    if (a.kind === 'host' && !(a.name in pol.hosts)) err(hostNotFound(a.name, opts.userNames), at);
-    if (a.kind === 'group' && !(a.name in pol.groups)) err(`group ${JSON.stringify(a.name)} not found`, at);
+    if (a.kind === 'host' && !(a.name in pol.hosts)) err(hostNotFound(a.name, () => (hostNames ??= Object.keys(pol.hosts)), opts.userNames), at);
+    if (a.kind === 'group' && !(a.name in pol.groups)) err(`group ${JSON.stringify(a.name)} not found${nearGroup(a.name)}`, at);
   };
 
   const aclsNode = top.get('acls');
@@ -391,7 +442,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       const f = fields(item, 'acl', ['action', 'src', 'dst', 'proto', 'ports', 'users']);
       attempt(() => {
         const action = str(f.get('action'), 'action');
-        if (action !== 'accept') err(`action=${JSON.stringify(action)} is not supported`, f.get('action')?.pos ?? item.pos);
+        if (action !== 'accept') err(`action=${JSON.stringify(action)} is not supported${actionHint(action, ['accept'])}`, f.get('action')?.pos ?? item.pos);
       }, undefined);
       const src = strList(f.get('src'), 'src').map((s) => attempt(() => {
         const a = parseAlias(s, item.pos);
@@ -400,7 +451,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
         return a;
       }, null)).filter(present);
       const protoNode = f.get('proto');
-      const proto = protoNode ? parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos) : null;
+      const proto = protoNode ? attempt(() => parseProto(protoNode.kind === 'number' ? protoNode.text : str(protoNode, 'proto'), protoNode.pos), null) : null;
       const dst = strList(f.get('dst'), 'dst').map((d) => attempt(() => {
         const { alias, ports: portText } = splitDst(d, item.pos);
         let ports: PortRange[];
@@ -410,12 +461,12 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
           err(`dst=${JSON.stringify(d)}: port range ${JSON.stringify(portText)}: ${(e as Error).message}`, item.pos);
         }
         const a = parseAlias(alias, item.pos);
-        if (a.kind === 'tag' && !(a.name in pol.tagOwners)) err(`dst=${JSON.stringify(a.name)}: tag not found: ${JSON.stringify(a.name)}`, item.pos);
+        if (a.kind === 'tag' && !(a.name in pol.tagOwners)) err(`dst=${JSON.stringify(a.name)}: tag not found: ${JSON.stringify(a.name)}${nearTag(a.name)}`, item.pos);
         checkAlias(a, item.pos, 'dst');
         if (a.kind === 'autogroup' && a.name === 'autogroup:danger-all') err('cannot use autogroup:danger-all as a dst', item.pos);
         return { alias: a, ports };
       }, null)).filter(present);
-      if (dst.some((d) => d.alias.kind === 'autogroup' && d.alias.name === 'autogroup:self')) checkSelfSources(src, item.pos, true);
+      if (dst.some((d) => d.alias.kind === 'autogroup' && d.alias.name === 'autogroup:self')) attempt(() => checkSelfSources(src, item.pos, true), undefined);
       return { action: 'accept' as const, proto, src, dst };
     }, null)).filter(present);
     }, []);
@@ -447,22 +498,27 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
         return a;
       }, null)).filter(present);
       const ipNode = f.get('ip');
-      const ip = ipNode && ipNode.kind === 'array'
-        ? ipNode.items.map((i) => parseGrantIP(str(i, 'ip'), i.pos))
-        : strList(ipNode, 'ip').map((s) => parseGrantIP(s, item.pos));
-      let app = capMap(f.get('app'), 'app');
-      if (app && Object.keys(app).length === 0) app = null;
-      if (ip.length === 0 && !app) err('ip and app can not both be empty', item.pos);
+      // Each entry on its own; an entry that is wrong is reported, and does not make the list "empty" below.
+      const ipRead = ipNode && ipNode.kind === 'array'
+        ? ipNode.items.map((i) => attempt(() => parseGrantIP(str(i, 'ip'), i.pos), null))
+        : strList(ipNode, 'ip').map((s) => attempt(() => parseGrantIP(s, item.pos), null));
+      const ip = ipRead.filter(present);
+      // undefined: the app map itself is wrong (reported), so whether it is empty is not known.
+      const appRead = attempt<Record<string, unknown[]> | null | undefined>(() => capMap(f.get('app'), 'app'), undefined);
+      const app = appRead && Object.keys(appRead).length > 0 ? appRead : null;
+      if (ipRead.length === 0 && appRead !== undefined && !app) attempt(() => err('ip and app can not both be empty', item.pos), undefined);
       if (app) {
-        for (const name of Object.keys(app)) validateCapName(name, item.pos);
-        if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:internet')) err('cannot use app grants with autogroup:internet', item.pos);
+        for (const name of Object.keys(app)) attempt(() => validateCapName(name, item.pos), undefined);
+        if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:internet')) attempt(() => err('cannot use app grants with autogroup:internet', item.pos), undefined);
       }
       const via = strList(f.get('via'), 'via');
       for (const v of via) {
-        if (!v.startsWith('tag:')) err('via can only be a tag', item.pos);
-        if (!(v in pol.tagOwners)) err(`tag ${JSON.stringify(v)} not found`, item.pos);
+        attempt(() => {
+          if (!v.startsWith('tag:')) err('via can only be a tag', item.pos);
+          if (!(v in pol.tagOwners)) err(`tag ${JSON.stringify(v)} not found${nearTag(v)}`, item.pos);
+        }, undefined);
       }
-      if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self')) checkSelfSources(src, item.pos, false);
+      if (dst.some((a) => a.kind === 'autogroup' && a.name === 'autogroup:self')) attempt(() => checkSelfSources(src, item.pos, false), undefined);
       return { src, dst, ip, app, via };
     }, null)).filter(present);
     }, []);
@@ -483,17 +539,19 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
     return naNode.items.map((item) => attempt(() => {
       const f = fields(item, 'nodeAttrs entry', ['target', 'attr', 'app', 'ipPool']);
       for (const pool of strList(f.get('ipPool'), 'ipPool')) {
-        const r = parsePrefix(pool);
-        if (!r) err(`${JSON.stringify(pool)}: invalid address`, item.pos);
-        if (IPSet.of('100.100.100.0/24', '100.115.92.0/23').overlapsRange(r)) err(`IPPool(${pool}): network within reserved range`, item.pos);
+        attempt(() => {
+          const r = parsePrefix(pool);
+          if (!r) err(`${JSON.stringify(pool)}: invalid address`, item.pos);
+          if (IPSet.of('100.100.100.0/24', '100.115.92.0/23').overlapsRange(r)) err(`IPPool(${pool}): network within reserved range`, item.pos);
+        }, undefined);
       }
-      const target = strList(f.get('target'), 'target').map((t) => {
+      const target = strList(f.get('target'), 'target').map((t) => attempt(() => {
         const a = parseAlias(t, item.pos);
         if (a.kind === 'tag') checkTag(a.name, item.pos, '');
         else checkAlias(a, item.pos, 'target');
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('internal server error', item.pos);
         return a;
-      });
+      }, null)).filter(present);
       return { target, attr: strList(f.get('attr'), 'attr'), app: capMap(f.get('app'), 'app') };
     }, null)).filter(present);
     }, []);
@@ -507,11 +565,11 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       for (const e of expectObject(routes, 'autoApprovers.routes').entries) {
         attempt(() => {
           if (!parsePrefix(e.key)) err(`autoApprovers.routes: ${JSON.stringify(e.key)}: invalid prefix`, e.keyPos);
-          pol.autoApprovers.routes[e.key] = strList(e.value, 'autoApprovers.routes').map((s) => parseAlias(s, e.value.pos));
+          pol.autoApprovers.routes[e.key] = strList(e.value, 'autoApprovers.routes').map((s) => attempt(() => parseAlias(s, e.value.pos), null)).filter(present);
         }, undefined);
       }
     }
-    pol.autoApprovers.exitNode = attempt(() => strList(f.get('exitNode'), 'autoApprovers.exitNode').map((s) => parseAlias(s, aaNode.pos)), []);
+    pol.autoApprovers.exitNode = attempt(() => strList(f.get('exitNode'), 'autoApprovers.exitNode').map((s) => attempt(() => parseAlias(s, aaNode.pos), null)).filter(present), []);
   }, undefined);
 
   const testsNode = top.get('tests');
@@ -538,7 +596,7 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
       };
       for (const d of t.dst) {
         if (d === 'autogroup:internet' || (parsePrefix(d) && d.includes('/'))) err(`SSH tests dst contains disallowed element ${JSON.stringify(d)}`, item.pos);
-        if (d.startsWith('tag:') && !(d in pol.tagOwners)) err(`SSH tests dst contains unknown tag ${JSON.stringify(d)}`, item.pos);
+        if (d.startsWith('tag:') && !(d in pol.tagOwners)) err(`SSH tests dst contains unknown tag ${JSON.stringify(d)}${nearTag(d)}`, item.pos);
       }
       for (const u of [...t.accept, ...t.check, ...t.deny]) if (u === '*') err('user "*" is not valid', item.pos);
       return t;
@@ -551,11 +609,16 @@ export function parsePolicy(text: string, opts: ParseOptions = {}): Policy {
 /**
  * hostNotFound explains a bare name that is neither a host nor anything else: a user is
  * written with a trailing "@" (`alice@`), a common slip in `"alice:80"`. When the live
- * users are known and one has that name, the hint says so plainly.
+ * users are known and one has that name, the hint says so plainly; otherwise a host the
+ * policy defines a slip away ("webservr" for "webserver") is named, then such a user.
  */
-function hostNotFound(name: string, userNames: string[] | undefined): string {
+function hostNotFound(name: string, hosts: () => string[], userNames: string[] | undefined): string {
   const base = `host ${JSON.stringify(name)} not found`;
   if (userNames?.some((u) => u.toLowerCase() === name.toLowerCase())) return `${base}; did you mean the user "${name}@"?`;
+  const host = didYouMean('host', name, hosts);
+  if (host) return base + host;
+  const user = userNames ? (suggesting ?? new Suggester()).closest('user', name, () => userNames) : undefined;
+  if (user !== undefined) return `${base}; did you mean the user ${JSON.stringify(`${user}@`)}?`;
   return `${base} (define it under "hosts", or write "${name}@" for a user named ${name})`;
 }
 
@@ -636,56 +699,69 @@ export function formatGoDuration(seconds: number): string {
 
 function parseSshRule(item: JNode, ruleNo: number, pol: Policy, opts: ParseOptions, checkAlias: (a: Alias, at: Pos | undefined, side: string) => void): SshRule {
   const f = fields(item, 'ssh rule', ['action', 'src', 'dst', 'users', 'checkPeriod', 'acceptEnv']);
+  // Each part is checked on its own (attempt), so a rule with a bad action and an unknown group says both.
   // The hosted service trims whitespace around SSH rule strings.
-  const action = str(f.get('action'), 'action').trim();
-  if (action === '') err('action must be specified', item.pos);
-  if (action !== 'accept' && action !== 'check') err(`${JSON.stringify(action)} is not a valid action`, item.pos);
-  const users = strList(f.get('users'), 'users').map((u) => u.trim());
-  if (users.length === 0) err('users must be specified', item.pos);
-  for (const u of users) {
-    if (u === '' || u === '*') err(`user ${JSON.stringify(u)} is not valid`, item.pos);
+  const action = attempt(() => {
+    const a = str(f.get('action'), 'action').trim();
+    if (a === '') err('action must be specified', item.pos);
+    if (a !== 'accept' && a !== 'check') err(`${JSON.stringify(a)} is not a valid action${actionHint(a, ['accept', 'check'])}`, item.pos);
+    return a;
+  }, 'accept');
+  const users = attempt(() => strList(f.get('users'), 'users').map((u) => u.trim()), null);
+  if (users && users.length === 0) attempt(() => err('users must be specified', item.pos), undefined);
+  for (const u of users ?? []) {
+    if (u === '' || u === '*') attempt(() => err(`user ${JSON.stringify(u)} is not valid`, item.pos), undefined);
   }
   const knownDomain = (d: string, prefix: string) => {
     // Only checkable when the caller says which domains belong to the tailnet.
     if (opts.tailnetDomains && !opts.tailnetDomains.includes(d)) err(`${prefix}${d} is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
   };
-  for (const u of users) {
-    if (u.startsWith('localpart:')) {
-      const rest = u.slice('localpart:'.length);
-      if (!rest.startsWith('*@')) continue;
-      const d = rest.slice(2);
+  for (const u of users ?? []) {
+    if (!u.startsWith('localpart:')) continue;
+    const rest = u.slice('localpart:'.length);
+    if (!rest.startsWith('*@')) continue;
+    const d = rest.slice(2);
+    attempt(() => {
       if (d === '*') err(`* is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
       if (d !== d.toLowerCase()) err(`PASSKEY is not associated with this Tailnet and cannot be used in user:*@<domain> expressions`, item.pos);
       if (d !== '') knownDomain(d, '');
-    }
+    }, undefined);
   }
-  const srcTexts = strList(f.get('src'), 'src').map((s) => s.trim());
-  const src = srcTexts.map((s) => {
+  const srcTexts = attempt(() => strList(f.get('src'), 'src').map((s) => s.trim()), []);
+  const src = srcTexts.map((s) => attempt(() => {
     const a = parseAlias(s, item.pos);
     if (a.kind === 'userDomain') knownDomain(a.domain, '[ssh] ');
     checkAlias(a, item.pos, 'src');
     return a;
-  });
-  const dstTexts = strList(f.get('dst'), 'dst');
-  const dst = dstTexts.map((d) => {
+  }, null));
+  const dstTexts = attempt(() => strList(f.get('dst'), 'dst'), []);
+  const dst = dstTexts.map((d) => attempt(() => {
     const a = parseAlias(d.trim(), item.pos);
     if (a.kind === 'host' || a.kind === 'prefix') err(`invalid dst ${JSON.stringify(d)}`, item.pos);
     checkAlias(a, item.pos, 'dst');
     return a;
-  });
-  checkSshReach(ruleNo, src, srcTexts, dst, dstTexts.map((d) => d.trim()), item.pos);
-  let checkPeriod: string | null = null;
-  const cp = f.get('checkPeriod');
-  if (cp && cp.kind !== 'null') {
-    checkPeriod = str(cp, 'checkPeriod');
-    if (checkPeriod !== 'always') {
-      const secs = parseGoDuration(checkPeriod);
+  }, null));
+  // Who may reach whom is only judged when every src and dst could be read.
+  const srcOk = src.filter(present);
+  const dstOk = dst.filter(present);
+  if (srcOk.length === src.length && dstOk.length === dst.length) {
+    attempt(() => checkSshReach(ruleNo, srcOk, srcTexts, dstOk, dstTexts.map((d) => d.trim()), item.pos), undefined);
+  }
+  const checkPeriod = attempt(() => {
+    const cp = f.get('checkPeriod');
+    if (!cp || cp.kind === 'null') return null;
+    const period = str(cp, 'checkPeriod');
+    if (period !== 'always') {
+      const secs = parseGoDuration(period);
       if (secs < 0) err(`checkPeriod ${formatGoDuration(secs)} must be a positive duration`, cp.pos);
       if (secs > MAX_CHECK_SECONDS) err(`checkPeriod ${formatGoDuration(secs)} is above the max (168h)`, cp.pos);
     }
-  }
-  const acceptEnv = strList(f.get('acceptEnv'), 'acceptEnv');
-  if (acceptEnv.some((e) => e === '')) err('acceptEnv values cannot be empty', item.pos);
-  return { action: action as 'accept' | 'check', checkPeriod, src, dst, users, acceptEnv };
+    return period;
+  }, null);
+  const acceptEnv = attempt(() => {
+    const env = strList(f.get('acceptEnv'), 'acceptEnv');
+    if (env.some((e) => e === '')) err('acceptEnv values cannot be empty', item.pos);
+    return env;
+  }, []);
+  return { action: action as 'accept' | 'check', checkPeriod, src: srcOk, dst: dstOk, users: users ?? [], acceptEnv };
 }
-

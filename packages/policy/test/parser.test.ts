@@ -50,7 +50,7 @@ t.test('semantic errors use Tailscale wording', async (tt) => {
     try { parsePolicy(text); return ''; } catch (e) { return (e as PolicyError).reason; }
   };
   tt.equal(msg('{"acls":[{"action":"accept","src":["tag:nope"],"dst":["*:*"]}]}'), 'src=tag not found: "tag:nope"');
-  tt.equal(msg('{"acls":[{"action":"deny","src":["*"],"dst":["*:*"]}]}'), 'action="deny" is not supported');
+  tt.equal(msg('{"acls":[{"action":"deny","src":["*"],"dst":["*:*"]}]}'), 'action="deny" is not supported; rules only allow ("accept"), and what no rule allows is denied');
   tt.equal(msg('{"tagOwners":{"tag:s":[]},"acls":[{"action":"accept","src":["*"],"dst":["tag:s:ssh"]}]}'), 'dst="tag:s:ssh": port range "ssh": invalid first integer');
   tt.equal(msg('{"grants":[{"src":["*"],"dst":["*"]}]}'), 'ip and app can not both be empty');
   tt.equal(msg('{"grants":[{"src":["*"],"dst":["0.0.0.0/0"],"ip":["*"]}]}'), 'dst "0.0.0.0/0": to allow all IP addresses, use "*" or "autogroup:internet"');
@@ -92,17 +92,19 @@ t.test('checkPolicy reports every error, in the order parsePolicy meets them', a
   const { policy, errors } = checkPolicy(text);
   tt.equal(policy, null);
   tt.same(errors.map((e) => [e.line, e.column, e.reason]), [
-    [9, 3, 'unknown field "aclz" in policy'],
+    [9, 3, 'unknown field "aclz" in policy; did you mean "acls"?'],
     [2, 40, 'groups: "admins" must start with "group:"'],
     [3, 20, 'hosts["db"]: "10.0.0.300": invalid address'],
     [5, 5, 'group "group:ops" not found'],
     [5, 5, 'host "alice" not found (define it under "hosts", or write "alice@" for a user named alice)'],
-    [6, 17, 'action="allow" is not supported'],
+    [6, 17, 'action="allow" is not supported; did you mean "accept"?'],
     [6, 5, 'dst="tag:web": tag not found: "tag:web"'],
     [7, 5, 'dst="*:99999": port range "99999": port out of range'],
   ]);
   tt.ok(errors.every((e) => e instanceof PolicyError));
-  tt.equal(errors[0]!.message, rejection(text).message, 'the first is the one parsePolicy throws');
+  const thrown = (() => { try { parsePolicy(text); } catch (e) { return e as PolicyError; } })();
+  tt.same(thrown?.errors.map((e) => e.message), errors.map((e) => e.message), 'parsePolicy throws them all');
+  tt.same([thrown?.line, thrown?.column, thrown?.reason], [errors[0]!.line, errors[0]!.column, errors[0]!.reason], 'its position and reason are the first');
   tt.notOk(errors.some((e) => /host "db" not found/.test(e.reason)), 'a bad host entry does not also make every use of it "not found"');
 
   const syntax = checkPolicy('{\n  "acls": [ } ,\n  "groups": 3\n}');

@@ -1,4 +1,4 @@
-import type { Policy } from '@headway/policy';
+import { listErrors, type Policy } from '@headway/policy';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { PolicySourcePort } from '../ports/policy.js';
@@ -18,11 +18,12 @@ export interface PolicyEngine {
 
 /**
  * InvalidPolicyError carries every error found in a policy, so one round of `policy check`
- * shows them all; the API sends them as the problem's `errors` list (detail joins them).
+ * shows them all; the API sends them as the problem's `errors` list (detail joins the first
+ * MAX_LISTED_ERRORS of them and says how many more there are).
  */
 export class InvalidPolicyError extends HeadwayError {
   constructor(readonly errors: string[]) {
-    super('invalid_policy', errors.length === 1 ? errors[0]! : `${errors.length} errors: ${errors.join('; ')}`, 'policy');
+    super('invalid_policy', errors.length === 1 ? errors[0]! : `${errors.length} errors: ${listErrors(errors).join('; ')}`, 'policy');
   }
 }
 

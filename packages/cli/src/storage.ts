@@ -34,8 +34,9 @@ export function readConfig(configPath: string | undefined): { config: HeadwayCon
 /**
  * openConfiguredStorage opens (and migrates) the database the config names through
  * its adapter package. `awilix` is loaded here only, so other commands never pay for it.
+ * `migrate: false` opens it as it is (Headway's own adapters then create no table).
  */
-export async function openConfiguredStorage(config: HeadwayConfig): Promise<StoragePort> {
+export async function openConfiguredStorage(config: HeadwayConfig, opts: { migrate?: boolean } = {}): Promise<StoragePort> {
   const { createContainer } = await import('awilix');
   const id = config.database.type;
   const descriptor = await importDescriptor('storage', adapterPackage('storage', id), 'database.type');
@@ -43,7 +44,7 @@ export async function openConfiguredStorage(config: HeadwayConfig): Promise<Stor
   const container = createContainer();
   // Warnings from the adapter reach stderr; stdout stays the command's.
   const logger = createLogger({ level: 'warn' });
-  await descriptor.register({ container, config, logger, options });
+  await descriptor.register({ container, config, logger, options, ...(opts.migrate === false ? { migrate: false } : {}) });
   const storage = container.resolve<StoragePort>(STORAGE);
   assertStoragePort(storage, id);
   return storage;

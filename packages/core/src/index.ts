@@ -31,6 +31,7 @@ export * from './api/views.js';
 export * from './api/openapi.js';
 export * from './api/schemas.js';
 export * from './server/app.js';
+export * from './server/reach.js';
 export * from './server/memory.js';
 export * from './server/metrics.js';
 export * from './server/server.js';

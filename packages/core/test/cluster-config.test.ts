@@ -26,3 +26,14 @@ t.test('HEADWAY_CLUSTER_ENABLED turns it on', async (t) => {
   const { config } = resolveConfig({ database: { type: 'postgres' } }, { env: { HEADWAY_CLUSTER_ENABLED: 'true' }, home: '/tmp/headway-home' });
   t.equal(config.cluster.enabled, true);
 });
+
+// Regression (every clustered instance behind a balancer on one machine warned that server_url
+// "points at port ... devices would be sent to the wrong port", though that is the intended address).
+t.test('server_url on another port of this machine: no warning in cluster mode, a warning alone', async (t) => {
+  const portWarnings = (raw: Record<string, unknown>) => resolveConfig({ listen_addr: '127.0.0.1:8081', server_url: 'http://127.0.0.1:8080', ...raw }, { env: {}, home: '/tmp/headway-home' })
+    .problems.filter((p) => p.key === 'server_url');
+  t.same(portWarnings({ cluster: { enabled: true }, database: { type: 'postgres' } }), [], 'a clustered instance behind a balancer is not warned');
+  const alone = portWarnings({});
+  t.equal(alone.length, 1, 'a lone server is');
+  t.match(alone[0], { level: 'warn', code: 'server_url_port', message: /points at port 8080 of this machine but listen_addr is 127\.0\.0\.1:8081/ });
+});

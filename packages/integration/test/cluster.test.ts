@@ -330,6 +330,27 @@ for (const db of databases) {
     await until('the other instance takes the jobs over', () => member(other).runsJobs(), 5000);
     t.pass('the lease moved');
   }));
+
+  // Regression (an instance not holding the jobs lease showed no instance running the jobs: it
+  // marked only itself): every instance names the lease holder, read from the lease row.
+  t.test(`${db.name}: cluster status on every instance names the instance holding the jobs lease`, (t) => db.run(async (database) => {
+    const [a, b] = await startCluster(t, database, 2) as [TestServer, TestServer];
+    t.equal(typeof a.storage.cluster?.leaseHolder, 'function', 'the storage adapter reads the lease row (ClusterPort.leaseHolder)');
+    await until('one instance holds the jobs lease', () => member(a).runsJobs() !== member(b).runsJobs(), 5000);
+    const [holder, other] = member(a).runsJobs() ? [a, b] : [b, a];
+    for (const [s, name] of [[holder, 'the holder'], [other, 'the other instance']] as const) {
+      const { status, json } = await adminFetch(s, (await s.state.createApiKey(null)).secret, 'GET', '/api/v1/cluster');
+      t.equal(status, 200);
+      const instances = json.instances as Array<{ id: string; self: boolean; jobs: boolean }>;
+      t.same(instances.filter((i) => i.jobs).map((i) => i.id), [member(holder).id], `asked on ${name}: the holder, and only it, runs the jobs`);
+      t.equal(instances.find((i) => i.self)?.id, member(s).id, `asked on ${name}: it is marked as itself`);
+    }
+    const table = await runHeadwayOn(other, ['cluster', 'status']);
+    t.equal(table.code, 0, table.stderr);
+    const holderLine = table.stdout.split('\n').find((l) => l.includes(member(holder).id)) ?? '';
+    t.match(holderLine, /runs jobs/, `headway cluster status on the other instance shows the holder running the jobs:\n${table.stdout}`);
+    t.notMatch(table.stdout.split('\n').find((l) => l.includes(member(other).id)) ?? '', /runs jobs/);
+  }));
 }
 
 t.test('cluster.enabled on SQLite is refused at start with a clear error', async (t) => {

@@ -317,3 +317,49 @@ t.test('a headscale database on PostgreSQL (postgres:// URL) imports alike', asy
     t.ok(d.apiKeys[0]!.hash.startsWith('$2a$10$'), 'the bytea hash is read as text');
   });
 });
+
+// Regression (a dry run into an empty PostgreSQL created Headway's tables while printing "Dry run:
+// nothing written"): on every server database the dry run leaves the target as it found it; --apply
+// then imports, and a later dry run reads what the target holds.
+for (const server of testDatabaseServers()) {
+  t.test(`${server.type}: a dry run into an empty database creates no table`, async (t) => {
+    if (!server.admin) {
+      if (process.env.CI === 'true') t.fail(`${server.variable} is not set, and CI must check the dry run on ${server.type}`);
+      else t.skip(`${server.variable} not set`, () => undefined);
+      return;
+    }
+    await server.scratch(async (conn) => {
+      const tg = target(`dry-${server.type}`, {
+        database: { type: server.type, [server.type]: { host: conn.host, port: conn.port, name: conn.database, user: conn.user, pass: conn.password ?? '' } },
+      });
+      const knex = knexFactory({ client: server.type === 'postgres' ? 'pg' : 'mysql2', connection: { ...conn, password: conn.password ?? '' }, pool: { min: 0, max: 1 } });
+      t.teardown(() => knex.destroy());
+      const tables = async (): Promise<string[]> => {
+        const rows = server.type === 'postgres'
+          ? (await knex.raw(`select table_name as name from information_schema.tables where table_schema = current_schema()`)).rows
+          : (await knex.raw(`select table_name as name from information_schema.tables where table_schema = database()`))[0];
+        return (rows as Array<{ name?: string; NAME?: string }>).map((r) => String(r.name ?? r.NAME)).sort();
+      };
+      t.same(await tables(), [], 'the scratch database starts empty');
+
+      const dry = await tg.run(['--db', hs26, '--noise-key', key26]);
+      t.equal(dry.code, 0, dry.stderr);
+      t.match(dry.stdout, /Would import 2 users, 2 nodes, 2 pre-auth keys, 1 API key, 1 policy:/);
+      t.match(dry.stdout, /The target has no Headway schema yet, or an older one: --apply creates or updates it first/);
+      t.match(dry.stdout, /Dry run: nothing written/);
+      t.same(await tables(), [], 'the dry run created no table');
+      t.notOk(existsSync(tg.noiseKey), 'no control key was written');
+
+      const applied = await tg.run(['--db', hs26, '--noise-key', key26, '--apply']);
+      t.equal(applied.code, 0, applied.stderr);
+      t.match(applied.stdout, /Imported 2 users, 2 nodes, 2 pre-auth keys, 1 API key, 1 policy:/);
+      const after = await tables();
+      t.ok(after.includes('nodes') && after.includes('users'), '--apply made the schema');
+
+      const again = await tg.run(['--db', hs29, '--noise-key', key29]);
+      t.equal(again.code, 0, again.stderr);
+      t.match(again.stdout, /The target already holds 2 users, 2 nodes, 2 pre-auth keys, 1 API key, 1 policy/, 'a dry run reads what a migrated target holds');
+      t.same(await tables(), after, 'and adds no table');
+    });
+  });
+}

@@ -9,6 +9,15 @@ async function authKey(s: TestServer, opts: { reusable?: boolean; ephemeral?: bo
   return secret;
 }
 
+/** until polls a condition the server reaches asynchronously. */
+async function until(fn: () => boolean, timeoutMs = 5000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${fn.toString()}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
 async function join(s: TestServer, hostname: string, key: string, extra: { routes?: string[] } = {}): Promise<TestDevice> {
   const d = new TestDevice({ serverUrl: s.urls.http, hostname });
   await d.connect();
@@ -131,11 +140,54 @@ t.test('interactive registration: AuthURL, held follow-up, approval', async (t) 
   t.equal(res.AuthURL, '');
   t.equal(s.state.getNode(nodeId)!.userId, user.id);
   t.equal((await fetch(first.AuthURL)).status, 404, 'the link is spent');
-  // An unknown follow-up gets a fresh URL, not the same one.
-  const again = await d.register({ followup: `${s.urls.http}/register/nope` });
+  // An unknown follow-up from a device not registered gets a fresh URL, not the same one
+  // (a registered one gets its registration: see the next test).
+  const other = new TestDevice({ serverUrl: s.urls.http, hostname: 'other' });
+  await other.connect();
+  const again = await other.register({ followup: `${s.urls.http}/register/nope` });
   t.not(again.AuthURL, first.AuthURL);
   t.ok(again.AuthURL);
+  t.equal((await d.register({ followup: `${s.urls.http}/register/nope` })).MachineAuthorized, true, 'the approved device is told it is registered');
   d.close();
+  other.close();
+});
+
+// Regression (a login completed while the device's follow-up was not open left it logged out: the
+// next follow-up found no pending row and got a new AuthURL although the node key was registered).
+t.test('a follow-up sent after the login was approved meanwhile gets the registration, not a new AuthURL', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const user = await s.state.createUser({ name: 'alice' });
+  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'paused' });
+  await d.connect();
+  const first = await d.register({});
+  const authId = first.AuthURL!.split('/').pop()!;
+  // The follow-up is open, then the device stops and its connection is cut.
+  const cut = new AbortController();
+  const held = d.register({ followup: first.AuthURL, signal: cut.signal }).catch((err: Error) => err);
+  await until(() => s.control.registrar.waiting(authId));
+  cut.abort();
+  await d.close();
+  t.type(await held, Error, 'the held follow-up ended with the connection');
+  await until(() => !s.control.registrar.waiting(authId));
+  const nodeId = await s.control.registrar.approve(authId, user.id);
+  // The device resumes on a new connection and repeats its follow-up.
+  const back = new TestDevice({ serverUrl: s.urls.http, hostname: 'paused', machineKey: d.machineKey, nodeKey: d.nodeKey });
+  await back.connect();
+  t.teardown(() => back.close());
+  const res = await back.register({ followup: first.AuthURL });
+  t.equal(res.AuthURL, '', 'no new login');
+  t.equal(res.MachineAuthorized, true);
+  t.equal(res.Error, '');
+  t.equal(res.Login?.LoginName, 'alice');
+  t.same(s.state.pendingQuota.keyOf(d.machineKeyText, d.nodeKeyText), undefined, 'no new pending login was made');
+  await back.startMap({ stream: true });
+  t.equal(back.netmap.self?.ID, nodeId, 'it runs as the approved node');
+  // A follow-up from another machine presenting that node key is still refused.
+  const thief = new TestDevice({ serverUrl: s.urls.http, hostname: 'evil', nodeKey: d.nodeKey });
+  await thief.connect();
+  t.teardown(() => thief.close());
+  t.match((await thief.register({ followup: first.AuthURL })).Error, /another machine/);
 });
 
 t.test('logout expires the node; restart keeps id and addresses; node key of another machine refused', async (t) => {

@@ -21,6 +21,7 @@ const mysqlStorageAdapter: AdapterDescriptor = {
     const options = networkOptionsFromConfig(ctx.config.database.mysql, 'database.mysql',
       ctx.logger.child({ adapter: 'storage-mysql' }));
     options.debugSql = ctx.config.database.debug;
+    if (ctx.migrate === false) options.migrate = false;
     const cluster = ctx.config.cluster as typeof ctx.config.cluster | undefined;
     if (cluster) options.cluster = { pollIntervalMs: cluster.poll_interval, retentionMs: cluster.change_retention };
     const storage = await createMysqlStorage(options);

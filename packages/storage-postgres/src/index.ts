@@ -21,6 +21,7 @@ const postgresStorageAdapter: AdapterDescriptor = {
     const options = networkOptionsFromConfig(ctx.config.database.postgres, 'database.postgres',
       ctx.logger.child({ adapter: 'storage-postgres' }));
     options.debugSql = ctx.config.database.debug;
+    if (ctx.migrate === false) options.migrate = false;
     const cluster = ctx.config.cluster as typeof ctx.config.cluster | undefined;
     if (cluster) options.cluster = { pollIntervalMs: cluster.poll_interval, retentionMs: cluster.change_retention };
     const storage = await createPostgresStorage(options);

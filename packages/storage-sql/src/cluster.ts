@@ -139,6 +139,11 @@ export function createClusterPort(knex: Knex, dialect: Exclude<SqlDialect, 'sqli
     async releaseLease(name, holder) {
       await knex('cluster_leases').where({ name, holder }).delete();
     },
+    async leaseHolder(name) {
+      // Held while its time has not run out: acquireLease hands over a lease once expires_at < now.
+      const row = await knex('cluster_leases').where({ name }).andWhere('expires_at', '>=', new Date()).first('holder') as { holder: string } | undefined;
+      return row?.holder;
+    },
     async setSession(instanceId, nodeId, online, since) {
       if (online) await knex('cluster_sessions').insert({ instance_id: instanceId, node_id: nodeId, since: since ?? new Date() }).onConflict(['instance_id', 'node_id']).ignore();
       else await knex('cluster_sessions').where({ instance_id: instanceId, node_id: nodeId }).delete();

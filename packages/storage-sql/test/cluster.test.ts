@@ -60,11 +60,14 @@ async function clusterSuite(t: Test, name: string, open: ServerOpen): Promise<vo
   t.equal(race.filter(Boolean).length, 1, `${name}: exactly one of two racing instances holds the lease`);
   const [holder, other] = race[0] ? [a, b] : [b, a];
   const [holderId, otherId] = race[0] ? ['i-a', 'i-b'] : ['i-b', 'i-a'];
+  t.equal(await other.leaseHolder!('jobs'), holderId, 'either instance reads who holds it');
   t.equal(await holder.acquireLease('jobs', holderId, 60_000), true, 'the holder renews');
   t.equal(await other.acquireLease('jobs', otherId, 60_000), false, 'the other cannot take a live lease');
   t.equal(await holder.acquireLease('jobs', holderId, -1000), true, 'renewed with an expiry in the past');
+  t.equal(await other.leaseHolder!('jobs'), undefined, 'an expired lease has no holder');
   t.equal(await other.acquireLease('jobs', otherId, 60_000), true, 'an expired lease moves');
   await other.releaseLease('jobs', otherId);
+  t.equal(await holder.leaseHolder!('jobs'), undefined, 'a released lease has no holder');
   t.equal(await holder.acquireLease('jobs', holderId, 60_000), true, 'a released lease is free at once');
 
   // Change feed: what one storage announces reaches a follower on the other, in order.

@@ -35,6 +35,7 @@ const sqliteStorageAdapter: AdapterDescriptor = {
       synchronous: config.synchronous,
       logger,
       debugSql: ctx.config.database.debug,
+      ...(ctx.migrate === false ? { migrate: false } : {}),
     }).catch((err: Error) => { throw new Error(`database.sqlite.path ${path}: ${err.message}`); });
     ctx.container.register(STORAGE, asValue(storage));
   },

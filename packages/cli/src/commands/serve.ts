@@ -1,4 +1,4 @@
-import { configSearchPath, createLogger, formatProblem, loadConfig, type HeadwayConfig, type Logger } from '@headway/core/ports';
+import { configSearchPath, createLogger, formatProblem, loadConfig, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 
 /** RunningServer is what startServer resolves to: close() stops listening and flushes state. */
@@ -8,6 +8,8 @@ interface RunningServer {
 }
 
 type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource: string | null }) => Promise<RunningServer>;
+/** ServerUrlCheck is core's serverUrlReachesThis: does server_url reach this running server? */
+type ServerUrlCheck = (server: RunningServer) => Promise<{ reaches: boolean; why: string }>;
 
 /**
  * logWriter sends `log.format: json` to standard output and text to standard error, as
@@ -17,6 +19,20 @@ type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource:
  */
 function logWriter(format: 'text' | 'json'): ((line: string) => void) | undefined {
   return format === 'json' ? (line) => process.stdout.write(line + '\n') : undefined;
+}
+
+/**
+ * checkServerUrl warns that server_url names another port of this machine only when
+ * server_url does not reach this very server (its /health answer names another server,
+ * or nothing answers).
+ */
+async function checkServerUrl(check: ServerUrlCheck | undefined, server: RunningServer, held: ConfigProblem[], logger: Logger): Promise<void> {
+  const result = check ? await check(server).catch(() => undefined) : undefined;
+  if (result?.reaches) {
+    logger.debug('server_url answers as this server', { why: result.why });
+    return;
+  }
+  for (const p of held) logger.warn(`${formatProblem(p)}${result ? ` (${result.why})` : ''}`);
 }
 
 export default class Serve extends HeadwayCommand {
@@ -33,7 +49,11 @@ export default class Serve extends HeadwayCommand {
     const loadOpts = this.configPath ? { path: this.configPath } : {};
     const { config, source, problems } = loadConfig(loadOpts);
     const logger = createLogger({ level: config.log.level, format: config.log.format, write: logWriter(config.log.format) });
+    // The warning that server_url names another port of this machine waits until the server listens:
+    // a proxy or balancer there forwarding to this server is the intended address, not a mistake.
+    const urlProblems = problems.filter((p) => p.code === 'server_url_port');
     for (const p of problems) {
+      if (urlProblems.includes(p)) continue;
       if (p.level === 'fatal') logger.fatal(formatProblem(p));
       else if (p.level === 'error') logger.error(formatProblem(p));
       else logger.warn(formatProblem(p));
@@ -48,7 +68,7 @@ export default class Serve extends HeadwayCommand {
     }
 
     // Imported lazily so the admin commands never load the server's dependencies.
-    const core = (await import('@headway/core')) as unknown as { startServer?: StartServer };
+    const core = (await import('@headway/core')) as unknown as { startServer?: StartServer; serverUrlReachesThis?: ServerUrlCheck };
     if (typeof core.startServer !== 'function') {
       logger.fatal('this build of @headway/core has no startServer; rebuild the workspace');
       process.exitCode = 1;
@@ -63,6 +83,7 @@ export default class Serve extends HeadwayCommand {
       process.exitCode = 1;
       return;
     }
+    if (urlProblems.length) void checkServerUrl(core.serverUrlReachesThis, server, urlProblems, logger);
 
     // SIGHUP is the reload signal (systemctl reload): policy.mode file re-reads its file on
     // it. Without a listener Node's default for SIGHUP ends the process, so one is always set.

@@ -33,6 +33,8 @@ export interface ApiDeps {
   drive?: DriveService;
   /** cluster lists the instances sharing the database (cluster.enabled); absent on a single instance. */
   cluster?: () => Promise<import('../cluster/member.js').ClusterInstanceView[]>;
+  /** instanceId names this running server on /health answers (server/reach.ts); absent in tests that build the API alone. */
+  instanceId?: string;
 }
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';

@@ -211,15 +211,24 @@ export class ClusterMember {
   /** runsJobs says whether this instance holds the jobs lease (NodeGc asks before deleting). */
   runsJobs(): boolean { return this.jobs && !this.lost; }
 
-  /** status lists the instances for `headway cluster status`. */
+  /**
+   * status lists the instances for `headway cluster status`. Which one runs the jobs comes
+   * from the lease row, so every instance names the holder, not only the holder itself.
+   */
   async status(): Promise<ClusterInstanceView[]> {
-    const all = await this.port.instances();
+    const [all, holder] = await Promise.all([this.port.instances(), this.jobsHolder()]);
     const since = this.liveSince().getTime();
     return all.map((i) => ({
       id: i.id, address: i.address, startedAt: i.startedAt.toISOString(), heartbeat: i.heartbeat.toISOString(),
       sessions: i.id === this.id ? this.state.localSessionCount() : i.sessions,
-      live: i.heartbeat.getTime() >= since, self: i.id === this.id, jobs: i.id === this.id && this.jobs,
+      live: i.heartbeat.getTime() >= since, self: i.id === this.id, jobs: i.id === holder,
     }));
+  }
+
+  /** jobsHolder is the instance holding the jobs lease, read from the database (this one's own view with an adapter that cannot read it). */
+  private async jobsHolder(): Promise<string | undefined> {
+    if (!this.port.leaseHolder) return this.runsJobs() ? this.id : undefined;
+    return this.port.leaseHolder(JOBS_LEASE);
   }
 
   // ---- announcing this instance's changes ----

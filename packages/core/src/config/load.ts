@@ -14,8 +14,12 @@ export interface ConfigProblem {
   level: 'fatal' | 'error' | 'warn';
   key: string;
   message: string;
-  /** code marks a kind of finding: `not_implemented` is a headscale key Headway accepts but does not act on (`config check --strict` fails on it). */
-  code?: 'not_implemented';
+  /**
+   * code marks a kind of finding: `not_implemented` is a headscale key Headway accepts but does not act on
+   * (`config check --strict` fails on it); `server_url_port` is the wrong-port warning of checkServerUrl, which
+   * `headway serve` holds back until it has asked server_url whether it reaches this server.
+   */
+  code?: 'not_implemented' | 'server_url_port';
 }
 
 export interface LoadedConfig {
@@ -732,9 +736,14 @@ const LOOPBACK_HOSTS = /^(localhost|127(\.\d{1,3}){3}|\[?::1\]?|0\.0\.0\.0|\[?::
 /**
  * checkServerUrl warns when server_url names this machine (a loopback address or
  * listen_addr's own host) on a port other than listen_addr's: after changing
- * listen_addr alone, devices would still be sent to the old port.
+ * listen_addr alone, devices would still be sent to the old port. The config alone
+ * cannot tell that from a proxy or balancer on this machine forwarding to listen_addr,
+ * so the warning is marked (`server_url_port`) for `headway serve` to drop once
+ * server_url answers as the running server. Cluster instances are not warned: several
+ * behind a balancer's port is what cluster mode is for.
  */
 function checkServerUrl(values: Record<string, unknown>, problems: ConfigProblem[]): void {
+  if (values['cluster.enabled']) return;
   let url: URL;
   try { url = new URL(String(values.server_url)); } catch { return; }
   const listen = parseHostPort(String(values.listen_addr));
@@ -747,7 +756,7 @@ function checkServerUrl(values: Record<string, unknown>, problems: ConfigProblem
   const fixed = new URL(url.href);
   fixed.port = String(listen.port);
   problems.push({
-    level: 'warn', key: 'server_url',
+    level: 'warn', key: 'server_url', code: 'server_url_port',
     message: `${values.server_url} points at port ${port} of this machine but listen_addr is ${values.listen_addr}: devices would be sent to the wrong port; set server_url: ${fixed.href.replace(/\/$/, '')} (or the public URL of a proxy in front of Headway)`,
   });
 }

@@ -43,6 +43,9 @@ export class Registrar {
 
   constructor(private readonly state: State, private readonly config: HeadwayConfig, private readonly logger: Logger) {}
 
+  /** waiting says whether a device's follow-up for the login `key` is held open here. */
+  waiting(key: string): boolean { return this.waiters.has(key); }
+
   private authUrl(key: string): string { return `${this.config.server_url}/register/${key}`; }
 
   private defaultExpiry(tagged: boolean): Date | null {
@@ -205,6 +208,14 @@ export class Registrar {
     if (key && (this.rejected.get(key) ?? 0) > Date.now()) return this.fail(REJECTED);
     const pending = key ? await this.state.getPending(key) : undefined;
     if (!key || !pending || pending.machineKey !== machineKey) {
+      // The login may have been completed while no follow-up was open (the device was stopped, or its
+      // connection cut, when the administrator approved it): its node key is this machine's node now,
+      // and it gets the answer the held follow-up would have had, not a new login.
+      const registered = await this.state.findStoredNode(req.NodeKey ?? '');
+      if (registered && registered.machineKey === machineKey) {
+        if (registered.expiry && registered.expiry.getTime() <= Date.now()) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
+        return this.authorized(registered);
+      }
       // Unknown or expired: the login the machine waits on now (a stale follow-up of a rejected or
       // replaced login must not replace it), else a fresh URL (the dead URL again would make the client back off).
       return this.interactive(req, machineKey);

@@ -38,6 +38,12 @@ export interface AdapterContext<O = Record<string, unknown>> {
    * only a test calling register directly may leave them out.
    */
   options?: O;
+  /**
+   * migrate: false asks a storage adapter to open the database as it finds it, without
+   * creating or updating Headway's schema, because the caller must write nothing (the dry
+   * run of `headway migrate from-headscale`). The server leaves it unset: adapters migrate.
+   */
+  migrate?: boolean;
 }
 
 /**

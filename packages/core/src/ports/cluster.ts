@@ -95,6 +95,13 @@ export interface ClusterPort {
   acquireLease(name: string, holder: string, ttlMs: number): Promise<boolean>;
   /** releaseLease gives a lease up (a clean shutdown) so another instance takes over at once. */
   releaseLease(name: string, holder: string): Promise<void>;
+  /**
+   * leaseHolder reads the named lease's row: the holder while its time has not run out,
+   * else undefined (never taken, given up, or expired). It writes nothing, so any
+   * instance can say which one runs the jobs (`headway cluster status`). Optional for
+   * adapters written before it; without it an instance knows only whether it holds the lease.
+   */
+  leaseHolder?(name: string): Promise<string | undefined>;
   /** setSession records (online, opened at `since`) or clears a node's map session on an instance. */
   setSession(instanceId: string, nodeId: number, online: boolean, since?: Date): Promise<void>;
   /** sessions lists every recorded map session: which node is online on which instance, since when. */

@@ -6,6 +6,7 @@ import { mountApiDocs } from '../api/docs.js';
 import { openApiDocument } from '../api/openapi.js';
 import { ROUTES, type ApiDeps } from '../api/routes.js';
 import type { Metrics } from './metrics.js';
+import { INSTANCE_HEADER } from './reach.js';
 import { homePage, PAGE_HEADERS } from '../control/pages.js';
 
 export interface AppOptions {
@@ -61,6 +62,7 @@ export function createApp(opts: AppOptions): Koa {
     const ok = await deps.health();
     ctx.status = ok ? 200 : 500;
     ctx.type = 'application/health+json';
+    if (deps.instanceId) ctx.set(INSTANCE_HEADER, deps.instanceId);
     ctx.body = { status: ok ? 'pass' : 'fail' };
   });
   // /v1/metrics is headscale's unauthenticated endpoint on the main listener; it

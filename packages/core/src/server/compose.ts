@@ -20,11 +20,12 @@ import { HostinfoService } from '../state/hostinfo.js';
 import { RouteService } from '../state/routes.js';
 import { State } from '../state/state.js';
 import { Metrics } from './metrics.js';
-import { Relay } from './relay.js';
+import { Relay, type RelayPorts } from './relay.js';
 import { LoginFlow } from '../control/login.js';
 import type { IdentityPort } from '../ports/identity.js';
 import { ClusterMember } from '../cluster/member.js';
 import { derpMeshKey } from '../cluster/derpmesh.js';
+import { newInstanceId } from './reach.js';
 
 /**
  * KernelCradle names every service the composition root registers. The first
@@ -64,6 +65,8 @@ export interface KernelCradle {
   /** cluster is this instance's membership of a cluster (cluster.enabled), or null. */
   cluster: ClusterMember | null;
   health: () => Promise<boolean>;
+  /** instanceId names this running server on its /health answers (server/reach.ts). */
+  instanceId: string;
   apiDeps: ApiDeps;
 }
 
@@ -77,7 +80,7 @@ const HEALTH_TIMEOUT_MS = 2000;
  * container builds each on first resolve, and bootKernel decides the order
  * they start in.
  */
-export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey']; identity?: IdentityPort }): void {
+export function composeKernel(container: AwilixContainer, opts: { engine: PolicyEngine; controlKey: KernelCradle['controlKey']; identity?: IdentityPort; relayPorts?: RelayPorts }): void {
   const c = (fn: (k: KernelCradle) => unknown) => asFunction(fn as (k: unknown) => unknown).singleton();
   if (!container.hasRegistration('dnsAdapters')) container.register('dnsAdapters', asValue([]));
   if (!container.hasRegistration('driveAdapters')) container.register('driveAdapters', asValue([]));
@@ -85,6 +88,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     controlKey: asValue(opts.controlKey),
     loginMethod: asValue(opts.identity ?? null),
     policyEngine: asValue(opts.engine),
+    instanceId: asValue(newInstanceId()),
     state: c(({ storage, config, logger }) => new State(storage, config, logger)),
     policyService: c(({ policy, state, logger, policyEngine }) => new PolicyService(policy, state, logger, policyEngine)),
     metrics: c(({ state }) => new Metrics(state)),
@@ -129,7 +133,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         });
     }),
     relay: c(({ state, config, logger, derpMap, controlKey }) => new Relay(state, config, logger, derpMap,
-      config.cluster?.enabled ? derpMeshKey(controlKey.privateKey) : undefined)),
+      config.cluster?.enabled ? derpMeshKey(controlKey.privateKey) : undefined, opts.relayPorts)),
     controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
       state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
     })),
@@ -143,8 +147,8 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster }): ApiDeps => ({
-      state, policy: policyService, config, health, drive: driveService,
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId }): ApiDeps => ({
+      state, policy: policyService, config, health, drive: driveService, instanceId,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       logins: registrar,

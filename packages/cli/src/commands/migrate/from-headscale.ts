@@ -35,6 +35,30 @@ function isEmpty(c: StorageCounts): boolean {
   return Object.values(c).every((n) => !n);
 }
 
+/**
+ * readTarget counts what the target holds. In a dry run the target is not migrated, so a
+ * target without Headway's schema (or with an older one) cannot be read: that is reported
+ * as `unmigrated`, not as a failure.
+ */
+async function readTarget(storage: StoragePort | undefined, dryRun: boolean): Promise<{ held?: StorageCounts; unmigrated: boolean }> {
+  if (!storage?.dump) return { unmigrated: false };
+  try {
+    return { held: countDump(await storage.dump()), unmigrated: false };
+  } catch (err) {
+    if (dryRun && missingTable(err)) return { unmigrated: true };
+    throw err;
+  }
+}
+
+/**
+ * missingTable says a read failed because a table is not there: the target has no Headway
+ * schema yet, or an older one (PostgreSQL 42P01, MySQL/MariaDB 1146, SQLite "no such table").
+ */
+function missingTable(err: unknown): boolean {
+  const e = (err ?? {}) as { code?: unknown; errno?: unknown; message?: unknown };
+  return e.code === '42P01' || e.code === 'ER_NO_SUCH_TABLE' || e.errno === 1146 || /no such table/i.test(String(e.message ?? ''));
+}
+
 export default class MigrateFromHeadscale extends HeadwayCommand {
   static override summary = 'Import a headscale database (0.26 to 0.29) and its control key into Headway';
   static override description = [
@@ -82,20 +106,23 @@ export default class MigrateFromHeadscale extends HeadwayCommand {
       action: !existsSync(noiseTo) ? 'copy' : readFileSync(noiseTo, 'utf8').trim() === controlKey ? 'same' : 'replace',
     };
 
-    // A dry run never creates a SQLite database that is not there yet.
+    // A dry run writes nothing: it never creates a SQLite database that is not there yet, and it opens
+    // the target without creating or updating Headway's schema (only --apply migrates it).
     const sqlitePath = config.database.type === 'sqlite' ? resolve(config.database.sqlite.path) : undefined;
-    const storage: StoragePort | undefined = flags.apply || !sqlitePath || existsSync(sqlitePath) ? await openConfiguredStorage(config) : undefined;
+    const storage: StoragePort | undefined = flags.apply || !sqlitePath || existsSync(sqlitePath)
+      ? await openConfiguredStorage(config, { migrate: flags.apply }) : undefined;
     try {
       const target = storage ? storage.describe() : `sqlite ${sqlitePath} (to be created)`;
-      const held = storage?.dump ? countDump(await storage.dump()) : undefined;
+      const { held, unmigrated } = await readTarget(storage, !flags.apply);
       const counts = countDump(dump);
       const summary = {
         source: snapshot.source, headscaleVersion: snapshot.version, target, dryRun: !flags.apply, counts,
         targetHolds: held && !isEmpty(held) ? held : undefined,
+        ...(unmigrated ? { targetSchema: 'missing or older: --apply creates or updates it' } : {}),
         imported: report.imported, skipped: report.skipped, warnings: report.warnings, noiseKey: noise,
       };
       if (!flags.apply) {
-        this.print(summary, () => this.describe(summary, report, noise, held, false));
+        this.print(summary, () => this.describe(summary, report, noise, held, false, unmigrated));
         return;
       }
       if (!storage?.restore) throw new Error(`database.type ${config.database.type}: this storage adapter cannot import records`);
@@ -148,7 +175,7 @@ export default class MigrateFromHeadscale extends HeadwayCommand {
   }
 
   private describe(s: { source: string; headscaleVersion: string; target: string; counts: StorageCounts }, report: ImportReport,
-    noise: NoiseKeyPlan, held: StorageCounts | undefined, applied: boolean): string {
+    noise: NoiseKeyPlan, held: StorageCounts | undefined, applied: boolean, unmigrated = false): string {
     const out: string[] = [`headscale ${s.headscaleVersion} database ${s.source} -> ${s.target}`];
     out.push(`${applied ? 'Imported' : 'Would import'} ${describeCounts(s.counts)}:`);
     out.push(...report.imported.map(line));
@@ -163,6 +190,7 @@ export default class MigrateFromHeadscale extends HeadwayCommand {
     out.push(`Control key: ${key}.`);
     if (!applied) {
       if (held && !isEmpty(held)) out.push(`The target already holds ${describeCounts(held)}: --apply replaces them only when confirmed (--force).`);
+      if (unmigrated) out.push('The target has no Headway schema yet, or an older one: --apply creates or updates it first (and replaces records it finds there only when confirmed, --force).');
       out.push('Dry run: nothing written. Run again with --apply to import.');
     } else {
       out.push('Start Headway on headscale\'s server_url (same address and port) so devices find it where they knew headscale.');

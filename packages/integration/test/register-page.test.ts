@@ -53,6 +53,34 @@ t.test('the register page over HTTP: template, headers, command', async (t) => {
   t.ok(gone.headers.get('content-security-policy'), 'and the same headers');
 });
 
+// Regression (issue 47): reloading the register page after approving said "Registration expired … unknown or has expired".
+t.test('the register page after approval says the device was approved, after rejection that it was rejected', async (t) => {
+  const s = await startTestServer();
+  t.teardown(() => s.stop());
+  const alice = await s.state.createUser({ name: 'alice' });
+  const login = async (hostname: string) => {
+    const d = new TestDevice({ serverUrl: s.urls.http, hostname });
+    t.teardown(() => d.close());
+    await d.connect();
+    const reg = await d.register({});
+    return { url: reg.AuthURL!, key: new URL(reg.AuthURL!).pathname.split('/').pop()! };
+  };
+  const ok = await login('laptop');
+  await s.registrar.approve(ok.key, alice.id);
+  const approved = await fetch(ok.url);
+  t.equal(approved.status, 200);
+  const html = await approved.text();
+  t.match(html, 'Device approved');
+  t.match(html, /<strong>laptop<\/strong> was approved and is registered as <code>laptop<\/code>, owned by <strong>alice<\/strong>/);
+  t.notMatch(html, /expired/i, 'not called expired');
+
+  const no = await login('tablet');
+  await s.registrar.reject(no.key);
+  const rejected = await fetch(no.url);
+  t.equal(rejected.status, 410);
+  t.match(await rejected.text(), /Login rejected[\s\S]*An administrator rejected this login/);
+});
+
 t.test('the register page in headless Chromium at phone and desktop widths', async (t) => {
   const executablePath = chromiumPath();
   if (!executablePath) {

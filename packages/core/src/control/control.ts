@@ -18,7 +18,7 @@ import { closeSilentConnections } from '../server/silence.js';
 import { frame } from './frames.js';
 import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
-import { PAGE_HEADERS, expiredRegistrationPage, registerPage } from './pages.js';
+import { PAGE_HEADERS, approvedRegistrationPage, expiredRegistrationPage, registerPage, rejectedRegistrationPage } from './pages.js';
 import type { Registrar } from './register.js';
 import { MapSession, type SessionHub } from './sessions.js';
 import { parseMapRequest, parseRegisterRequest } from './validate.js';
@@ -163,8 +163,15 @@ export class ControlServer {
       ctx.type = 'text/html; charset=utf-8';
       ctx.set(PAGE_HEADERS);
       if (!pending) {
-        ctx.status = 404;
-        ctx.body = expiredRegistrationPage();
+        const settled = this.registrar.settled(key);
+        if (settled && settled !== 'rejected') {
+          const node = settled.approved;
+          const owner = node.tags.length ? node.tags.join(', ') : (node.userId !== null ? this.o.state.getUser(node.userId)?.name : undefined) ?? 'nobody';
+          ctx.body = approvedRegistrationPage({ hostname: node.hostname, node: node.givenName, owner });
+          return;
+        }
+        ctx.status = settled === 'rejected' ? 410 : 404;
+        ctx.body = settled === 'rejected' ? rejectedRegistrationPage() : expiredRegistrationPage();
         return;
       }
       const hostname = String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device');

@@ -141,7 +141,25 @@ export function expiredRegistrationPage(): string {
   return renderPage({
     title: 'Headway: registration expired',
     body: `<h1>Registration expired</h1>
-<p>This registration link is unknown or has expired. Run <code>tailscale up</code> again on the device to get a new one.</p>`,
+<p>This registration link is unknown, has expired, or was already approved or rejected. If the device is not connected, run <code>tailscale up</code> again on it to get a new one.</p>`,
+  });
+}
+
+/** approvedRegistrationPage answers a register link whose login was approved (a person reloading the page). */
+export function approvedRegistrationPage(o: { hostname: string; node: string; owner: string }): string {
+  return renderPage({
+    title: `Headway: ${o.hostname} approved`,
+    body: `<h1>Device approved</h1>
+<p><strong>${escapeHtml(o.hostname)}</strong> was approved and is registered as <code>${escapeHtml(o.node)}</code>, owned by <strong>${escapeHtml(o.owner)}</strong>. It connects by itself; you can close this page.</p>`,
+  });
+}
+
+/** rejectedRegistrationPage answers a register link whose login an administrator rejected. */
+export function rejectedRegistrationPage(): string {
+  return renderPage({
+    title: 'Headway: login rejected',
+    body: `<h1>Login rejected</h1>
+<p>An administrator rejected this login; the device was not registered. Run <code>tailscale up</code> on it again to ask anew.</p>`,
   });
 }
 

@@ -29,13 +29,28 @@ export class Registrar {
   private readonly waiters = new Map<string, Set<(verdict: Verdict) => void>>();
   /** rejected remembers rejected logins' keys until they would have expired (bounded; see remember). */
   private readonly rejected = new Map<string, number>();
+  /** approved remembers approved logins' keys and nodes until they would have expired, for the register page. */
+  private readonly approved = new Map<string, { until: number; nodeId: number }>();
 
-  private remember(key: string, until: number): void {
-    if (this.rejected.size >= 1024) {
+  private remember<V>(map: Map<string, V>, key: string, value: V, until: (v: V) => number): void {
+    if (map.size >= 1024) {
       const now = Date.now();
-      for (const [k, t] of this.rejected) if (t <= now || this.rejected.size >= 1024) this.rejected.delete(k);
+      for (const [k, v] of map) if (until(v) <= now || map.size >= 1024) map.delete(k);
     }
-    this.rejected.set(key, until);
+    map.set(key, value);
+  }
+
+  /**
+   * settled says how this instance settled a login whose link is no longer pending: the node it approved, or a
+   * rejection (undefined: unknown, expired, or settled by another instance). The register page tells a person
+   * who reloads it after approving that it worked, instead of calling the link expired.
+   */
+  settled(key: string): { approved: Node } | 'rejected' | undefined {
+    const now = Date.now();
+    if ((this.rejected.get(key) ?? 0) > now) return 'rejected';
+    const a = this.approved.get(key);
+    const node = a && a.until > now ? this.state.getNode(a.nodeId) : undefined;
+    return node ? { approved: node } : undefined;
   }
 
   /** sourceOf names the source address of a machine's session, for the per-address pending-login quota. */
@@ -293,6 +308,7 @@ export class Registrar {
       }, writes);
     }
     this.logger.info('node registered', { node: node.id, name: node.givenName, method });
+    this.remember(this.approved, key, { until: pending.expiresAt.getTime(), nodeId: node.id }, (v) => v.until);
     for (const w of [...(this.waiters.get(key) ?? [])]) w(node.id);
     return node.id;
   }
@@ -306,7 +322,7 @@ export class Registrar {
     const pending = await this.state.getPending(key);
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected`, field);
     await this.state.deletePending(key);
-    this.remember(key, pending.expiresAt.getTime());
+    this.remember(this.rejected, key, pending.expiresAt.getTime(), (t) => t);
     this.logger.info('interactive login rejected', { machine: pending.machineKey.slice(0, 13) });
     for (const w of [...(this.waiters.get(key) ?? [])]) w('rejected');
   }

@@ -11,37 +11,11 @@ set -euo pipefail
 VERSION="${H2SPEC_VERSION:-v2.2.1}"
 ROOT="${H2SPEC_HOME:-$HOME/.cache/headway/h2spec}"
 dir="$ROOT/$VERSION"
-export GOTOOLCHAIN=local CGO_ENABLED=0
-
-command -v go >/dev/null 2>&1 || { echo "install-h2spec: 'go' not found on PATH" >&2; exit 1; }
 if [ -x "$dir/h2spec" ] && "$dir/h2spec" --version 2>/dev/null | grep -q "Version: ${VERSION#v} "; then
   echo "$VERSION $dir (already built)"; exit 0
 fi
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cat > "$work/go.mod" <<MOD
-module headway.local/h2spec-build
-
-go 1.24
-
-require (
-	github.com/summerwind/h2spec $VERSION+incompatible
-	github.com/fatih/color v1.18.0
-	github.com/spf13/cobra v1.10.2
-	golang.org/x/net v0.47.0
-)
-MOD
-cat > "$work/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "github.com/summerwind/h2spec/cmd/h2spec"
-GO
-started=$SECONDS
-mkdir -p "$dir.partial"
-( cd "$work" && GOFLAGS=-mod=mod go build -trimpath \
-    -ldflags "-X main.VERSION=${VERSION#v} -X main.COMMIT=module-proxy" \
-    -o "$dir.partial/h2spec" github.com/summerwind/h2spec/cmd/h2spec )
-rm -rf "$dir"; mv "$dir.partial" "$dir"
-echo "$VERSION $dir (built in $((SECONDS - started))s)"
+source "$(dirname "$0")/go-tool.sh"
+go_tool_build h2spec "$dir" 1.24 "github.com/summerwind/h2spec $VERSION+incompatible
+github.com/fatih/color v1.18.0
+github.com/spf13/cobra v1.10.2
+golang.org/x/net v0.47.0" github.com/summerwind/h2spec/cmd/h2spec "-X main.VERSION=${VERSION#v} -X main.COMMIT=module-proxy"

@@ -145,6 +145,7 @@ t.test('declining a prompt prints what did not happen and exits 0 (headscale)', 
   const api = new FakeApi(dir);
   api.on('GET', '/api/v1/user', { body: { users: [{ id: '2', name: 'bob' }] } });
   api.on('DELETE', '/api/v1/user/2', { body: {} });
+  api.on('GET', '/api/v1/node', { body: { nodes: [] } });
   api.on('GET', '/api/v1/node/3', { body: { node: { id: '3', name: 'box', givenName: 'box' } } });
   api.on('DELETE', '/api/v1/node/3', { body: {} });
   await api.start();

@@ -69,8 +69,10 @@ t.test('parity commands send the contract requests', async (t) => {
   t.equal(api.last.method, 'DELETE');
   t.same(api.last.query, { deleteNodes: 'true' });
   t.equal(r.stdout, 'User destroyed with 2 node(s): laptop-1, phone\n');
+  const before = api.requests.length;
   r = await run('users', 'destroy', '-n', 'alice', '--force');
-  t.same(api.last.query, {}, 'without --delete-nodes nothing asks for the cascade');
+  t.notOk(api.requests.slice(before).some((q) => q.method === 'DELETE'), 'without --delete-nodes a user who owns nodes is refused before any DELETE');
+  t.match(r.stderr, /or add --delete-nodes to delete them with the user/);
 });
 
 t.test('declining the --delete-nodes question names what would go, deletes nothing and exits 0', async (t) => {

@@ -2,30 +2,22 @@ import t from 'tap';
 import { H2_ERROR, H2Session, type H2SessionOptions, type H2Transport } from '../src/control/h2.js';
 import { MAX_HEADER_FRAMES, MAX_QUEUED_REPLIES, RESETS, IDLE_FRAMES } from '../src/control/h2-limits.js';
 import { HpackDecoder } from '../src/control/hpack.js';
+import { h2Frame, H2_PREFACE } from '@headway/testkit';
 
 // What a peer without credentials can make the control server's HTTP/2 do (a completed Noise handshake is free):
 // each flood is sent to a session over an in-memory transport whose peer reads or does not, and the test asserts
 // the connection ends with GOAWAY ENHANCE_YOUR_CALM after a bounded amount of work, counted, never timed.
 
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const DATA = 0x0, HEADERS = 0x1, RST_STREAM = 0x3, SETTINGS = 0x4, PING = 0x6, GOAWAY = 0x7, CONTINUATION = 0x9;
 const END_STREAM = 0x1, END_HEADERS = 0x4;
 /** GET_ROOT is `:method GET`, `:scheme http`, `:path /` from HPACK's static table. */
 const GET_ROOT = Buffer.from('828684', 'hex');
 
-function frameBytes(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(id, 5);
-  return Buffer.concat([h, payload]);
-}
 
 function rst(id: number): Buffer {
   const p = Buffer.alloc(4);
   p.writeUInt32BE(H2_ERROR.CANCEL);
-  return frameBytes(RST_STREAM, 0, id, p);
+  return h2Frame(RST_STREAM, 0, id, p);
 }
 
 /**
@@ -60,7 +52,7 @@ class Peer {
       onError: (e) => this.errors.push(e.code),
       ...opts,
     });
-    this.onData!(Buffer.concat([PREFACE, frameBytes(SETTINGS, 0, 0)]));
+    this.onData!(Buffer.concat([H2_PREFACE, h2Frame(SETTINGS, 0, 0)]));
   }
 
   /** send feeds bytes to the session and lets its writes of this tick go out. */
@@ -105,7 +97,7 @@ function generousClock(): () => number {
 t.test('a CONTINUATION flood ends the connection after a bounded number of frames', async (t) => {
   // Empty CONTINUATION frames count no header bytes: only a frame count can stop them.
   const flood = new Peer();
-  const frames = [frameBytes(HEADERS, 0, 1, GET_ROOT), ...Array.from({ length: 100_000 }, () => frameBytes(CONTINUATION, 0, 1))];
+  const frames = [h2Frame(HEADERS, 0, 1, GET_ROOT), ...Array.from({ length: 100_000 }, () => h2Frame(CONTINUATION, 0, 1))];
   await flood.send(Buffer.concat(frames.slice(0, MAX_HEADER_FRAMES + 1)));
   t.equal(flood.goaway(), H2_ERROR.ENHANCE_YOUR_CALM, `a header block in ${MAX_HEADER_FRAMES + 1} frames: GOAWAY ENHANCE_YOUR_CALM`);
   t.ok(flood.ended, 'the connection is ended');
@@ -115,9 +107,9 @@ t.test('a CONTINUATION flood ends the connection after a bounded number of frame
   // A block in as many frames as allowed is a request like any other.
   const fine = new Peer();
   await fine.send(Buffer.concat([
-    frameBytes(HEADERS, END_STREAM, 1, GET_ROOT),
-    ...Array.from({ length: MAX_HEADER_FRAMES - 2 }, () => frameBytes(CONTINUATION, 0, 1)),
-    frameBytes(CONTINUATION, END_HEADERS, 1),
+    h2Frame(HEADERS, END_STREAM, 1, GET_ROOT),
+    ...Array.from({ length: MAX_HEADER_FRAMES - 2 }, () => h2Frame(CONTINUATION, 0, 1)),
+    h2Frame(CONTINUATION, END_HEADERS, 1),
   ]));
   t.equal(fine.streams, 1, `a header block in ${MAX_HEADER_FRAMES} frames is served`);
   t.equal(fine.goaway(), undefined, 'and the connection stays');
@@ -142,27 +134,27 @@ t.test('an HPACK bomb (one big table entry indexed thousands of times) stops dec
 
   // Over the connection: the entry goes in with a first request, then the bomb comes in HEADERS and CONTINUATIONs.
   const p = new Peer();
-  await p.send(frameBytes(HEADERS, END_STREAM | END_HEADERS, 1, Buffer.concat([GET_ROOT, bigEntry(4000)])));
+  await p.send(h2Frame(HEADERS, END_STREAM | END_HEADERS, 1, Buffer.concat([GET_ROOT, bigEntry(4000)])));
   t.equal(p.streams, 1, 'the request that fills the table is served');
   const block = Buffer.concat([GET_ROOT, bomb]);
   const parts = [];
   for (let at = 0; at < block.length; at += 16_384) parts.push(block.subarray(at, at + 16_384));
-  await p.send(Buffer.concat(parts.map((part, i) => frameBytes(i === 0 ? HEADERS : CONTINUATION, (i === 0 ? END_STREAM : 0) | (i === parts.length - 1 ? END_HEADERS : 0), 3, part))));
+  await p.send(Buffer.concat(parts.map((part, i) => h2Frame(i === 0 ? HEADERS : CONTINUATION, (i === 0 ? END_STREAM : 0) | (i === parts.length - 1 ? END_HEADERS : 0), 3, part))));
   t.equal(p.goaway(), H2_ERROR.ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM');
   t.equal(p.streams, 1, 'the bomb is not served');
 
   // A header list over SETTINGS_MAX_HEADER_LIST_SIZE but within what is decoded is a 431, and the connection goes on.
   const q = new Peer();
-  await q.send(frameBytes(HEADERS, END_STREAM | END_HEADERS, 1, Buffer.concat([GET_ROOT, bigEntry(4000)])));
-  await q.send(frameBytes(HEADERS, END_STREAM | END_HEADERS, 3, Buffer.concat([GET_ROOT, Buffer.alloc(5, 0xbe)])));
+  await q.send(h2Frame(HEADERS, END_STREAM | END_HEADERS, 1, Buffer.concat([GET_ROOT, bigEntry(4000)])));
+  await q.send(h2Frame(HEADERS, END_STREAM | END_HEADERS, 3, Buffer.concat([GET_ROOT, Buffer.alloc(5, 0xbe)])));
   const status = q.frames().filter(([type, , id]) => type === HEADERS && id === 3).map(([, , , block]) => block.toString('latin1'));
   t.match(status[0], /431/, 'five references to a 4,000-byte entry: 431');
   t.equal(q.goaway(), undefined, 'the connection stays');
 });
 
 for (const [name, frame, ack] of [
-  ['PING', frameBytes(PING, 0, 0, Buffer.alloc(8, 7)), PING],
-  ['SETTINGS', frameBytes(SETTINGS, 0, 0), SETTINGS],
+  ['PING', h2Frame(PING, 0, 0, Buffer.alloc(8, 7)), PING],
+  ['SETTINGS', h2Frame(SETTINGS, 0, 0), SETTINGS],
 ] as const) {
   t.test(`${name} frames from a peer that never reads: the replies waiting are bounded`, async (t) => {
     // The budget of control frames refills at every frame here: only the replies' backlog can stop the flood.
@@ -189,14 +181,14 @@ for (const [name, frame, ack] of [
 
 t.test('control frames past the per-connection budget end the connection, whether or not the peer reads', async (t) => {
   const p = new Peer({ now: () => 0 });
-  await p.send(Buffer.concat(Array.from({ length: IDLE_FRAMES.burst + 500 }, () => frameBytes(PING, 0, 0, Buffer.alloc(8)))));
+  await p.send(Buffer.concat(Array.from({ length: IDLE_FRAMES.burst + 500 }, () => h2Frame(PING, 0, 0, Buffer.alloc(8)))));
   t.equal(p.goaway(), H2_ERROR.ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM');
   // The client's SETTINGS after the preface spent one of the budget.
   t.equal(p.count(PING, 0x1), IDLE_FRAMES.burst - 1, 'the burst is answered, nothing past it');
 
   const empty = new Peer({ now: () => 0 });
-  await empty.send(frameBytes(HEADERS, END_HEADERS, 1, Buffer.from('838684', 'hex'))); // POST with a body to come
-  await empty.send(Buffer.concat(Array.from({ length: IDLE_FRAMES.burst + 10 }, () => frameBytes(DATA, 0, 1))));
+  await empty.send(h2Frame(HEADERS, END_HEADERS, 1, Buffer.from('838684', 'hex'))); // POST with a body to come
+  await empty.send(Buffer.concat(Array.from({ length: IDLE_FRAMES.burst + 10 }, () => h2Frame(DATA, 0, 1))));
   t.equal(empty.goaway(), H2_ERROR.ENHANCE_YOUR_CALM, 'empty DATA frames: GOAWAY ENHANCE_YOUR_CALM');
 
   // At a steady rate under the budget's refill, nothing is cut.
@@ -204,7 +196,7 @@ t.test('control frames past the per-connection budget end the connection, whethe
   const steady = new Peer({ now: () => now });
   for (let i = 0; i < 3000; i++) {
     now += 1000 / IDLE_FRAMES.rate;
-    await steady.send(frameBytes(PING, 0, 0, Buffer.alloc(8)));
+    await steady.send(h2Frame(PING, 0, 0, Buffer.alloc(8)));
   }
   t.equal(steady.goaway(), undefined, `3,000 PINGs at ${IDLE_FRAMES.rate} a second: the connection stays`);
 });
@@ -214,7 +206,7 @@ t.test('rapid reset: streams opened and reset past the budget end the connection
   const streams = 10_000;
   for (let k = 0; k < streams && !p.ended; k += 500) {
     const batch: Buffer[] = [];
-    for (let i = k; i < k + 500; i++) batch.push(frameBytes(HEADERS, END_HEADERS, 2 * i + 1, GET_ROOT), rst(2 * i + 1));
+    for (let i = k; i < k + 500; i++) batch.push(h2Frame(HEADERS, END_HEADERS, 2 * i + 1, GET_ROOT), rst(2 * i + 1));
     await p.send(Buffer.concat(batch));
   }
   t.equal(p.goaway(), H2_ERROR.ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM');
@@ -226,7 +218,7 @@ t.test('rapid reset: streams opened and reset past the budget end the connection
   const calm = new Peer({ now: () => now });
   for (let i = 0; i < 3000; i++) {
     now += 1000 / RESETS.rate;
-    await calm.send(Buffer.concat([frameBytes(HEADERS, END_HEADERS, 2 * i + 1, GET_ROOT), rst(2 * i + 1)]));
+    await calm.send(Buffer.concat([h2Frame(HEADERS, END_HEADERS, 2 * i + 1, GET_ROOT), rst(2 * i + 1)]));
   }
   t.equal(calm.goaway(), undefined, `3,000 streams reset at ${RESETS.rate} a second: the connection stays`);
   t.equal(calm.streams, 3000, 'and every request was served');

@@ -3,12 +3,12 @@ import http2 from 'node:http2';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { H2_ERROR, H2Session, type H2SessionOptions, type H2Stream, type H2Transport } from '../src/control/h2.js';
 import { decodeHuffman, HpackDecoder } from '../src/control/hpack.js';
+import { h2Frame, H2_PREFACE } from '@headway/testkit';
 import { transportOf } from './h2-transport.js';
 
 // The control server's own HTTP/2 (h2.ts, hpack.ts), checked against nghttp2's client (node:http2) over TCP,
 // and against hand-made frames for what a well-behaved client never sends.
 
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
 interface Served { port: number; sessions: H2Session[]; server: Server }
 
@@ -150,22 +150,14 @@ t.test('bodies over the limit get 413, bodies that never end are cancelled, stre
   t.equal(code, http2.constants.NGHTTP2_CANCEL, 'a body that never ends is cancelled');
 
   // nghttp2 holds a request back past the server's limit, so the third is sent by hand.
-  const post = (id: number) => frameBytes(1, 0x4, id, Buffer.from('838684', 'hex'));
-  const r = await raw(port, Buffer.concat([PREFACE, frameBytes(4, 0, 0), post(1), post(3), post(5), frameBytes(7, 0, 0, Buffer.alloc(8))]));
+  const post = (id: number) => h2Frame(1, 0x4, id, Buffer.from('838684', 'hex'));
+  const r = await raw(port, Buffer.concat([H2_PREFACE, h2Frame(4, 0, 0), post(1), post(3), post(5), h2Frame(7, 0, 0, Buffer.alloc(8))]));
   t.same(r.rst.find(([id]) => id === 5), [5, H2_ERROR.REFUSED_STREAM], 'a third concurrent stream is refused (limit 2)');
   t.same(r.rst.filter(([id]) => id !== 5).sort(), [[1, H2_ERROR.CANCEL], [3, H2_ERROR.CANCEL]], 'the two open ones are cancelled when their bodies stall, and the connection ends');
 });
 
 // --- frames a well-behaved client never sends ---------------------------------------------------------------
 
-function frameBytes(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(id, 5);
-  return Buffer.concat([h, payload]);
-}
 
 /** raw sends bytes and returns the GOAWAY error code the server answers with (or -1) once it closes. */
 async function raw(port: number, bytes: Buffer): Promise<{ goaway: number; rst: Array<[number, number]> }> {
@@ -190,24 +182,24 @@ async function raw(port: number, bytes: Buffer): Promise<{ goaway: number; rst: 
 
 t.test('protocol errors end the connection with the GOAWAY code RFC 9113 names', async (t) => {
   const { port } = await serve(t, echo);
-  const settings = frameBytes(4, 0, 0);
-  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
+  const settings = h2Frame(4, 0, 0);
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return h2Frame(8, 0, id, p); };
   const cases: Array<[string, Buffer, number]> = [
     ['a wrong preface', Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n'), H2_ERROR.PROTOCOL_ERROR],
-    ['no SETTINGS after the preface', Buffer.concat([PREFACE, frameBytes(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
-    ['a frame over 16 KiB', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 1, Buffer.alloc(20_000))]), H2_ERROR.FRAME_SIZE_ERROR],
-    ['DATA on stream 0', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 0, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
-    ['DATA on an idle stream', Buffer.concat([PREFACE, settings, frameBytes(0, 0, 5, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
-    ['a WINDOW_UPDATE of 0', Buffer.concat([PREFACE, settings, win(0, 0)]), H2_ERROR.PROTOCOL_ERROR],
-    ['a window past 2^31-1', Buffer.concat([PREFACE, settings, win(0, 0x7fffffff)]), H2_ERROR.FLOW_CONTROL_ERROR],
-    ['SETTINGS of 5 bytes', Buffer.concat([PREFACE, frameBytes(4, 0, 0, Buffer.alloc(5))]), H2_ERROR.FRAME_SIZE_ERROR],
-    ['a PING of 4 bytes', Buffer.concat([PREFACE, settings, frameBytes(6, 0, 0, Buffer.alloc(4))]), H2_ERROR.FRAME_SIZE_ERROR],
-    ['a header block that is not HPACK', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5, 1, Buffer.from('80', 'hex'))]), H2_ERROR.COMPRESSION_ERROR],
-    ['HEADERS on an even stream', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5, 2, Buffer.from('828684', 'hex'))]), H2_ERROR.PROTOCOL_ERROR],
-    ['a frame between HEADERS and its CONTINUATION', Buffer.concat([PREFACE, settings, frameBytes(1, 0x1, 1, Buffer.from('82', 'hex')), frameBytes(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
-    ['PUSH_PROMISE from a client', Buffer.concat([PREFACE, settings, frameBytes(5, 0x4, 1, Buffer.alloc(4))]), H2_ERROR.PROTOCOL_ERROR],
-    ['padding that fills the frame', Buffer.concat([PREFACE, settings, frameBytes(1, 0x5 | 0x8, 1, Buffer.from([9, 0x82]))]), H2_ERROR.PROTOCOL_ERROR],
-    ['CONTINUATION frames past 64 KiB', Buffer.concat([PREFACE, settings, frameBytes(1, 0x1, 1, Buffer.alloc(16_000, 0x82)), ...Array.from({ length: 4 }, () => frameBytes(9, 0, 1, Buffer.alloc(16_000, 0x82)))]), H2_ERROR.ENHANCE_YOUR_CALM],
+    ['no SETTINGS after the preface', Buffer.concat([H2_PREFACE, h2Frame(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a frame over 16 KiB', Buffer.concat([H2_PREFACE, settings, h2Frame(0, 0, 1, Buffer.alloc(20_000))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['DATA on stream 0', Buffer.concat([H2_PREFACE, settings, h2Frame(0, 0, 0, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['DATA on an idle stream', Buffer.concat([H2_PREFACE, settings, h2Frame(0, 0, 5, Buffer.from('x'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a WINDOW_UPDATE of 0', Buffer.concat([H2_PREFACE, settings, win(0, 0)]), H2_ERROR.PROTOCOL_ERROR],
+    ['a window past 2^31-1', Buffer.concat([H2_PREFACE, settings, win(0, 0x7fffffff)]), H2_ERROR.FLOW_CONTROL_ERROR],
+    ['SETTINGS of 5 bytes', Buffer.concat([H2_PREFACE, h2Frame(4, 0, 0, Buffer.alloc(5))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['a PING of 4 bytes', Buffer.concat([H2_PREFACE, settings, h2Frame(6, 0, 0, Buffer.alloc(4))]), H2_ERROR.FRAME_SIZE_ERROR],
+    ['a header block that is not HPACK', Buffer.concat([H2_PREFACE, settings, h2Frame(1, 0x5, 1, Buffer.from('80', 'hex'))]), H2_ERROR.COMPRESSION_ERROR],
+    ['HEADERS on an even stream', Buffer.concat([H2_PREFACE, settings, h2Frame(1, 0x5, 2, Buffer.from('828684', 'hex'))]), H2_ERROR.PROTOCOL_ERROR],
+    ['a frame between HEADERS and its CONTINUATION', Buffer.concat([H2_PREFACE, settings, h2Frame(1, 0x1, 1, Buffer.from('82', 'hex')), h2Frame(6, 0, 0, Buffer.alloc(8))]), H2_ERROR.PROTOCOL_ERROR],
+    ['PUSH_PROMISE from a client', Buffer.concat([H2_PREFACE, settings, h2Frame(5, 0x4, 1, Buffer.alloc(4))]), H2_ERROR.PROTOCOL_ERROR],
+    ['padding that fills the frame', Buffer.concat([H2_PREFACE, settings, h2Frame(1, 0x5 | 0x8, 1, Buffer.from([9, 0x82]))]), H2_ERROR.PROTOCOL_ERROR],
+    ['CONTINUATION frames past 64 KiB', Buffer.concat([H2_PREFACE, settings, h2Frame(1, 0x1, 1, Buffer.alloc(16_000, 0x82)), ...Array.from({ length: 4 }, () => h2Frame(9, 0, 1, Buffer.alloc(16_000, 0x82)))]), H2_ERROR.ENHANCE_YOUR_CALM],
   ];
   for (const [what, bytes, code] of cases) {
     const r = await raw(port, bytes);
@@ -215,8 +207,8 @@ t.test('protocol errors end the connection with the GOAWAY code RFC 9113 names',
   }
 
   // A malformed request is a stream error: RST_STREAM, and the connection goes on.
-  const noPath = frameBytes(1, 0x5, 1, Buffer.from('8286', 'hex')); // :method GET, :scheme http, no :path
-  const r = await raw(port, Buffer.concat([PREFACE, settings, noPath, frameBytes(7, 0, 0, Buffer.alloc(8))]));
+  const noPath = h2Frame(1, 0x5, 1, Buffer.from('8286', 'hex')); // :method GET, :scheme http, no :path
+  const r = await raw(port, Buffer.concat([H2_PREFACE, settings, noPath, h2Frame(7, 0, 0, Buffer.alloc(8))]));
   t.same(r.rst, [[1, H2_ERROR.PROTOCOL_ERROR]], 'a request without :path is reset with PROTOCOL_ERROR');
 });
 
@@ -224,10 +216,10 @@ t.test('a client byte stream cut anywhere is read the same (frames split across 
   const block = Buffer.from('838684', 'hex'); // POST, http, /
   const ping = Buffer.from('0123456789abcdef', 'hex');
   const input = Buffer.concat([
-    PREFACE, frameBytes(4, 0, 0),
-    frameBytes(1, 0x4, 1, block), frameBytes(0, 0x8, 1, Buffer.concat([Buffer.from([3]), Buffer.from('hel'), Buffer.alloc(3)])),
-    frameBytes(0, 0x1, 1, Buffer.from('lo')), frameBytes(6, 0, 0, ping.subarray(0, 8)),
-    frameBytes(1, 0x1 | 0x4, 3, Buffer.from('828684', 'hex')), frameBytes(8, 0, 0, Buffer.from('00001000', 'hex')),
+    H2_PREFACE, h2Frame(4, 0, 0),
+    h2Frame(1, 0x4, 1, block), h2Frame(0, 0x8, 1, Buffer.concat([Buffer.from([3]), Buffer.from('hel'), Buffer.alloc(3)])),
+    h2Frame(0, 0x1, 1, Buffer.from('lo')), h2Frame(6, 0, 0, ping.subarray(0, 8)),
+    h2Frame(1, 0x1 | 0x4, 3, Buffer.from('828684', 'hex')), h2Frame(8, 0, 0, Buffer.from('00001000', 'hex')),
   ]);
   /** run feeds the input cut at `cuts`; returns what the session did, and all it wrote (batching aside). */
   const run = async (cuts: number[]): Promise<string> => {
@@ -295,11 +287,11 @@ t.test('what the client\'s windows hold back waits, in order, and goes once the 
   const data = () => Buffer.concat(frames().filter((f) => f.type === 0 && f.id === 1).map((f) => f.payload));
   const ended = () => frames().some((f) => f.type === 0 && f.id === 1 && (f.flags & 1));
   const settle = () => new Promise((r) => setTimeout(r, 100));
-  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return frameBytes(4, 0, 0, p); };
-  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
+  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return h2Frame(4, 0, 0, p); };
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return h2Frame(8, 0, id, p); };
 
   // A stream window of 10 bytes: the first 10 go, the other 90 wait.
-  socket.write(Buffer.concat([PREFACE, setting(4, 10), frameBytes(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
+  socket.write(Buffer.concat([H2_PREFACE, setting(4, 10), h2Frame(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
   await settle();
   t.same(data(), body.subarray(0, 10), 'the first 10 bytes, as the stream window allows');
   t.notOk(ended(), 'not ended while bytes wait');
@@ -339,9 +331,9 @@ t.test('a message written in pieces goes out in DATA frames that span them, held
     return out;
   };
   const settle = () => new Promise((r) => setTimeout(r, 100));
-  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return frameBytes(4, 0, 0, p); };
-  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return frameBytes(8, 0, id, p); };
-  socket.write(Buffer.concat([PREFACE, setting(4, 3010), frameBytes(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
+  const setting = (key: number, value: number) => { const p = Buffer.alloc(6); p.writeUInt16BE(key); p.writeUInt32BE(value, 2); return h2Frame(4, 0, 0, p); };
+  const win = (id: number, inc: number) => { const p = Buffer.alloc(4); p.writeUInt32BE(inc); return h2Frame(8, 0, id, p); };
+  socket.write(Buffer.concat([H2_PREFACE, setting(4, 3010), h2Frame(1, 0x5, 1, Buffer.from('828684', 'hex'))]));
   await settle();
   t.same(dataFrames().map((f) => f.payload.length), [3010], 'one frame of 3,010 bytes across the first three pieces, as the window allows');
   t.same(Buffer.concat(dataFrames().map((f) => f.payload)), body.subarray(0, 3010));

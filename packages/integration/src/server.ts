@@ -45,7 +45,7 @@ export async function startTestServer(raw: Record<string, unknown> = {}, opts: {
       server = await startServer({ config: again.config as HeadwayConfig, logger, configSource: 'test', engine: opts.engine });
       break;
     } catch (err) {
-      if (attempt >= 5 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+      if (attempt >= 5 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
       server = await startServer({ config, logger, configSource: 'test', engine: opts.engine });
     }
   }

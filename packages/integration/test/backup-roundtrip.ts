@@ -59,7 +59,7 @@ async function startServer(raw: Record<string, unknown>, dataDir: string): Promi
     try {
       return await startTestServer(raw, { dataDir });
     } catch (err) {
-      if (attempt >= 3 || !/EADDRINUSE/.test((err as Error).message)) throw err;
+      if (attempt >= 3 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
     }
   }
 }

@@ -54,7 +54,8 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   t.equal(node.user.name, 'alice');
   const res = await a.followup;
   t.equal(res.MachineAuthorized, true, 'the held follow-up is answered: the device is in');
-  t.equal((await fetch(a.authUrl)).status, 404, 'the login URL is spent');
+  const spent = await fetch(a.authUrl);
+  t.match(await spent.text(), /Device approved/, 'the login URL is spent: it says the device was approved');
   const again = await hw('auth', 'register', '--auth-id', a.authId, '--user', 'alice');
   t.equal(again.code, 1, 'a spent auth ID is refused');
   t.match(again.stderr, /no pending login with auth ID/);
@@ -74,7 +75,7 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   const answer = await c.followup;
   t.equal(answer.MachineAuthorized, false);
   t.equal(answer.Error, REJECTED, 'the held follow-up carries the rejection, which tailscale up prints');
-  t.equal((await fetch(c.authUrl)).status, 404);
+  t.equal((await fetch(c.authUrl)).status, 410, 'the rejected login\'s URL says it was rejected');
   t.equal(s.state.listNodes().length, 2, 'no node for the rejected device');
   const twice = await hw('auth', 'reject', '--auth-id', c.authId);
   t.equal(twice.code, 1);

@@ -48,7 +48,7 @@ for (const binaries of installed) {
       t.not(ended.code, 0, '`tailscale up` exits with an error');
       t.match(`${ended.stderr}${ended.stdout}`, /login rejected by the administrator/, `it says why: ${(ended.stderr || ended.stdout).trim().slice(-300)}`);
       t.same(server.state.listNodes(), [], 'no node');
-      t.equal((await fetch(up.authUrl!)).status, 404, 'the rejected login URL is dead');
+      t.equal((await fetch(up.authUrl!)).status, 410, 'the rejected login URL is dead: it says the login was rejected');
     });
 
     let nodeId = 0;

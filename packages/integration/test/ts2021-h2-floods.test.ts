@@ -1,5 +1,6 @@
 import t from 'tap';
 import { dialTs2021, fetchControlKey, generateKeyPair, type NoiseConn } from '@headway/noise';
+import { h2Frame, H2_PREFACE } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 
 // HTTP/2 floods inside a real Noise session against the real server: no credentials are needed for any of them
@@ -7,20 +8,11 @@ import { startTestServer, type TestServer } from '../src/server.js';
 // ENHANCE_YOUR_CALM while the server keeps answering /health. Counts and closures, never timings.
 
 const CAPVER = 130;
-const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 const HEADERS = 0x1, RST_STREAM = 0x3, SETTINGS = 0x4, PING = 0x6, GOAWAY = 0x7, CONTINUATION = 0x9;
 const ENHANCE_YOUR_CALM = 0xb;
 /** GET_ROOT: `:method GET`, `:scheme http`, `:path /` from HPACK's static table. */
 const GET_ROOT = Buffer.from('828684', 'hex');
 
-function frameBytes(type: number, flags: number, id: number, payload: Buffer = Buffer.alloc(0)): Buffer {
-  const h = Buffer.alloc(9);
-  h.writeUIntBE(payload.length, 0, 3);
-  h[3] = type;
-  h[4] = flags;
-  h.writeUInt32BE(id, 5);
-  return Buffer.concat([h, payload]);
-}
 
 interface Outcome { closed: boolean; goaway?: number; responses: number }
 
@@ -38,7 +30,7 @@ async function flood(s: TestServer, frames: Iterable<Buffer>): Promise<Outcome> 
     const timer = setTimeout(() => { conn.destroy(); resolve(false); }, 30_000);
     conn.once('close', () => { clearTimeout(timer); resolve(true); });
   });
-  conn.write(Buffer.concat([PREFACE, frameBytes(SETTINGS, 0, 0)]));
+  conn.write(Buffer.concat([H2_PREFACE, h2Frame(SETTINGS, 0, 0)]));
   let chunk: Buffer[] = [];
   for (const f of frames) {
     if (conn.destroyed) break;
@@ -67,7 +59,7 @@ t.test('floods inside the tunnel end the connection; the server goes on serving'
   t.teardown(() => s.stop());
   const health = async () => (await fetch(`${s.urls.http}/health`)).status;
 
-  const continuation = await flood(s, [frameBytes(HEADERS, 0, 1, GET_ROOT), ...repeat(100_000, () => frameBytes(CONTINUATION, 0, 1))]);
+  const continuation = await flood(s, [h2Frame(HEADERS, 0, 1, GET_ROOT), ...repeat(100_000, () => h2Frame(CONTINUATION, 0, 1))]);
   t.ok(continuation.closed, '100,000 empty CONTINUATION frames: the connection is closed');
   t.equal(continuation.goaway, ENHANCE_YOUR_CALM, 'with GOAWAY ENHANCE_YOUR_CALM');
 
@@ -75,23 +67,23 @@ t.test('floods inside the tunnel end the connection; the server goes on serving'
   const bomb = Buffer.concat([GET_ROOT, Buffer.alloc(61_000, 0xbe)]);
   const pieces = Array.from({ length: Math.ceil(bomb.length / 16_384) }, (_, i) => bomb.subarray(i * 16_384, (i + 1) * 16_384));
   const hpack = await flood(s, [
-    frameBytes(HEADERS, 0x5, 1, Buffer.concat([GET_ROOT, table])),
-    ...repeat(100, (k) => pieces.map((p, i) => frameBytes(i === 0 ? HEADERS : CONTINUATION, (i === 0 ? 0x1 : 0) | (i === pieces.length - 1 ? 0x4 : 0), 3 + 2 * k, p))),
+    h2Frame(HEADERS, 0x5, 1, Buffer.concat([GET_ROOT, table])),
+    ...repeat(100, (k) => pieces.map((p, i) => h2Frame(i === 0 ? HEADERS : CONTINUATION, (i === 0 ? 0x1 : 0) | (i === pieces.length - 1 ? 0x4 : 0), 3 + 2 * k, p))),
   ]);
   t.ok(hpack.closed, 'HPACK bomb blocks: the connection is closed');
   t.equal(hpack.goaway, ENHANCE_YOUR_CALM, 'with GOAWAY ENHANCE_YOUR_CALM');
   t.ok(hpack.responses <= 1, 'no bomb was served');
 
-  const pings = await flood(s, repeat(20_000, () => frameBytes(PING, 0, 0, Buffer.alloc(8))));
+  const pings = await flood(s, repeat(20_000, () => h2Frame(PING, 0, 0, Buffer.alloc(8))));
   t.ok(pings.closed, '20,000 PINGs: the connection is closed');
   t.equal(pings.goaway, ENHANCE_YOUR_CALM, 'with GOAWAY ENHANCE_YOUR_CALM');
 
-  const settings = await flood(s, repeat(20_000, () => frameBytes(SETTINGS, 0, 0)));
+  const settings = await flood(s, repeat(20_000, () => h2Frame(SETTINGS, 0, 0)));
   t.ok(settings.closed, '20,000 SETTINGS: the connection is closed');
   t.equal(settings.goaway, ENHANCE_YOUR_CALM, 'with GOAWAY ENHANCE_YOUR_CALM');
 
   const cancel = Buffer.from([0, 0, 0, 8]);
-  const reset = await flood(s, repeat(10_000, (i) => [frameBytes(HEADERS, 0x4, 2 * i + 1, GET_ROOT), frameBytes(RST_STREAM, 0, 2 * i + 1, cancel)]));
+  const reset = await flood(s, repeat(10_000, (i) => [h2Frame(HEADERS, 0x4, 2 * i + 1, GET_ROOT), h2Frame(RST_STREAM, 0, 2 * i + 1, cancel)]));
   t.ok(reset.closed, 'rapid reset, 10,000 streams: the connection is closed');
   t.equal(reset.goaway, ENHANCE_YOUR_CALM, 'with GOAWAY ENHANCE_YOUR_CALM');
   t.ok(reset.responses < 2000, `${reset.responses} of 10,000 requests answered`);

@@ -3,3 +3,4 @@ export * from './netmap.js';
 export * from './zstd.js';
 export * from './device.js';
 export * from './bench-policy.js';
+export * from './h2frames.js';

@@ -41,13 +41,17 @@ export function portHolder(port: number, protocol: 'tcp' | 'udp' = 'tcp'): strin
   return undefined;
 }
 
-/** bindError turns a listen error into one line naming the key, the address and, for a port in use, who holds it. */
-export function bindError(key: string, addr: string, err: NodeJS.ErrnoException, protocol: 'tcp' | 'udp' = 'tcp', off?: string): Error {
-  if (err.code !== 'EADDRINUSE') return new Error(`${key} ${addr}: ${err.message}`);
+/**
+ * bindError turns a listen error into one line naming the key, the address and, for a port in use, who holds it.
+ * The system's code (EADDRINUSE, EACCES, …) stays on the error as `code`, for callers that retry.
+ */
+export function bindError(key: string, addr: string, err: NodeJS.ErrnoException, protocol: 'tcp' | 'udp' = 'tcp', off?: string): NodeJS.ErrnoException {
+  const withCode = (message: string) => Object.assign(new Error(message), { code: err.code });
+  if (err.code !== 'EADDRINUSE') return withCode(`${key} ${addr}: ${err.message}`);
   const port = parseHostPort(addr)?.port;
   const holder = port ? portHolder(port, protocol) : undefined;
   const instead = off ? `; choose another port, or ${off}` : '; choose another port';
-  return new Error(`${key} ${addr}: the address is already in use${holder ? ` (by ${holder})` : ''}${instead}`);
+  return withCode(`${key} ${addr}: the address is already in use${holder ? ` (by ${holder})` : ''}${instead}`);
 }
 
 /** bindTcp opens a TCP listener on host:port (nothing serves it yet); its error names the key (see bindError). */

@@ -7,7 +7,8 @@
 # It then compiles @headway/memtrim's small addon (glibc malloc_trim; the server runs
 # without it, keeping freed C memory resident, where it is missing) and @headway/aead's
 # (ChaCha20-Poly1305 for Noise records on the OpenSSL inside Node; without it records are
-# sealed in WASM, the same bytes at a third of the speed).
+# sealed in WASM, the same bytes at a third of the speed). Last it writes that Node's ABI
+# (process.versions.modules) to node_modules/.headway-node-abi, which serve.sh compares.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 node_gyp="$(npm root -g)/npm/node_modules/node-gyp/bin/node-gyp.js"
@@ -31,3 +32,6 @@ node -e 'if (typeof require("./build/Release/memtrim.node").trim !== "function")
 cd "$root/packages/aead"
 gyp
 node -e 'if (typeof require("./build/Release/aead.node").seal !== "function") process.exit(1)'
+# The native modules now match this Node's ABI: serve.sh runs `npm ci` again only when it changes.
+cd "$root"
+node -p process.versions.modules > node_modules/.headway-node-abi

@@ -11,8 +11,7 @@ if [ ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ] \
   || [ ! -f packages/aead/build/Release/aead.node ] \
   || [ "$(cat node_modules/.headway-node-abi 2>/dev/null)" != "$(node -p process.versions.modules)" ]; then
   npm ci --no-audit --no-fund --ignore-scripts
-  bash scripts/build-sqlite.sh
-  node -p process.versions.modules > node_modules/.headway-node-abi
+  bash scripts/build-sqlite.sh   # ends by writing node_modules/.headway-node-abi
 fi
 npm run build --silent
 exec node packages/cli/bin/run.js serve "$@"

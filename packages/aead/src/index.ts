@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
@@ -41,14 +41,20 @@ export type X25519Handle = object;
 
 /** Where node-gyp puts the addon, relative to this file (dist/src/index.js). */
 export const ADDON_PATH = fileURLToPath(new URL('../../build/Release/aead.node', import.meta.url));
+/** Where the install script (scripts/addon-install.mjs) writes why the build failed: a summary line, then node-gyp's output. */
+export const NOT_BUILT_PATH = fileURLToPath(new URL('../../build/not-built.txt', import.meta.url));
 
 /**
  * loadAead loads the compiled addon, or returns why there is none: it was not built (npm installs this package as
- * optional; a checkout builds it with scripts/build-sqlite.sh), or it did not load (a Node whose OpenSSL lacks
- * ChaCha20-Poly1305, or whose crypto library is not OpenSSL).
+ * optional; a checkout builds it with scripts/build-sqlite.sh; buildFailed when the install tried and failed, with
+ * its reason), or it did not load (a Node whose OpenSSL lacks ChaCha20-Poly1305, or whose crypto library is not OpenSSL).
  */
-export function loadAead(): Aead | { unavailable: string } {
-  if (!existsSync(ADDON_PATH)) return { unavailable: `the aead addon was not built (${ADDON_PATH})` };
+export function loadAead(): Aead | { unavailable: string; buildFailed?: boolean } {
+  if (!existsSync(ADDON_PATH)) {
+    if (!existsSync(NOT_BUILT_PATH)) return { unavailable: `the aead addon was not built (${ADDON_PATH})` };
+    const why = readFileSync(NOT_BUILT_PATH, 'utf8').split('\n', 1)[0];
+    return { unavailable: `the aead addon failed to build at install: ${why} (${NOT_BUILT_PATH} has node-gyp's output)`, buildFailed: true };
+  }
   let addon: Partial<Aead>;
   try {
     addon = createRequire(import.meta.url)(ADDON_PATH) as Partial<Aead>;

@@ -1,20 +1,20 @@
 import t from 'tap';
 import { execFile, spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../src/tailscale.js';
 
 /*
- * The install path a self-hoster takes: `npm install -g @headway/cli`, then `headway serve`.
- * Every published workspace is packed (running its prepack, as `npm publish` would), the
- * tarballs are served by a throwaway registry on 127.0.0.1 for the @headway scope only, and
- * npm installs @headway/cli by name into an empty prefix. Third-party dependencies come
- * from the default registry through npm's cache (--prefer-offline; `npm ci` filled it).
- * Outside CI a machine without the registry skips with the reason; under CI=true it fails.
+ * The install path a self-hoster takes: scripts/install.sh, the README's first command, run here as it is
+ * there. It packs every published workspace (running its prepack, as `npm publish` would), serves the
+ * tarballs from a throwaway registry on 127.0.0.1 for the @headway scope only (scripts/packed-registry.mjs),
+ * and has npm install @headway/cli by name into an empty prefix, with HOME an empty directory: no
+ * ~/.npmrc, no node-gyp headers cached in ~/.cache/node-gyp, so the native addons must compile against the
+ * headers of the Node that runs npm. Third-party dependencies come from the default registry through npm's
+ * cache (--prefer-offline; `npm ci` filled it). Outside CI a machine without the registry skips with the
+ * reason; under CI=true it fails.
  */
 
 const root = repoRoot();
@@ -24,6 +24,10 @@ const PUBLISHED = [
   'aead', 'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
   'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
 ].map((p) => `@headway/${p}`).sort();
+
+/** scripts/install.sh packs and serves the published workspaces with scripts/packed-registry.mjs; its list is the one pinned here. */
+const { publishedWorkspaces } = await import(pathToFileURL(join(root, 'scripts', 'packed-registry.mjs')).href) as
+  typeof import('../../../scripts/packed-registry.mjs');
 
 interface Workspace { dir: string; pkg: Record<string, any> }
 
@@ -55,8 +59,8 @@ const OFFLINE = /ENOTCACHED|ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOU
 
 t.test('published packages: metadata an npm install needs', async (t) => {
   const all = workspaces();
-  const published = all.filter((w) => !w.pkg.private);
-  t.same(published.map((w) => w.pkg.name).sort(), PUBLISHED, 'exactly these workspaces are published');
+  const published = publishedWorkspaces(root);
+  t.same(published.map((w) => w.pkg.name).sort(), PUBLISHED, 'exactly these workspaces are published (and packed by scripts/install.sh)');
   const names = new Set(published.map((w) => w.pkg.name as string));
   for (const { dir, pkg } of all) {
     t.equal(pkg.engines?.node, '>=24', `${pkg.name}: engines.node`);
@@ -84,7 +88,7 @@ t.test('published packages: metadata an npm install needs', async (t) => {
   t.ok(cli.files.includes('contrib'), 'the systemd unit ships with the CLI');
 });
 
-t.test('npm install -g @headway/cli from the packed tarballs, then headway serve', async (t) => {
+t.test('scripts/install.sh: npm install -g @headway/cli from the packed tarballs, then headway serve', async (t) => {
   const ping = await run('npm', ['ping'], { timeoutMs: 30_000 });
   if (ping.code !== 0) {
     const reason = `the npm registry is unreachable (npm ping: ${(ping.stderr.split('\n').find((l) => /ERR|error/.test(l)) ?? `exit ${ping.code}`).trim()})`;
@@ -98,43 +102,38 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
 
   const work = mkdtempSync(join(tmpdir(), 'hw-packed-'));
   t.teardown(() => rmSync(work, { recursive: true, force: true }));
-  const tarballs = join(work, 'tarballs');
-  mkdirSync(tarballs);
 
-  // 1. Pack every published workspace, prepack included (it builds dist and the CLI manifest).
-  let started = Date.now();
-  const published = workspaces().filter((w) => !w.pkg.private);
-  const pack = await run('npm', ['pack', '--pack-destination', tarballs, ...published.flatMap((w) => ['-w', w.dir])], { timeoutMs: 900_000 });
-  t.equal(pack.code, 0, 'npm pack');
-  if (pack.code !== 0) { t.comment(pack.stderr.slice(-4000)); return; }
-  const files = readdirSync(tarballs).filter((f) => f.endsWith('.tgz'));
-  t.equal(files.length, published.length, 'one tarball per published workspace');
-  t.comment(`npm pack (with prepack) of ${files.length} packages: ${Date.now() - started} ms, ${files.map((f) => `${f} ${readFileSync(join(tarballs, f)).length} B`).join(', ')}`);
-
-  // 2. A registry for the @headway scope serving exactly those tarballs.
-  const registry = await serveRegistry(tarballs, published);
-  t.teardown(() => new Promise<void>((r) => registry.server.close(() => r())));
-
-  // 3. Install by name into an empty prefix, as the README says.
+  // 1-3. The README's command into an empty prefix, with an empty HOME and the caller's npm cache.
   const prefix = join(work, 'prefix');
-  started = Date.now();
-  const install = await run('npm', [
-    'install', '-g', '--prefix', prefix, '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=warn',
-    `--@headway:registry=${registry.url}`, '@headway/cli',
-  ], { timeoutMs: 600_000 });
+  const installHome = join(work, 'install-home');
+  mkdirSync(installHome);
+  const cache = (await run('npm', ['config', 'get', 'cache'])).stdout.trim();
+  const installStarted = Date.now();
+  const install = await run('bash', [join(root, 'scripts', 'install.sh'), '--prefix', prefix],
+    { env: env({ HOME: installHome, npm_config_cache: cache }), timeoutMs: 1_500_000 });
   if (install.code !== 0 && OFFLINE.test(install.stderr) && !CI) {
     t.comment(`skipped: installing third-party dependencies needs the registry or a filled npm cache:\n${install.stderr.slice(-2000)}`);
     t.skip('offline outside CI', () => undefined);
     return;
   }
-  t.equal(install.code, 0, 'npm install -g @headway/cli');
-  if (install.code !== 0) { t.comment(install.stderr.slice(-4000)); return; }
-  t.comment(`npm install -g @headway/cli: ${Date.now() - started} ms`);
+  t.equal(install.code, 0, 'scripts/install.sh --prefix <empty dir>');
+  if (install.code !== 0) { t.comment(`${install.stdout.slice(-2000)}\n${install.stderr.slice(-4000)}`); return; }
+  t.comment(`scripts/install.sh: ${Date.now() - installStarted} ms`);
+  t.comment(install.stdout.trim());
   // npm took each @headway package's integrity from the local packuments, so its bytes are the
   // packed tarball's (fetched, or found in npm's content-addressed cache under that integrity).
-  const resolved = [...registry.served].filter((f) => !f.endsWith('.tgz')).sort();
+  const resolved = /^@headway packages from the packed tarballs: (.*)$/m.exec(install.stdout)?.[1]?.split(', ') ?? [];
   t.ok(resolved.includes('@headway/cli') && resolved.includes('@headway/core'), `@headway packages resolved from the packed tarballs: ${resolved.join(', ')}`);
   t.notOk(resolved.includes('@headway/storage-contract'), 'the test-only storage contract is not installed on a server');
+  t.match(install.stdout, new RegExp(`^headway: ${prefix}/bin/headway -> `, 'm'), 'the script says where headway is');
+  t.match(install.stdout, /^headway 0\.1\.0$/m, 'and ends with `headway version`');
+  t.match(install.stdout, /^@headway\/memtrim: compiled, in use$/m, 'and says the memtrim addon is in use');
+  t.match(install.stdout, /^@headway\/aead: compiled, in use$/m, 'and the aead addon');
+  // The systemd unit runs <prefix>/bin/headway with the node beside it: Node 24, with its headers for the addons.
+  const prefixNode = await run(join(prefix, 'bin', 'node'), ['-v']);
+  t.match(prefixNode.stdout, /^v24\./, `Node 24 was installed as <prefix>/bin/node (${prefixNode.stdout.trim()})`);
+  t.ok(existsSync(join(prefix, 'include', 'node', 'node.h')), 'with its headers in <prefix>/include/node');
+  t.ok(existsSync(join(prefix, 'bin', 'npm')), 'and npm beside it, whose own node-gyp built the addons');
 
   const bin = join(prefix, 'bin', 'headway');
   t.ok(existsSync(bin), `${bin} exists`);
@@ -150,13 +149,16 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   }
 
   // @headway/memtrim is optional: npm compiles it at install where a C compiler is (as here), else goes on.
+  // Compiled here with no headers in ~/.cache/node-gyp and no nodejs.org: against <prefix>/include/node.
   const memtrim = [join(installed, 'node_modules', '@headway', 'memtrim'), join(prefix, 'lib', 'node_modules', '@headway', 'memtrim'),
     join(installed, 'node_modules', '@headway', 'core', 'node_modules', '@headway', 'memtrim')].find((p) => existsSync(p));
   t.ok(memtrim && existsSync(join(memtrim, 'build', 'Release', 'memtrim.node')), 'npm compiled the optional @headway/memtrim at install');
+  t.notOk(memtrim && existsSync(join(memtrim, 'build', 'not-built.txt')), 'and left no reason for a failure');
   // So is @headway/aead (OpenSSL's ChaCha20-Poly1305 for Noise records; without it they are sealed in WASM).
   const aead = [join(installed, 'node_modules', '@headway', 'aead'), join(prefix, 'lib', 'node_modules', '@headway', 'aead'),
     join(installed, 'node_modules', '@headway', 'noise', 'node_modules', '@headway', 'aead')].find((p) => existsSync(p));
   t.ok(aead && existsSync(join(aead, 'build', 'Release', 'aead.node')), 'npm compiled the optional @headway/aead at install');
+  t.notOk(aead && existsSync(join(aead, 'build', 'not-built.txt')), 'and left no reason for a failure');
 
   // 4. Start the installed server on ephemeral loopback ports with a temporary config.
   const home = join(work, 'home');
@@ -180,7 +182,7 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   const version = await run(bin, ['version'], { cwd: home, env: cliEnv, timeoutMs: 60_000 });
   t.equal(version.code, 0, `headway version: ${version.stdout.trim()} ${version.stderr.trim()}`);
 
-  started = Date.now();
+  const started = Date.now();
   const server = spawn(bin, ['serve', '--config', config], { cwd: home, env: cliEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   let grpcUrl: string | undefined;
@@ -221,54 +223,47 @@ t.test('npm install -g @headway/cli from the packed tarballs, then headway serve
   t.notMatch(output, /"level":"(error|fatal)"/, 'no error was logged');
 });
 
-interface LocalRegistry { server: Server; url: string; served: Set<string> }
+t.test('an addon build that fails at install leaves its reason where the loader reports it', async (t) => {
+  // The packages as their tarballs hold them (package.json `files`, the install script prepack copies in),
+  // installed by npm's own lifecycle (`npm run install`) on a machine whose C compiler is missing.
+  for (const [name, load] of [['memtrim', 'loadMemoryTrim'], ['aead', 'loadAead']] as const) {
+    const src = join(root, 'packages', name);
+    const pkg = JSON.parse(readFileSync(join(src, 'package.json'), 'utf8')) as { files: string[] };
+    const dir = mkdtempSync(join(tmpdir(), `hw-not-built-${name}-`));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    for (const f of pkg.files) if (f !== 'addon-install.mjs') cpSync(join(src, f), join(dir, f), { recursive: true });
+    cpSync(join(src, 'package.json'), join(dir, 'package.json'));
+    cpSync(join(root, 'scripts', 'addon-install.mjs'), join(dir, 'addon-install.mjs'));
+    const home = mkdtempSync(join(tmpdir(), 'hw-home-'));
+    t.teardown(() => rmSync(home, { recursive: true, force: true }));
 
-/**
- * serveRegistry answers npm's two requests for the packed workspaces: the packument
- * (GET /@headway%2fname) and the tarball. Anything else is 404, so a dependency on an
- * unpublished @headway package fails the install as it would on the real registry.
- */
-async function serveRegistry(dir: string, published: Workspace[]): Promise<LocalRegistry> {
-  const served = new Set<string>();
-  const byName = new Map<string, { pkg: Record<string, any>; file: string; data: Buffer }>();
-  for (const { pkg } of published) {
-    const file = `${(pkg.name as string).slice(1).replace('/', '-')}-${pkg.version}.tgz`;
-    byName.set(pkg.name, { pkg, file, data: readFileSync(join(dir, file)) });
+    const install = await run('npm', ['run', 'install'], { cwd: dir, env: env({ HOME: home, CC: '/nonexistent/cc', CXX: '/nonexistent/c++' }), timeoutMs: 300_000 });
+    t.equal(install.code, 0, `${name}: a failed build does not fail the install`);
+    t.match(install.stderr, new RegExp(`@headway/${name}: the addon was not built \\(.*nonexistent/c.*\\); the server runs without it`), `${name}: and says so`);
+    t.notOk(existsSync(join(dir, 'build', 'Release', `${name}.node`)), `${name}: nothing was built`);
+    const notBuilt = readFileSync(join(dir, 'build', 'not-built.txt'), 'utf8');
+    t.match(notBuilt.split('\n')[0], /nonexistent\/c/, `${name}: build/not-built.txt starts with the cause: ${notBuilt.split('\n')[0]}`);
+    t.match(notBuilt, /gyp ERR!/, `${name}: followed by node-gyp's output`);
+
+    const mod = await import(pathToFileURL(join(dir, 'dist', 'src', 'index.js')).href) as Record<typeof load, () => { unavailable?: string; buildFailed?: boolean }>;
+    const loaded = mod[load]();
+    t.match(loaded.unavailable, new RegExp(`^the ${name} addon failed to build at install: .*nonexistent/c.*not-built\\.txt has node-gyp's output`),
+      `${name}: the loader's reason, which the server logs at start, carries it: ${loaded.unavailable}`);
+    t.equal(loaded.buildFailed, true, `${name}: as a failed build (the server warns)`);
   }
-  // Every run's registry has a path of its own: npm keys its cache by URL, and with --prefer-offline a packument
-  // cached by an earlier run on the same port (another build's tarballs) was taken without asking (a CI run on a
-  // reused machine installed a build of an older commit and never fetched from this registry).
-  const base = `/${randomBytes(8).toString('hex')}`;
-  const server = createServer((req, res) => {
-    const full = decodeURIComponent((req.url ?? '/').split('?')[0]!);
-    if (!full.startsWith(`${base}/`)) { res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"not found"}'); return; }
-    const path = full.slice(base.length);
-    const tarball = /^\/-\/tarballs\/([^/]+\.tgz)$/.exec(path);
-    if (tarball) {
-      const hit = [...byName.values()].find((e) => e.file === tarball[1]);
-      if (!hit) { res.writeHead(404).end(); return; }
-      served.add(hit.file);
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': hit.data.length }).end(hit.data);
-      return;
-    }
-    const entry = byName.get(path.slice(1));
-    if (!entry) { res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":"not found"}'); return; }
-    served.add(entry.pkg.name);
-    const { pkg, file, data } = entry;
-    const host = `http://${req.headers.host}`;
-    const manifest = {
-      ...pkg,
-      _id: `${pkg.name}@${pkg.version}`,
-      dist: {
-        tarball: `${host}${base}/-/tarballs/${file}`,
-        integrity: `sha512-${createHash('sha512').update(data).digest('base64')}`,
-        shasum: createHash('sha1').update(data).digest('hex'),
-      },
-    };
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({
-      name: pkg.name, 'dist-tags': { latest: pkg.version }, versions: { [pkg.version]: manifest },
-    }));
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}${base}/`, served };
-}
+
+  // A build that succeeds but does not load (a distribution's node-gyp linking its own libnode crashed Node 24).
+  const dir = mkdtempSync(join(tmpdir(), 'hw-not-loading-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const gyp = join(dir, 'fake-node-gyp.mjs');
+  writeFileSync(gyp, "import { mkdirSync, writeFileSync } from 'node:fs';\n"
+    + "mkdirSync('build/Release', { recursive: true }); writeFileSync('build/Release/memtrim.node', 'not a shared object');\n");
+  const pkgDir = join(dir, 'memtrim');
+  mkdirSync(pkgDir);
+  cpSync(join(root, 'packages', 'memtrim', 'package.json'), join(pkgDir, 'package.json'));
+  const check = await run(process.execPath, [join(root, 'scripts', 'addon-install.mjs')], { cwd: pkgDir, env: env({ npm_config_node_gyp: gyp }) });
+  t.equal(check.code, 0, 'an addon that does not load does not fail the install');
+  t.notOk(existsSync(join(pkgDir, 'build', 'Release', 'memtrim.node')), 'it is removed, so the loader does not try it');
+  t.match(readFileSync(join(pkgDir, 'build', 'not-built.txt'), 'utf8').split('\n')[0],
+    /^the built memtrim\.node fails when node v24\.\S+ \(.*\) loads it: Error: .*memtrim\.node: (invalid ELF header|file too short)/, 'and not-built.txt says why');
+});

@@ -15,6 +15,8 @@ export interface RecordAead {
   readonly backend: 'openssl' | 'wasm';
   /** why, when the backend is 'wasm', the addon is not used. */
   readonly unavailable?: string;
+  /** true when that is because the addon's build failed at install (the reason says why): worth the operator's notice. */
+  readonly buildFailed?: boolean;
   readonly max: number;
   seal(key: Uint8Array, nonce: Uint8Array, plaintext: Uint8Array, out: Uint8Array, offset: number): number;
   open(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number): boolean;
@@ -43,6 +45,7 @@ export const WASM_RECORD_AEAD: RecordAead = { backend: 'wasm', max: WASM_AEAD_MA
  */
 async function loadRecordAead(): Promise<RecordAead> {
   let reason: string;
+  let buildFailed = false;
   try {
     const loaded = (await import('@headway/aead')).loadAead();
     if (!('unavailable' in loaded)) {
@@ -52,11 +55,12 @@ async function loadRecordAead(): Promise<RecordAead> {
       reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
     } else {
       reason = loaded.unavailable;
+      buildFailed = loaded.buildFailed === true;
     }
   } catch (err) {
     reason = `@headway/aead is not installed (${(err as Error).message})`;
   }
-  return { ...WASM_RECORD_AEAD, unavailable: reason };
+  return { ...WASM_RECORD_AEAD, unavailable: reason, ...(buildFailed ? { buildFailed } : {}) };
 }
 
 /** recordAead is what this process seals and opens transport records with (see loadRecordAead). */

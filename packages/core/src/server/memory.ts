@@ -80,17 +80,18 @@ export class MemoryTrimmer {
 
 /**
  * startMemoryTrimmer loads @headway/memtrim (an optional dependency with a small C addon) and starts a trimmer,
- * or says once, at debug level, why there is none: not built, not installed, or not glibc.
+ * or says once why there is none: not built, not installed, or not glibc at debug level; a build that failed at
+ * install, with its reason, as a warning (the operator can fix it: a compiler, Node's headers).
  */
 export async function startMemoryTrimmer(logger: Logger, metrics: Metrics): Promise<MemoryTrimmer | undefined> {
-  let loaded: { trim(): boolean } | { unavailable: string };
+  let loaded: { trim(): boolean } | { unavailable: string; buildFailed?: boolean };
   try {
     loaded = (await import('@headway/memtrim')).loadMemoryTrim();
   } catch (err) {
     loaded = { unavailable: `@headway/memtrim is not installed (${(err as Error).message})` };
   }
   if ('unavailable' in loaded) {
-    logger.debug('free C memory stays with the process', { reason: loaded.unavailable });
+    logger[loaded.buildFailed ? 'warn' : 'debug']('free C memory stays with the process', { reason: loaded.unavailable });
     return undefined;
   }
   return new MemoryTrimmer({ trim: loaded.trim, logger, metrics });

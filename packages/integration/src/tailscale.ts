@@ -590,6 +590,20 @@ export class TailscaleDevice {
    * CLI prints the interactive AuthURL (or status reports one); that `up`
    * process keeps running until the node is authorised or stop() kills it.
    */
+  /** waitNetmap polls `tailscale debug netmap` until check holds; a timeout's error shows `brief` of the last map seen. */
+  async waitNetmap(check: (nm: NetworkMapJson) => boolean, opts: { timeoutMs: number; intervalMs?: number; brief?: (nm: NetworkMapJson) => unknown }): Promise<NetworkMapJson> {
+    const deadline = Date.now() + opts.timeoutMs;
+    let last: NetworkMapJson | null = null;
+    for (;;) {
+      last = await this.netmap().catch(() => null);
+      if (last && check(last)) return last;
+      if (Date.now() >= deadline) break;
+      await new Promise((r) => setTimeout(r, opts.intervalMs ?? 100));
+    }
+    const brief = last && opts.brief ? opts.brief(last) : last;
+    throw new Error(`netmap of ${this.name} did not reach the expected state within ${opts.timeoutMs} ms; last: ${JSON.stringify(brief)}`);
+  }
+
   async up(options: UpOptions): Promise<UpResult> {
     this.#assertRunning('tailscale up');
     const timeoutMs = options.timeoutMs ?? 30_000;

@@ -52,17 +52,8 @@ const runCli = (s: TestServer, args: string[]) => runHeadwayOn(s, args, 30_000);
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** waitNetmap polls `tailscale debug netmap` until check holds; the timeout error shows the last map's relevant parts. */
-async function waitNetmap(d: TailscaleDevice, check: (nm: NetworkMapJson) => boolean, timeoutMs: number, intervalMs = 100): Promise<NetworkMapJson> {
-  const deadline = Date.now() + timeoutMs;
-  let last: NetworkMapJson | null = null;
-  for (;;) {
-    last = await d.netmap().catch(() => null);
-    if (last && check(last)) return last;
-    if (Date.now() >= deadline) break;
-    await sleep(intervalMs);
-  }
-  const brief = last ? { Peers: peerNames(last), PacketFilterRules: rules(last), SelfCapMap: self(last).CapMap } : null;
-  throw new Error(`netmap of ${d.name} did not reach the expected state within ${timeoutMs} ms; last: ${JSON.stringify(brief)}`);
+function waitNetmap(d: TailscaleDevice, check: (nm: NetworkMapJson) => boolean, timeoutMs: number, intervalMs = 100): Promise<NetworkMapJson> {
+  return d.waitNetmap(check, { timeoutMs, intervalMs, brief: (nm) => ({ Peers: peerNames(nm), PacketFilterRules: rules(nm), SelfCapMap: self(nm).CapMap }) });
 }
 
 function self(nm: NetworkMapJson): NodeJson {

@@ -55,17 +55,8 @@ interface SshPolicyJson {
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** waitNetmap polls `tailscale debug netmap` until check holds; the timeout error shows the peers and SSH policy last seen. */
-async function waitNetmap(d: TailscaleDevice, check: (nm: NetworkMapJson) => boolean, timeoutMs: number): Promise<NetworkMapJson> {
-  const deadline = Date.now() + timeoutMs;
-  let last: NetworkMapJson | null = null;
-  for (;;) {
-    last = await d.netmap().catch(() => null);
-    if (last && check(last)) return last;
-    if (Date.now() >= deadline) break;
-    await sleep(200);
-  }
-  const brief = last ? { Peers: (last.Peers ?? []).map((p) => p.Name), SSHPolicy: last.SSHPolicy } : null;
-  throw new Error(`netmap of ${d.name} did not reach the expected state within ${timeoutMs} ms; last: ${JSON.stringify(brief)}`);
+function waitNetmap(d: TailscaleDevice, check: (nm: NetworkMapJson) => boolean, timeoutMs: number): Promise<NetworkMapJson> {
+  return d.waitNetmap(check, { timeoutMs, intervalMs: 200, brief: (nm) => ({ Peers: (nm.Peers ?? []).map((p) => p.Name), SSHPolicy: nm.SSHPolicy }) });
 }
 
 /** selfIps are a netmap's own addresses without their /32 and /128. */

@@ -16,7 +16,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY package.json package-lock.json .npmrc tsconfig.base.json tsconfig.json ./
-COPY scripts/build-sqlite.sh scripts/build-sqlite.sh
+# build-sqlite.sh compiles the native modules; packed-registry is imported by a test that tsc -b compiles.
+COPY scripts/build-sqlite.sh scripts/packed-registry.mjs scripts/packed-registry.d.mts scripts/
 COPY packages packages
 COPY examples examples
 # Install scripts stay off (as in CI): the native modules are compiled below, from source.

@@ -39,8 +39,8 @@ export class HeadwayError extends Error {
 /**
  * shown quotes a value a client sent for an error message, cut to `max` characters: an error that echoed a
  * 100,000-character name whole did not fit in a gRPC status (HTTP/2 trailers) and broke the client's connection.
- * A value that is not a string is shown as its JSON text, written by jsonPreview: JSON.stringify recursed into a
- * list nested 5,000 deep and overflowed the stack while the message was being built.
+ * A value that is not a string is shown as its JSON text, written by jsonPreview: JSON.stringify recurses, and a
+ * list nested thousands deep overflows the stack.
  */
 export function shown(v: unknown, max = 80): string {
   if (typeof v === 'string') return v.length <= max ? JSON.stringify(v) : `${JSON.stringify(v.slice(0, max))}... (${v.length} characters)`;

@@ -12,6 +12,8 @@ export interface HandshakeFailureLogOptions {
   /** maxTracked bounds the remembered pairs (default 1024). */
   maxTracked?: number;
   now?: () => number;
+  /** message is each line's message, the reason going in its fields (default: the relay's handshake failure). */
+  message?: string;
 }
 
 interface Entry {
@@ -40,6 +42,7 @@ export class HandshakeFailureLog {
   private readonly maxLines: number;
   private readonly maxTracked: number;
   private readonly now: () => number;
+  private readonly message: string;
   private readonly entries = new Map<string, Entry>();
   private windowStart = -Infinity;
   private linesInWindow = 0;
@@ -50,6 +53,7 @@ export class HandshakeFailureLog {
     this.maxLines = options.maxLinesPerInterval ?? 20;
     this.maxTracked = options.maxTracked ?? 1024;
     this.now = options.now ?? Date.now;
+    this.message = options.message ?? 'derp: relay connection failed its handshake';
   }
 
   /** report logs the failure unless the same address and reason were logged within the interval; true if it wrote a line. */
@@ -77,9 +81,8 @@ export class HandshakeFailureLog {
       fields.other_failures_not_logged = this.droppedInWindow;
       this.droppedInWindow = 0;
     }
-    const msg = 'derp: relay connection failed its handshake';
-    if (failure.level === 'warn') this.logger.warn(msg, fields);
-    else this.logger.info(msg, fields);
+    if (failure.level === 'warn') this.logger.warn(this.message, fields);
+    else this.logger.info(this.message, fields);
     this.entries.delete(key);
     this.entries.set(key, { quietUntil: now + this.intervalMs, suppressed: 0 });
     if (this.entries.size > this.maxTracked) this.prune(now);

@@ -8,8 +8,8 @@ export const BODY_LIMIT = 1024 * 1024;
 export const POLICY_LIMIT = 4 * 1024 * 1024;
 /**
  * BODY_MAX_DEPTH caps how deeply a JSON body's objects and lists nest. No route takes more than a few levels
- * (a policy travels as text); a body nested thousands deep reached code that walks values recursively
- * (an error message quoting `access` overflowed the stack at 5,000 levels and answered 500).
+ * (a policy travels as text), and a body nested thousands deep would reach code that walks values
+ * recursively.
  */
 export const BODY_MAX_DEPTH = 64;
 

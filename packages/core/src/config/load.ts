@@ -322,9 +322,13 @@ export function suggestKey(key: string): string | undefined {
     const parts = k.split('.');
     if (parts.length >= depth) known.add(parts.slice(0, depth).join('.'));
   }
-  if (!known.size) return undefined;
-  const best = closest(key, [...known]);
-  return distance(key, best) <= Math.max(2, Math.floor(key.length / 3)) ? best : undefined;
+  return known.size ? nearest(key, [...known], key.length) : undefined;
+}
+
+/** nearest is the candidate closest to name when it is within a third of `length` edits (at least 2), else undefined. */
+function nearest(name: string, candidates: string[], length: number): string | undefined {
+  const best = closest(name, candidates);
+  return distance(name, best) <= Math.max(2, Math.floor(length / 3)) ? best : undefined;
 }
 
 /** OTHER_VARIABLES are HEADWAY_* variables that name no key but that the CLI, the scripts or the tests read. */
@@ -340,8 +344,8 @@ function unknownEnvProblems(env: NodeJS.ProcessEnv): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   for (const name of Object.keys(env)) {
     if (!name.startsWith('HEADWAY_') || known.has(name) || OTHER_VARIABLES.has(name) || name.startsWith('HEADWAY_TEST_')) continue;
-    const best = closest(name, names);
-    const hint = distance(name, best) <= Math.max(2, Math.floor((name.length - 'HEADWAY_'.length) / 3)) ? `; did you mean ${best}?` : '';
+    const best = nearest(name, names, name.length - 'HEADWAY_'.length);
+    const hint = best ? `; did you mean ${best}?` : '';
     problems.push({ level: 'warn', key: name, message: `this environment variable names no configuration key (ignored)${hint}` });
   }
   return problems;

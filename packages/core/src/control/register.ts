@@ -220,7 +220,7 @@ export class Registrar {
     const key = m?.[1];
     // tailscaled retries the follow-up of a rejected login; it gets the rejection again rather than a
     // new login (which it would print in the middle of the person's next `tailscale up`).
-    if (key && (this.rejected.get(key) ?? 0) > Date.now()) return this.fail(REJECTED);
+    if (key && this.settled(key) === 'rejected') return this.fail(REJECTED);
     const pending = key ? await this.state.getPending(key) : undefined;
     if (!key || !pending || pending.machineKey !== machineKey) {
       // The login may have been completed while no follow-up was open (the device was stopped, or its

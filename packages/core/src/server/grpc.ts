@@ -1,5 +1,6 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Server, Socket } from 'node:net';
+import { HandshakeFailureLog } from '@headway/derp';
 import { bindTcp } from '../kernel/ports.js';
 import type { HeadwayConfig } from '../config/schema.js';
 import { grpcPlaintextProblem, isLoopbackHost, parseHostPort } from '../config/load.js';
@@ -17,8 +18,6 @@ export interface GrpcListener {
 
 /** GRPC_OFF is what a bind error suggests: the gRPC API is only for headscale's CLI and gRPC clients. */
 const GRPC_OFF = 'set grpc_listen_addr: "" to turn the gRPC API off';
-/** MISMATCH_LOG_MS: a client speaking TLS to the plaintext port (or the reverse) is logged at most this often. */
-const MISMATCH_LOG_MS = 60_000;
 /** TLS_HANDSHAKE is the first byte of every TLS connection (a handshake record, RFC 8446 §5.1). */
 const TLS_HANDSHAKE = 0x16;
 
@@ -36,9 +35,10 @@ export function bindGrpcPort(config: HeadwayConfig, tls?: { cert: Buffer; key: B
  * limit are refused by grpc-js before any handler runs; smaller caps are per method.
  *
  * The port is Headway's own listener (bindGrpcPort), whose connections are handed to grpc-js: grpc-js's own
- * bind printed a raw `E No address added` line on a clash, and its server cannot say that a client spoke TLS
- * to a plaintext port (the headscale CLI without `insecure` does: it saw only "context deadline exceeded").
- * The first byte of each connection tells, and the mismatch is logged, at most once a minute.
+ * bind prints a raw `E No address added` line on a clash, and its server cannot say that a client spoke TLS
+ * to a plaintext port (the headscale CLI without `insecure` does, and sees only "context deadline exceeded").
+ * The first byte of each connection tells; the mismatch is logged as the main port logs one (HandshakeFailureLog:
+ * once a minute per client address, repeats counted).
  */
 export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDeps; logger: Logger; tls?: { cert: Buffer; key: Buffer }; listener?: Server }): Promise<GrpcListener> {
   const { config, logger, tls } = opts;
@@ -61,7 +61,10 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   const port = (listener.address() as { port: number }).port;
   const url = `${tls ? 'grpcs' : 'grpc'}://${host}:${port}`;
   if (!tls && !isLoopbackHost(hp.host)) logger.warn('the gRPC API runs without TLS (grpc_allow_insecure)', { grpc: url });
-  const mismatch = mismatchLog(logger, url, Boolean(tls));
+  const mismatches = new HandshakeFailureLog(logger, { message: 'grpc: connection refused' });
+  const mismatch = tls
+    ? 'a client spoke plaintext to the gRPC port, which uses TLS (a headscale CLI with cli.insecure: true?); connect with TLS'
+    : 'a client spoke TLS to the gRPC port, which is plaintext; the headscale CLI needs cli.insecure: true (HEADSCALE_CLI_INSECURE=1) for it, or give Headway tls_cert_path and tls_key_path';
   const sockets = new Set<Socket>();
   listener.on('connection', (socket: Socket) => {
     sockets.add(socket);
@@ -74,7 +77,7 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
       clearTimeout(silent);
       socket.pause();
       if ((chunk[0] === TLS_HANDSHAKE) !== Boolean(tls)) {
-        mismatch(socket.remoteAddress);
+        mismatches.report({ remote: socket.remoteAddress, reason: mismatch, level: 'warn', fields: { grpc: url } });
         socket.destroy();
         return;
       }
@@ -90,24 +93,10 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
       listener.close();
       injector.drain(2000);
       // Calls in flight get a moment to finish; then the rest are cut.
-      const force = setTimeout(() => { server.forceShutdown(); injector.destroy(); for (const s of sockets) s.destroy(); resolve(); }, 2000);
+      const done = () => { injector.destroy(); for (const s of sockets) s.destroy(); resolve(); };
+      const force = setTimeout(() => { server.forceShutdown(); done(); }, 2000);
       force.unref();
-      server.tryShutdown(() => { clearTimeout(force); injector.destroy(); for (const s of sockets) s.destroy(); resolve(); });
+      server.tryShutdown(() => { clearTimeout(force); done(); });
     }),
-  };
-}
-
-/** mismatchLog warns that a client spoke TLS to the plaintext port, or plaintext to the TLS one, at most once a MISMATCH_LOG_MS. */
-function mismatchLog(logger: Logger, url: string, tls: boolean): (client: string | undefined) => void {
-  let last = -Infinity;
-  let suppressed = 0;
-  return (client) => {
-    const now = Date.now();
-    if (now - last < MISMATCH_LOG_MS) { suppressed++; return; }
-    last = now;
-    const fields = { grpc: url, client: client ?? 'unknown', ...(suppressed ? { more_since_last: suppressed } : {}) };
-    suppressed = 0;
-    if (tls) logger.warn('a client spoke plaintext to the gRPC port, which uses TLS (a headscale CLI with cli.insecure: true?); connect with TLS', fields);
-    else logger.warn('a client spoke TLS to the gRPC port, which is plaintext; the headscale CLI needs cli.insecure: true (HEADSCALE_CLI_INSECURE=1) for it, or give Headway tls_cert_path and tls_key_path', fields);
   };
 }

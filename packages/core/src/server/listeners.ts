@@ -9,8 +9,8 @@ import { relayNeedsOwnTls } from '../control/derpmap.js';
 
 /**
  * BoundListeners are the server's TCP and UDP ports, bound before the data directory, the database or any key
- * is touched: a second server started on the same ports stops before it writes anything (it used to create a
- * database and keys, then fail on STUN, then on listen_addr). Requests are attached once the server is built.
+ * is touched: a second server started on the same ports stops before it writes anything. Requests are attached
+ * once the server is built.
  */
 export interface BoundListeners {
   main: http.Server;

@@ -1,6 +1,7 @@
 import type http from 'node:http';
 import type { Socket as UdpSocket } from 'node:dgram';
 import { isIP, type Server as NetServer } from 'node:net';
+import { handOver } from './listeners.js';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
@@ -123,8 +124,7 @@ export class Relay {
       // The main port's deadline from accept to a complete request head holds here too (noise.handshake_timeout).
       this.listener = await RelayListener.listen({
         derp: this.derp!, cert: cert.cert, key: cert.key, host: addr.host, port: addr.port, handshakeTimeoutMs: config.noise.handshake_timeout,
-        // A port bound before start closes what reaches it until now (server/listeners.ts): the relay takes it over.
-        ...(this.ports.relayTls ? { server: this.ports.relayTls.removeAllListeners('connection') } : {}),
+        ...(this.ports.relayTls ? { server: handOver(this.ports.relayTls) } : {}),
       });
     } catch (err) {
       const what = s.tls_listen_addr ? `derp.server.tls_listen_addr ${s.tls_listen_addr}` : `derp.server.tls_listen_addr (empty: ${listenHost} from listen_addr, any port)`;

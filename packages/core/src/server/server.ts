@@ -1,11 +1,9 @@
 import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
 import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
-import https from 'node:https';
 import { dirname } from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import type { HeadwayConfig } from '../config/schema.js';
-import { parseHostPort } from '../config/load.js';
 import type { Logger } from '../log.js';
 import { loadAdapter, preparePlugins, registerPlugins, type PreparedPlugins } from '../kernel/loader.js';
 import { loadOrCreateKey } from '../kernel/keyfile.js';
@@ -63,15 +61,12 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-function listen(server: http.Server, addr: string | { path: string }): Promise<void> {
+/** listenOnPath opens the admin socket (TCP ports are bound before start: server/listeners.ts). */
+function listenOnPath(server: http.Server, path: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const onError = (err: Error) => reject(err);
     server.once('error', onError);
-    const done = () => { server.off('error', onError); resolve(); };
-    if (typeof addr === 'string') {
-      const hp = parseHostPort(addr)!;
-      server.listen(hp.port, hp.host, done);
-    } else server.listen(addr.path, done);
+    server.listen(path, () => { server.off('error', onError); resolve(); });
   });
 }
 
@@ -192,7 +187,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         }
       });
       const ms = trackSockets(m);
-      // The main listener's deadline: a half-sent scrape was held until Node's headersTimeout check (60-90 s).
+      // The main listener's deadline: Node's own headersTimeout is checked only every 30 s.
       closeSilentConnections(m, config.noise.handshake_timeout);
       servers.push(m);
       cleanups.push(() => closeServer(m, ms));
@@ -205,7 +200,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       if (existsSync(path)) unlinkSync(path);
       const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
       const ls = trackSockets(local);
-      await listen(local, { path });
+      await listenOnPath(local, path);
       chmodSync(path, parseInt(config.unix_socket_permission, 8));
       cleanups.push(async () => { await closeServer(local, ls); if (existsSync(path)) unlinkSync(path); });
       urls.socket = path;

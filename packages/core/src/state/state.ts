@@ -1033,7 +1033,7 @@ export class State {
    * the database decides the rest in the one transaction that writes the row (putWithinQuota): the machine's
    * login for the same node key (or its oldest of PER_MACHINE) is replaced, and the per-source and overall caps
    * are counted there, under a lock every instance on the database takes, so concurrent logins cannot pass a cap
-   * together (checked in memory and written after, 200 at once from one machine had left 200 rows).
+   * together (a count in memory before the write cannot see the others in flight).
    */
   async createPending(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null; source?: string }): Promise<PendingRegistration> {
     const limits = this.config.registration;

@@ -8,7 +8,7 @@ export { H2_ERROR, H2Stream } from './h2-stream.js';
  * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
  *
  * Why not node:http2 (nghttp2) over the Noise stream: measured side by side on loopback with Noise sealing in
- * both (2,000 sessions, each with an open map poll; README Performance), a node:http2 session costs 26 KiB of
+ * both (2,000 sessions, each with an open map poll; docs/performance.md), a node:http2 session costs 26 KiB of
  * RSS (about 20 KiB of it nghttp2's C memory, plus Node's adapter for a JavaScript stream) against 3 KiB here,
  * and 43–49 µs of CPU per small write against 20 µs; a 50 KiB-message stream costs 8 ms of CPU per MB there
  * against 2 here. With thousands of idle map polls memory per session is what matters most, and a control

@@ -12,17 +12,16 @@ import type { Logger } from '../log.js';
 import { safeErrorText } from '../errors.js';
 import type { HostinfoService } from '../state/hostinfo.js';
 import type { State } from '../state/state.js';
-import type { Metrics } from '../server/metrics.js';
-import type { Relay } from '../server/relay.js';
-import { closeSilentConnections } from '../server/silence.js';
+import type { Metrics } from '../metrics.js';
+import { closeSilentConnections } from '../kernel/silence.js';
 import { frame } from './frames.js';
 import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
 import { PAGE_HEADERS, approvedRegistrationPage, expiredRegistrationPage, registerPage, rejectedRegistrationPage } from './pages.js';
 import type { Registrar } from './register.js';
 import { MapSession, type SessionHub } from './sessions.js';
-import { parseMapRequest, parseRegisterRequest } from './validate.js';
-import { MIN_CAPABILITY_VERSION, type MapRequest } from './wire.js';
+import { parseMapRequest, parseRegisterRequest } from '../wire/validate.js';
+import { MIN_CAPABILITY_VERSION, type MapRequest } from '../wire/wire.js';
 
 const H2_BODY_LIMIT = 1024 * 1024;
 /** TLS_HANDSHAKE_RECORD is the first byte a TLS client sends. */
@@ -39,7 +38,7 @@ export interface ControlOptions {
   registrar: Registrar;
   hostinfo: HostinfoService;
   /** relay takes /derp upgrades on the main listener (the embedded relay, when enabled). */
-  relay: Relay;
+  relay: { handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean };
 }
 
 /**

@@ -3,7 +3,7 @@ import { ownedByTags, ownerIdentity, TAGGED_USER_ID, type Node, type OwnerIdenti
 import type { State } from '../state/state.js';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
-import { addresses, type NetworkView } from './netview.js';
+import { addresses, type NetworkView } from '../policy/netview.js';
 import { filterChunksJson } from './filter-chunks.js';
 import { compressJson, frame, prefixedPieces, sharedFrameMinInForce, type WireMessage } from './frames.js';
 import { PEER_BLOCK_IDS, PeerBlockFrames } from './peer-blocks.js';

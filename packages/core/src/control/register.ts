@@ -4,7 +4,7 @@ import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { routesFromHostinfo } from '../state/hostinfo.js';
 import type { State } from '../state/state.js';
-import { isZeroTime, type Hostinfo, type RegisterRequest, type RegisterResponse } from './wire.js';
+import { isZeroTime, type Hostinfo, type RegisterRequest, type RegisterResponse } from '../wire/wire.js';
 
 export { routesFromHostinfo };
 

@@ -4,7 +4,7 @@ import type { Node, User } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { Change, PeerPatch } from '../state/bus.js';
 import type { State } from '../state/state.js';
-import type { Metrics } from '../server/metrics.js';
+import type { Metrics } from '../metrics.js';
 import { filterUpdate, type SharedText } from './filter-chunks.js';
 import { compressJson, frame, frameSegments, sharedFrameMinInForce, type WireMessage } from './frames.js';
 import { ListDiffs, PeerSet } from './peerset.js';

@@ -5,7 +5,7 @@ import { problem, problemMiddleware } from '../api/http.js';
 import { mountApiDocs } from '../api/docs.js';
 import { openApiDocument } from '../api/openapi.js';
 import { ROUTES, type ApiDeps } from '../api/routes.js';
-import type { Metrics } from './metrics.js';
+import type { Metrics } from '../metrics.js';
 import { INSTANCE_HEADER } from './reach.js';
 import { homePage, PAGE_HEADERS } from '../control/pages.js';
 

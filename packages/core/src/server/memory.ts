@@ -1,6 +1,6 @@
 import { constants, PerformanceObserver } from 'node:perf_hooks';
 import type { Logger } from '../log.js';
-import type { Metrics } from './metrics.js';
+import type { Metrics } from '../metrics.js';
 
 /** A trim waits this long after the collection that prompted it, so a run of collections leads to one trim. */
 export const TRIM_DELAY_MS = 1_000;

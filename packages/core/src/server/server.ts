@@ -22,10 +22,10 @@ import { createApp } from './app.js';
 import type { DriveService } from '../drive/service.js';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
-import { closeSilentConnections } from './silence.js';
+import { closeSilentConnections } from '../kernel/silence.js';
 import { bindListeners, handOver, serveRequests } from './listeners.js';
 import { recordAead } from '@headway/noise';
-import type { Metrics } from './metrics.js';
+import type { Metrics } from '../metrics.js';
 import type { Relay } from './relay.js';
 import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
 

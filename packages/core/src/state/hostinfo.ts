@@ -1,6 +1,6 @@
 import type { Node, NodePatch } from '../domain.js';
 import { canonicalPrefix } from '../net/ip.js';
-import type { Hostinfo, MapRequest } from '../control/wire.js';
+import type { Hostinfo, MapRequest } from '../wire/wire.js';
 import type { PeerPatch } from './bus.js';
 import type { RouteService } from './routes.js';
 import type { State } from './state.js';

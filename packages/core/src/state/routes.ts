@@ -1,7 +1,7 @@
 import type { Policy } from '@headway/policy';
 import type { Node } from '../domain.js';
 import type { Logger } from '../log.js';
-import type { NetworkView } from '../control/netview.js';
+import type { NetworkView } from '../policy/netview.js';
 import { approvedRouteSet } from './names.js';
 import type { State } from './state.js';
 

@@ -5,7 +5,7 @@ import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import { issueSecret, parseSecret, randomToken, verifySecret } from '../secrets.js';
-import { isEndpointList, isHostinfo } from '../control/validate.js';
+import { isEndpointList, isHostinfo } from '../wire/validate.js';
 import { ChangeBus, type Change, type PeerPatch } from './bus.js';
 import { AddressAllocator } from './ipam.js';
 import { PER_MACHINE, PendingQuota, pendingQuotaError } from './pending.js';

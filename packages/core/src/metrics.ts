@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { State } from '../state/state.js';
+import type { State } from './state/state.js';
 
 /** Metrics lives per server instance (its own registry), so tests can run several servers. */
 export class Metrics {

@@ -3,7 +3,7 @@ import { ownedByTags, type Node } from '../domain.js';
 import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
 import { isExitRoute } from '../net/ip.js';
-import { snapshotNode, snapshotOf, snapshotUsers } from '../policy/engine.js';
+import { snapshotNode, snapshotOf, snapshotUsers } from './engine.js';
 import type { State } from '../state/state.js';
 
 /**

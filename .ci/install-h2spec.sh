@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-h2spec.sh builds h2spec, the HTTP/2 conformance suite that packages/core/test/h2spec.test.ts
+# install-h2spec.sh builds h2spec, the HTTP/2 conformance suite that packages/control/test/h2spec.test.ts
 # runs against the control server's own HTTP/2 (h2.ts, hpack.ts):
 # ${H2SPEC_HOME:-$HOME/.cache/headway/h2spec}/<version>/h2spec.
 # v2.2.1 is the newest version the module proxy serves (`go list -m -versions` lists v1.5.0 and

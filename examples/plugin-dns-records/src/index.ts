@@ -1,5 +1,5 @@
 import { readFileSync, watch } from 'node:fs';
-import type { AdapterDescriptor, DnsPort, DnsRecord } from '@headway/core/ports';
+import { DNS, type AdapterDescriptor, type DnsPort, type DnsRecord } from '@headway/core/ports';
 
 /**
  * HostsFileRecords serves every line of an /etc/hosts-style file (`IP name...`)
@@ -51,7 +51,7 @@ const descriptor: AdapterDescriptor<HostsFileOptions> = {
   },
   register({ container, options }) {
     const plugin = new HostsFileRecords(options!.file);
-    container.register('dns', { resolve: () => plugin, lifetime: 'SINGLETON' });
+    container.register(DNS, { resolve: () => plugin, lifetime: 'SINGLETON' });
   },
 };
 export default descriptor;

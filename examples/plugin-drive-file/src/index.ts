@@ -1,5 +1,5 @@
 import { readFileSync, watch } from 'node:fs';
-import { DRIVE_SHARE_NAME, type AdapterDescriptor, type DriveDestination, type DriveGrant, type DrivePort, type DriveSource } from '@headway/core/ports';
+import { DRIVE, DRIVE_SHARE_NAME, type AdapterDescriptor, type DriveDestination, type DriveGrant, type DrivePort, type DriveSource } from '@headway/core/ports';
 
 /**
  * FileDriveGrants reads Taildrive grants from a JSON file an operator keeps
@@ -77,7 +77,7 @@ const descriptor: AdapterDescriptor<DriveFileOptions> = {
   },
   register({ container, options }) {
     const plugin = new FileDriveGrants(options!.file);
-    container.register('drive', { resolve: () => plugin, lifetime: 'SINGLETON' });
+    container.register(DRIVE, { resolve: () => plugin, lifetime: 'SINGLETON' });
   },
 };
 export default descriptor;

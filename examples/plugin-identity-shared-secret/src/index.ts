@@ -2,8 +2,8 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type {
-  AdapterDescriptor, BrowserRequest, IdentityPort, LoginOutcome, LoginStart, Logger, OptionProblem,
+import {
+  IDENTITY, type AdapterDescriptor, type BrowserRequest, type IdentityPort, type LoginOutcome, type LoginStart, type Logger, type OptionProblem,
 } from '@headway/core/ports';
 
 /** PROVIDER is the login method's name, stored as the user's provider. */
@@ -198,7 +198,7 @@ const descriptor: AdapterDescriptor<SharedSecretOptions> = {
   },
   register({ container, config, logger, options }) {
     const plugin = new SharedSecretLogin({ options: options!, serverUrl: config.server_url, logger });
-    container.register('identity', { resolve: () => plugin, lifetime: 'SINGLETON' });
+    container.register(IDENTITY, { resolve: () => plugin, lifetime: 'SINGLETON' });
   },
 };
 export default descriptor;

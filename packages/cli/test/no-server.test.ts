@@ -15,8 +15,8 @@ const ROOT = fileURLToPath(new URL('../../../../', import.meta.url));
 const RECORDER = join(ROOT, 'packages/core/test/fixtures/load-recorder/index.mjs');
 
 /** BARREL_STATIC matches a static import, re-export or require of the barrel (not of a subpath). */
-const BARREL_STATIC = /(?:\bfrom\s*|\bimport\s*|\brequire\(\s*)(['"])@headway\/core\1/;
-const BARREL_DYNAMIC = /\bimport\(\s*(['"])@headway\/core\1\s*\)/;
+const BARREL_STATIC = /(?:\bfrom\s*|\bimport\s*|\brequire\(\s*)(['"])@headway\/(?:core|server|control|api)\1/;
+const BARREL_DYNAMIC = /\bimport\(\s*(['"])@headway\/(?:core|server|control|api)\1\s*\)/;
 
 /** packagesToCheck lists the CLI and its plugins, every storage and policy adapter and every example, by directory. */
 function packagesToCheck(): string[] {
@@ -47,9 +47,11 @@ t.test('the barrel pattern matches static imports only', async (t) => {
   t.notMatch(`import { loadConfig } from '@headway/core/ports';`, BARREL_STATIC);
   t.notMatch(`const core = await import('@headway/core');`, BARREL_STATIC);
   t.match(`const core = await import('@headway/core');`, BARREL_DYNAMIC);
+  t.match(`import { startServer } from '@headway/server';`, BARREL_STATIC);
+  t.notMatch(`import { headscaleService } from '@headway/api/grpc';`, BARREL_STATIC);
 });
 
-t.test('no compiled CLI or adapter source imports the @headway/core barrel statically', async (t) => {
+t.test('no compiled CLI or adapter source imports a server barrel (@headway/core, server, control, api) statically', async (t) => {
   const packages = packagesToCheck();
   t.ok(packages.includes('packages/cli') && packages.includes('packages/cli-admin') && packages.includes('packages/storage-sql') && packages.includes('packages/policy-db'), packages.join(', '));
   const offenders: string[] = [];
@@ -69,7 +71,7 @@ t.test('no compiled CLI or adapter source imports the @headway/core barrel stati
       });
     }
   }
-  t.same(offenders, [], 'import @headway/core/ports instead (the barrel loads the server)');
+  t.same(offenders, [], 'import @headway/core/ports instead (a barrel loads the server)');
   t.same([...new Set(dynamic)], ['packages/cli/dist/src/commands/serve.js'], 'only `headway serve` imports the server, at run time');
 });
 
@@ -81,9 +83,9 @@ const SERVER_ONLY: [string, RegExp][] = [
   ['@headway/noise', /\/packages\/noise\/|\/@headway\/noise\//],
   ['prom-client', /\/node_modules\/prom-client\//],
   ['knex', /\/node_modules\/knex\//],
-  ['core control/', /\/packages\/core\/dist\/src\/control\//],
-  ['core server/', /\/packages\/core\/dist\/src\/server\//],
-  ['core api/', /\/packages\/core\/dist\/src\/api\//],
+  ['@headway/control', /\/packages\/control\/dist\//],
+  ['@headway/server', /\/packages\/server\/dist\//],
+  ['@headway/api', /\/packages\/api\/dist\//],
   ['core state/', /\/packages\/core\/dist\/src\/state\//],
   ['core index.js (the barrel)', /\/packages\/core\/dist\/src\/index\.js$/],
 ];

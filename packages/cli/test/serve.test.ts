@@ -16,7 +16,7 @@ function sqliteBuilt(): boolean {
   }
 }
 
-const core = (await import('@headway/core')) as Record<string, unknown>;
+const core = (await import('@headway/server')) as Record<string, unknown>;
 const skip = typeof core.startServer !== 'function' || !sqliteBuilt() ? 'the server (startServer, storage-sqlite) is not built' : false;
 
 function config(dir: string, dbPath: string): string {

@@ -4,11 +4,8 @@
 // publishing one drive-changed only after the store committed.
 import t from 'tap';
 import { ALLOW_ALL, parsePolicy } from '@headway/policy';
-import {
-  DriveService, HeadwayError, NetworkView, silentLogger,
-  type DriveGrant, type DriveGrantStore, type DrivePort, type NewNodeInput,
-} from '../src/index.js';
-import { machineKey, nodeKey, startState, type TestState } from './harness.js';
+import { DriveService, HeadwayError, NetworkView, silentLogger, type DriveGrant, type DriveGrantStore, type DrivePort, type NewNodeInput } from '../src/index.js';
+import { machineKey, nodeKey, startState, type TestState } from '@headway/test-support';
 
 const CAP = 'tailscale.com/cap/drive';
 

@@ -4,8 +4,9 @@
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import bcrypt from 'bcryptjs';
-import { hashSecret, isBcryptHash, issueSecret, parseSecret, preAuthKeyView, verifySecret } from '../src/index.js';
-import { startState } from './harness.js';
+import { hashSecret, isBcryptHash, issueSecret, parseSecret, verifySecret } from '../src/index.js';
+import { preAuthKeyView } from '@headway/api';
+import { startState } from '@headway/test-support';
 
 const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
 const b64url = (n: number) => Array.from(randomBytes(n), (b) => B64URL[b % 64]).join('');

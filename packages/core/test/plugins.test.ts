@@ -1,10 +1,8 @@
 import t from 'tap';
 import { createContainer, InjectionMode } from 'awilix';
 import { fileURLToPath } from 'node:url';
-import {
-  checkPlugins, defaultConfig, DnsConfigSource, loadPlugins, PluginOptionsError, resolveConfig, silentLogger,
-  type DnsPort, type PluginEntry,
-} from '../src/index.js';
+import { checkPlugins, defaultConfig, loadPlugins, PluginOptionsError, resolveConfig, silentLogger, type DnsPort, type PluginEntry } from '../src/index.js';
+import { DnsConfigSource } from '@headway/control';
 
 const fixture = (name: string) => fileURLToPath(new URL(`../../test/fixtures/${name}/index.js`, import.meta.url));
 const ctx = () => ({ container: createContainer({ injectionMode: InjectionMode.PROXY, strict: true }), config: defaultConfig(), logger: silentLogger });

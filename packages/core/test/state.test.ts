@@ -2,7 +2,7 @@
 // and the rule that a change is published once, after its write, in order.
 import t from 'tap';
 import { HeadwayError, type Change, type NewNodeInput, type StoragePort } from '../src/index.js';
-import { Faults, machineKey, nodeKey, startState, type TestState } from './harness.js';
+import { Faults, machineKey, nodeKey, startState, type TestState } from '@headway/test-support';
 
 const code = (c: string) => ({ constructor: HeadwayError, code: c });
 const types = (cs: Change[]) => cs.map((c) => c.type);

@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import type { AdapterDescriptor, DriveGrant, DriveGrantRecord, DriveGrantRepository, DriveGrantStore, StoragePort } from '@headway/core/ports';
+import { DRIVE, type AdapterDescriptor, type DriveGrant, type DriveGrantRecord, type DriveGrantRepository, type DriveGrantStore, type StoragePort } from '@headway/core/ports';
 
 /**
  * DatabaseDriveGrants keeps Taildrive grants in Headway's own database (table
@@ -29,7 +29,7 @@ const descriptor: AdapterDescriptor = {
     if (!storage.driveGrants) {
       throw new Error(`the storage adapter of database.type ${config.database.type} keeps no drive grants (StoragePort.driveGrants); use sqlite, postgres or mysql`);
     }
-    container.register('drive', asValue(new DatabaseDriveGrants(storage.driveGrants)));
+    container.register(DRIVE, asValue(new DatabaseDriveGrants(storage.driveGrants)));
   },
 };
 export default descriptor;

@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import type { AdapterDescriptor } from '@headway/core/ports';
+import { IDENTITY, type AdapterDescriptor } from '@headway/core/ports';
 import { OidcIdentity } from './oidc.js';
 
 export { OidcIdentity, CALLBACK_PATH, checkAllowed, providerIdOf, readClientSecret } from './oidc.js';
@@ -12,7 +12,7 @@ const descriptor: AdapterDescriptor = {
   port: 'identity',
   id: 'oidc',
   register({ container, config, logger }) {
-    container.register('identity', asValue(new OidcIdentity(config.oidc, config.server_url, logger)));
+    container.register(IDENTITY, asValue(new OidcIdentity(config.oidc, config.server_url, logger)));
   },
 };
 

@@ -1,7 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createLogger, resolveConfig, startServer, type HeadwayConfig, type Logger, type PolicyEngine, type RunningServer } from '@headway/core';
+import { createLogger, resolveConfig, type HeadwayConfig, type Logger, type PolicyEngine } from '@headway/core';
+import { startServer, type RunningServer } from '@headway/server';
 import { testDatabaseServers } from '@headway/storage-sql/testing';
 
 export interface TestServer extends RunningServer {

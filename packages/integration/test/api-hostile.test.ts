@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import net from 'node:net';
-import { ROUTES } from '@headway/core';
+import { ROUTES } from '@headway/api';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 
 async function setUp(t: { teardown(fn: () => unknown): void }, config: Record<string, unknown> = {}): Promise<{ s: TestServer; call: (m: string, p: string, b?: unknown) => Promise<{ status: number; json: any }> }> {

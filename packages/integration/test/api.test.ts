@@ -1,6 +1,6 @@
 import t from 'tap';
 import http from 'node:http';
-import { ROUTES, openApiDocument } from '@headway/core';
+import { ROUTES, openApiDocument } from '@headway/api';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 
 async function withKey(s: TestServer): Promise<string> {

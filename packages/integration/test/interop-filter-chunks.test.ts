@@ -8,7 +8,7 @@
  * out as a zstd frame of its own (setSharedFrameMin(1)): the client must decode messages of several frames.
  */
 import t from 'tap';
-import { setFilterChunking, setSharedFrameMin } from '@headway/core';
+import { setFilterChunking, setSharedFrameMin } from '@headway/control';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { requireTailscale, TailscaleDevice, type NetworkMapJson } from '../src/tailscale.js';

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { DOC_PATHS, ProblemSchema, ROUTES, errorStatuses, openApiDocument, openApiPath, type Route } from '@headway/core';
+import { DOC_PATHS, ProblemSchema, ROUTES, errorStatuses, openApiDocument, openApiPath, type Route } from '@headway/api';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 

@@ -4,7 +4,8 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { createLogger, resolveConfig, startServer } from '@headway/core';
+import { createLogger, resolveConfig } from '@headway/core';
+import { startServer } from '@headway/server';
 import { startTestServer } from '../src/server.js';
 
 const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);

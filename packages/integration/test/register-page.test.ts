@@ -10,7 +10,7 @@ import t from 'tap';
 import puppeteer, { type Browser } from 'puppeteer-core';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from '@headway/core';
+import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from '@headway/control';
 import { TestDevice } from '@headway/testkit';
 import { repoRoot, startTestServer } from '../src/index.js';
 

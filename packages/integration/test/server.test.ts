@@ -4,7 +4,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DerpClient, generateDerpKeyPair, formatNodeKey } from '@headway/derp';
-import { reverseZones, parsePrefix, parseDerpMap } from '@headway/core';
+import { reverseZones, parseDerpMap } from '@headway/control';
+import { parsePrefix } from '@headway/core';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 

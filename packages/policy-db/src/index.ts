@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import type { AdapterDescriptor, PolicySourcePort, StoragePort } from '@headway/core/ports';
+import { POLICY, type AdapterDescriptor, type PolicySourcePort, type StoragePort } from '@headway/core/ports';
 
 /**
  * DatabasePolicySource keeps the policy text in storage, so `headway policy set`
@@ -25,7 +25,7 @@ const descriptor: AdapterDescriptor = {
   id: 'database',
   register({ container }) {
     const storage = container.resolve<StoragePort>('storage');
-    container.register('policy', asValue(new DatabasePolicySource(storage)));
+    container.register(POLICY, asValue(new DatabasePolicySource(storage)));
   },
 };
 export default descriptor;

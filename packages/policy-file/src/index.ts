@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { asValue } from 'awilix';
-import type { AdapterDescriptor, PolicySourcePort } from '@headway/core/ports';
+import { POLICY, type AdapterDescriptor, type PolicySourcePort } from '@headway/core/ports';
 
 /**
  * FilePolicySource reads the HuJSON policy file named by `policy.path` at start-up
@@ -35,7 +35,7 @@ const descriptor: AdapterDescriptor = {
   port: 'policy',
   id: 'file',
   register({ container, config }) {
-    container.register('policy', asValue(new FilePolicySource(config.policy.path)));
+    container.register(POLICY, asValue(new FilePolicySource(config.policy.path)));
   },
 };
 export default descriptor;

@@ -4,10 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  createLogger, parseRegisterRequest, Registrar, resolveConfig, silentLogger, State, StorageRetryableError,
-  type Change, type RegisterRequest, type RegisterResponse, type StoragePort,
-} from '@headway/core';
+import { createLogger, parseRegisterRequest, resolveConfig, silentLogger, State, StorageRetryableError, type Change, type RegisterRequest, type RegisterResponse, type StoragePort } from '@headway/core';
+import { Registrar } from '@headway/control';
 import { faultyStorage, freshDatabases, type Opener } from './databases.js';
 
 const databases = freshDatabases(t, 'register');

@@ -4,10 +4,8 @@
 // set, mandatory in CI), wrapped to fail on purpose between two writes.
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
-import {
-  createLogger, DerpMapSource, DnsConfigSource, HostinfoService, hujsonEngine, Mapper, Metrics, NetworkView, resolveConfig,
-  MapSession, RouteService, SessionHub, silentLogger, State, type Change, type Node, type StoragePort,
-} from '@headway/core';
+import { createLogger, HostinfoService, hujsonEngine, Metrics, NetworkView, resolveConfig, RouteService, silentLogger, State, type Change, type Node, type StoragePort } from '@headway/core';
+import { DerpMapSource, DnsConfigSource, Mapper, MapSession, SessionHub } from '@headway/control';
 import { faultyStorage, freshDatabases } from './databases.js';
 
 const databases = freshDatabases(t, 'routes', 4);

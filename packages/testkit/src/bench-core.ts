@@ -38,7 +38,7 @@ interface CoreModule {
 }
 
 // A variable specifier keeps tsc from resolving (and so depending on) @headway/core at compile time.
-const CORE_MODULE = '@headway/core';
+const CORE_MODULE = '@headway/server';
 
 /**
  * startBenchServer starts the real server over SQLite in `dataDir` (log level warn, no metrics or gRPC

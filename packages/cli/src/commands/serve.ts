@@ -68,9 +68,9 @@ export default class Serve extends HeadwayCommand {
     }
 
     // Imported lazily so the admin commands never load the server's dependencies.
-    const core = (await import('@headway/core')) as unknown as { startServer?: StartServer; serverUrlReachesThis?: ServerUrlCheck };
+    const core = (await import('@headway/server')) as unknown as { startServer?: StartServer; serverUrlReachesThis?: ServerUrlCheck };
     if (typeof core.startServer !== 'function') {
-      logger.fatal('this build of @headway/core has no startServer; rebuild the workspace');
+      logger.fatal('this build of @headway/server has no startServer; rebuild the workspace');
       process.exitCode = 1;
       return;
     }

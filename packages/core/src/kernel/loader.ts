@@ -5,8 +5,13 @@ import { PORT_SELECTION } from '../ports/adapter.js';
 import { assertDnsPort, DNS, type DnsPort } from '../ports/dns.js';
 import { assertDrivePort, DRIVE, type DrivePort } from '../ports/drive.js';
 import { assertIdentityPort, IDENTITY, type IdentityPort } from '../ports/identity.js';
+import { POLICY } from '../ports/policy.js';
+import { STORAGE } from '../ports/storage.js';
 import { adapterPackage, AdapterLoadError, BUILTIN, importDescriptor, pluginLabel, pluginOptions } from '../config/plugins.js';
 
+
+/** PORT_TOKENS is the container token each port's adapter registers its service under. */
+export const PORT_TOKENS: Record<PortName, string> = { storage: STORAGE, policy: POLICY, dns: DNS, drive: DRIVE, identity: IDENTITY };
 
 /**
  * loadAdapter resolves, imports and registers one adapter for a port; an unknown
@@ -16,7 +21,8 @@ import { adapterPackage, AdapterLoadError, BUILTIN, importDescriptor, pluginLabe
 export async function loadAdapter(port: PortName, id: string, ctx: Omit<AdapterContext, 'options'>, configKey: string): Promise<AdapterDescriptor> {
   const pkg = adapterPackage(port, id);
   const d = await importDescriptor(port, pkg, configKey);
-  if (ctx.container.hasRegistration(port)) {
+  const token = PORT_TOKENS[port];
+  if (ctx.container.hasRegistration(token)) {
     throw new AdapterLoadError(`${configKey}: two adapters for the ${port} port (${pkg} and one registered before it)`);
   }
   const options = await pluginOptions(d, {}, `${configKey} (${pkg})`);
@@ -25,8 +31,8 @@ export async function loadAdapter(port: PortName, id: string, ctx: Omit<AdapterC
   } catch (err) {
     throw new AdapterLoadError(`${configKey}: ${port} adapter ${pkg}: ${(err as Error).message}`);
   }
-  if (!ctx.container.hasRegistration(port)) {
-    throw new AdapterLoadError(`${configKey}: ${port} adapter ${pkg} registered nothing under "${port}"`);
+  if (!ctx.container.hasRegistration(token)) {
+    throw new AdapterLoadError(`${configKey}: ${port} adapter ${pkg} registered nothing under the ${port} port's token ("${token}", ${port.toUpperCase()} from @headway/core/ports)`);
   }
   return d;
 }

@@ -16,7 +16,7 @@ export interface PolicySourcePort {
   describe(): string;
 }
 
-export const POLICY = 'policy';
+export const POLICY = 'policySource';
 
 export function assertPolicySourcePort(value: unknown, adapter: string): asserts value is PolicySourcePort {
   assertPort(value, adapter, 'policy', ['load', 'describe']);

@@ -1,0 +1,144 @@
+import { z } from 'zod';
+import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObject, type ZodOpenApiResponseObject } from 'zod-openapi';
+import type { ErrorCode } from '@headway/core';
+import { ERRORS } from '@headway/core';
+import { ROUTES, TAGS, type Route } from './routes.js';
+import { ProblemSchema } from './schemas.js';
+
+/** API_VERSION is the document's info.version: the API's own version, not the server's. */
+export const API_VERSION = '1.0.0';
+
+/** DOC_PATHS are the unauthenticated routes that serve the contract and its reference page. */
+export const DOC_PATHS = { document: '/api/v1/openapi.json', page: '/api/v1/docs' } as const;
+
+function problemExample(code: ErrorCode, detail: string, field?: string) {
+  return { type: `https://headway.dev/problems/${code}`, title: ERRORS[code].title, status: ERRORS[code].status, detail, code, ...(field ? { field } : {}) };
+}
+
+/** problemResponse is a shared error answer; its `id` makes it one entry under components.responses. */
+function problemResponse(id: string, description: string, examples: Record<string, ReturnType<typeof problemExample>>): ZodOpenApiResponseObject {
+  return {
+    id,
+    description,
+    content: {
+      'application/problem+json': {
+        schema: ProblemSchema,
+        examples: Object.fromEntries(Object.entries(examples).map(([name, value]) => [name, { value }])),
+      },
+    },
+  };
+}
+
+const PROBLEMS = {
+  400: problemResponse('BadRequest', 'The request is invalid; `field` names the input at fault', {
+    invalidField: problemExample('invalid_field', 'name: is required', 'name'),
+    invalidJson: problemExample('invalid_json', 'body is not valid JSON: Unexpected end of JSON input'),
+  }),
+  401: problemResponse('Unauthorized', 'No API key, or one that is invalid, expired or revoked', {
+    missing: problemExample('unauthorized', 'missing API key (Authorization: Bearer <API key>)'),
+  }),
+  404: problemResponse('NotFound', 'Something the request names does not exist', {
+    notFound: problemExample('not_found', 'node 42 not found'),
+  }),
+  409: problemResponse('Conflict', 'The request conflicts with the current state (a name in use, a user that still owns nodes)', {
+    nameTaken: problemExample('name_taken', 'user alice already exists', 'name'),
+    userHasNodes: problemExample('user_has_nodes', 'user alice still owns 2 nodes; delete them first'),
+  }),
+  413: problemResponse('PayloadTooLarge', 'The body exceeds the size limit', {
+    tooLarge: problemExample('payload_too_large', 'request body exceeds the 1048576-byte limit'),
+  }),
+  415: problemResponse('UnsupportedMediaType', 'The body is not JSON', {
+    notJson: problemExample('unsupported_media_type', 'expected Content-Type application/json, found text/plain'),
+  }),
+  500: problemResponse('InternalError', 'An unexpected failure; the server log has the details', {
+    internal: problemExample('internal', 'internal error; see the server log'),
+  }),
+  503: problemResponse('Unavailable', 'A service the call needs is not available', {
+    unavailable: problemExample('unavailable', 'interactive registration is not available'),
+  }),
+} as const;
+
+/** errorStatuses lists every problem status a route can answer, from its inputs and its `errors`. */
+export function errorStatuses(r: Route): Array<keyof typeof PROBLEMS> {
+  const set = new Set<keyof typeof PROBLEMS>([401, 500, ...r.errors]);
+  if (r.params || r.query || r.body) set.add(400);
+  if (r.body) { set.add(413); set.add(415); }
+  if (r.also?.status === 503) set.delete(503);
+  return [...set].sort((a, b) => a - b);
+}
+
+/** openApiPath turns a koa path (/api/v1/node/:id) into an OpenAPI one (/api/v1/node/{id}). */
+export const openApiPath = (path: string) => path.replace(/:([A-Za-z_]+)/g, '{$1}');
+
+/** acceptsEmptyBody tells whether a route's body schema accepts `{}`, i.e. the body may be left out. */
+function acceptsEmptyBody(r: Route): boolean {
+  return r.body !== undefined && r.body.safeParse({}).success;
+}
+
+function operation(r: Route): ZodOpenApiOperationObject {
+  const responses: ZodOpenApiOperationObject['responses'] = {
+    200: { description: r.responseDescription, content: { 'application/json': { schema: r.response } } },
+  };
+  if (r.also) responses[String(r.also.status) as '503'] = { description: r.also.description, content: { 'application/json': { schema: r.response } } };
+  for (const status of errorStatuses(r)) responses[String(status) as `${typeof status}`] = PROBLEMS[status];
+  return {
+    operationId: r.operationId,
+    summary: r.summary,
+    ...(r.description ? { description: r.description } : {}),
+    tags: [r.tag],
+    security: [{ bearer: [] }],
+    ...(r.params || r.query ? { requestParams: { ...(r.params ? { path: r.params } : {}), ...(r.query ? { query: r.query } : {}) } } : {}),
+    ...(r.body ? {
+      requestBody: {
+        required: !acceptsEmptyBody(r),
+        description: 'JSON object; headscale-style snake_case field names are accepted too',
+        content: { 'application/json': { schema: r.body } },
+      },
+    } : {}),
+    responses,
+  };
+}
+
+/**
+ * openApiDocument is generated from the route table and its zod schemas, the same ones
+ * that validate requests, so the document, the router and the validation cannot disagree.
+ * `serverUrl` is the server's own address (server_url) for `servers`.
+ */
+export function openApiDocument(opts: { serverUrl?: string } = {}): Record<string, unknown> {
+  const paths: ZodOpenApiPathsObject = {};
+  for (const r of ROUTES) {
+    const item = (paths[openApiPath(r.path)] ??= {});
+    item[r.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete'] = operation(r);
+  }
+  const serverUrl = (opts.serverUrl ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
+  const doc = createDocument({
+    openapi: '3.1.0',
+    info: {
+      title: 'Headway API',
+      version: API_VERSION,
+      summary: 'Administration API of a Headway coordination server',
+      description: [
+        "Paths and JSON field names follow headscale's v1 API, so its clients and scripts work against Headway.",
+        '',
+        'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
+        '',
+        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects; headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code` and, for bad input, the `field` at fault.',
+      ].join('\n'),
+      license: { name: 'MIT', identifier: 'MIT' },
+    },
+    servers: [{ url: serverUrl, description: 'This server (server_url)' }],
+    tags: Object.entries(TAGS).map(([name, description]) => ({ name, description })),
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key from `headway apikeys create`' } },
+    },
+  }, {
+    // zod leaves out the `examples` of a schema with a transform (they are typed as its
+    // output) when rendering a request; the request fields' examples are inputs, so keep them.
+    override: ({ jsonSchema, zodSchema, io }) => {
+      const examples = (z.globalRegistry.get(zodSchema) as { examples?: unknown[] } | undefined)?.examples;
+      if (io === 'input' && examples && !jsonSchema.examples) jsonSchema.examples = examples;
+    },
+  });
+  return JSON.parse(JSON.stringify(doc)) as Record<string, unknown>;
+}

@@ -1,0 +1,148 @@
+import type { Context } from 'koa';
+import { z } from 'zod';
+import type { HeadwayConfig } from '@headway/core';
+import type { State } from '@headway/core';
+import type { PolicyService } from '@headway/core';
+import { BODY_LIMIT, camelKeys, readJson } from './http.js';
+import { parseInput } from './schemas.js';
+import { nodeView } from './views.js';
+import type { Node } from '@headway/core';
+import type { PendingLogins } from './parity.js';
+import type { DriveService } from '@headway/core';
+
+/*
+ * route.ts holds the route table's machinery (ApiDeps, the typed route() builder) apart
+ * from the table itself, so modules that contribute routes (parity.ts, drive.ts) can use
+ * route() without an import cycle through routes.ts.
+ */
+
+export interface ApiDeps {
+  state: State;
+  policy: PolicyService;
+  config: HeadwayConfig;
+  /** logins approves or rejects pending interactive logins (the registrar; /api/v1/auth/...). */
+  logins?: PendingLogins;
+  /** primaryRoutes: routes a node is the primary router for (from the route manager). */
+  primaryRoutes?: (nodeId: number) => string[];
+  /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */
+  approveRoutes?: (nodeId: number, routes: string[]) => Promise<import('@headway/core').Node>;
+  health: () => Promise<boolean>;
+  /** providerIdFor turns a bare subject into the configured login method's provider identity (users link). */
+  providerIdFor?: (subject: string) => { provider: string; providerId: string };
+  /** drive manages Taildrive grants (/api/v1/drive); absent in tests that build the API alone. */
+  drive?: DriveService;
+  /** cluster lists the instances sharing the database (cluster.enabled); absent on a single instance. */
+  cluster?: () => Promise<import('@headway/core').ClusterInstanceView[]>;
+  /** instanceId names this running server on /health answers (server/reach.ts); absent in tests that build the API alone. */
+  instanceId?: string;
+}
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** TAGS group the operations in the OpenAPI document and on the docs page, in this order. */
+export const TAGS = {
+  Users: 'People and service accounts that own nodes and pre-auth keys',
+  Nodes: 'Devices in the tailnet',
+  'Pre-auth keys': 'Keys that register devices without an interactive login',
+  'API keys': 'Keys for this API',
+  Policy: 'The access policy (HuJSON, Tailscale ACL syntax)',
+  Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
+  Health: 'Server health',
+  Cluster: 'Instances sharing one database (cluster.enabled)',
+  Debug: 'Helpers for tests and demos',
+} as const;
+export type Tag = keyof typeof TAGS;
+
+/**
+ * Statuses a route may answer with a problem besides 401 and 500 (every route) and the
+ * ones its inputs imply (400 for any input, 413 and 415 for a body): list them in `errors`.
+ */
+export type ErrorStatus = 400 | 404 | 409 | 503;
+
+type Parsed<S> = S extends z.ZodType ? z.output<S> : Record<string, never>;
+
+/** RouteInput is a request after validation: path parameters, query and body, typed by the route's schemas. */
+export interface RouteInput<P, Q, B> { params: P; query: Q; body: B }
+
+/**
+ * RouteSpec is one REST operation with its contract. Everything the router, the
+ * request validation and the OpenAPI document need comes from here, so adding a
+ * route is one entry in ROUTES.
+ */
+export interface RouteSpec<P extends z.ZodObject | undefined, Q extends z.ZodObject | undefined, B extends z.ZodType | undefined, R extends z.ZodType> {
+  method: Method;
+  /** path in koa form, e.g. /api/v1/node/:id; every :name has a key in `params`. */
+  path: string;
+  /** operationId names the operation in the document and in generated clients. */
+  operationId: string;
+  tag: Tag;
+  summary: string;
+  /** description says what the call does beyond the summary: conditions, side effects, headscale differences. */
+  description: string;
+  params?: P;
+  query?: Q;
+  /** body is a JSON object; headscale's snake_case names are read as camelCase before validation. */
+  body?: B;
+  /** bodyLimit caps the body in bytes (default BODY_LIMIT). */
+  bodyLimit?: number;
+  /** response is the 200 body. */
+  response: R;
+  responseDescription: string;
+  /** also: another status that answers with the same schema (health's 503). */
+  also?: { status: 503; description: string };
+  errors?: ErrorStatus[];
+  handle: (input: RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps: ApiDeps, ctx: Context) => Promise<z.input<R>>;
+}
+
+/** Route is a RouteSpec with its types erased, as the router and the document generator walk them. */
+export interface Route {
+  method: Method;
+  path: string;
+  operationId: string;
+  tag: Tag;
+  summary: string;
+  description: string;
+  params?: z.ZodObject;
+  query?: z.ZodObject;
+  body?: z.ZodType;
+  bodyLimit?: number;
+  response: z.ZodType;
+  responseDescription: string;
+  also?: { status: 503; description: string };
+  errors: ErrorStatus[];
+  /** handler validates the request against the schemas (400 naming the field) and runs the route. */
+  handler: (ctx: Context, deps: ApiDeps) => Promise<unknown>;
+}
+
+/** pathParams lists the :names of a koa path. */
+export const pathParams = (path: string) => [...path.matchAll(/:([A-Za-z_]+)/g)].map((m) => m[1]!);
+
+/**
+ * route checks a spec (its path parameters and `params` must name the same keys) and
+ * wraps its handler in validation, so no handler sees unchecked input.
+ */
+export function route<P extends z.ZodObject | undefined = undefined, Q extends z.ZodObject | undefined = undefined, B extends z.ZodType | undefined = undefined, R extends z.ZodType = z.ZodType>(
+  spec: RouteSpec<P, Q, B, R>,
+): Route {
+  const declared = spec.params ? Object.keys(spec.params.shape).sort() : [];
+  const inPath = pathParams(spec.path).sort();
+  if (declared.join() !== inPath.join()) {
+    throw new Error(`route ${spec.method} ${spec.path}: params declares [${declared.join(', ')}] but the path has [${inPath.join(', ')}]`);
+  }
+  const { handle, errors, ...rest } = spec;
+  return {
+    ...rest,
+    errors: errors ?? [],
+    handler: async (ctx, deps) => {
+      const params = spec.params ? parseInput(spec.params, { ...ctx.params }) : {};
+      const query = spec.query ? parseInput(spec.query, camelKeys({ ...ctx.query })) : {};
+      const body = spec.body ? parseInput(spec.body, await readJson(ctx, spec.bodyLimit ?? BODY_LIMIT)) : {};
+      return handle({ params, query, body } as RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps, ctx);
+    },
+  };
+}
+
+/** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
+export function apiNode(deps: ApiDeps, n: Node) {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+}

@@ -1,0 +1,13 @@
+export * from './control.js';
+export * from './sessions.js';
+export * from './peer-blocks.js';
+export * from './dns.js';
+export * from './derpmap.js';
+export * from './mapper.js';
+
+export * from './frames.js';
+export * from './register.js';
+export * from './pages.js';
+export * from './login.js';
+export * from './peerset.js';
+export * from './filter-chunks.js';

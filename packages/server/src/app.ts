@@ -1,0 +1,119 @@
+import Router from '@koa/router';
+import Koa, { type Context } from 'koa';
+import type { Logger } from '@headway/core';
+import { problem, problemMiddleware } from '@headway/api';
+import { mountApiDocs } from '@headway/api';
+import { openApiDocument } from '@headway/api';
+import { ROUTES, type ApiDeps } from '@headway/api';
+import type { Metrics } from '@headway/core';
+import { INSTANCE_HEADER } from './reach.js';
+import { homePage, PAGE_HEADERS } from '@headway/control';
+
+export interface AppOptions {
+  deps: ApiDeps;
+  logger: Logger;
+  metrics: Metrics;
+  /** trusted: requests arrive over the local unix socket (file permissions are the auth). */
+  trusted: boolean;
+  /** extra mounts routes served outside /api/v1 (control protocol, register page, DERP helpers). */
+  extra?: (router: Router) => void;
+}
+
+/**
+ * createApp builds the koa application for one listener. Every /api/v1 route
+ * needs a valid API key unless the listener is trusted; the check runs before
+ * any handler or body parsing.
+ */
+export function createApp(opts: AppOptions): Koa {
+  const { deps, logger, metrics } = opts;
+  const app = new Koa({ proxy: false });
+  app.silent = true;
+  app.use(async (ctx, next) => {
+    const end = metrics.httpDuration.startTimer();
+    try {
+      await next();
+    } finally {
+      const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
+      metrics.httpRequests.inc({ method: ctx.method, route: String(route), status: String(ctx.status) });
+      const seconds = end({ method: ctx.method, route: String(route) });
+      // The route pattern, not the path: paths such as /register/:key carry one-time keys.
+      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000) });
+    }
+  });
+  app.use(problemMiddleware(logger));
+
+  const router = new Router();
+  const authenticate = async (ctx: Context, next: () => Promise<unknown>) => {
+    if (opts.trusted) return next();
+    const header = ctx.get('authorization');
+    const m = /^Bearer\s+(\S+)$/i.exec(header);
+    if (!m) return problem(ctx, 401, 'unauthorized', header ? 'malformed Authorization header; expected Bearer <API key>' : 'missing API key (Authorization: Bearer <API key>)');
+    const key = await deps.state.authenticateApiKey(m[1]!);
+    if (!key) return problem(ctx, 401, 'unauthorized', 'invalid, expired or revoked API key');
+    return next();
+  };
+
+  router.get('/', (ctx) => {
+    ctx.type = 'text/html; charset=utf-8';
+    ctx.set(PAGE_HEADERS);
+    ctx.body = homePage(deps.config.server_url);
+  });
+  router.get('/health', async (ctx) => {
+    const ok = await deps.health();
+    ctx.status = ok ? 200 : 500;
+    ctx.type = 'application/health+json';
+    if (deps.instanceId) ctx.set(INSTANCE_HEADER, deps.instanceId);
+    ctx.body = { status: ok ? 'pass' : 'fail' };
+  });
+  // /v1/metrics is headscale's unauthenticated endpoint on the main listener; it
+  // reveals counts of users, nodes and keys, so metrics.* can hide it or require a key.
+  const metricsConf = deps.config.metrics ?? { public_endpoint: true, require_api_key: false };
+  if (opts.trusted || metricsConf.public_endpoint) {
+    const guard = metricsConf.require_api_key ? [authenticate] : [];
+    router.get('/v1/metrics', ...guard, async (ctx) => {
+      ctx.type = metrics.registry.contentType;
+      ctx.body = await metrics.registry.metrics();
+    });
+  }
+  const serverUrl = deps.config.server_url;
+  mountApiDocs(router, { document: () => openApiDocument({ serverUrl }), serverUrl });
+
+  for (const route of ROUTES) {
+    const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
+    router[method](route.path, authenticate, async (ctx) => {
+      const body = await route.handler(ctx, deps);
+      ctx.body = body;
+    });
+  }
+  opts.extra?.(router);
+
+  app.use(router.routes());
+  // No router.allowedMethods(): it answered unknown methods (TRACE, PROPFIND) 501 over
+  // a 404 body. Here the status and the body always agree.
+  app.use(async (ctx) => {
+    if (ctx.status === 404 && ctx.body === undefined) {
+      if (ctx.path.startsWith('/api/')) {
+        // Unknown API paths answer 401 to the unauthenticated, so the route table is not probeable.
+        if (!opts.trusted && !/^Bearer\s+\S+$/i.test(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
+      }
+      const allowed = allowedMethods(router, ctx.path);
+      if (allowed.length && (ctx.method === 'OPTIONS' || !allowed.includes(ctx.method))) {
+        ctx.set('Allow', allowed.join(', '));
+        if (ctx.method === 'OPTIONS') { ctx.status = 204; return; }
+        return problem(ctx, 405, 'method_not_allowed', `${ctx.method} is not allowed on ${ctx.path}; allowed: ${allowed.join(', ')}`);
+      }
+      if (ctx.path.startsWith('/api/')) return problem(ctx, 404, 'route_not_found', `no route ${ctx.method} ${ctx.path}`);
+      ctx.status = 404;
+      ctx.body = 'not found (this is a Headway server: / says how devices join; the API is documented at /api/v1/docs)\n';
+    }
+  });
+  return app;
+}
+
+/** allowedMethods lists the methods some route serves on `path` (empty: no route has the path). */
+function allowedMethods(router: Router, path: string): string[] {
+  const set = new Set<string>();
+  for (const layer of router.match(path, 'GET').path) for (const m of layer.methods) set.add(m);
+  if (set.size) set.add('OPTIONS');
+  return [...set];
+}

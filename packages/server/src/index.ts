@@ -1,0 +1,6 @@
+export * from './app.js';
+export * from './reach.js';
+export * from './memory.js';
+export * from './server.js';
+export * from './compose.js';
+export * from './relay.js';

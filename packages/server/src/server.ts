@@ -1,0 +1,250 @@
+import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
+import { chmodSync, existsSync, unlinkSync } from 'node:fs';
+import http from 'node:http';
+import { dirname } from 'node:path';
+import type { AddressInfo, Socket } from 'node:net';
+import type { HeadwayConfig } from '@headway/core';
+import type { Logger } from '@headway/core';
+import { loadAdapter, preparePlugins, registerPlugins, type PreparedPlugins } from '@headway/core';
+import { loadOrCreateKey } from '@headway/core';
+import { makeDirectory, preflight } from '@headway/core';
+import { dataDirFiles, databaseSwitchWarning, lockDataDir, prepareDataDir, readDatabaseRecord, secureDataDir, warnOpenFiles, writeDatabaseRecord } from '@headway/core';
+import { assertStoragePort, STORAGE, type StoragePort } from '@headway/core';
+import { assertPolicySourcePort, POLICY, type PolicySourcePort } from '@headway/core';
+import type { State } from '@headway/core';
+import type { RouteService } from '@headway/core';
+import type { PolicyService, PolicyEngine } from '@headway/core';
+import { hujsonEngine } from '@headway/core';
+import type { ControlServer } from '@headway/control';
+import type { DerpMapSource } from '@headway/control';
+import type { Registrar } from '@headway/control';
+import { createApp } from './app.js';
+import type { DriveService } from '@headway/core';
+import { bootKernel, composeKernel } from './compose.js';
+import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
+import { closeSilentConnections } from '@headway/core';
+import { bindListeners, handOver, serveRequests } from './listeners.js';
+import { recordAead } from '@headway/noise';
+import type { Metrics } from '@headway/core';
+import type { Relay } from './relay.js';
+import { assertIdentityPort, IDENTITY, type IdentityPort } from '@headway/core';
+
+export interface StartOptions {
+  config: HeadwayConfig;
+  logger: Logger;
+  /** the config file read, or null for built-in defaults (the caller logs which, once). */
+  configSource?: string | null;
+  engine?: PolicyEngine;
+}
+
+export interface RunningServer {
+  config: HeadwayConfig;
+  state: State;
+  policy: PolicyService;
+  drive: DriveService;
+  storage: StoragePort;
+  metrics: Metrics;
+  control: ControlServer;
+  registrar: Registrar;
+  routes: RouteService;
+  relay: Relay;
+  derpMap: DerpMapSource;
+  /** container is the composition root's container (server/compose.ts). */
+  container: AwilixContainer;
+  /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
+  identity?: IdentityPort;
+  controlPublicKey: Buffer;
+  /** memoryTrimmer gives the C heap's free pages back after collections; absent without @headway/memtrim or glibc. */
+  memoryTrimmer?: MemoryTrimmer;
+  /** urls: where each listener is; grpc is grpcs://host:port (TLS) or grpc://host:port. */
+  urls: { http: string; metrics?: string; socket?: string; grpc?: string };
+  close(): Promise<void>;
+}
+
+/** listenOnPath opens the admin socket (TCP ports are bound before start: server/listeners.ts). */
+function listenOnPath(server: http.Server, path: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error) => reject(err);
+    server.once('error', onError);
+    server.listen(path, () => { server.off('error', onError); resolve(); });
+  });
+}
+
+function urlOf(server: http.Server, scheme: string): string {
+  const a = server.address() as AddressInfo;
+  const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+  return `${scheme}://${host}:${a.port}`;
+}
+
+/** trackSockets lets close() end idle keep-alive and long-poll connections instead of waiting on them. */
+function trackSockets(server: http.Server): Set<Socket> {
+  const sockets = new Set<Socket>();
+  server.on('connection', (s: Socket) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
+  return sockets;
+}
+
+/**
+ * startServer boots Headway: storage adapter (migrated), policy source, state,
+ * keys, then the listeners. Anything wrong stops it with one clear error.
+ */
+export async function startServer(opts: StartOptions): Promise<RunningServer> {
+  const { config, logger } = opts;
+  const { tls } = preflight(config);
+  // Every port first: a start that cannot have them writes nothing (no data directory, database or key).
+  const bound = await bindListeners(config, tls);
+  let unlock: () => void;
+  try {
+    prepareDataDir(config.data_dir);
+    logger.info('data directory', { path: config.data_dir });
+    unlock = lockDataDir(config.data_dir);
+  } catch (err) {
+    await bound.close();
+    throw err;
+  }
+
+  const container = createContainer({ injectionMode: InjectionMode.PROXY, strict: true });
+  container.register({ config: asValue(config), logger: asValue(logger) });
+  const ctx = { container, config, logger };
+
+  let storage: StoragePort;
+  let prepared: PreparedPlugins;
+  try {
+    // Plugins' options are checked before the database is opened: a bad one changes nothing.
+    prepared = await preparePlugins(config);
+    await loadAdapter('storage', config.database.type, ctx, 'database.type');
+    storage = container.resolve<StoragePort>(STORAGE);
+    assertStoragePort(storage, config.database.type);
+  } catch (err) {
+    unlock();
+    await bound.close();
+    throw err;
+  }
+  const cleanups: Array<() => Promise<void> | void> = [unlock, () => storage.close(), () => bound.close()];
+  try {
+    logger.info('database ready', { database: storage.describe() });
+    await loadAdapter('policy', config.policy.mode, ctx, 'policy.mode');
+    const source = container.resolve<PolicySourcePort>(POLICY);
+    assertPolicySourcePort(source, config.policy.mode);
+
+    const noiseKey = loadOrCreateKey(config.noise.private_key_path);
+    if (noiseKey.created) logger.info('generated the control key', { path: config.noise.private_key_path });
+
+    const plugins = await registerPlugins(prepared, ctx);
+    for (const p of plugins.dns) if (p.close) cleanups.push(() => p.close!());
+    let identity = plugins.identity;
+    if (!identity && config.oidc.issuer) {
+      await loadAdapter('identity', 'oidc', ctx, 'oidc.issuer');
+      identity = container.resolve<IdentityPort>(IDENTITY);
+      assertIdentityPort(identity, '@headway/identity-oidc');
+    }
+    if (identity) {
+      await identity.init?.();
+      const id = identity;
+      if (id.close) cleanups.push(() => id.close!());
+      logger.info('interactive logins go through the identity provider', { provider: identity.provider, callback: config.server_url + identity.callbackPath });
+    }
+    composeKernel(container, {
+      engine: opts.engine ?? hujsonEngine, controlKey: noiseKey, identity,
+      relayPorts: { stun: bound.stun, relayTls: bound.relayTls },
+    });
+    const kernel = await bootKernel(container, (state) => {
+      const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
+      if (!storage.describe().includes(':memory:')) {
+        const warning = databaseSwitchWarning(readDatabaseRecord(config.data_dir), dbRecord());
+        if (warning) logger.warn(warning);
+        writeDatabaseRecord(config.data_dir, dbRecord());
+        cleanups.push(() => writeDatabaseRecord(config.data_dir, dbRecord()));
+      }
+    });
+    cleanups.push(() => kernel.close());
+    const { state, policyService: policy, metrics, controlServer: control, relay, apiDeps: deps, loginFlow: login } = kernel.cradle;
+    warnOpenFiles(logger, secureDataDir([
+      ...dataDirFiles(config.data_dir), config.noise.private_key_path, config.derp.server.private_key_path,
+      ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
+        ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
+    ]));
+
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
+    const main = bound.main;
+    const servers: http.Server[] = [main];
+    const sockets = trackSockets(main);
+    control.attach(main);
+    serveRequests(main, tcpApp.callback());
+    cleanups.splice(cleanups.length - 1, 0, () => closeServer(main, sockets));
+    const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
+    // Without cluster.advertise_addr an instance is listed at the address it really listens on (port 0 resolved).
+    if (kernel.cradle.cluster && !config.cluster.advertise_addr) kernel.cradle.cluster.address = urls.http;
+
+    if (bound.metrics) {
+      const m = bound.metrics;
+      serveRequests(m, async (req, res) => {
+        if (req.url === '/metrics') {
+          res.setHeader('content-type', metrics.registry.contentType);
+          res.end(await metrics.registry.metrics());
+        } else {
+          res.statusCode = 404;
+          res.end('not found\n');
+        }
+      });
+      const ms = trackSockets(m);
+      // The main listener's deadline: Node's own headersTimeout is checked only every 30 s.
+      closeSilentConnections(m, config.noise.handshake_timeout);
+      servers.push(m);
+      cleanups.push(() => closeServer(m, ms));
+      urls.metrics = urlOf(m, 'http');
+    }
+
+    if (config.unix_socket) {
+      const path = config.unix_socket;
+      makeDirectory(dirname(path), 'unix_socket');
+      if (existsSync(path)) unlinkSync(path);
+      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
+      const ls = trackSockets(local);
+      await listenOnPath(local, path);
+      chmodSync(path, parseInt(config.unix_socket_permission, 8));
+      cleanups.push(async () => { await closeServer(local, ls); if (existsSync(path)) unlinkSync(path); });
+      urls.socket = path;
+    }
+
+    if (bound.grpc) {
+      const { startGrpcServer } = await import('@headway/api/grpc');
+      const g = await startGrpcServer({ config, deps, logger, tls, listener: handOver(bound.grpc) });
+      cleanups.push(() => g.close());
+      urls.grpc = g.url;
+    }
+
+    const trimmer = await startMemoryTrimmer(logger, metrics);
+    if (trimmer) cleanups.push(() => trimmer.stop());
+    // @headway/aead is optional too: without it Noise records are sealed in WASM (the same bytes, slower). A build
+    // that failed at install is a warning, with its reason: the operator can fix it.
+    if (recordAead.unavailable) {
+      logger[recordAead.buildFailed ? 'warn' : 'debug']('Noise records are sealed with libsodium\'s WASM build', { reason: recordAead.unavailable });
+    }
+
+    logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
+    let closed = false;
+    return {
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity, memoryTrimmer: trimmer,
+      registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
+      async close() {
+        if (closed) return;
+        closed = true;
+        for (const fn of cleanups.reverse()) {
+          try { await fn(); } catch (err) { logger.warn('shutdown step failed', { error: (err as Error).message }); }
+        }
+        logger.info('stopped');
+      },
+    };
+  } catch (err) {
+    for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
+    throw err;
+  }
+}
+
+function closeServer(server: http.Server, sockets: Set<Socket>): Promise<void> {
+  return new Promise((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections?.();
+    for (const s of sockets) s.destroy();
+  });
+}

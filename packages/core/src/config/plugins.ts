@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { ConfigProblem } from './load.js';
+import type { ConfigProblem } from './problems.js';
 import type { AdapterDescriptor, OptionProblem, PluginEntry, PortName } from '../ports/adapter.js';
 
 /*

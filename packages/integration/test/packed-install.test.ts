@@ -21,8 +21,8 @@ const root = repoRoot();
 const CI = process.env.CI === 'true';
 /** PUBLISHED is the decision of what goes to the registry; the metadata test pins it. */
 const PUBLISHED = [
-  'aead', 'cli', 'cli-admin', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
-  'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
+  'aead', 'api', 'cli', 'cli-admin', 'control', 'core', 'derp', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
+  'server', 'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
 ].map((p) => `@headway/${p}`).sort();
 
 /** scripts/install.sh packs and serves the published workspaces with scripts/packed-registry.mjs; its list is the one pinned here. */

@@ -4,384 +4,35 @@
  *
  * Every daemon runs in userspace-networking mode with its own temp directory
  * (state, unix socket, log file) and an environment that keeps it off the
- * outside network; see {@link tailscaledEnvironment}.
+ * outside network; see {@link tailscaledEnvironment}. Finding the installs is in
+ * tailscale-setup.ts, process plumbing in tailscale-process.ts, types in tailscale-types.ts.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import {
+  describeFailure,
+  killGroup,
+  parseJson,
+  processExited,
+  sleep,
+  startCommand,
+  tailscaledEnvironment,
+  trackLiveDevice,
+  untrackLiveDevice,
+  waitForExit,
+  type LiveDevice,
+} from './tailscale-process.js';
+import { findTailscaleBinaries, tailscaleHome } from './tailscale-setup.js';
+import type { CommandResult, NetworkMapJson, PingOptions, PingResult, StartOptions, TailscaleBinaries, TailscaleStatus, UpOptions, UpResult } from './tailscale-types.js';
 
-/** TailscaleBinaries is one installed client version: `<home>/<version>/{tailscale,tailscaled}`. */
-export interface TailscaleBinaries {
-  /** version is the install directory name, e.g. "v1.102.5". */
-  version: string;
-  tailscale: string;
-  tailscaled: string;
-}
+export * from './tailscale-types.js';
+export { cleanupStack, findTailscaleBinaries, repoRoot, requireTailscale, tailscaleHome } from './tailscale-setup.js';
+export { tailscaledEnvironment } from './tailscale-process.js';
 
-/** CommandResult is the outcome of one finished (or timed-out) CLI run. */
-export interface CommandResult {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-  stdout: string;
-  stderr: string;
-  timedOut: boolean;
-}
-
-/** TailscalePeerStatus is the subset of ipnstate.PeerStatus the tests look at; the rest is kept. */
-export interface TailscalePeerStatus {
-  ID?: string;
-  PublicKey?: string;
-  HostName?: string;
-  DNSName?: string;
-  OS?: string;
-  UserID?: number;
-  TailscaleIPs?: string[] | null;
-  AllowedIPs?: string[] | null;
-  PrimaryRoutes?: string[] | null;
-  Tags?: string[] | null;
-  Online?: boolean;
-  ExitNode?: boolean;
-  ExitNodeOption?: boolean;
-  Relay?: string;
-  CurAddr?: string;
-  [field: string]: unknown;
-}
-
-/** TailscaleStatus is parsed `tailscale status --json` (ipnstate.Status); unknown fields are kept. */
-export interface TailscaleStatus {
-  Version?: string;
-  BackendState: string;
-  AuthURL?: string;
-  TailscaleIPs?: string[] | null;
-  Self?: TailscalePeerStatus;
-  Peer?: Record<string, TailscalePeerStatus> | null;
-  Health?: string[] | null;
-  MagicDNSSuffix?: string;
-  CurrentTailnet?: { Name?: string; MagicDNSSuffix?: string; MagicDNSEnabled?: boolean } | null;
-  User?: Record<string, unknown> | null;
-  [field: string]: unknown;
-}
-
-/** NetworkMapJson is parsed `tailscale debug netmap` (netmap.NetworkMap as JSON); unknown fields are kept. */
-export interface NetworkMapJson {
-  SelfNode?: Record<string, unknown>;
-  Peers?: Array<Record<string, unknown>> | null;
-  DERPMap?: Record<string, unknown> | null;
-  PacketFilter?: unknown;
-  Domain?: string;
-  [field: string]: unknown;
-}
-
-/** StartOptions configures {@link TailscaleDevice.start}. */
-export interface StartOptions {
-  /** name labels the temp directory and error messages; letters, digits, '-' and '_' only. */
-  name: string;
-  /** version selects an installed client ("v1.80.3" or "1.80.3"); default: the newest installed. */
-  version?: string;
-  /** env adds or overrides daemon environment variables (after the network-isolation knobs). */
-  env?: Record<string, string>;
-  /** extraDaemonArgs are appended to the tailscaled command line. */
-  extraDaemonArgs?: string[];
-  /** startTimeoutMs bounds how long to wait for the LocalAPI socket to answer; default 20 s. */
-  startTimeoutMs?: number;
-}
-
-/** UpOptions configures {@link TailscaleDevice.up}. */
-export interface UpOptions {
-  /** loginServer is the control URL, e.g. "http://127.0.0.1:8080" (HTTP on loopback: no HTTPS fallback). */
-  loginServer: string;
-  /** authKey logs in without interaction; without it `up` returns the interactive AuthURL. */
-  authKey?: string;
-  hostname: string;
-  advertiseRoutes?: string[];
-  advertiseExitNode?: boolean;
-  acceptRoutes?: boolean;
-  /** advertiseTags, e.g. ["tag:server"]. */
-  advertiseTags?: string[];
-  /** reset passes --reset so flags not given revert to defaults (needed for a second `up` with other flags). */
-  reset?: boolean;
-  extraArgs?: string[];
-  /** timeoutMs bounds the whole call: authkey login until Running, or interactive until an AuthURL shows; default 30 s. */
-  timeoutMs?: number;
-}
-
-/** UpResult is what `tailscale up` produced; authUrl is set for interactive logins. */
-export interface UpResult {
-  authUrl?: string;
-  stdout: string;
-  stderr: string;
-  /** exited settles when an interactive `tailscale up` (still waiting after printing its AuthURL) ends, e.g. after a rejected login. */
-  exited?: Promise<CommandResult>;
-}
-
-/** PingOptions configures {@link TailscaleDevice.ping}. */
-export interface PingOptions {
-  /** tsmp pings through WireGuard at the TSMP layer instead of disco. */
-  tsmp?: boolean;
-  /** icmp pings with ICMP through WireGuard. */
-  icmp?: boolean;
-  /** count is the maximum number of pings (`-c`); default 1. */
-  count?: number;
-  /** timeoutMs is the per-ping timeout; default 5 s. */
-  timeoutMs?: number;
-  /** untilDirect keeps pinging until a direct path is found (the CLI's default); default false. */
-  untilDirect?: boolean;
-}
-
-/** PingResult is a successful `tailscale ping`; via is "DERP(<region>)" or the direct ip:port of the last pong. */
-export interface PingResult {
-  output: string;
-  via?: string;
-}
-
-/** TapLike is the part of a tap test that {@link requireTailscale} needs (tap's `t.skip` defines a skipped subtest). */
-export interface TapLike {
-  skip(name: string, cb: () => void): unknown;
-  fail(message: string): unknown;
-  comment(...args: unknown[]): unknown;
-}
-
-const VERSION_DIR = /^v?\d+\.\d+\.\d+$/;
 const SAFE_NAME = /^[A-Za-z0-9_-]{1,32}$/;
 const DEFAULT_CLI_TIMEOUT_MS = 15_000;
-
-/** repoRoot is the npm workspace root: the nearest ancestor whose package.json declares workspaces. */
-export function repoRoot(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  for (;;) {
-    const pkg = join(dir, 'package.json');
-    if (existsSync(pkg)) {
-      try {
-        const parsed: unknown = JSON.parse(readFileSync(pkg, 'utf8'));
-        if (typeof parsed === 'object' && parsed !== null && 'workspaces' in parsed) return dir;
-      } catch {
-        // An unreadable package.json is not the root; keep walking up.
-      }
-    }
-    const parent = dirname(dir);
-    if (parent === dir) throw new Error(`repoRoot: no package.json with "workspaces" above ${fileURLToPath(import.meta.url)}`);
-    dir = parent;
-  }
-}
-
-/** tailscaleHome is where install-tailscale.sh puts versions: $TAILSCALE_HOME or <repo>/.ci-work/tailscale. */
-export function tailscaleHome(): string {
-  const fromEnv = process.env.TAILSCALE_HOME;
-  return fromEnv !== undefined && fromEnv !== '' ? fromEnv : join(repoRoot(), '.ci-work', 'tailscale');
-}
-
-function versionParts(version: string): number[] {
-  return version.replace(/^v/, '').split('.').map((p) => Number(p));
-}
-
-function compareVersionsDescending(a: string, b: string): number {
-  const pa = versionParts(a);
-  const pb = versionParts(b);
-  for (let i = 0; i < 3; i++) {
-    const diff = (pb[i] ?? 0) - (pa[i] ?? 0);
-    if (diff !== 0) return diff;
-  }
-  return 0;
-}
-
-function isExecutableFile(path: string): boolean {
-  try {
-    const st = statSync(path);
-    return st.isFile() && (st.mode & 0o111) !== 0;
-  } catch {
-    return false;
-  }
-}
-
-/**
- * findTailscaleBinaries lists installed versions, newest first. Only complete
- * installs count (both binaries present and executable), so a half-finished
- * build directory is never picked; empty when nothing is installed.
- */
-export function findTailscaleBinaries(home: string = tailscaleHome()): TailscaleBinaries[] {
-  let entries: string[];
-  try {
-    entries = readdirSync(home);
-  } catch {
-    return [];
-  }
-  const found: TailscaleBinaries[] = [];
-  for (const entry of entries) {
-    if (!VERSION_DIR.test(entry)) continue;
-    const tailscale = join(home, entry, 'tailscale');
-    const tailscaled = join(home, entry, 'tailscaled');
-    if (isExecutableFile(tailscale) && isExecutableFile(tailscaled)) found.push({ version: entry, tailscale, tailscaled });
-  }
-  return found.sort((a, b) => compareVersionsDescending(a.version, b.version));
-}
-
-/**
- * cleanupStack returns a list whose functions run in reverse order when the test
- * ends (devices before the server that serves them); a failing step is reported
- * as a comment and does not stop the others.
- */
-export function cleanupStack(t: { teardown(fn: () => Promise<void>): void; comment(msg: string): void }): Array<() => Promise<void> | void> {
-  const cleanups: Array<() => Promise<void> | void> = [];
-  t.teardown(async () => {
-    for (const fn of cleanups.reverse()) {
-      try {
-        await fn();
-      } catch (err) {
-        t.comment(`cleanup: ${(err as Error).message}`);
-      }
-    }
-  });
-  return cleanups;
-}
-
-/**
- * requireTailscale returns the installed clients, or an empty list after
- * skipping the test (locally) or failing it (when CI=true, where a missing
- * client means the install step broke and must not pass silently).
- */
-export function requireTailscale(t: TapLike): TailscaleBinaries[] {
-  const found = findTailscaleBinaries();
-  if (found.length > 0) return found;
-  const reason = `no Tailscale client installed under ${tailscaleHome()}; run .ci/install-tailscale.sh`;
-  if (process.env.CI === 'true') {
-    t.fail(reason);
-  } else {
-    t.comment(reason);
-    t.skip(reason, () => undefined);
-  }
-  return [];
-}
-
-/**
- * tailscaledEnvironment is the daemon's environment: the parent's, minus any
- * TS_* settings and proxy variables that could redirect or alter it, plus
- * knobs that keep it on loopback and quiet:
- * - TS_NO_LOGS_NO_SUPPORT=true: no logtail uploads to log.tailscale.com (also passed as --no-logs-no-support).
- * - TS_LOG_TARGET=http://127.0.0.1:9: should any log upload still happen, it goes to the discard port on loopback.
- * - TS_LOGS_DIR=<dir>/logs: logpolicy's own files (log config, buffers) stay inside the device's temp dir.
- * - TS_PANIC_IF_HIT_MAIN_CONTROL=1: crash instead of ever dialing controlplane.tailscale.com (e.g. a missing --login-server).
- * - TS_DISABLE_PORTMAPPER=1, TS_DISABLE_UPNP=1: no UPnP/NAT-PMP/PCP probes to the LAN gateway during netcheck.
- * - TS_DEBUG_USE_DERP_HTTP=1: DERP over plain HTTP (on DERPNode.DERPPort) so the test server needs no TLS.
- * - TS_ASSUME_NETWORK_UP_FOR_TEST=1: keep working on hosts whose only interface is loopback (sandboxed CI).
- * - TS_DEBUG_DISABLE_PORTLIST=1: skip the periodic /proc scan of listening ports (CPU on shared runners).
- * Not controllable from the environment: captive-portal probes (which include
- * controlplane/login.tailscale.com) run during a netcheck whose STUN probes
- * fail; the control server must send the node attribute
- * "disable-captive-portal-detection" to turn them off. STUN/DERP probing only
- * targets the DERP map the control server sends.
- */
-export function tailscaledEnvironment(dir: string, overrides: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const [key, value] of Object.entries(process.env)) {
-    if (value === undefined) continue;
-    if (key.startsWith('TS_')) continue;
-    if (/^(https?|all|no)_proxy$/i.test(key)) continue;
-    env[key] = value;
-  }
-  Object.assign(env, {
-    HOME: dir,
-    TS_NO_LOGS_NO_SUPPORT: 'true',
-    TS_LOG_TARGET: 'http://127.0.0.1:9',
-    TS_LOGS_DIR: join(dir, 'logs'),
-    TS_PANIC_IF_HIT_MAIN_CONTROL: '1',
-    TS_DISABLE_PORTMAPPER: '1',
-    TS_DISABLE_UPNP: '1',
-    TS_DEBUG_USE_DERP_HTTP: '1',
-    TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
-    TS_DEBUG_DISABLE_PORTLIST: '1',
-  });
-  return Object.assign(env, overrides);
-}
-
-interface RunningCommand {
-  child: ChildProcess;
-  result: Promise<CommandResult>;
-}
-
-/** startCommand spawns a process collecting its output; after timeoutMs it is SIGKILLed and timedOut is set. */
-function startCommand(file: string, args: string[], env: Record<string, string>, timeoutMs: number): RunningCommand {
-  const child = spawn(file, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  let timedOut = false;
-  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-    stdout += chunk;
-  });
-  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => {
-    stderr += chunk;
-  });
-  const timer = setTimeout(() => {
-    timedOut = true;
-    child.kill('SIGKILL');
-  }, timeoutMs);
-  const result = new Promise<CommandResult>((resolve, reject) => {
-    child.once('error', (err) => {
-      clearTimeout(timer);
-      reject(new Error(`cannot run ${file}: ${err.message}`));
-    });
-    child.once('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, stdout, stderr, timedOut });
-    });
-  });
-  return { child, result };
-}
-
-function describeFailure(what: string, r: CommandResult): string {
-  const how = r.timedOut ? 'timed out' : r.signal !== null ? `was killed by ${r.signal}` : `exited ${r.code}`;
-  const output = (r.stderr.trim() || r.stdout.trim()).slice(-2000);
-  return `${what} ${how}${output ? `: ${output}` : ''}`;
-}
-
-function parseJson<T>(what: string, text: string): T {
-  try {
-    return JSON.parse(text) as T;
-  } catch (err) {
-    throw new Error(`${what} printed invalid JSON (${(err as Error).message}): ${text.slice(0, 500)}`);
-  }
-}
-
-function processExited(child: ChildProcess): boolean {
-  return child.exitCode !== null || child.signalCode !== null;
-}
-
-function waitForExit(child: ChildProcess, timeoutMs: number): Promise<boolean> {
-  if (processExited(child)) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      child.off('exit', onExit);
-      resolve(false);
-    }, timeoutMs);
-    const onExit = (): void => {
-      clearTimeout(timer);
-      resolve(true);
-    };
-    child.once('exit', onExit);
-  });
-}
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
-
-// liveDevices are devices not yet stopped; if the test process exits without
-// stopping them (a crash, a forgotten teardown), the exit hook kills their
-// daemons so no tailscaled outlives the test run on a shared machine.
-const liveDevices = new Set<{ daemon: ChildProcess; dir: string }>();
-let exitHookInstalled = false;
-
-function killLiveDevicesAtExit(): void {
-  for (const live of liveDevices) {
-    killGroup(live.daemon);
-    rmSync(live.dir, { recursive: true, force: true });
-  }
-}
-
-/** killGroup SIGKILLs a daemon's whole process group (it and the helpers it started). */
-function killGroup(daemon: ChildProcess): void {
-  if (daemon.pid === undefined) return;
-  try { process.kill(-daemon.pid, 'SIGKILL'); } catch { daemon.kill('SIGKILL'); }
-}
 
 // AUTH_URL_LINE finds the URL the CLI prints after "To authenticate, visit:".
 const AUTH_URL_LINE = /To authenticate, visit:\s+(\S+)/;
@@ -404,7 +55,7 @@ export class TailscaleDevice {
   readonly #cliChildren = new Set<ChildProcess>();
   /** #authUrls are the login URLs up() already returned, so a stale one in `tailscale status` is not taken for a new one. */
   readonly #authUrls = new Set<string>();
-  readonly #live: { daemon: ChildProcess; dir: string };
+  readonly #live: LiveDevice;
   #stopped = false;
 
   private constructor(name: string, binaries: TailscaleBinaries, dir: string, env: Record<string, string>, daemon: ChildProcess) {
@@ -464,11 +115,7 @@ export class TailscaleDevice {
       closeSync(logFd);
     }
     const device = new TailscaleDevice(options.name, binaries, dir, env, daemon);
-    liveDevices.add(device.#live);
-    if (!exitHookInstalled) {
-      exitHookInstalled = true;
-      process.once('exit', killLiveDevicesAtExit);
-    }
+    trackLiveDevice(device.#live);
     const spawnError = new Promise<Error>((resolve) => daemon.once('error', resolve));
     try {
       await Promise.race([
@@ -584,12 +231,6 @@ export class TailscaleDevice {
     return parsed;
   }
 
-  /**
-   * up runs `tailscale up`. With authKey it waits for the login to finish
-   * (throws on failure or timeout). Without one it resolves as soon as the
-   * CLI prints the interactive AuthURL (or status reports one); that `up`
-   * process keeps running until the node is authorised or stop() kills it.
-   */
   /** waitNetmap polls `tailscale debug netmap` until check holds; a timeout's error shows `brief` of the last map seen. */
   async waitNetmap(check: (nm: NetworkMapJson) => boolean, opts: { timeoutMs: number; intervalMs?: number; brief?: (nm: NetworkMapJson) => unknown }): Promise<NetworkMapJson> {
     const deadline = Date.now() + opts.timeoutMs;
@@ -604,6 +245,12 @@ export class TailscaleDevice {
     throw new Error(`netmap of ${this.name} did not reach the expected state within ${opts.timeoutMs} ms; last: ${JSON.stringify(brief)}`);
   }
 
+  /**
+   * up runs `tailscale up`. With authKey it waits for the login to finish
+   * (throws on failure or timeout). Without one it resolves as soon as the
+   * CLI prints the interactive AuthURL (or status reports one); that `up`
+   * process keeps running until the node is authorised or stop() kills it.
+   */
   async up(options: UpOptions): Promise<UpResult> {
     this.#assertRunning('tailscale up');
     const timeoutMs = options.timeoutMs ?? 30_000;
@@ -756,7 +403,7 @@ export class TailscaleDevice {
       // Taildrive's `serve-taildrive` helpers run as children of `su` in the daemon's group.
       killGroup(this.#daemon);
     }
-    liveDevices.delete(this.#live);
+    untrackLiveDevice(this.#live);
     if (options.keepDir !== true) rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -5,8 +5,7 @@
  * server on the shared two cores and added to the very latency being measured. MatchingPeers keeps the answer up
  * to date as the netmap's peer map is edited instead, at O(1) per peer added or removed.
  */
-import { bitsHas, type PeerBits } from './bench-policy.js';
-import type { Node, NodeID } from './wire.js';
+import { bitsHas, type Node, type NodeID, type PeerBits } from '@headway/testkit';
 
 /** Wanted is one device's expected peers: a bitset of plan indices and its population count. */
 export interface Wanted { bits: PeerBits; size: number }

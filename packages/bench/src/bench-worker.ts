@@ -7,13 +7,12 @@
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
-import { TestDevice } from './device.js';
+import {
+  bitsCount, bitsHas, expectedPeers, planKey, planTailnet, setFreezeShared, TestDevice,
+  type DevicePlan, type FilterRule, type MapResponse, type NetMap, type Node, type TailnetPlan,
+} from '@headway/testkit';
 import { joinDevice, runPool, type JoinPhases } from './bench-join.js';
-import type { NetMap } from './netmap.js';
-import type { FilterRule, MapResponse, Node } from './wire.js';
-import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type TailnetPlan } from './bench-policy.js';
 import { MatchingPeers, peersMatch, type Wanted } from './bench-match.js';
-import { setFreezeShared } from './zstd.js';
 import { ChangeProfiler } from './bench-profile.js';
 
 // The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.

@@ -10,7 +10,7 @@
  * The driver's and workers' own CPU is printed next to the server's, so a reader can tell whether the load
  * generator was the bottleneck. Tables go to stdout, then one `BENCH_JSON {...}` line.
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
+ * Usage: node --expose-gc packages/bench/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
  *        [--workers K] [--seed S] [--rounds R]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
@@ -30,7 +30,7 @@ import { join, resolve } from 'node:path';
 import { availableParallelism, cpus, totalmem } from 'node:os';
 import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
-import { planRetag, planTailnet } from './bench-policy.js';
+import { planRetag, planTailnet } from '@headway/testkit';
 import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
 import type { Change, JoinResult, WorkerCommand, WorkerStats } from './bench-worker.js';
 

@@ -19,6 +19,15 @@ const PAK = {
   expiration: '2026-05-01T00:00:00Z', createdAt: '2026-04-01T00:00:00Z', aclTags: [],
 };
 
+/**
+ * expiresIn: an expiration the CLI computed as "now + ms" at some moment between `before` and `after` (the
+ * command's run, however long it took), give or take the second it may be rounded to.
+ */
+function expiresIn(iso: string, before: number, after: number, ms: number): boolean {
+  const at = Date.parse(iso);
+  return at >= before + ms - 1000 && at <= after + ms + 1000;
+}
+
 t.test('commands send the contract requests and render the answers', async (t) => {
   const { dir, cleanup } = tempDir();
   const api = new FakeApi(dir);
@@ -197,8 +206,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(body.reusable, true);
     t.equal(body.ephemeral, false);
     t.same(body.aclTags, ['tag:ci', 'tag:prod']);
-    const exp = Date.parse(body.expiration as string);
-    t.ok(exp >= before + 24 * 3600_000 - 1000 && exp <= Date.now() + 24 * 3600_000 + 1000, 'expiration is now + 24h');
+    t.ok(expiresIn(body.expiration as string, before, Date.now(), 24 * 3600_000), 'expiration is now + 24h');
     t.equal(r.stdout, 'hwkey-auth-abc123-SECRETSECRET\n', 'human mode prints the key alone');
 
     const bools: [string[], boolean][] = [
@@ -209,9 +217,9 @@ t.test('commands send the contract requests and render the answers', async (t) =
       await run('preauthkeys', 'create', '-u', '1', ...flag);
       t.equal((api.last.body as { ephemeral: boolean }).ephemeral, want, `${flag.join(' ') || '(none)'} → ephemeral ${want}`);
     }
+    const beforeDefault = Date.now();
     await run('preauthkeys', 'create', '-u', '1');
-    const dflt = Date.parse((api.last.body as { expiration: string }).expiration) - Date.now();
-    t.ok(dflt > 3500_000 && dflt <= 3600_000, 'default expiration is 1h');
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, beforeDefault, Date.now(), 3600_000), 'default expiration is 1h');
 
     r = await run('preauthkeys', 'create', '-u', 'alice', '-o', 'json');
     t.equal(JSON.parse(r.stdout).key, 'hwkey-auth-abc123-SECRETSECRET');
@@ -242,12 +250,13 @@ t.test('commands send the contract requests and render the answers', async (t) =
   });
 
   t.test('apikeys', async (t) => {
+    let before = Date.now();
     let r = await run('apikeys', 'create', '--expiration', '87600h');
-    const exp = Date.parse((api.last.body as { expiration: string }).expiration) - Date.now();
-    t.ok(Math.abs(exp - 87600 * 3600_000) < 5000, 'expiration is 10 years out');
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, before, Date.now(), 87600 * 3600_000), 'expiration is 10 years out');
     t.equal(r.stdout, 'hwkey-api-pfx3-FULLSECRET\n');
+    before = Date.now();
     await run('apikeys', 'create', '-e', '90d');
-    t.ok(Math.abs(Date.parse((api.last.body as { expiration: string }).expiration) - Date.now() - 90 * 86_400_000) < 5000);
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, before, Date.now(), 90 * 86_400_000), 'expiration is 90 days out');
 
     r = await run('apikeys', 'list', '-o', 'json');
     t.same(JSON.parse(r.stdout), [{ id: '2', prefix: 'pfx2', expiration: '2027-01-01T00:00:00Z', created_at: '2026-01-01T00:00:00Z', last_seen: null }]);

@@ -313,6 +313,7 @@ t.test('restart: a new State over the same database holds the same users, nodes 
 // after the deletion and put the node back into memory, where every later full map showed it.
 t.test('a write or reload in flight across a deletion does not bring the deleted node back', async (t) => {
   let hold: Promise<void> | undefined;
+  let reached: (() => void) | undefined;
   const wrap = (real: StoragePort) => ({
     ...real,
     nodes: new Proxy(real.nodes, {
@@ -323,7 +324,7 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
           const gate = prop === 'update' || prop === 'get' ? hold : undefined;
           const out = await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
           // The held call has done its database work; its answer arrives only once the test lets it.
-          if (gate) await gate;
+          if (gate) { reached?.(); await gate; }
           return out;
         };
       },
@@ -337,10 +338,11 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
     s.changes.length = 0;
     let release!: () => void;
     hold = new Promise((r) => { release = r; });
+    const atGate = new Promise<void>((r) => { reached = r; });
     const inFlight: Promise<unknown> = kind === 'updateNode' ? s.state.updateNode(n.id, { lastSeen: new Date() }, 'silent')
       : kind === 'reloadNodes' ? s.state.reloadNodes([n.id])
         : s.state.reloadNodePatch(n.id, { endpoints: ['192.0.2.1:41641'] });
-    await new Promise((r) => setTimeout(r, 20));
+    await atGate;
     hold = undefined;
     await s.state.deleteNode(n.id);
     release();

@@ -40,7 +40,7 @@ loopDelay.enable();
  * back the young generation grown to 64 MiB by the join burst and compacts), then gives the C heap's free
  * pages back as the server's MemoryTrimmer does within 10 s of a collection, and reads usage and CPU, with
  * the event-loop delay since the previous sample. Without the last collection the figure per idle session
- * was mostly that transient young generation divided by N; without the trim, the join burst's C memory.
+ * would be mostly that transient young generation divided by N; without the trim, the join burst's C memory.
  */
 export function sampleMemory(server?: RunningServer): MemorySample {
   const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;

@@ -12,7 +12,7 @@
  *      database made through HEADWAY_TEST_POSTGRES_URL (or BENCH_POSTGRES_URL); devices are spread over the
  *      instances round robin, renames are made on the first, so rename figures include the cross-instance hop.
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 20:
- *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
+ *      on 2 cores many more in flight queue past the 10 s ts2021 dial timeout),
  *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),
  *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof), BENCH_WORKER_CPU_PROF (the same

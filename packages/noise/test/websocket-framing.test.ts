@@ -145,8 +145,8 @@ for (const [name, bytes, expected] of violations) {
 }
 
 t.test('a peer that pings and never reads gets no more pongs than the socket can hold', async (t) => {
-  // Each ping was answered into the socket's write queue whatever was waiting there: one connection that never read
-  // grew the server by gigabytes.
+  // Answering each ping into the socket's write queue whatever is waiting there would let one connection that never
+  // reads grow the server by gigabytes.
   const { raw, socket } = await pair(t);
   raw.socket.pause();
   const ping = clientFrame(0x9, Buffer.alloc(125, 1));

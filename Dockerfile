@@ -2,10 +2,10 @@
 # Headway's container image: `docker build -t headway:0.1.0 .` (or `docker compose build`;
 # with podman, `podman build --format docker ...`: the OCI format has no HEALTHCHECK).
 #
-# The base is Node.js 24 on Debian bookworm slim. Issue 11 asked for Node 20, but Headway
-# needs Node 24 (zstd from node:zlib, better-sqlite3 13; see scripts/node-runtime.sh), so
-# the base is node:24-bookworm-slim. NODE_IMAGE names another Node 24 image on Debian
-# (a mirror, or a locally assembled one when no registry can be reached).
+# The base is Node.js 24 on Debian bookworm slim: Headway needs Node 24 (zstd from
+# node:zlib, better-sqlite3 13; see scripts/node-runtime.sh). NODE_IMAGE names another
+# Node 24 image on Debian (a mirror, or a locally assembled one when no registry can be
+# reached).
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 # --- build: compile TypeScript and better-sqlite3 (with SQLite) from source -------------

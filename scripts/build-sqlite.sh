@@ -3,11 +3,11 @@
 # the running Node's headers. better-sqlite3 13 ships prebuilt binaries inside its
 # npm tarball; force_build=1 compiles ours instead, and its loader prefers
 # build/Release over the bundled prebuilds. node-gyp is called directly with its own
-# flags: passed as npm_config_* variables, nodedir made every npm command warn.
+# flags: passed as npm_config_* variables, nodedir would make every npm command warn.
 # It then compiles @headway/memtrim's small addon (glibc malloc_trim; the server runs
 # without it, keeping freed C memory resident, where it is missing) and @headway/aead's
 # (ChaCha20-Poly1305 for Noise records on the OpenSSL inside Node; without it records are
-# sealed in WASM, the same bytes at a third of the speed). Last it writes that Node's ABI
+# sealed in WASM, the same bytes several times slower). Last it writes that Node's ABI
 # (process.versions.modules) to node_modules/.headway-node-abi, which serve.sh compares.
 set -euo pipefail
 cd "$(dirname "$0")/.."

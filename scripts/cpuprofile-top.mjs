@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // cpuprofile-top prints the top self-time frames of V8 CPU profiles (node --cpu-prof, or BENCH_CPU_PROF=<dir>
-// with `npm run bench`), so before/after profiles can be compared in a closing note without a browser.
+// with `npm run bench`), so two profiles can be compared as text, without a browser.
 // Usage: node scripts/cpuprofile-top.mjs <file.cpuprofile | directory> [count=15] [--window=FROM,TO] [--timeline]
 //   --window=FROM,TO  only the samples between FROM and TO seconds after the profile started (one phase of a run)
 //   --timeline        also print the busy (non-idle) milliseconds of each second, to find a phase

@@ -57,8 +57,8 @@ export async function serveRegistry(dir, published) {
     byName.set(pkg.name, { pkg, file, data: readFileSync(join(dir, file)) });
   }
   // Every run's registry has a path of its own: npm keys its cache by URL, and with --prefer-offline a packument
-  // cached by an earlier run on the same port (another build's tarballs) was taken without asking (a CI run on a
-  // reused machine installed a build of an older commit and never fetched from this registry).
+  // cached by an earlier run on the same port (another build's tarballs) would be taken without asking (a CI run
+  // on a reused machine would install a build of an older commit and never fetch from this registry).
   const base = `/${randomBytes(8).toString('hex')}`;
   const server = createServer((req, res) => {
     const full = decodeURIComponent((req.url ?? '/').split('?')[0]);

@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { TestDevice } from '@headway/testkit';
-import { runHeadway, startTestServer } from '@headway/integration';
+import { runHeadway, startTestServer, until } from '@headway/integration';
 
 const PKG = '@headway-examples/plugin-drive-file';
 const CAP = 'tailscale.com/cap/drive';
@@ -53,7 +53,7 @@ t.test('devices receive the grants of the file, and follow it when it changes', 
   t.pass('a changed file reaches connected devices (access defaults to ro)');
 
   writeFileSync(file, '{ "grants": [ { "src": "alice" } ] }');
-  await new Promise((r) => setTimeout(r, 500));
+  await until('the bad file is logged', () => s.logs.some((l) => /drive adapter failed to list its grants/.test(l)));
   t.same(drivePayloads(nas), [{ shares: ['logs'], access: 'ro' }], 'a bad file keeps the grants in force');
   t.ok(s.logs.some((l) => /drive adapter failed to list its grants/.test(l) && /grants\[0\]\.src/.test(l)), 'and logs why');
 });

@@ -181,7 +181,7 @@ export const HANDLERS: Record<string, Handler> = {
   DebugCreateNode: async (r, deps) => {
     const key = text(r.key);
     // Any other key is headscale's registration id, which Headway has no use for; one that says it is a machine key
-    // must be one (mkey:zz was dropped for a random key, where REST refuses it).
+    // must be one (mkey:zz is refused, as REST refuses it, not replaced by a random key).
     if (key.startsWith('mkey:') && !/^mkey:[0-9a-f]{64}$/.test(key)) throw badField('key', `expected mkey:<64 lower-case hex digits>, found ${shown(key)}`);
     return oneNode(deps, await ops.createDebugNode(deps, {
       user: text(r.user), name: text(r.name), machineKey: /^mkey:[0-9a-f]{64}$/.test(key) ? key : undefined, routes: list(r.routes),

@@ -30,7 +30,7 @@ export async function readBody(ctx: Context, limit = BODY_LIMIT): Promise<Buffer
     }
   } catch (err) {
     // A client that goes away inside its body (the request stream errors with ECONNRESET or "aborted") made a bad
-    // request, not the server a failed one: it was logged as an internal error and counted as a 500.
+    // request, not the server a failed one: it is not logged as an internal error nor counted as a 500.
     if (err instanceof HeadwayError || !ctx.req.destroyed) throw err;
     throw new HeadwayError('bad_request', `the client closed the connection after ${size} bytes of the request body`);
   }

@@ -1,6 +1,6 @@
 /**
  * The admin operations that hold more than one service call: the REST routes
- * (routes.ts, parity.ts) and the gRPC HeadscaleService (grpc.ts) both call these, so
+ * (routes.ts, lifecycle.ts) and the gRPC HeadscaleService (grpc.ts) both call these, so
  * the two APIs cannot drift apart. Each takes already-parsed input (numbers, Dates,
  * string lists); parsing the wire format stays with each API. Error fields use the
  * REST names (camelCase); the gRPC layer renames them to its proto fields.
@@ -10,7 +10,7 @@ import { badField, HeadwayError } from '@headway/core';
 import type { Node, PreAuthKey, User } from '@headway/core';
 import { canonicalRoutes } from '@headway/core';
 import type { ApiDeps } from './route.js';
-import type { PendingLogins } from './parity.js';
+import type { PendingLogins } from './lifecycle.js';
 
 /** AUTH_ID is what a login URL ends with. */
 const AUTH_ID = /^[A-Za-z0-9_-]{1,64}$/;

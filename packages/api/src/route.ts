@@ -7,12 +7,12 @@ import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import { nodeView } from './views.js';
 import type { Node } from '@headway/core';
-import type { PendingLogins } from './parity.js';
+import type { PendingLogins } from './lifecycle.js';
 import type { DriveService } from '@headway/core';
 
 /*
  * route.ts holds the route table's machinery (ApiDeps, the typed route() builder) apart
- * from the table itself, so modules that contribute routes (parity.ts, drive.ts) can use
+ * from the table itself, so modules that contribute routes (lifecycle.ts, drive.ts) can use
  * route() without an import cycle through routes.ts.
  */
 

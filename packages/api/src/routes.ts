@@ -9,7 +9,7 @@ import {
   ApiKeySchema, ClusterInstanceSchema, Empty, expiration, expirationText, idText, NodeAnswer, NodeSchema, numericId, optional, parseInput, PreAuthKeySchema, queryText, Time, UserSchema,
 } from './schemas.js';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
-import * as parity from './parity.js';
+import * as lifecycle from './lifecycle.js';
 import * as ops from './operations.js';
 
 export * from './route.js';
@@ -45,7 +45,7 @@ export const ROUTES: Route[] = [
     response: z.object({ users: z.array(UserSchema) }), responseDescription: 'The users',
     handle: async ({ query }, { state }) => ({ users: state.listUsers(query).map(userView) }),
   }),
-  parity.CREATE_USER,
+  lifecycle.CREATE_USER,
   route({
     method: 'POST', path: '/api/v1/user/:id/rename/:newName', operationId: 'renameUser', tag: 'Users', summary: 'Rename a user',
     description: "Names are unique without regard to case; the user's nodes keep their addresses.",
@@ -81,7 +81,7 @@ export const ROUTES: Route[] = [
       return { user: userView(await deps.state.linkUser(params.id, link.provider, link.providerId)) };
     },
   }),
-  parity.DELETE_USER,
+  lifecycle.DELETE_USER,
   // ---- nodes ----
   route({
     method: 'GET', path: '/api/v1/node', operationId: 'listNodes', tag: 'Nodes', summary: 'List nodes',
@@ -115,7 +115,7 @@ export const ROUTES: Route[] = [
     errors: [404, 409],
     handle: async ({ params }, deps) => ({ node: view(deps, await deps.state.renameNode(params.id, params.newName)) }),
   }),
-  parity.EXPIRE_NODE,
+  lifecycle.EXPIRE_NODE,
   route({
     method: 'POST', path: '/api/v1/node/:id/tags', operationId: 'setNodeTags', tag: 'Nodes', summary: 'Replace the tags of a node',
     description: "Every tag must be defined in the policy's tagOwners when a policy is in force.",
@@ -169,7 +169,7 @@ export const ROUTES: Route[] = [
       node: view(deps, await ops.createDebugNode(deps, { user: body.user, name: body.name, machineKey: body.key, routes: body.routes ?? [] })),
     }),
   }),
-  ...parity.AUTH_ROUTES,
+  ...lifecycle.AUTH_ROUTES,
   // ---- pre-auth keys ----
   route({
     method: 'GET', path: '/api/v1/preauthkey', operationId: 'listPreAuthKeys', tag: 'Pre-auth keys', summary: 'List pre-auth keys',

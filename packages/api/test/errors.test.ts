@@ -15,7 +15,7 @@ t.test('safeErrorText names a driver error by its code, never its SQL text', asy
   t.equal(safeErrorText('thrown string'), 'non-Error thrown');
 });
 
-t.test('REST 500s log no SQL text (regression: the API logged err.message of database errors)', async (t) => {
+t.test('REST 500s log no SQL text: a database error is logged without its message', async (t) => {
   const lines: string[] = [];
   const logger = { error: (msg: string, fields?: Record<string, unknown>) => lines.push(msg + ' ' + JSON.stringify(fields)) } as unknown as Logger;
   const app = new Koa();

@@ -67,7 +67,7 @@ export async function resolveUser(client: ApiClient, id: string | undefined, nam
 
 /**
  * requireOneOf fails with a usage error unless exactly one of the named flags was given: with two (`-i 8 -n keepme`)
- * the command once acted on the first and ignored the other, destroying or renaming a user not named by both.
+ * acting on the first and ignoring the other could destroy or rename a user not named by both.
  */
 export function requireOneOf(values: Record<string, unknown>, names: string[]): void {
   const given = names.filter((n) => values[n] !== undefined && values[n] !== '');

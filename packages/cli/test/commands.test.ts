@@ -19,6 +19,15 @@ const PAK = {
   expiration: '2026-05-01T00:00:00Z', createdAt: '2026-04-01T00:00:00Z', aclTags: [],
 };
 
+/**
+ * expiresIn: an expiration the CLI computed as "now + ms" at some moment between `before` and `after` (the
+ * command's run, however long it took), give or take the second it may be rounded to.
+ */
+function expiresIn(iso: string, before: number, after: number, ms: number): boolean {
+  const at = Date.parse(iso);
+  return at >= before + ms - 1000 && at <= after + ms + 1000;
+}
+
 t.test('commands send the contract requests and render the answers', async (t) => {
   const { dir, cleanup } = tempDir();
   const api = new FakeApi(dir);
@@ -84,7 +93,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.match(lines[1], /^1\s+alice\s+Alice A\s+alice@example\.com\s+2026-01-02 03:04:05$/);
     t.equal(lines[0]!.indexOf('Display name'), lines[1]!.indexOf('Alice A'), 'columns are aligned');
 
-    // Regression (users list blank Name column): a user without a display name still shows its name under "Name".
+    // A user without a display name still shows its name under "Name".
     r = await run('users', 'list', '--name', 'bare');
     const bare = r.stdout.trimEnd().split('\n');
     t.match(bare[1], /^2\s+bare\s+2026-01-03 00:00:00$/, 'the name is under Name, not an empty cell');
@@ -111,8 +120,8 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.same(api.requests.at(-2)!.query, { user: '2' }, 'the user\'s nodes are looked up before anything is asked or deleted');
     t.same(api.last.query, {}, 'no force parameter is sent');
 
-    // Regression (users destroy --force deleted the user's nodes): --force only skips the
-    // question, and a user with nodes is refused, before any DELETE, naming --delete-nodes.
+    // --force only skips the question: a user with nodes is refused, before any DELETE, naming
+    // --delete-nodes.
     const owner = await headway(['users', 'destroy', '-i', '1', '--force'], { env, cwd: dir });
     t.equal(owner.code, 1);
     t.equal(api.last.method, 'GET', 'nothing deleted');
@@ -147,7 +156,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
 
     r = await run('nodes', 'list-routes');
     t.equal(r.stdout.trimEnd().split('\n').length, 2, 'only nodes with routes');
-    // Regression (list-routes Hostname showed the given name): hostname and given name in their own columns.
+    // list-routes: hostname and given name in their own columns.
     t.match(r.stdout, /^ID\s+Hostname\s+Name\s+Approved\s+Available\s+Serving \(Primary\)\n/);
     t.match(r.stdout, /7\s+laptop\s+laptop-1\s+10\.0\.0\.0\/24\s+10\.0\.0\.0\/24, 192\.168\.1\.0\/24\s+10\.0\.0\.0\/24/);
     await run('nodes', 'list-routes', '-i', '7');
@@ -197,8 +206,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.equal(body.reusable, true);
     t.equal(body.ephemeral, false);
     t.same(body.aclTags, ['tag:ci', 'tag:prod']);
-    const exp = Date.parse(body.expiration as string);
-    t.ok(exp >= before + 24 * 3600_000 - 1000 && exp <= Date.now() + 24 * 3600_000 + 1000, 'expiration is now + 24h');
+    t.ok(expiresIn(body.expiration as string, before, Date.now(), 24 * 3600_000), 'expiration is now + 24h');
     t.equal(r.stdout, 'hwkey-auth-abc123-SECRETSECRET\n', 'human mode prints the key alone');
 
     const bools: [string[], boolean][] = [
@@ -209,9 +217,9 @@ t.test('commands send the contract requests and render the answers', async (t) =
       await run('preauthkeys', 'create', '-u', '1', ...flag);
       t.equal((api.last.body as { ephemeral: boolean }).ephemeral, want, `${flag.join(' ') || '(none)'} → ephemeral ${want}`);
     }
+    const beforeDefault = Date.now();
     await run('preauthkeys', 'create', '-u', '1');
-    const dflt = Date.parse((api.last.body as { expiration: string }).expiration) - Date.now();
-    t.ok(dflt > 3500_000 && dflt <= 3600_000, 'default expiration is 1h');
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, beforeDefault, Date.now(), 3600_000), 'default expiration is 1h');
 
     r = await run('preauthkeys', 'create', '-u', 'alice', '-o', 'json');
     t.equal(JSON.parse(r.stdout).key, 'hwkey-auth-abc123-SECRETSECRET');
@@ -242,12 +250,13 @@ t.test('commands send the contract requests and render the answers', async (t) =
   });
 
   t.test('apikeys', async (t) => {
+    let before = Date.now();
     let r = await run('apikeys', 'create', '--expiration', '87600h');
-    const exp = Date.parse((api.last.body as { expiration: string }).expiration) - Date.now();
-    t.ok(Math.abs(exp - 87600 * 3600_000) < 5000, 'expiration is 10 years out');
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, before, Date.now(), 87600 * 3600_000), 'expiration is 10 years out');
     t.equal(r.stdout, 'hwkey-api-pfx3-FULLSECRET\n');
+    before = Date.now();
     await run('apikeys', 'create', '-e', '90d');
-    t.ok(Math.abs(Date.parse((api.last.body as { expiration: string }).expiration) - Date.now() - 90 * 86_400_000) < 5000);
+    t.ok(expiresIn((api.last.body as { expiration: string }).expiration, before, Date.now(), 90 * 86_400_000), 'expiration is 90 days out');
 
     r = await run('apikeys', 'list', '-o', 'json');
     t.same(JSON.parse(r.stdout), [{ id: '2', prefix: 'pfx2', expiration: '2027-01-01T00:00:00Z', created_at: '2026-01-01T00:00:00Z', last_seen: null }]);
@@ -273,7 +282,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     r = await run('policy', 'get', '-o', 'json');
     t.same(JSON.parse(r.stdout), { policy: '{"acls": []}\n', updated_at: '2026-01-01T00:00:00Z', mode: 'database' });
 
-    // Regression (policy get printed an empty line with no policy set).
+    // No policy set: policy get says so rather than printing an empty line.
     api.on('GET', '/api/v1/policy', { body: { policy: '', updatedAt: null, mode: 'file' } });
     r = await run('policy', 'get');
     t.equal(r.stdout, 'No policy is set (policy.mode: file): all traffic between devices is allowed.\n');
@@ -286,12 +295,12 @@ t.test('commands send the contract requests and render the answers', async (t) =
     r = await run('policy', 'set', '-f', `${dir}/good.hujson`);
     t.equal(api.last.method, 'PUT');
     t.same(api.last.body, { policy: '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}' });
-    // Regression (policy set of a deny-all policy said only "Policy updated."): the server's warnings are printed.
+    // policy set prints the server's warnings (a deny-all policy is not just "Policy updated.").
     t.equal(r.stdout, 'Policy updated.\nwarning: the policy has an empty acls list and no grants: all traffic between devices will be denied\n');
     r = await run('policy', 'set', '-f', `${dir}/good.hujson`, '-o', 'json');
     t.same(JSON.parse(r.stdout).warnings, ['the policy has an empty acls list and no grants: all traffic between devices will be denied']);
 
-    // Regression (policy check stopped at the first error): every error the server lists, one per line.
+    // policy check prints every error the server lists, one per line.
     writeFileSync(`${dir}/many.hujson`, '{"many": 1}');
     const many = await headway(['policy', 'check', '-f', `${dir}/many.hujson`], { env, cwd: dir });
     t.equal(many.code, 1);

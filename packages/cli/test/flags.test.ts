@@ -20,7 +20,7 @@ const cases: [string[], RegExp][] = [
   [['nodes', 'expire', '--identifier=-3'], /is not an id/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0'], /"10.0.0.0" is not a CIDR prefix/],
   [['nodes', 'approve-routes', '-i', '1', '-r', '10.0.0.0/33'], /"10.0.0.0\/33" is not a CIDR prefix/],
-  // Regression (garbled `Missing 1 required arg:; name  user name`): the argument is named with what it is for.
+  // A missing argument is named, with what it is for, in one readable line.
   [['nodes', 'rename', '-i', '1'], /^Error: Missing required argument NEWNAME \(new name\)\. See `headway nodes rename --help`\.$/m],
   [['nodes', 'list', 'extra'], /Unexpected argument: extra/],
   [['nodes', 'register', '--user', 'alice'], /missing required flag --key/],
@@ -32,7 +32,7 @@ const cases: [string[], RegExp][] = [
   [['users', 'list', '--output', 'table'], /json, json-line, yaml/],
   [['users', 'list', '--bogus'], /unknown flag: --bogus/],
   [['users', 'create'], /^Error: Missing required argument NAME \(user name\)\. See `headway users create --help`\.$/m],
-  // Regression (no "did you mean" for flags or commands): the nearest flag of that command, the nearest command.
+  // "Did you mean": the nearest flag of that command, the nearest command.
   [['preauthkeys', 'create', '-u', '1', '--expire', '1h'], /unknown flag: --expire \(did you mean --expiration\?\)\. See `headway preauthkeys create --help`/],
   [['users', 'list', '--nme', 'x'], /unknown flag: --nme \(did you mean --name\?\)/],
   [['users', 'lst'], /unknown command "users lst"; did you mean "users list"\?/],

@@ -1,6 +1,6 @@
-// Regression: on a Node older than 24 the CLI started and the server failed later on a
-// missing node:zlib export (zstd). bin/run.js now refuses such a Node in one line. The
-// older Node is the system one a fresh Debian machine has (/usr/bin/node, Node 20).
+// On a Node older than 24 the server would fail late, on a missing node:zlib export (zstd):
+// bin/run.js refuses such a Node in one line. The older Node is the system one a fresh
+// Debian machine has (/usr/bin/node, Node 20).
 import { execFile, execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -39,8 +39,8 @@ t.test('an older Node is refused with one line naming it and the version needed'
   t.equal(result.stderr.trim().split('\n').length, 1, 'one line');
 });
 
-// Regression (issue 47): serve.sh installs Node 24 privately, and the README's next step (an alias to bin/run.js)
-// ran the Node 20 on PATH and stopped. run.js now runs itself again under that Node 24.
+// serve.sh installs Node 24 privately, and the README's next step (an alias to bin/run.js) runs the Node 20 on
+// PATH: run.js runs itself again under that Node 24.
 t.test('an older Node runs the CLI under the Node 24 that serve.sh installed', async (t) => {
   const old = olderNode();
   if (!old || Number(process.versions.node.split('.')[0]) < 24) {

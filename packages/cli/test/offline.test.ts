@@ -80,7 +80,7 @@ t.test('policy check without a server checks offline', async (t) => {
   t.match(r.stderr, new RegExp(`Error: ${fx('bad.hujson').replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:5:3: .*bogusField`), 'error names file, line and column');
   t.equal(r.stdout, '');
 
-  // Regression (policy check stopped at the first error): all of them, each with file, line and column.
+  // Every error, not only the first, each with file, line and column.
   r = await headway(['policy', 'check', '-f', fx('multi-error.hujson')], { env, cwd: dir });
   t.equal(r.code, 1);
   const lines = r.stderr.trimEnd().split('\n').filter((l) => !l.startsWith('note:'));
@@ -90,7 +90,7 @@ t.test('policy check without a server checks offline', async (t) => {
   t.match(r.stderr, /multi-error\.hujson:5:5: host "alice" not found \(define it under "hosts", or write "alice@" for a user named alice\)/);
   t.match(r.stderr, /multi-error\.hujson:7:5: dst="\*:99999": port range "99999": port out of range/);
 
-  // Regression (an unknown group and a bad action: one reported, and neither said what was meant).
+  // An unknown group and a bad action: both reported, each saying what was likely meant.
   writeFileSync(`${dir}/two.hujson`, '{"acls":[{"action":"allow","src":["group:admin"],"dst":["*:*"]}],"groups":{"group:admins":["a@"]}}');
   r = await headway(['policy', 'check', '-f', `${dir}/two.hujson`], { env, cwd: dir });
   t.equal(r.code, 1);
@@ -194,7 +194,7 @@ t.test('the shipped CLI does not bundle the example plugin', async (t) => {
   const help = await headway(['--help'], { env: { HOME: dir, XDG_DATA_HOME: `${dir}/data` }, cwd: dir });
   t.equal(help.code, 0, help.stderr);
   t.match(help.stdout, /\busers\b/, 'the help lists the built-in topics');
-  t.notMatch(help.stdout, /\bhello\b/, 'regression (hello plugin in headway --help): no example command');
+  t.notMatch(help.stdout, /\bhello\b/, 'no example command (the hello plugin is not bundled)');
   const r = await headway(['hello'], { env: { HOME: dir, XDG_DATA_HOME: `${dir}/data` }, cwd: dir });
   t.equal(r.code, 2);
   t.match(r.stderr, /unknown command "hello"/);

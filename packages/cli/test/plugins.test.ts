@@ -68,7 +68,7 @@ t.test('plugins install from a packed tarball makes its command runnable; uninst
   t.ok(existsSync(`${pluginsDir}/node_modules/${HELLO}/package.json`), 'the plugin is in $XDG_DATA_HOME/headway/plugins');
   t.notOk(existsSync(`${pluginsDir}/node_modules/@headway/cli`), 'no second copy of @headway/cli: the plugin uses the running CLI\'s');
   t.notOk(existsSync(`${pluginsDir}/node_modules/@oclif/core`), 'nor of @oclif/core');
-  // Regression (oclif takes HEADWAY_DATA_DIR, the server's data_dir, as its plugin directory).
+  // oclif would take HEADWAY_DATA_DIR, the server's data_dir, as its plugin directory.
   t.notOk(existsSync(`${dir}/server-data`), 'the server\'s data_dir received nothing');
 
   r = await headway(['plugins'], { env, cwd: dir });

@@ -20,7 +20,7 @@ const skip = !built('@headway/storage-sqlite') || !built('@headway/storage-postg
 t.test('a wrong database setting prints the one FATAL line and no knex stack trace', { skip }, async (t) => {
   const { dir, cleanup } = tempDir();
   t.teardown(cleanup);
-  // Port 1 on loopback refuses at once: knex used to print "Acquire connection error" with a stack first.
+  // Port 1 on loopback refuses at once; knex's own "Acquire connection error" and its stack must not show.
   const cfg = writeServeConfig(dir, ['database:', '  type: postgres', '  postgres:', '    host: 127.0.0.1', '    port: 1', '    pass: hunter2-canary']);
   const r = await headway(['serve', '-c', cfg], { env: { HOME: dir }, cwd: dir });
   t.equal(r.code, 1);

@@ -1,6 +1,6 @@
-// Regression: SIGHUP (systemctl reload, `kill -HUP`) ended `headway serve` with exit 129
-// unless policy.mode was file, whose source listens for it: Node's default for SIGHUP
-// is to terminate. The server now keeps running and says there was nothing to reload.
+// SIGHUP (systemctl reload, `kill -HUP`) must not end `headway serve` with exit 129 when
+// policy.mode is not file (whose source listens for it): Node's default for SIGHUP is to
+// terminate. The server keeps running and says there was nothing to reload.
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import t from 'tap';

@@ -7,16 +7,14 @@ export { H2_ERROR, H2Stream } from './h2-stream.js';
 /**
  * The control protocol's HTTP/2 server (RFC 9113), run over each device's Noise connection.
  *
- * Why not node:http2 (nghttp2) over the Noise stream: measured side by side on loopback with Noise sealing in
- * both (2,000 sessions, each with an open map poll; docs/performance.md), a node:http2 session costs 26 KiB of
- * RSS (about 20 KiB of it nghttp2's C memory, plus Node's adapter for a JavaScript stream) against 3 KiB here,
- * and 43–49 µs of CPU per small write against 20 µs; a 50 KiB-message stream costs 8 ms of CPU per MB there
- * against 2 here. With thousands of idle map polls memory per session is what matters most, and a control
- * connection needs a small part of HTTP/2: requests from one client with small bodies, and responses whose
- * bodies are written as the server has them. This server does that part completely (flow control both ways,
- * HPACK decoding, CONTINUATION, padding, PING, SETTINGS, GOAWAY, RST_STREAM) and answers anything else with the
- * error RFC 9113 names, within the limits a production stack puts on a peer (h2-limits.ts); CI runs the h2spec
- * conformance suite against it (test/h2spec.test.ts).
+ * Why not node:http2 (nghttp2) over the Noise stream: side by side (docs/performance.md), a node:http2 session
+ * costs several times the memory per session (most of it nghttp2's C memory, plus Node's adapter for a JavaScript
+ * stream) and about twice the CPU per small write and several times per MB of a stream. With thousands of idle
+ * map polls memory per session is what matters most, and a control connection needs a small part of HTTP/2:
+ * requests from one client with small bodies, and responses whose bodies are written as the server has them. This
+ * server does that part completely (flow control both ways, HPACK decoding, CONTINUATION, padding, PING, SETTINGS,
+ * GOAWAY, RST_STREAM) and answers anything else with the error RFC 9113 names, within the limits a production
+ * stack puts on a peer (h2-limits.ts); CI runs the h2spec conformance suite against it (test/h2spec.test.ts).
  */
 
 const DATA = 0x0;
@@ -55,8 +53,8 @@ const WINDOW_REFRESH = 32_768;
 const MAX_BUFFERED = 4 * 1024 * 1024;
 /**
  * MAX_WRITE bounds one write to the transport: the Noise connection joins and seals a write in buffers it keeps
- * for writes up to 256 KiB and allocates two new ones past that (a 50 KiB-message stream with a Go client's
- * 4 MiB window: 8.4 ms of CPU per MB in 2–4 MiB writes, 2.1 in writes of at most 256 KiB).
+ * for writes up to 256 KiB and allocates two new ones past that, which costs a stream several times the CPU per MB
+ * (docs/performance.md).
  */
 const MAX_WRITE = 256 * 1024;
 /** A connection that sent GOAWAY or failed is destroyed this long after, if the peer has not closed it. */

@@ -33,8 +33,8 @@ export class PeerSet implements Iterable<number> {
    * given. The parsed ids are kept per list: nodes of one class share one list (with each member itself in it, see
    * peerListOf), so a structural flush parses it once. The set reads those ids in place until it is changed
    * (copy on write): a structural flush gives every session such a set, and copying the class's ids for each (16 KB
-   * per session at 10,000 devices, per flush) made most of the garbage a join burst or a tag change left, while
-   * idle sessions of one class can share one array.
+   * per session at 10,000 devices, per flush) would make most of the garbage a join burst or a tag change leaves,
+   * while idle sessions of one class can share one array.
    */
   static ofList(list: readonly string[], except?: number): PeerSet {
     let parsed = PARSED.get(list);
@@ -206,8 +206,8 @@ export interface ListDiff<M = unknown> {
 /**
  * ListDiffs keeps, for one structural flush, the differences between the shared peer lists sessions move between
  * (PeerSet.changes). The sessions of one peer class move from the same list to the same list: walking both for
- * each of them cost O(peers) per session (4,000 ids at 10,000 devices) for a change of one or two peers, where a
- * session now pays for its copy of the difference. Read-only results; callers get copies.
+ * each of them would cost O(peers) per session (4,000 ids at 10,000 devices) for a change of one or two peers; this
+ * way a session pays only for its copy of the difference. Read-only results; callers get copies.
  */
 export class ListDiffs<M = unknown> {
   private readonly byFrom = new Map<Uint32Array | Float64Array, Map<Uint32Array | Float64Array, ListDiff<M>>>();

@@ -50,12 +50,11 @@ t.test('a change that did not queue up behind the previous flush waits the quiet
   t.equal(nextBatchWindow(160, 1, 3), 320, 'right behind a flush on a busy loop: longer');
 });
 
-// Regression: the busy measure spanned the previous flush itself, so on a quiet server a change made right after
-// the previous one was delivered (a script renaming nodes one after another) counted as "busy" and each waited
-// twice as long as the one before (bench, 30 devices: rename p50 30, 46, 88, 170, 327 ms).
-// The load meter here counts only a flush's own work as load (messages delivered to devices): nothing else runs,
-// so a window measured correctly (collection only) is always quiet, whatever the machine's speed. With the old
-// measure every interval held the previous flush's deliveries, and the window doubled.
+// The busy measure must not span the previous flush itself: on a quiet server a change made right after the
+// previous one was delivered (a script renaming nodes one after another) would count as "busy", and each would wait
+// twice as long as the one before. The load meter here counts only a flush's own work as load (messages delivered
+// to devices): nothing else runs, so a window measured correctly (collection only) is always quiet, whatever the
+// machine's speed; a measure that held the previous flush's deliveries would double the window every time.
 /** threeConnected is a fleet of three nodes of one user, each with a live map session. */
 async function threeConnected(t: Parameters<typeof Fleet.start>[0]) {
   const f = await Fleet.start(t);
@@ -102,8 +101,8 @@ t.test('new sessions wait for their first maps in proportion to what preparing t
   t.equal(openWait(10_000), MAX_OPEN_WAIT_MS, 'never above the cap');
 });
 
-// Regression: a burst's last flush set a long window (FLUSH_SHARE times its cost), a trailing change started a batch
-// under it, and a rename made a moment later waited that batch out (1.3 s at 1,000 devices, bench).
+// A burst's last flush sets a long window (FLUSH_SHARE times its cost); a trailing change starts a batch under it,
+// and a rename made a moment later must not wait that batch out.
 t.test('a change after a lull sends a batch waiting a long window soon; changes back to back do not', async (t) => {
   const { f, nodes } = await threeConnected(t);
   f.hub.flushNow();
@@ -147,8 +146,8 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   f.hub.flushNow();
 });
 
-// Regression: at the end of a join burst no change comes after the lull to hurry the batch, and the last joiners'
-// peers learned of them only when the window the burst's flushes set ran out (5-10 s at 5,000-10,000 devices, bench).
+// At the end of a join burst no change comes after the lull to hurry the batch: the last joiners' peers must not
+// wait for the window the burst's flushes set to run out (seconds at thousands of devices).
 t.test('a batch waiting a long window goes out after a lull with no change; changes coming closer than that keep it waiting', async (t) => {
   const { f, nodes } = await threeConnected(t);
   f.hub.flushNow();

@@ -1,4 +1,4 @@
-// Property test for the incremental map paths under a realistic policy (issue 9): groups, users, tags,
+// Property test for the incremental map paths under a realistic policy: groups, users, tags,
 // autogroup:member/self, hosts reached through subnet routers, grants and autoApprovers. Random joins, deletes,
 // renames, tag changes, route approvals and advertisements, owner changes, reconnects and policy changes run
 // against the State, SessionHub, Mapper and NetworkView (as ControlServer wires them). After every step each live

@@ -214,8 +214,8 @@ t.test('interactive login: AuthURL, a follow-up held until approval, then author
   t.equal(r.Login?.LoginName, 'ida@example.com');
   const n = env.state.requireNode(id);
   t.same([n.machineKey, n.nodeKey, n.registerMethod, n.userId], [d.machineKey, d.nodeKey, 'cli', u.id]);
-  // Regression: an approved login stayed in the pending quota until it expired (its row is
-  // deleted inside the registration's transaction, past State.deletePending).
+  // An approved login leaves the pending quota at once, not when it expires (its row is deleted
+  // inside the registration's transaction, past State.deletePending).
   t.equal(env.state.pendingQuota.size(), 0, 'an approved login no longer counts as waiting');
   await t.rejects(env.registrar.approve(key, u.id), { code: 'not_found', field: 'key' }, 'a key approves once');
   t.equal(env.state.listNodes().length, 1);

@@ -37,8 +37,8 @@ export class HeadwayError extends Error {
 }
 
 /**
- * shown quotes a value a client sent for an error message, cut to `max` characters: an error that echoed a
- * 100,000-character name whole did not fit in a gRPC status (HTTP/2 trailers) and broke the client's connection.
+ * shown quotes a value a client sent for an error message, cut to `max` characters: an error echoing a
+ * 100,000-character name whole does not fit in a gRPC status (HTTP/2 trailers) and breaks the client's connection.
  * A value that is not a string is shown as its JSON text, written by jsonPreview: JSON.stringify recurses, and a
  * list nested thousands deep overflows the stack.
  */

@@ -35,8 +35,8 @@ function randomPrefix(): string {
 
 /**
  * randomToken is `length` letters and digits (about 5.95 bits each). An administrator types it as a command's
- * argument (`headway nodes register --key …`): base64url text starts with `-` one time in 64, and the CLI then took
- * the key for a flag and refused the command ("Flag --key expects a value"), as a CI run of the interop test did.
+ * argument (`headway nodes register --key …`): base64url text starts with `-` one time in 64, and the CLI then takes
+ * the key for a flag and refuses the command ("Flag --key expects a value").
  */
 export function randomToken(length: number): string {
   return randomFrom(TOKEN_ALPHABET, length);

@@ -80,7 +80,7 @@ t.test('a newer layout, a mistyped field or edited tables are refused', async (t
   t.type(new BackupFormatError('x'), Error);
 });
 
-// Regression: backups dropped the database drive adapter's Taildrive grants.
+// The database drive adapter's Taildrive grants are part of the data a backup must carry.
 t.test('drive grants travel in the backup; a file without them reads as none; a bad grant end is refused', async (t) => {
   const { driveGrants: _grants, ...withoutGrants } = dump;
   const text = encodeBackup(withoutGrants as StorageDump);

@@ -27,8 +27,8 @@ t.test('HEADWAY_CLUSTER_ENABLED turns it on', async (t) => {
   t.equal(config.cluster.enabled, true);
 });
 
-// Regression (every clustered instance behind a balancer on one machine warned that server_url
-// "points at port ... devices would be sent to the wrong port", though that is the intended address).
+// Clustered instances behind a balancer on one machine are not warned that server_url "points at port ...
+// devices would be sent to the wrong port": that is the intended address.
 t.test('server_url on another port of this machine: no warning in cluster mode, a warning alone', async (t) => {
   const portWarnings = (raw: Record<string, unknown>) => resolveConfig({ listen_addr: '127.0.0.1:8081', server_url: 'http://127.0.0.1:8080', ...raw }, { env: {}, home: '/tmp/headway-home' })
     .problems.filter((p) => p.key === 'server_url');

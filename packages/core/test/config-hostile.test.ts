@@ -17,7 +17,7 @@ const resolved = (raw: Record<string, unknown>) => resolveConfig(raw, { env: {},
 const errorOf = (raw: Record<string, unknown>, key: string) => errors(resolved(raw).problems).find((p) => p.key === key)?.message;
 
 t.test('durations: none past the longest timer Node can set, node.expiry within 100 years, no busy loops', async (t) => {
-  // Past 2^31 - 1 ms Node runs a timer after 1 ms: a 25-day handshake timeout closed every connection at once.
+  // Past 2^31 - 1 ms Node runs a timer after 1 ms: a 25-day handshake timeout would close every connection at once.
   for (const key of ['noise.handshake_timeout', 'noise.idle_timeout', 'registration.gc_interval', 'registration.pending_expiry', 'derp.update_frequency', 'cli.timeout']) {
     const [a, b] = key.split('.') as [string, string];
     t.match(errorOf({ [a]: { [b]: '25d' } }, key), /must be at most 24d, found 25d/, `${key}: 25d`);
@@ -112,13 +112,13 @@ t.test('YAML: merge keys read, file modes written as numbers keep their digits, 
   t.equal(merged.config.dns.base_domain, 'corp.example');
   t.same(merged.config.dns.search_domains, ['a.example']);
   t.notMatch(merged.problems.map((p) => p.key), [/<</], 'no "<<" unknown key');
-  // YAML 1.2 reads 0o770 as 504 and 0770 as 770: the socket was made with mode 0504.
+  // YAML 1.2 reads 0o770 as 504 and 0770 as 770: read as numbers, the socket would get mode 0504.
   t.equal(load('unix_socket_permission: 0o770\n').config.unix_socket_permission, '0770');
   t.equal(load('unix_socket_permission: 0770\n').config.unix_socket_permission, '0770');
   t.equal(load('unix_socket_permission: 770\n').config.unix_socket_permission, '0770');
   t.equal(load('unix_socket_permission: "0750"\n').config.unix_socket_permission, '0750');
   t.match(errors(load('a: 1\nb: 2\na: 3\n').problems)[0]?.message, /c\.yaml:3:1: invalid YAML: Map keys must be unique/, 'duplicate keys located');
-  // 40,000 keys in one mapping took 35 s with the yaml package's own duplicate check (quadratic).
+  // 40,000 keys in one mapping: the yaml package's own duplicate check is quadratic, so it is not used.
   const many = Array.from({ length: 40_000 }, (_, i) => `k${i}: 1`).join('\n') + '\n';
   const big = load(many);
   t.equal(big.problems.filter((p) => p.message.startsWith('unknown key')).length, 40_000, 'every key read (and reported unknown)');
@@ -141,7 +141,7 @@ t.test('preflight: a configured path that is wrong stops the server before anyth
   t.throws(() => preflight(cfg({ derp: { ...base.derp, paths: [join(dir, 'none.yaml')] } })), /^derp\.paths: cannot read/);
   t.throws(() => preflight(cfg({ dns: { ...base.dns, extra_records_path: join(dir, 'none.json') } })), /^dns\.extra_records_path: cannot read/);
   t.doesNotThrow(() => preflight(base), 'the defaults pass (keys are made later)');
-  // Node's recursive mkdir loops forever under /proc; a file in the way was a bare EEXIST.
+  // Node's recursive mkdir loops forever under /proc, and a file in the way gives a bare EEXIST.
   t.throws(() => makeDirectory('/proc/headway-test/x', 'data_dir'), /^data_dir: cannot create directory \/proc\/headway-test: ENOENT/);
   t.throws(() => makeDirectory(join(notPem, 'sub'), 'data_dir'), /^data_dir: .*not\.pem is not a directory/);
   const made = join(dir, 'a', 'b', 'c');

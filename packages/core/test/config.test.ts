@@ -110,7 +110,7 @@ t.test('conflicting keys', async (t) => {
   t.match(errors(e.problems)[0], { key: 'dns.extra_records', message: /record 1: value must be an IPv4 address/ });
 });
 
-// Regression (config check passed tls_letsencrypt_* (and, before OIDC landed, oidc:) as valid while ignoring them).
+// config check must not pass keys Headway ignores (tls_letsencrypt_*, say) as valid.
 t.test('unknown keys warn; headscale keys accepted but not implemented warn naming each key, grouped by feature', async (t) => {
   const { problems } = resolveConfig({
     colour: 'blue', database: { gorm: { prepare_stmt: true } },
@@ -184,7 +184,7 @@ t.test('the oidc block: checked when oidc.issuer is set, headscale\'s removed ke
   ]);
 });
 
-// Regression (grpc_listen_addr and grpc_allow_insecure were accepted and ignored: Headway served no gRPC API).
+// grpc_listen_addr and grpc_allow_insecure are implemented, not accepted and ignored.
 t.test('grpc_listen_addr serves the gRPC API: on 127.0.0.1:50443 by default, plaintext only on loopback or with grpc_allow_insecure', async (t) => {
   const grpcProblems = (raw: Record<string, unknown>) => resolveConfig(raw).problems.filter((p) => p.key.startsWith('grpc'));
   const defaults = resolveConfig({});

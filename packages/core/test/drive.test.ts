@@ -185,10 +185,14 @@ t.test('DriveService merges adapters in the listed order and follows their watch
   await drive.init();
   t.same(drive.grants().map((g) => g.shares[0]), ['a']);
   second = [{ src: { kind: 'node', id: desk.id }, dst: { kind: 'node', id: nas.id }, shares: ['b'], access: 'rw' }];
+  // The re-read is asynchronous and ends by publishing drive-changed: wait for that, not for a guessed time.
+  const published = new Promise<void>((resolve) => {
+    const off = s.state.bus.subscribe((c) => { if (c.type === 'drive-changed') { off(); resolve(); } });
+  });
   fire();
-  await new Promise((r) => setTimeout(r, 10));
+  await published;
+  t.pass('a watch firing publishes a change');
   t.same(drive.grants().map((g) => g.shares[0]), ['a', 'b'], 'the second adapter\'s grants follow the first\'s');
-  t.ok(s.changes.some((c) => c.type === 'drive-changed'), 'a watch firing publishes a change');
   await drive.close();
   t.equal(watching, false, 'close unsubscribes');
 });
@@ -203,8 +207,12 @@ t.test('DriveService: deleting a node removes the grants from and to it, and pus
   await drive.grant({ src: `node:${desk.id}`, dst: `node:${nas.id}`, shares: ['*'], access: 'ro' });
   const keep = await drive.grant({ src: `node:${laptop.id}`, dst: 'tag:nas', shares: ['*'], access: 'ro' });
   const published = s.changes.filter((c) => c.type === 'drive-changed').length;
+  // Forgetting the node's grants follows the removal asynchronously and ends by publishing drive-changed.
+  const forgotten = new Promise<void>((resolve) => {
+    const off = s.state.bus.subscribe((c) => { if (c.type === 'drive-changed') { off(); resolve(); } });
+  });
   await s.state.deleteNode(desk.id);
-  for (let i = 0; i < 50 && drive.grants().length !== 1; i++) await new Promise((r) => setTimeout(r, 10));
+  await forgotten;
   t.same((await store.list()).map((g) => g.id), [keep.id], 'the deleted node\'s grant is gone from the store');
   t.equal(drive.grants().length, 1, 'and from memory');
   t.equal(s.changes.filter((c) => c.type === 'drive-changed').length, published + 1, 'one change was published');

@@ -308,11 +308,12 @@ t.test('restart: a new State over the same database holds the same users, nodes 
   t.not(c.ipv4, b.ipv4, 'used addresses known after a restart');
 });
 
-// Regression: cluster-failover failed in CI with a deleted node still in a reconnected device's netmap. A write
-// in flight when its node was deleted (a session's last-seen update, a cluster reload reading the row) resolved
-// after the deletion and put the node back into memory, where every later full map showed it.
+// A write in flight when its node is deleted (a session's last-seen update, a cluster reload reading the row)
+// resolves after the deletion; it must not put the node back into memory, where every later full map would
+// show it (a reconnected device would keep a deleted peer).
 t.test('a write or reload in flight across a deletion does not bring the deleted node back', async (t) => {
   let hold: Promise<void> | undefined;
+  let reached: (() => void) | undefined;
   const wrap = (real: StoragePort) => ({
     ...real,
     nodes: new Proxy(real.nodes, {
@@ -323,7 +324,7 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
           const gate = prop === 'update' || prop === 'get' ? hold : undefined;
           const out = await (v as (...a: unknown[]) => Promise<unknown>).apply(target, args);
           // The held call has done its database work; its answer arrives only once the test lets it.
-          if (gate) await gate;
+          if (gate) { reached?.(); await gate; }
           return out;
         };
       },
@@ -337,10 +338,11 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
     s.changes.length = 0;
     let release!: () => void;
     hold = new Promise((r) => { release = r; });
+    const atGate = new Promise<void>((r) => { reached = r; });
     const inFlight: Promise<unknown> = kind === 'updateNode' ? s.state.updateNode(n.id, { lastSeen: new Date() }, 'silent')
       : kind === 'reloadNodes' ? s.state.reloadNodes([n.id])
         : s.state.reloadNodePatch(n.id, { endpoints: ['192.0.2.1:41641'] });
-    await new Promise((r) => setTimeout(r, 20));
+    await atGate;
     hold = undefined;
     await s.state.deleteNode(n.id);
     release();
@@ -353,8 +355,8 @@ t.test('a write or reload in flight across a deletion does not bring the deleted
   }
 });
 
-// Regression: createPending checked the quota in memory, awaited the write, then counted, so logins arriving
-// together all passed (one machine x 200 left 200 rows). The database decides now, in the write's transaction.
+// The quota is decided by the database, in the write's transaction: checked in memory before an awaited write,
+// logins arriving together would all pass (one machine x 200 would leave 200 rows).
 t.test('createPending: logins arriving at once stay within one per node key and registration.max_pending_per_address', async (t) => {
   const s = await startState(t, { registration: { max_pending_per_address: 100, max_pending: 150 } });
   const rows = async () => (await s.storage.dump!()).pendingRegistrations.length;

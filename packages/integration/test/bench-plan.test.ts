@@ -1,4 +1,4 @@
-// The realistic benchmark plan (testkit's bench-policy): deterministic, the shape issue 9 asks for, and its
+// The realistic benchmark plan (testkit's tailnet-plan): deterministic, the shape it promises, and its
 // independent peer evaluator (the benchmark's convergence judge) agreeing with @headway/policy's compile.
 import t from 'tap';
 import { compilePolicy, parsePolicy, TailnetContext } from '@headway/policy';

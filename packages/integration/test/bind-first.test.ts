@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startTestServer } from '../src/server.js';
 
-// Regression (issue 47): a second server on the same ports, with a data directory of its own, created a database
-// and generated keys, then failed on STUN, then (once that was free) on listen_addr. Every port is now bound
-// before the data directory, the database or a key is touched, and a port in use names who holds it.
+// A second server on the same ports, with a data directory of its own, must not create a database and generate
+// keys before failing on a port: every port is bound before the data directory, the database or a key is
+// touched, and a port in use names who holds it.
 
 function freshDir(t: Test): string {
   const root = mkdtempSync(join(tmpdir(), 'hw-bind-'));

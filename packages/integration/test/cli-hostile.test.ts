@@ -5,8 +5,8 @@ import t from 'tap';
 import { runHeadwayOn } from '../src/cli.js';
 import { startTestServer } from '../src/server.js';
 
-// Bad input to the admin CLI that once did something other than what was asked (found by running every command
-// with hostile flags): each is a usage error naming what was wrong, and nothing changes.
+// Bad input to the admin CLI (hostile flags on every command): each is a usage error naming what was wrong, and
+// nothing changes.
 t.setTimeout(300_000);
 
 /** withNode starts a server with user alice owning node box, and the CLI against it. */

@@ -7,7 +7,7 @@ import { startTestServer } from '../src/server.js';
 // The CLI against the real server (SQLite): what an administrator types and reads.
 t.setTimeout(300_000);
 
-// Regression (users destroy --force deleted the user's nodes and keys; headscale refuses).
+// As in headscale, --force never deletes a user's nodes and keys along with the user.
 t.test('users destroy --force only skips the prompt: a user who owns nodes is refused', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
@@ -41,7 +41,7 @@ t.test('users destroy --force only skips the prompt: a user who owns nodes is re
   t.same(await s.state.storage.preAuthKeys.list(), [], 'its pre-auth keys went with it');
 });
 
-// Regression (alice and Alice were two users).
+// alice and Alice are one user.
 t.test('user names are unique without case; old duplicates are named at start-up', async (t) => {
   const s = await startTestServer();
   const hw = (...args: string[]) => runHeadwayOn(s, args);
@@ -80,19 +80,19 @@ t.test('policy: warnings on set, every error, hints, unknown users, no policy', 
     return path;
   };
 
-  // Regression (policy get printed an empty line).
+  // No policy set: policy get says so and what it means, not an empty line.
   const none = await hw('policy', 'get');
   t.equal(none.stdout, 'No policy is set (policy.mode: database): all traffic between devices is allowed.\n');
 
   t.equal((await hw('users', 'create', 'alice')).code, 0);
   t.equal((await hw('users', 'create', 'carol')).code, 0);
 
-  // Regression (set of a deny-all policy said only "Policy updated.").
+  // A deny-all policy is set with a warning saying what it does.
   const denyAll = await hw('policy', 'set', '-f', file('deny.hujson', '{"acls": []}'));
   t.equal(denyAll.code, 0, denyAll.stderr);
   t.equal(denyAll.stdout, 'Policy updated.\nwarning: the policy has an empty acls list and no grants: all traffic between devices will be denied\n');
 
-  // Regression ("alice:80" said only host "alice" not found).
+  // "alice:80" names the likely slip (the user alice@), not only the missing host.
   const hostSlip = file('host.hujson', '{"acls": [{"action": "accept", "src": ["carol@"], "dst": ["alice:80"]}]}');
   const slip = await hw('policy', 'check', '-f', hostSlip);
   t.equal(slip.code, 1);
@@ -102,7 +102,7 @@ t.test('policy: warnings on set, every error, hints, unknown users, no policy', 
   t.match(slipSet.stderr, /did you mean the user "alice@"\?/);
   t.equal((await hw('policy', 'get', '-o', 'json')).stdout.includes('alice:80'), false, 'a rejected policy changes nothing');
 
-  // Regression (an unknown user bob@ was not flagged).
+  // An unknown user bob@ is flagged.
   const bob = file('bob.hujson', '{"acls": [{"action": "accept", "src": ["alice@", "bob@"], "dst": ["carol@:*"]}]}');
   const checked = await hw('policy', 'check', '-f', bob);
   t.equal(checked.code, 0, checked.stderr);
@@ -111,7 +111,7 @@ t.test('policy: warnings on set, every error, hints, unknown users, no policy', 
   t.equal(set.code, 0, set.stderr);
   t.match(set.stdout, /^Policy updated\.\nwarning: user "bob@" does not exist/);
 
-  // Regression (policy check stopped at the first error).
+  // policy check reports every error, not only the first.
   const broken = file('broken.hujson', `{
   "groups": {"admins": ["alice@"]},
   "acls": [

@@ -1,4 +1,4 @@
-// The embedded DERP relays of cluster instances mesh (issue 10): two devices whose relay
+// The embedded DERP relays of cluster instances mesh: two devices whose relay
 // connections landed on different instances still reach each other through the relay.
 // Two instances on one PostgreSQL or MariaDB database, in this process; mandatory under
 // CI=true, skipped with a printed reason elsewhere.

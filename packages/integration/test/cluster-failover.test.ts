@@ -1,4 +1,4 @@
-// Losing one of three instances under load (issue 10): instance B runs in a child
+// Losing one of three instances under load: instance B runs in a child
 // process and is killed with SIGKILL while A keeps writing. Devices reach the
 // instances through a small TCP balancer (node:net); those that were on B reconnect
 // through it to a surviving instance and see every change made meanwhile, no

@@ -54,9 +54,9 @@ async function until(what: string, fn: () => boolean, timeoutMs = 5000): Promise
 }
 
 for (const db of databases) {
-  // Regression (route primaries were the lowest online node id in cluster mode: a router that
-  // came back took the role from the one carrying the traffic): the primary is the router online
-  // the longest, the same on every instance, and it keeps the role while it stays online.
+  // A router that comes back must not take the role from the one carrying the traffic: the primary
+  // is the router online the longest, the same on every instance, and it keeps the role while it
+  // stays online.
   t.test(`${db.name}: the HA route primary is the same on every instance and stays with the router carrying it`, (t) => db.run(async (database) => {
     const [a, b, c] = await startCluster(t, database, 3) as [TestServer, TestServer, TestServer];
     const alice = await a.state.createUser({ name: 'alice' });
@@ -331,8 +331,7 @@ for (const db of databases) {
     t.pass('the lease moved');
   }));
 
-  // Regression (an instance not holding the jobs lease showed no instance running the jobs: it
-  // marked only itself): every instance names the lease holder, read from the lease row.
+  // Every instance names the lease holder, read from the lease row, not only itself when it holds it.
   t.test(`${db.name}: cluster status on every instance names the instance holding the jobs lease`, (t) => db.run(async (database) => {
     const [a, b] = await startCluster(t, database, 2) as [TestServer, TestServer];
     t.equal(typeof a.storage.cluster?.leaseHolder, 'function', 'the storage adapter reads the lease row (ClusterPort.leaseHolder)');

@@ -95,7 +95,7 @@ t.test('Dockerfile: a build stage and a slim Node 24 runtime stage', async (t) =
   t.equal(all.length, 2, 'two stages');
   t.equal(all[0]!.name, 'build');
   const base = expand(all[0]!.from);
-  t.match(base, /^node:24-[a-z]+-slim$/, `Node 24 slim base (the issue said 20; Headway needs 24): ${base}`);
+  t.match(base, /^node:24-[a-z]+-slim$/, `Node 24 slim base (Headway needs 24): ${base}`);
   t.equal(expand(runtime.from), base, 'the runtime stage is the same slim base');
   const buildRuns = all[0]!.body.filter((i) => i.op === 'RUN').map((i) => i.args).join('\n');
   t.match(buildRuns, /scripts\/build-sqlite\.sh/, 'better-sqlite3 is compiled from source');
@@ -195,7 +195,7 @@ t.test('compose.yaml: restart policy, the same ports, config read-only, a named 
   const cfgMount = mounts.find((m) => m[1] === '/etc/headway/config.yaml');
   t.ok(cfgMount, 'the config is mounted at /etc/headway/config.yaml');
   t.equal(cfgMount?.[2], 'ro', 'read-only');
-  // Regression (issue 47): ./config.yaml is in the CLI's own search path, so the container's config there sent
+  // ./config.yaml is in the CLI's own search path: the container's config there would send
   // \`headway nodes list\` in the checkout to the container's socket path.
   t.not(cfgMount?.[0], './config.yaml', 'the mounted file is not ./config.yaml, which the CLI in this directory would read');
   t.notOk(configSearchPath({ cwd: root, home: '/nonexistent', env: {} }).includes(join(root, cfgMount?.[0] ?? '')), 'nor any file the CLI searches');

@@ -1,5 +1,5 @@
 /**
- * headscale's gRPC API (headscale.v1.HeadscaleService) on grpc_listen_addr (issue 11):
+ * headscale's gRPC API (headscale.v1.HeadscaleService) on grpc_listen_addr:
  * the real headscale v0.29.2 CLI in remote mode against the real server, its JSON
  * output checked field by field against Headway's REST API, plus the API-key check,
  * the status codes and the message limits with a grpc-js client.
@@ -514,8 +514,8 @@ t.test('hostile requests: echoes cut short, messages read strictly, malformed ma
   const alice = await call('CreateUser', { name: 'alice' });
   const keysBefore = (await s.state.listApiKeys()).length;
 
-  // A 100,000-character name was echoed whole in the status: past the client's header limit the stream was reset
-  // (INTERNAL, "Protocol error") and every later call on the channel failed.
+  // A 100,000-character name must not be echoed whole in the status: past the client's header limit the stream is
+  // reset (INTERNAL, "Protocol error") and every later call on the channel fails.
   for (const [method, req] of [['CreateUser', { name: 'x'.repeat(100_000) }], ['RenameUser', { old_id: alice.res.user.id, new_name: 'x'.repeat(100_000) }],
     ['CreateUser', { name: 'bob', email: 'x'.repeat(100_000) }], ['CheckPolicy', { policy: 'x'.repeat(100_000) }]] as const) {
     const a = await call(method, req);
@@ -573,8 +573,8 @@ t.test('grpc_listen_addr: plaintext on a non-loopback address refuses to start, 
   t.match(off.logs.join('\n'), /grpc=off/);
 });
 
-// Regression (issue 47): the headscale CLI (TLS by default) against the plaintext port said only "context deadline
-// exceeded", and the server logged nothing.
+// The headscale CLI (TLS by default) against the plaintext port says only "context deadline exceeded": the server
+// log is where the operator learns why.
 t.test('a client speaking TLS to the plaintext gRPC port is told in the log, once a minute', async (t) => {
   const s = await startTestServer({ grpc_listen_addr: '127.0.0.1:0' });
   t.teardown(() => s.stop());

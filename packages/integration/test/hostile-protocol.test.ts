@@ -1,5 +1,5 @@
 /**
- * Hostile protocol input (issue 15, items 1, 2 and 5): register and map bodies with
+ * Hostile protocol input: register and map bodies with
  * wrong types, arrays, nulls and huge values, sent over the real Noise/HTTP2 transport
  * by testkit devices. Every refused request must leave the database unchanged (no
  * ghost node, single-use key not spent), no request may get a 500, nothing a client

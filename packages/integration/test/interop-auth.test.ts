@@ -1,8 +1,8 @@
 /**
- * Real-client interop for the headscale 0.29 `auth` commands (issue 16), on every
+ * Real-client interop for the headscale 0.29 `auth` commands, on every
  * installed tailscaled: `headway auth reject` ends a waiting `tailscale up` with the
  * rejection as its error and registers nothing; `headway auth register` (what the
- * register page now prints) brings the device up for a user; after `headway nodes
+ * register page prints) brings the device up for a user; after `headway nodes
  * expire`, the device's new login is approved with `headway auth approve` and keeps
  * its node and owner.
  */

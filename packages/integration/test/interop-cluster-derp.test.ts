@@ -1,5 +1,5 @@
 /**
- * Real-client interop for the cluster DERP mesh (issue 10): two stock tailscaled on two
+ * Real-client interop for the cluster DERP mesh: two stock tailscaled on two
  * Headway instances sharing one PostgreSQL database, one joined straight to instance A
  * and one to instance B (no balancer), so each holds its relay connection on a different
  * instance. With TS_DEBUG_ALWAYS_USE_DERP=1 they can only talk through the relay, and

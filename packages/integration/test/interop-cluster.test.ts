@@ -1,5 +1,5 @@
 /**
- * Real-client interop for cluster mode (issue 10): two stock tailscaled daemons join
+ * Real-client interop for cluster mode: two stock tailscaled daemons join
  * through a TCP balancer in front of two Headway instances on one PostgreSQL
  * database, both landing on instance B (a child process). B is killed with SIGKILL;
  * the daemons reconnect through the balancer to A on their own, and a rename made

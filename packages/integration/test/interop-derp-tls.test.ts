@@ -1,6 +1,5 @@
 /**
- * Regression test for issue 14 item 2 (the embedded relay is unreachable with
- * an http:// server_url): stock tailscaled clients run WITHOUT
+ * The embedded relay is reachable with an http:// server_url: stock tailscaled clients run WITHOUT
  * TS_DEBUG_USE_DERP_HTTP, i.e. they dial DERP over TLS as they do in real
  * life, against a server with the default http:// server_url. They must reach
  * each other through Headway's relay (TS_DEBUG_ALWAYS_USE_DERP=1 forces the

@@ -1,5 +1,5 @@
 /**
- * Real-client interop for the /ts2021 limits (issue 15 item 3): with deadlines far shorter than the
+ * Real-client interop for the /ts2021 limits: with deadlines far shorter than the
  * defaults, a stock tailscaled that is logged in keeps its session (the map long-poll is an open
  * request, not idle), an interactive login waiting for approval keeps its session, and a client over
  * the unauthenticated-session cap is refused. Runs the newest installed client only.

@@ -1,6 +1,6 @@
 /**
- * Real-client regression, on every installed tailscaled (a login completed while the device's
- * follow-up request was not open left it logged out): `tailscale up` prints its AuthURL, then
+ * A login completed while the device's follow-up request is not open must not leave it logged out,
+ * on every installed tailscaled: `tailscale up` prints its AuthURL, then
  * tailscaled is stopped (SIGSTOP) and its connection to the server cut; the administrator
  * registers the login; tailscaled resumes, its follow-up fails with the cut connection and is
  * sent again on a new one. That follow-up must be answered with the registration (the device

@@ -1,5 +1,5 @@
 /**
- * Real-client interop for issue 14 items 3 and 4, on every installed tailscaled:
+ * Real-client interop for owner profiles and deleted nodes, on every installed tailscaled:
  * after `headway nodes tag` the other device shows the tagged-devices owner
  * without reconnecting, and after `headway nodes delete` the deleted device goes
  * to NeedsLogin (no stale peers) and can join again with a new key.

@@ -5,11 +5,10 @@
  * `tailscale nc` as its ProxyCommand) runs a command on the Tailscale SSH
  * server that the other device's tailscaled serves through netstack.
  *
- * Regression: alice's two devices join one after another and get adjacent
- * addresses. The compiler used to merge them into one principal
- * {"nodeIP": "100.64.0.1-100.64.0.2"}; the client parses nodeIP as a single
- * address, so that principal matched nothing and `tailscale ssh root@node-b`
- * was refused ("tailnet policy does not permit you to SSH to this node").
+ * alice's two devices join one after another and get adjacent addresses. Merged
+ * into one principal {"nodeIP": "100.64.0.1-100.64.0.2"} they would match nothing:
+ * the client parses nodeIP as a single address, and `tailscale ssh root@node-b`
+ * is refused ("tailnet policy does not permit you to SSH to this node").
  * The test reads the SSH policy node-b received (every nodeIP one address)
  * and makes the connection.
  *
@@ -18,9 +17,9 @@
  * refused by the SSH server (OpenSSH exits 255, not a timeout), with the
  * policy's reason on clients that send one.
  *
- * Before the fix (compile.ts of 94e3c0b^ swapped in) both clients fail here:
- * node-b's principals are ["100.64.0.1-100.64.0.2", "fd7a:115c:a1e0::1-fd7a:115c:a1e0::2"]
- * and `tailscale ssh root@node-b id` exits 255.
+ * A compiler that merged adjacent addresses would give node-b the principals
+ * ["100.64.0.1-100.64.0.2", "fd7a:115c:a1e0::1-fd7a:115c:a1e0::2"], and
+ * `tailscale ssh root@node-b id` would exit 255 on both clients.
  */
 import t, { type Test } from 'tap';
 import { isIP } from 'node:net';

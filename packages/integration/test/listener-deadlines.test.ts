@@ -1,7 +1,7 @@
 /**
- * A connection that never completes a request is closed by noise.handshake_timeout on every TCP listener:
- * the metrics port held 1,000 half-sent requests 90 s (Node's headersTimeout check) while the main port closed
- * them after its deadline. Closure is asserted, never how long it took.
+ * A connection that never completes a request is closed by noise.handshake_timeout on every TCP listener,
+ * the metrics port included: Node's own headersTimeout check would hold half-sent requests for up to 90 s.
+ * Closure is asserted, never how long it took.
  */
 import t from 'tap';
 import { connect, type Socket } from 'node:net';
@@ -61,8 +61,8 @@ t.test('a half-sent request on the metrics port is closed by noise.handshake_tim
   t.ok(await main.closed, 'the main port closes the same request (the deadline both share)');
 });
 
-// Node's keepAliveTimeout is an idle timer: a next request sent a byte at a time never let it fire, and the
-// head was held until headersTimeout (60 s, checked every 30 s) on both ports.
+// Node's keepAliveTimeout is an idle timer: a next request sent a byte at a time never lets it fire, and the
+// head would be held until headersTimeout (60 s, checked every 30 s) on both ports.
 t.test('a kept-alive connection whose next request trickles in and never completes is closed, after a request answered in full', async (t) => {
   const s = await startTestServer({ noise: { handshake_timeout: '300ms' } });
   t.teardown(() => s.stop());

@@ -318,8 +318,8 @@ t.test('a headscale database on PostgreSQL (postgres:// URL) imports alike', asy
   });
 });
 
-// Regression (a dry run into an empty PostgreSQL created Headway's tables while printing "Dry run:
-// nothing written"): on every server database the dry run leaves the target as it found it; --apply
+// A dry run prints "Dry run: nothing written", so it must create no table either: on every server
+// database the dry run leaves the target as it found it; --apply
 // then imports, and a later dry run reads what the target holds.
 for (const server of testDatabaseServers()) {
   t.test(`${server.type}: a dry run into an empty database creates no table`, async (t) => {

@@ -121,8 +121,8 @@ t.test('a tampered state or nonce is refused and registers nothing', async (t) =
   await t.test('state changed on the way back', async (t) => {
     const { authUrl, machineKey } = await waitingLogin(s);
     const { page } = await signIn(authUrl, 'alice', 'alice-pw', {
-      // Regression (the test flaked 1 in 64: a state that already began with 'x' came back unchanged):
-      // the first character is always replaced by a different one.
+      // The first character is always replaced by a different one (setting 'x' would leave a state
+      // that already begins with 'x' unchanged).
       rewrite: (next) => {
         if (next.pathname === '/oidc/callback') {
           const state = next.searchParams.get('state')!;

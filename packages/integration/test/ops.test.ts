@@ -116,7 +116,7 @@ t.test('/verify exists only with derp.server.verify_clients', async (t) => {
   t.equal(missing.status, 404);
 });
 
-// Regression (issue 47): GET / was a plain-text 404 with no pointer anywhere.
+// GET / is where someone who found the server's address lands: it points onwards rather than a bare 404.
 t.test('GET / says what the server is, how a device joins, and where the docs and the health check are', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());

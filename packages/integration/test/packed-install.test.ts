@@ -252,7 +252,7 @@ t.test('an addon build that fails at install leaves its reason where the loader 
     t.equal(loaded.buildFailed, true, `${name}: as a failed build (the server warns)`);
   }
 
-  // A build that succeeds but does not load (a distribution's node-gyp linking its own libnode crashed Node 24).
+  // A build that succeeds but does not load (a distribution's node-gyp linking its own libnode crashes Node 24).
   const dir = mkdtempSync(join(tmpdir(), 'hw-not-loading-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const gyp = join(dir, 'fake-node-gyp.mjs');

@@ -1,9 +1,9 @@
 /**
- * In-process protocol tests (testkit devices, real server) pinning two answers
- * of issue 14: every delta that shows an owner the client's netmap lacks carries
- * that UserProfile and makes the client rebuild its netmap (items 3), and a
- * deleted node's device is told it is logged out, on its open stream and on its
- * later map and logout requests (item 4).
+ * In-process protocol tests (testkit devices, real server) pinning two answers:
+ * every delta that shows an owner the client's netmap lacks carries that
+ * UserProfile and makes the client rebuild its netmap, and a deleted node's
+ * device is told it is logged out, on its open stream and on its later map and
+ * logout requests.
  */
 import t from 'tap';
 import { ControlHttpError, TestDevice, type MapResponse } from '@headway/testkit';

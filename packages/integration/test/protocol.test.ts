@@ -152,8 +152,8 @@ t.test('interactive registration: AuthURL, held follow-up, approval', async (t) 
   other.close();
 });
 
-// Regression (a login completed while the device's follow-up was not open left it logged out: the
-// next follow-up found no pending row and got a new AuthURL although the node key was registered).
+// A login completed while the device's follow-up is not open must not leave it logged out: the next
+// follow-up finds no pending row, yet the node key is registered, so it gets the registration.
 t.test('a follow-up sent after the login was approved meanwhile gets the registration, not a new AuthURL', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());

@@ -53,7 +53,7 @@ t.test('the register page over HTTP: template, headers, command', async (t) => {
   t.ok(gone.headers.get('content-security-policy'), 'and the same headers');
 });
 
-// Regression (issue 47): reloading the register page after approving said "Registration expired … unknown or has expired".
+// Reloading the register page after a decision shows the decision, not "Registration expired … unknown or has expired".
 t.test('the register page after approval says the device was approved, after rejection that it was rejected', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());

@@ -1,5 +1,5 @@
 /**
- * The embedded relay with the default http:// server_url (issue 14 item 2):
+ * The embedded relay with the default http:// server_url:
  * its own TLS port, a self-signed certificate kept in data_dir and pinned in
  * the DERP map, older clients told to skip verification, and TLS handshakes
  * that reach the plain-HTTP listener logged instead of failing silently.

@@ -1,6 +1,6 @@
-// Regression (every instance behind a balancer on the same machine warned at start that server_url
-// "points at port ... devices would be sent to the wrong port", though that is the intended address):
-// `headway serve` warns only when server_url does not reach this very server. A clustered instance
+// Instances behind a balancer on the same machine are not warned that server_url "points at port ... devices
+// would be sent to the wrong port": that is the intended address. `headway serve` warns only when server_url
+// does not reach this very server. A clustered instance
 // is not warned (a balancer in front of several is the point); a lone server whose server_url is a
 // proxy forwarding to it is not warned; one whose server_url names a port of this machine where
 // nothing, or another server, answers still is.

@@ -5,8 +5,9 @@ import { connect, type Socket } from 'node:net';
 import { dialTs2021, fetchControlKey, generateKeyPair, startClientHandshake, type NoiseConn } from '@headway/noise';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
+import { until } from '../src/until.js';
 
-// Issue 15 item 3: unauthenticated exhaustion through /ts2021. Figures are printed, never asserted.
+// Unauthenticated exhaustion through /ts2021. Figures are printed, never asserted.
 
 const CAPVER = 130;
 
@@ -125,7 +126,7 @@ t.test('the N+1th unauthenticated session from one address is refused; registere
   t.pass('a registered machine key still connects');
   t.equal(s.control.limits.sessions.unauthenticated('127.0.0.1'), 3, 'and is not counted');
   open.shift()!.destroy();
-  await sleep(100);
+  await until('the closed session to free its slot', () => s.control.limits.sessions.unauthenticated('127.0.0.1') === 2);
   open.push(await dial(s));
   t.pass('a closed session frees its slot');
 });
@@ -173,7 +174,7 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
     urls.push(r.AuthURL ?? "");
   }
   t.equal(s.state.pendingQuota.size(), 1, '20 logins from one machine leave one waiting');
-  // Regression (a retried register killed the auth ID the person was approving): the same machine and
+  // A retried register must not kill the auth ID the person is approving: the same machine and
   // node key get the login they already wait on; a new node key replaces it.
   t.equal(new Set(urls).size, 1, 'asking again with the same node key returns the same login');
 
@@ -189,15 +190,17 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
   const again = await a.register();
   t.equal(again.Error, '', 'a machine that already waits may renew its login');
 
-  // pending_expiry is 5 s, not less: on a loaded machine the 20 registers above must not outlive it.
-  await sleep(5600);
-  t.equal(await s.storage.pendingRegistrations.get(keyOf(again.AuthURL ?? "")), undefined, 'expired rows are deleted by the periodic sweep');
-  t.equal(s.state.pendingQuota.size(), 0, 'and forgotten by the quota');
+  // pending_expiry is 5 s, not less: on a loaded machine the 20 registers above must not outlive it. The sweep
+  // runs every gc_interval after that: wait for its effect, not for a guessed time.
+  await until('the periodic sweep to delete the expired login', async () => (await s.storage.pendingRegistrations.get(keyOf(again.AuthURL ?? ''))) === undefined, 30_000);
+  t.pass('expired rows are deleted by the periodic sweep');
+  await until('the quota to forget the expired logins', () => s.state.pendingQuota.size() === 0, 30_000);
+  t.pass('and forgotten by the quota');
   t.equal((await (await device('e')).register()).Error, '', 'room again after expiry');
 });
 
-// Regression (tailscaled's retry of an earlier attempt, even with its previous node key, replaced the
-// login the person was about to approve): one login per node key, at most PER_MACHINE (3) per machine.
+// tailscaled retries an earlier attempt, even with its previous node key; that must not replace the login
+// the person is about to approve: one login per node key, at most PER_MACHINE (3) per machine.
 t.test('pending registrations: one per node key and three per machine; asking again returns the same login', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
@@ -216,8 +219,8 @@ t.test('pending registrations: one per node key and three per machine; asking ag
 });
 
 t.test('figures: memory held by idle handshaken connections, /health during a handshake flood, database growth from a register flood', async (t) => {
-  // 20 s: opening 500 handshakes took 13.8 s on a loaded 2-core machine, and with 10 s the
-  // first ones closed before the count (the count, not a timing, is what is asserted).
+  // 20 s: opening 500 handshakes can take most of 10 s on a loaded 2-core machine, and the first ones
+  // must not close before the count (the count, not a timing, is what is asserted).
   const s = await startTestServer({ noise: { first_request_timeout: '20s' } });
   t.teardown(() => s.stop());
   const N = 500;
@@ -241,10 +244,10 @@ t.test('figures: memory held by idle handshaken connections, /health during a ha
   // already closed by it, and the server counts exactly the others (the count is what is asserted).
   t.equal(s.control.limits.sessions.unauthenticated() + gone, N, `${N} idle handshaken sessions open (${gone} already closed by the deadline)`);
   await Promise.all(conns.map((c) => closed(c, 40_000)));
-  await sleep(200);
+  await until('the server to release every closed session', () => s.control.limits.sessions.unauthenticated() === 0);
   global.gc?.();
   const after = process.memoryUsage();
-  t.equal(s.control.limits.sessions.unauthenticated(), 0, 'all closed by first_request_timeout');
+  t.pass('all closed by first_request_timeout');
   t.comment(`${N} idle handshaken connections (client and server in one process): rss +${((held.rss - before.rss) / 1e6).toFixed(1)} MB, heap +${((held.heapUsed - before.heapUsed) / 1e6).toFixed(1)} MB while open; rss +${((after.rss - before.rss) / 1e6).toFixed(1)} MB after the deadline closed them`);
 
   // Handshake flood: valid fresh initiations and replays of one captured initiation, while /health is sampled.

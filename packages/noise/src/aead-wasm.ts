@@ -5,13 +5,12 @@ import instantiate from 'libsodium';
  * aead-wasm seals and opens transport records with libsodium's ChaCha20-Poly1305 (IETF, as Noise uses it), run as
  * WASM, reading and writing buffers the caller gives. node:crypto needs a cipher object per record (a nonce cannot
  * be changed on one) and returns each record's ciphertext, plaintext and tag as new buffers. Those objects outlive
- * a scavenge and fill the old generation: sealing 4 KiB records cost 6.9 µs each in a small process but 17.5-19.7
- * µs with 460 MiB of live heap, with a 200 ms mark-compact every 300 ms, and in a 10,000-device policy change the
- * collector took 35% of the server's time. Here a record allocates nothing: 10.3-10.8 µs either way. (A pure
- * JavaScript cipher, @noble/ciphers, took 29-31 µs.) libsodium.js's own wrappers allocate a result per call, which
- * cost as much as node:crypto with a large heap, so the module's C functions are called directly, on scratch
- * memory taken once: calls are synchronous, so one scratch area serves the process. The key is copied in for each
- * call and wiped after it; nothing of a connection stays in the module's memory.
+ * a scavenge and fill the old generation, so with a large live heap every record costs several times as much and
+ * the collector's mark-compacts take a large share of a big change. Here a record allocates nothing, and costs the
+ * same whatever the heap (a pure JavaScript cipher, @noble/ciphers, is slower still). libsodium.js's own wrappers
+ * allocate a result per call, as costly as node:crypto with a large heap, so the module's C functions are called
+ * directly, on scratch memory taken once: calls are synchronous, so one scratch area serves the process. The key is
+ * copied in for each call and wiped after it; nothing of a connection stays in the module's memory.
  */
 // The module looks for a random source (which sodium_init stirs) in browser globals, then through CommonJS's
 // require, which an ES module does not have: it is handed node:crypto's.

@@ -40,7 +40,7 @@ export const WASM_RECORD_AEAD: RecordAead = { backend: 'wasm', max: WASM_AEAD_MA
 
 /**
  * loadRecordAead picks the addon of @headway/aead (an optional dependency: OpenSSL's ChaCha20 uses the CPU's
- * vector instructions, 3.3 times as fast per 4 KiB record as libsodium's WASM build), or the WASM build with the
+ * vector instructions, several times as fast per record as libsodium's WASM build), or the WASM build with the
  * reason. Both write the same bytes (aead.test.ts).
  */
 async function loadRecordAead(): Promise<RecordAead> {

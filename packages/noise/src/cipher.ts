@@ -17,7 +17,7 @@ export function blake2s(...parts: Uint8Array[]): Buffer {
 
 /**
  * noiseHkdf is the Noise HKDF with two outputs (HMAC-BLAKE2s extract + expand); node's hkdf is byte-identical. The
- * addon's (recordAead.noiseHkdf) spares node's job object per call (10 against 42 µs).
+ * addon's (recordAead.noiseHkdf) spares node's job object per call, most of the call's cost.
  */
 export function noiseHkdf(chainingKey: Uint8Array, inputKeyMaterial: Uint8Array): [Buffer, Buffer] {
   if (recordAead.noiseHkdf) {
@@ -46,7 +46,7 @@ const AUTH_FAILED = 'message authentication failed (wrong key, corrupted or repl
 /**
  * aeadSeal encrypts with ChaCha20-Poly1305 and returns ciphertext||tag (a buffer of its own). The handshake's
  * messages go through the addon when it is there: node:crypto makes a cipher object per call (two per handshake
- * side, ~0.2 ms of a server's 2 ms handshake in a join's profile).
+ * side), a visible part of a server's handshake.
  */
 export function aeadSeal(key: Uint8Array | KeyObject, nonce: Uint8Array, ad: Uint8Array, plaintext: Uint8Array): Buffer {
   if (recordAead.sealWithAd && key instanceof Uint8Array && plaintext.length <= recordAead.max) {
@@ -105,7 +105,7 @@ export function ownBytes(bytes: Uint8Array): Buffer {
  * CipherState is one direction of a Noise transport: a key plus a strictly increasing counter.
  * The counter may never reach 2^64-1 (reserved by Noise), so exhaustion is an error, not a wrap.
  * The key is held as a KeyObject made once: on Node 24 createCipheriv given raw key bytes builds a
- * key object per call, which made each record cost ~25 µs instead of ~5 µs and topped the join profile.
+ * key object per call, several times the cost of the encryption itself.
  * The nonce buffer is reused too (createCipheriv copies the IV). Transport records (sealInto, open) go through
  * recordAead instead (OpenSSL's cipher through @headway/aead, or libsodium's WASM build), which allocates nothing
  * per record; the raw key is kept for it.

@@ -148,8 +148,8 @@ export class NoiseConn extends Duplex {
     if (this.destroyed) return;
     this.pending = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
     // The records this read completes go to the reader as one chunk: pushed a record (at most 4 KiB) at a time, a
-    // large map went through the reader's stream machinery, and a client's HTTP/2 parser, once per record (in the
-    // benchmark's load generator, more CPU than decrypting them).
+    // large map would go through the reader's stream machinery, and a client's HTTP/2 parser, once per record,
+    // which costs more CPU than decrypting them.
     const got: Buffer[] = [];
     const fail = (err: Error): void => {
       this.deliverAll(got);
@@ -317,8 +317,8 @@ export class NoiseConn extends Duplex {
    * writeSealed seals plaintext and writes the records. A TCP socket that takes them at once (nothing queued after
    * the write: the kernel accepted every byte, and node keeps no reference) leaves the output buffer free, so large
    * output is sealed into one buffer kept for the process. A new buffer per write (a policy change sends each of
-   * thousands of sessions tens of KB) was a third of the sealing's time in a profiled 5,000-device policy change:
-   * each one counts as external memory, and enough of them start the collector's marking inside the allocation.
+   * thousands of sessions tens of KB) would be a large share of the sealing's time: each one counts as external
+   * memory, and enough of them start the collector's marking inside the allocation.
    * A write the socket queues (its reader is slow) keeps that buffer until sent: it is the socket's then, and the
    * next large write, on any connection, takes a new one. A socket already holding data queues this write behind it,
    * so it gets a buffer of its own. Other streams (a WebSocket, a test's duplex pair) may keep a chunk after taking

@@ -221,8 +221,9 @@ export class WebSocketStream extends Duplex {
         return used;
       }
       case OP_PING:
-        // A pong waits for the socket only while little else does: a peer that sends pings and never reads grew the
-        // server by gigabytes (each answer queued in memory). RFC 6455 lets an endpoint answer only the latest ping.
+        // A pong waits for the socket only while little else does: a peer that sends pings and never reads would
+        // grow the server by gigabytes (each answer queued in memory). RFC 6455 lets an endpoint answer only the
+        // latest ping.
         if (!this.closeSent && this.socket.writableLength < PONG_BACKLOG_BYTES) this.socket.write(this.encodeFrame(OP_PONG, payload));
         return used;
       case OP_PONG:

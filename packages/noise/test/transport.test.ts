@@ -114,7 +114,7 @@ t.test('fetchControlKey reads /key and rejects a zero or malformed key', async (
   await t.rejects(fetchControlKey(bad.url, 130), /invalid mkey key/);
 });
 
-t.test('idle connection pinned a 64 KiB pool slab per 32-byte key (issue 9): kept bytes own their memory', async (t) => {
+t.test('an idle connection pins no 64 KiB pool slab for a 32-byte key: kept bytes own their memory', async (t) => {
   const machine = generateKeyPair();
   const srv = await startServer(t, { earlyPayload: () => ({ nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32) }), onConnection: (conn) => conn.pipe(conn) });
   const { conn } = await dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 145 });

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Micro-benchmark (not a test): time to compile every node of the realistic benchmark tailnet (testkit's
-// bench-policy plan) with @headway/policy, one TailnetContext per snapshot as NetworkView uses it.
+// tailnet-plan) with @headway/policy, one TailnetContext per snapshot as NetworkView uses it.
 // Run after `npx tsc -b`:  node packages/policy/bench/compile-all.mjs [sizes, default 1000,5000] [--reference]
 // [--rounds R]
 // --reference times the slow reference implementation kept in the tests (packages/policy/test/compile-reference.ts)

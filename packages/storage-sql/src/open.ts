@@ -36,7 +36,7 @@ export interface SqliteStorageOptions extends OpenOptions {
   /**
    * synchronous is SQLite's sync level under WAL (default 'normal'): 'full' fsyncs every commit, which on the
    * synchronous better-sqlite3 driver stalls the whole event loop for the disk's flush time on every write
-   * (~2 ms per join's register and map writes); 'normal' syncs at checkpoints and stays consistent on a crash.
+   * (a join's register and map writes among them); 'normal' syncs at checkpoints and stays consistent on a crash.
    * Without WAL SQLite's own default (full) is kept.
    */
   synchronous?: 'normal' | 'full';
@@ -175,8 +175,8 @@ export const SQLITE_STATEMENTS_CACHED = 256;
 
 /**
  * cacheStatements makes a better-sqlite3 connection hand back the statement it already prepared for the same
- * SQL text. knex's better-sqlite3 client prepares every query afresh (parse and plan, then thrown away), which
- * was most of SQLite's share of a join burst's profile. A statement is safe to reuse here: knex binds its
+ * SQL text. knex's better-sqlite3 client prepares every query afresh (parse and plan, then thrown away), most of
+ * what a small query costs. A statement is safe to reuse here: knex binds its
  * values on every run()/all() call, the driver is synchronous (no statement is mid-iteration when the next
  * query starts), and SQLite re-prepares a statement by itself when the schema changed under it. knex has no
  * setting for this, so the connection's own prepare is wrapped.

@@ -69,9 +69,8 @@ async function insertId(db: Executor, dialect: SqlDialect, table: string, row: R
 /**
  * insertRow and updateRow write one row and give it back as stored: in the same statement where the dialect has
  * RETURNING for both (SQLite 3.35+, PostgreSQL), read again by id on MySQL/MariaDB (MariaDB has no UPDATE ...
- * RETURNING). A device's registration and its first map request each wrote a node and then selected it: on the
- * embedded SQLite a query through knex costs ~0.2 ms of the server's single thread, two of the ~2.5 ms a join spent
- * in storage.
+ * RETURNING). A device's registration and its first map request each write a node: a select after each write would
+ * double those queries, and on the embedded SQLite every query through knex costs the server's single thread time.
  */
 async function insertRow(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<Row> {
   if (dialect !== 'mysql') {

@@ -70,7 +70,7 @@ async function checkRepository(t: Test, name: string, storage: StoragePort, user
   t.same((await repo.list()).map((g) => g.src.kind), ['group', 'node'], 'the group grant and node 3\'s own grant remain');
   t.equal(await repo.deleteFor({ kind: 'user', id: 9 }), 0, 'a user with the same id as a node is another end');
 
-  // Regression: backups dropped the grants. A dump carries them; a restore brings them back with their ids,
+  // Backups carry the grants: a dump holds them; a restore brings them back with their ids,
   // and a grant made after the restore gets a new id (the counter moved past the restored ones).
   const kept = await repo.list();
   const dump = await storage.dump!();

@@ -1,7 +1,7 @@
 // Waiting interactive logins stay within their caps when they arrive all at once, on every database:
 // State.createPending over the real adapters (SQLite always, PostgreSQL and MariaDB when their URLs are
-// set). Regression: the quota was checked in memory before the row was written, so concurrent logins all
-// passed it (one machine x 200 left 200 rows; 46 addresses x 240 left 10,258 past a cap of 10,000).
+// set). Checked in memory before the row is written, the quota would let concurrent logins all pass it
+// (one machine x 200 would leave 200 rows).
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import { HeadwayError, resolveConfig, silentLogger, State, type StoragePort } from '@headway/core';

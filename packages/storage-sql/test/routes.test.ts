@@ -71,7 +71,17 @@ function router(state: State, userId: number, name: string, routes: string[]): P
   });
 }
 
+/** settle gives asynchronous follow-ups a moment before a check that nothing more happened. */
 const settle = () => new Promise((res) => setTimeout(res, 50));
+
+/** until waits for what a change sets off asynchronously (a guessed sleep is sometimes too short on a loaded machine). */
+async function until(what: string, fn: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!fn()) {
+    if (Date.now() > end) throw new Error(`not within ${timeoutMs} ms: ${what}`);
+    await new Promise((res) => setTimeout(res, 10));
+  }
+}
 
 for (const db of databases) {
   await t.test(db.name, async (t: Test) => {
@@ -87,7 +97,7 @@ for (const db of databases) {
       f.calls.length = 0;
       f.failAt('nodes.update', 2);
       k.setPolicy(POLICY);
-      await settle();
+      await until('the auto-approval to fail', () => k.logs.some((l) => l.includes('auto-approval failed')));
       t.same(f.calls, ['nodes.update', 'nodes.update'], 'both routers were written in one transaction, the second write failed');
       for (const n of [r1, r2]) {
         t.same((await real.nodes.get(n.id))?.approvedRoutes, [], `${n.givenName}: nothing approved in the database (the first write rolled back)`);

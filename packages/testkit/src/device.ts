@@ -26,11 +26,11 @@ export interface TestDeviceOptions {
   nodeKey?: KeyPair;
   /**
    * keep is what the device keeps of each MapResponse it applies (all of it by default). The benchmark's workers
-   * keep of peers only what they check: thousands of devices each holding thousands of whole peers made the load
-   * generator's garbage collector, not the server, the bottleneck (see bench-worker.ts).
+   * keep of peers only what they check: thousands of devices each holding thousands of whole peers would make the load
+   * generator's garbage collector, not the server, the bottleneck (see bench-worker.ts in @headway/bench).
    */
   keep?: (msg: MapResponse) => MapResponse;
-  /** peers makes the peer map of each map session's netmap (a plain Map by default; see bench-match.ts). */
+  /** peers makes the peer map of each map session's netmap (a plain Map by default; see bench-match.ts in @headway/bench). */
   peers?: () => Map<NodeID, Node>;
   discoKey?: KeyPair;
 }
@@ -358,9 +358,9 @@ export class TestDevice extends EventEmitter {
             }
             sawFirst = true;
             resolveFirst(msg);
-            // The stream's handlers outlive the first message: holding its resolvers kept the whole first map (with
-            // every peer) alive as the promise's result for as long as the stream was open, per device. The load
-            // generator's workers then held O(devices x peers) of it and ran out of heap on the way to 10,000.
+            // The stream's handlers outlive the first message: holding its resolvers would keep the whole first map
+            // (with every peer) alive as the promise's result for as long as the stream is open, per device: in the
+            // load generator's workers O(devices x peers) of it, more than their heap holds at thousands of devices.
             resolveFirst = rejectFirst = settledFirst;
           }
           this.emit('update', msg);

@@ -22,11 +22,11 @@ export interface NetMap {
 /**
  * FILTER_STALE names, on a netmap made by emptyNetMap, the function applyMapResponse calls when the named filter lists
  * changed: packetFilter is concatenated again when next read, not on every message. A benchmark device never reads
- * it, and sorting every chunk name on every filter update was 4% of the load generator's CPU at 10,000 devices.
+ * it, and sorting every chunk name on every filter update would be a visible share of the load generator's CPU.
  */
 const FILTER_STALE = Symbol('filterStale');
 
-/** emptyNetMap is the state before the first MapResponse; peers may be a Map of the caller's (see bench-match.ts). */
+/** emptyNetMap is the state before the first MapResponse; peers may be a Map of the caller's (bench-match.ts in @headway/bench). */
 export function emptyNetMap(peers: Map<NodeID, Node> = new Map()): NetMap {
   let filter: FilterRule[] = [];
   let stale = false;

@@ -3,9 +3,8 @@ import { decompress as wasmDecompress, init as initWasmZstd } from '@bokuweb/zst
 
 /**
  * WASM_MAX_BODY: frames up to this size are decoded with @bokuweb/zstd-wasm, larger ones with node:zlib. node:zlib
- * builds a stream and a native context per call (28 µs for a 79-byte patch, 36 µs for a 1.6 KB packet filter,
- * against 2 µs and 17 µs in WASM), and a virtual device receives mostly small frames; on a 21 KB full map node:zlib
- * is faster (125 µs against 229 µs).
+ * builds a stream and a native context per call, many times the cost of decoding a small frame in WASM, and a
+ * virtual device receives mostly small frames; on a full map of tens of KB node:zlib is the faster.
  */
 const WASM_MAX_BODY = 8 * 1024;
 
@@ -80,7 +79,7 @@ export function zstdDecompress(data: Uint8Array): Buffer {
 /**
  * zstdDecompressText is zstdDecompress as UTF-8 text. A body of several frames is decoded frame by frame into the
  * text (a character cut between two frames joins up), without a buffer of the whole: in the benchmark's workers,
- * concatenating each message's decoded frames doubled its large short-lived buffers.
+ * concatenating each message's decoded frames would double its large short-lived buffers.
  */
 export function zstdDecompressText(data: Uint8Array): string {
   const frames = framesOf(data);
@@ -140,9 +139,9 @@ export function encodeMapFrame(message: object): Buffer {
 /**
  * DECODED_CACHE_ENTRIES bounds the process-wide cache of decoded frames. The server compresses a broadcast once
  * and sends every session the same bytes, so N virtual devices in one process would otherwise decompress and
- * parse the same body N times: node:zlib builds a fresh zstd context per call (~30-50 µs even for a 300-byte
- * delta), and N parsed copies of every delta made the load generator's garbage collector, not the server,
- * the bottleneck of a join burst. Devices that received the same bytes share one deeply frozen message (the
+ * parse the same body N times: node:zlib builds a fresh zstd context per call (costly even for a small delta),
+ * and N parsed copies of every delta would make the load generator's garbage collector, not the server, the
+ * bottleneck of a join burst. Devices that received the same bytes share one deeply frozen message (the
  * netmap code replaces what it changes, never edits a message; a write would throw).
  */
 const DECODED_CACHE_ENTRIES = 512;
@@ -151,8 +150,8 @@ const DECODED_CACHE_MAX_BODY = 16 * 1024;
 /**
  * DECODED_CACHE_KEY_TAIL: a body is looked up by its length, its middle bytes and its last bytes, then compared whole
  * (hashing it all cost more). The middle matters for a body of several frames: its last frame is often a session's
- * few own bytes ('}'), the same in every message of a flush, and keys of length and tail alone collided and evicted
- * each other (the workers' CPU in a policy change at 5,000 devices went from 28 to 67 s).
+ * few own bytes ('}'), the same in every message of a flush, and keys of length and tail alone would collide and
+ * evict each other, costing the workers far more CPU in a policy change.
  */
 const DECODED_CACHE_KEY_TAIL = 24;
 const decodedCache = new Map<string, { body: Buffer; value: unknown }>();
@@ -169,7 +168,7 @@ let freezeShared = true;
 /**
  * setFreezeShared turns the freezing of shared decoded messages on or off. Tests keep it on, so netmap code that
  * edits a message it shares with other devices throws; the benchmark's workers run that same code and turn it off,
- * since walking every object of every shared message cost them as much as parsing it.
+ * since walking every object of every shared message costs them as much as parsing it.
  */
 export function setFreezeShared(on: boolean): void {
   freezeShared = on;
@@ -203,8 +202,8 @@ function parseBody(body: Buffer): unknown {
  * MEMBERS_MIN_FRAME: a frame of a body of several frames this large or larger is looked up among the decoded
  * member lists (decodeFrame) before being decoded. The server gives a large part many sessions share (a
  * PeersChanged list, say) a frame of its own and sends every session the same bytes of it, around each session's
- * own parts; decoding and parsing that list once for every device holding it was half of what the benchmark's
- * workers spent on a join burst's messages.
+ * own parts; decoding and parsing that list once for every device holding it would be much of what the
+ * benchmark's workers spend on a join burst's messages.
  */
 const MEMBERS_MIN_FRAME = 256;
 const membersCache = new Map<string, { frame: Buffer; members: Record<string, unknown> }>();
@@ -268,15 +267,15 @@ function runOf(frame: Uint8Array, text: string): unknown[] | undefined {
  * valuesCache: large frames holding one whole JSON array that is a member's value (a block of a filter rule's
  * sources, `"SrcIPs":[…]`, which the server compresses once per flush for every session it sends it to), parsed
  * once and shared (frozen) by every message holding the frame. Parsing those blocks again inside each device's own
- * text was most of what the benchmark's workers spent on a join burst's filter updates.
+ * text would be most of what the benchmark's workers spend on a join burst's filter updates.
  */
 const valuesCache = new Map<string, { frame: Buffer; value: unknown[] }>();
 
 /**
  * VALUE_MIN_TEXT: a whole array this long or longer is parsed once (valueOf); VALUE_MIN_FRAME: frames this long or
  * longer are looked up among those before being decoded. Most blocks of sources are a few hundred characters and
- * compress to less than MEMBERS_MIN_FRAME: in a 3,000-device run 191,000 such frames (118 MB of text) were parsed
- * inside devices' own text against 890 large ones.
+ * compress to less than MEMBERS_MIN_FRAME, so without this they would be parsed inside every device's own text;
+ * they far outnumber the large ones.
  */
 const VALUE_MIN_TEXT = 64;
 const VALUE_MIN_FRAME = 24;

@@ -10,8 +10,8 @@ import type { State } from '../state/state.js';
 /**
  * policyDrive is the drive port's default adapter: the policy itself. Its
  * `nodeAttrs` (drive:share, drive:access) and `tailscale.com/cap/drive` grants
- * are compiled with the rest of the policy, exactly as before the port existed,
- * so it adds no grants of its own; it is always first in the adapter list.
+ * are compiled with the rest of the policy, so it adds no grants of its own; it
+ * is always first in the adapter list.
  */
 export const policyDrive: DrivePort & { readonly id: string } = {
   id: 'policy',

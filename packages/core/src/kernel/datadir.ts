@@ -5,7 +5,7 @@ import type { Logger } from '../log.js';
 
 /*
  * The data directory holds the database, the private keys and the API socket, so
- * nobody else on the machine may read it, whatever mode it had before (issue 15.7).
+ * nobody else on the machine may read it, whatever mode it was created with.
  */
 
 const RECORD = 'database.json';
@@ -142,8 +142,8 @@ export function writeDatabaseRecord(dir: string, r: Omit<DatabaseRecord, 'update
 
 /**
  * databaseSwitchWarning says, once, that the database changed to an empty one while
- * the one this data directory used before still holds data (issue 14.10): starting
- * empty after editing database.type otherwise looks like data loss.
+ * the one this data directory used before still holds data: starting empty after
+ * editing database.type otherwise looks like data loss.
  */
 export function databaseSwitchWarning(prev: DatabaseRecord | undefined, now: Omit<DatabaseRecord, 'updated'>): string | undefined {
   if (!prev || prev.database === now.database) return undefined;

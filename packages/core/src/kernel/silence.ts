@@ -7,7 +7,7 @@ interface Waiting { socket: Socket; timer: NodeJS.Timeout; onClose: () => void }
  * closeSilentConnections bounds how long a connection on an HTTP listener may go without a complete request:
  * from TCP accept, and from the end of each response on a kept-alive connection, to the next request's last
  * header line (or an upgrade), at most `deadline` ms; past it the connection is destroyed. Node's own
- * headersTimeout is checked only every connectionsCheckingInterval (30 s), so a half-sent request held a
+ * headersTimeout is checked only every connectionsCheckingInterval (30 s), so a half-sent request would hold a
  * socket 60 to 90 s; this timer is exact. Every TCP listener takes its deadline from noise.handshake_timeout
  * (listen_addr and metrics_listen_addr), so one setting decides how long a half-sent request is held.
  * 0 turns it off. A request's body is not covered: requestTimeout and the routes' own limits bound that.

@@ -97,9 +97,8 @@ export class NetworkView {
   /**
    * lastPrepareMs is what the last compile that found the context stale took: building or extending it, the rules
    * it builds on first use, and that one node's filter (what a round of first maps shares, see openWait). The peer
-   * index, built on the first read of a node's peers just after, is not in it: counted too, first maps waited
-   * longer and the context was extended a fifth less often, but a 5,000-device join sent 75 batches against 43
-   * (flushes 42.6 against 26.2 s of the server's CPU) and took 146 against 125 s.
+   * index, built on the first read of a node's peers just after, is not in it: counting it too makes first maps
+   * wait longer, and a large join then sends many more, smaller batches and takes longer on the whole.
    */
   lastPrepareMs = 0;
 

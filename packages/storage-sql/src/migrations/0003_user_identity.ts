@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { SqlMigration } from './types.js';
 
 /**
- * userIdentityMigration gives users the identity a provider vouches for (issue 12):
+ * userIdentityMigration gives users the identity a provider vouches for:
  * `provider` (`oidc`, '' for local users), `provider_id` (the stable `<iss>/<sub>`,
  * unique, NULL for local users: NULLs never collide on any of the three databases),
  * and the provider's groups (JSON text, NULL read as none; the picture URL came with 0002_user_picture:

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { SqlMigration } from './types.js';
 
 /**
- * clusterMigration adds what several instances on one database share (issue 10):
+ * clusterMigration adds what several instances on one database share:
  * `instances` (one row per running instance, refreshed by its heartbeat),
  * `cluster_sessions` (which instance holds which node's map session, so every
  * instance knows who is online), `cluster_leases` (a periodic job runs where its

@@ -5,8 +5,8 @@ import type { SqlMigration } from './types.js';
 export const PENDING_QUOTA_LOCK = 'pending_registrations';
 
 /**
- * pendingQuotaMigration lets the database decide the caps on waiting logins (issue: concurrent registers
- * passed the in-memory check together and left 200 rows for one machine, 10,258 past a cap of 10,000):
+ * pendingQuotaMigration lets the database decide the caps on waiting logins (concurrent registers would pass
+ * an in-memory check together and leave rows past the caps):
  * `pending_registrations.source` (the address a login came from, counted against
  * registration.max_pending_per_address; NULL for rows written before, which count only overall), indexes for
  * the per-source and per-machine look-ups, and `storage_locks`, rows a transaction updates first to go

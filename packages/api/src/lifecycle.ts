@@ -1,8 +1,8 @@
 /**
- * headscale CLI parity endpoints (issue 16): pending interactive logins
- * (`/api/v1/auth/register|approve|reject`, headscale's paths and bodies), node expiry
- * set or disabled, user pictures, and the explicit cascade of a user delete. Each is a
- * typed route() entry; routes.ts places them in the route table.
+ * The lifecycle routes of nodes and users, with headscale's paths and bodies: pending
+ * interactive logins (`/api/v1/auth/register|approve|reject`), node expiry set or
+ * disabled, user creation with its picture, and the explicit cascade of a user delete.
+ * Each is a typed route() entry; routes.ts places them in the route table.
  */
 import { z } from 'zod';
 import { badField, shown } from '@headway/core';

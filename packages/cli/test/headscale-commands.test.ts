@@ -1,10 +1,11 @@
-// The headscale-parity commands (issue 16) send headscale's requests and render its answers.
+// The headscale 0.29 commands (auth, nodes expire, users create/destroy options) send headscale's requests
+// and render its answers.
 import t from 'tap';
 import { ALICE, FakeApi, NODE, headway, headwayTty, problem, tempDir } from './helpers.js';
 
 t.setTimeout(240_000);
 
-t.test('parity commands send the contract requests', async (t) => {
+t.test('the headscale 0.29 commands send the contract requests', async (t) => {
   const { dir, cleanup } = tempDir();
   const api = new FakeApi(dir);
   api

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { applyMapResponse, emptyNetMap, PlanRng, type MapResponse, type Node } from '../src/index.js';
+import { applyMapResponse, emptyNetMap, PlanRng, type MapResponse, type Node } from '@headway/testkit';
 import { MatchingPeers, peersMatch, type Wanted } from '../src/bench-match.js';
 
 // Peers 1..40 are plan devices 0..39 (by node key); id 41 holds a key of no plan device.

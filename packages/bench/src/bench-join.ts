@@ -1,4 +1,4 @@
-import { TestDevice, type RegisterOptions } from './device.js';
+import { TestDevice, type RegisterOptions } from '@headway/testkit';
 
 /** JOIN_ATTEMPTS bounds retries of a join whose dial timed out (the server is saturated, not broken). */
 export const JOIN_ATTEMPTS = 3;

@@ -7,14 +7,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isServerRequest, type ServerMessage, type ServerRequest } from './bench-ipc.js';
-import { sampleMemory, startBenchServer, type CoreServer } from './bench-core.js';
+import type { RunningServer } from '@headway/server';
+import { sampleMemory, startBenchServer } from './bench-core.js';
 
 function send(msg: ServerMessage, then?: () => void): void {
   process.send?.(msg, undefined, undefined, () => then?.());
 }
 
 /** boot starts the server; BENCH_DATABASE (a `database` block) and BENCH_NOISE_KEY make it one instance of a cluster (bench --instances). */
-function boot(dataDir: string): Promise<CoreServer> {
+function boot(dataDir: string): Promise<RunningServer> {
   const database = process.env.BENCH_DATABASE ? JSON.parse(process.env.BENCH_DATABASE) as Record<string, unknown> : undefined;
   return startBenchServer(dataDir, database ? { database, cluster: { enabled: true }, noise: { private_key_path: process.env.BENCH_NOISE_KEY } } : {});
 }

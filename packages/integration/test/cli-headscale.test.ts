@@ -1,5 +1,5 @@
 /**
- * headscale 0.29 CLI parity (issue 16), against the real server (SQLite) with testkit
+ * The headscale 0.29 CLI commands, against the real server (SQLite) with testkit
  * devices doing the real Noise handshake and register requests: auth register|approve|
  * reject, generate private-key, nodes expire --expiry/--disable, users create
  * --picture-url, users destroy --delete-nodes, Last seen of online nodes, config check.

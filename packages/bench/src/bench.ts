@@ -7,12 +7,12 @@
  * This is the no-policy run, chosen with `--policy none`; without it bench.js runs the realistic-policy benchmark
  * (bench-realistic.ts: seeded policy, device workers, rename/tag/policy change timings).
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js --policy none [--sizes 100,1000,5000] [--instances K]
+ * Usage: node --expose-gc packages/bench/dist/src/bench.js --policy none [--sizes 100,1000,5000] [--instances K]
  * --instances K (K >= 2) runs K server processes as one cluster (cluster.enabled) on a scratch PostgreSQL
  *      database made through HEADWAY_TEST_POSTGRES_URL (or BENCH_POSTGRES_URL); devices are spread over the
  *      instances round robin, renames are made on the first, so rename figures include the cross-instance hop.
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight, default 20:
- *      at ~4 joins/s near N=1000 on 2 cores, 50 in flight queue past the 10 s ts2021 dial timeout),
+ *      on 2 cores many more in flight queue past the 10 s ts2021 dial timeout),
  *      BENCH_JOIN_BUDGET_S (abandon a size whose joins take longer, default 600),
  *      BENCH_RENAMES (default 5), BENCH_DERP_PACKETS (default 20000; 0 skips the relay benchmark),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof), BENCH_WORKER_CPU_PROF (the same
@@ -23,7 +23,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { cpus, totalmem } from 'node:os';
-import { TestDevice } from './device.js';
+import { runRelayBenchmark, type RelayBenchmarkResult } from '@headway/derp';
+import { testDatabaseServers } from '@headway/storage-sql/testing';
+import { TestDevice } from '@headway/testkit';
 import { joinDevice, runPool } from './bench-join.js';
 import { isServerMessage, type MemorySample, type ServerReady, type ServerCommand } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
@@ -85,27 +87,6 @@ export interface SizeResult {
   };
   teardownMs: number;
 }
-
-/** DerpResult mirrors @headway/derp's RelayBenchmarkResult. */
-export interface DerpResult {
-  packets: number;
-  size: number;
-  packetsPerSecond: number;
-  megabitsPerSecond: number;
-  roundTripP50Ms: number;
-  roundTripP99Ms: number;
-  addedLatencyP50Ms: number;
-  addedLatencyP99Ms: number;
-  droppedPackets: number;
-  elapsedMs: number;
-}
-
-interface DerpModule {
-  runRelayBenchmark(opts: { packets: number; size: number }): Promise<DerpResult>;
-}
-
-// A variable specifier keeps tsc from resolving @headway/derp at compile time (testkit does not depend on it).
-const DERP_MODULE = '@headway/derp';
 
 function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {
   const raw = env[name];
@@ -253,16 +234,6 @@ function log(line: string): void {
 }
 
 /** ScratchServer is the slice of @headway/storage-sql/testing the cluster benchmark uses (loaded at run time). */
-interface ScratchServers {
-  testDatabaseServers(env?: NodeJS.ProcessEnv): Array<{
-    type: string;
-    admin: unknown;
-    scratch(run: (c: { host: string; port: number; database: string; user: string; password?: string }) => Promise<void>): Promise<void>;
-  }>;
-}
-// A variable specifier keeps tsc from resolving (and so depending on) the storage package at compile time.
-const STORAGE_TESTING_MODULE = '@headway/storage-sql/testing';
-
 /**
  * ServerGroup is the server processes of one run: one (SQLite), or `instances` cluster
  * members on a scratch PostgreSQL database sharing one noise key; the first bootstraps
@@ -318,9 +289,8 @@ class ServerGroup {
  */
 async function withDatabase<T>(opts: BenchOptions, body: (database?: Record<string, unknown>) => Promise<T>): Promise<T> {
   if (opts.instances === 1) return body();
-  const mod = (await import(STORAGE_TESTING_MODULE)) as ScratchServers;
   const env = { ...process.env, HEADWAY_TEST_POSTGRES_URL: process.env.BENCH_POSTGRES_URL || process.env.HEADWAY_TEST_POSTGRES_URL };
-  const pg = mod.testDatabaseServers(env).find((s) => s.type === 'postgres');
+  const pg = testDatabaseServers(env).find((s) => s.type === 'postgres');
   if (!pg?.admin) throw new Error('--instances needs a PostgreSQL server: set HEADWAY_TEST_POSTGRES_URL or BENCH_POSTGRES_URL (postgres://user:pass@host:port/db)');
   let out: T | undefined;
   await pg.scratch(async (c) => {
@@ -499,13 +469,12 @@ async function main(): Promise<void> {
     }
   }
 
-  let derp: DerpResult | undefined;
+  let derp: RelayBenchmarkResult | undefined;
   let derpError: string | undefined;
   if (opts.derpPackets > 0) {
     log(`\n== DERP relay: ${opts.derpPackets} packets of 1200 bytes, echoed ==`);
     try {
-      const mod = (await import(DERP_MODULE)) as DerpModule;
-      derp = await mod.runRelayBenchmark({ packets: opts.derpPackets, size: 1200 });
+      derp = await runRelayBenchmark({ packets: opts.derpPackets, size: 1200 });
     } catch (err) {
       derpError = (err as Error).message;
       log(`  FAILED: ${derpError}`);

@@ -1,67 +1,34 @@
 /**
- * bench-core is what both benchmark server children (bench-server.ts, bench-policy-server.ts) share: the slice
- * of @headway/core they call (testkit has no compile-time core dependency), starting the real server on a free
- * port with its server_url set, and the memory/CPU sample they answer the driver with.
+ * bench-core is what both benchmark server children (bench-server.ts, bench-policy-server.ts) share: starting
+ * the real server on a free port with its server_url set, and the memory/CPU sample they answer the driver with.
  */
 import { readFileSync } from 'node:fs';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { createLogger, resolveConfig } from '@headway/core';
+import { startServer, type RunningServer } from '@headway/server';
 import type { MemorySample } from './bench-ipc.js';
-
-/** CoreServer is the slice of @headway/core's RunningServer the benchmarks use. */
-export interface CoreServer {
-  config: { dns: { base_domain: string } };
-  urls: { http: string };
-  state: {
-    createUser(input: { name: string; email?: string }): Promise<{ id: number; name: string }>;
-    createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }>;
-    nodeByNodeKey(key: string): { id: number } | undefined;
-    renameNode(id: number, name: string): Promise<unknown>;
-    setTags(id: number, tags: string[]): Promise<unknown>;
-    listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
-  };
-  policy: { set(text: string): Promise<unknown> };
-  /** metrics: the server's prom-client registry (batch timings, contexts built). */
-  metrics: { registry: { getSingleMetric(name: string): { get(): Promise<{ values: Array<{ metricName?: string; value: number }> }> } | undefined } };
-  /** memoryTrimmer: absent where @headway/memtrim was not built or the C library is not glibc. */
-  memoryTrimmer?: { trimNow(): number };
-  close(): Promise<void>;
-}
-
-/** CoreModule is the slice of @headway/core's exports the benchmarks call. */
-interface CoreModule {
-  resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
-    config: unknown;
-    problems: Array<{ key: string; message: string; level: string }>;
-  };
-  startServer(opts: { config: unknown; logger: unknown; configSource?: string | null }): Promise<CoreServer>;
-  createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
-}
-
-// A variable specifier keeps tsc from resolving (and so depending on) @headway/core at compile time.
-const CORE_MODULE = '@headway/server';
 
 /**
  * startBenchServer starts the real server over SQLite in `dataDir` (log level warn, no metrics or gRPC
  * listener), with `extra` config on top. server_url must carry the real port, which is known only after a
  * first bind, so it binds once to learn a free port and starts again on it.
  */
-export async function startBenchServer(dataDir: string, extra: Record<string, unknown>): Promise<CoreServer> {
-  const core = (await import(CORE_MODULE)) as CoreModule;
-  const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
+export async function startBenchServer(dataDir: string, extra: Record<string, unknown>): Promise<RunningServer> {
+  const logger = createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
   const base = {
     listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,
     log: { level: 'warn' }, derp: { server: { stun_listen_addr: '127.0.0.1:0' } }, ...extra,
   };
-  const resolve = (raw: Record<string, unknown>): unknown => {
-    const { config, problems } = core.resolveConfig(raw, { env: {}, baseDir: dataDir });
+  const resolve = (raw: Record<string, unknown>) => {
+    const { config, problems } = resolveConfig(raw, { env: {}, baseDir: dataDir });
     const bad = problems.filter((p) => p.level !== 'warn');
     if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
     return config;
   };
-  const probe = await core.startServer({ config: resolve(base), logger, configSource: 'bench' });
+  const probe = await startServer({ config: resolve(base), logger, configSource: 'bench' });
   const url = probe.urls.http;
   await probe.close();
-  return core.startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
+  return startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
 }
 
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
@@ -73,9 +40,9 @@ loopDelay.enable();
  * back the young generation grown to 64 MiB by the join burst and compacts), then gives the C heap's free
  * pages back as the server's MemoryTrimmer does within 10 s of a collection, and reads usage and CPU, with
  * the event-loop delay since the previous sample. Without the last collection the figure per idle session
- * was mostly that transient young generation divided by N; without the trim, the join burst's C memory.
+ * would be mostly that transient young generation divided by N; without the trim, the join burst's C memory.
  */
-export function sampleMemory(server?: CoreServer): MemorySample {
+export function sampleMemory(server?: RunningServer): MemorySample {
   const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
   if (gc) {
     gc();

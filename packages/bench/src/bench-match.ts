@@ -1,12 +1,11 @@
 /**
  * bench-match judges whether a benchmark device holds exactly the peers the policy lets it see. The workers check
  * that after every message each watched device applies; a scan of every peer per message (O(peers) each, thousands
- * at 10,000 devices) was the largest single item of the workers' CPU in a measured change, CPU taken from the
- * server on the shared two cores and added to the very latency being measured. MatchingPeers keeps the answer up
+ * at 10,000 devices) would be the largest single item of the workers' CPU in a measured change, CPU taken from the
+ * server on shared cores and added to the very latency being measured. MatchingPeers keeps the answer up
  * to date as the netmap's peer map is edited instead, at O(1) per peer added or removed.
  */
-import { bitsHas, type PeerBits } from './bench-policy.js';
-import type { Node, NodeID } from './wire.js';
+import { bitsHas, type Node, type NodeID, type PeerBits } from '@headway/testkit';
 
 /** Wanted is one device's expected peers: a bitset of plan indices and its population count. */
 export interface Wanted { bits: PeerBits; size: number }

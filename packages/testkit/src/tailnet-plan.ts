@@ -1,5 +1,5 @@
 /**
- * bench-policy generates the realistic tailnet of `npm run bench` (issue 9): ten users in four groups, a fifth of
+ * tailnet-plan generates the realistic tailnet of `npm run bench`: ten users in four groups, a fifth of
  * the devices tagged with one of five tags, a few subnet routers, and 50-100 acls and grants mixing groups, tags,
  * users, autogroup:member/self and hosts, so that every device sees a strict subset of the tailnet. Everything is
  * derived from a seed, so the driver, every worker and the property tests rebuild the very same plan on their own

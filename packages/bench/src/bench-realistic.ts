@@ -1,8 +1,8 @@
 /**
- * bench-realistic is `npm run bench` with the realistic policy (the default; `--policy none` runs the historical
- * no-policy benchmark in bench.ts). Per fleet size it forks the real server (bench-policy-server.js) and K device
- * workers (bench-worker.js), joins every device of the seeded plan (bench-policy.ts), waits until every device
- * holds exactly the peers the policy lets it see (judged by an independent evaluator), then times a rename, a
+ * bench-realistic is `npm run bench` with the realistic policy (the default; `--policy none` runs the no-policy
+ * benchmark in bench.ts). Per fleet size it forks the real server (bench-policy-server.js) and K device workers
+ * (bench-worker.js), joins every device of the seeded plan (@headway/testkit's tailnet-plan.ts), waits until every
+ * device holds exactly the peers the policy lets it see (judged by an independent evaluator), then times a rename, a
  * tag change and a policy change reaching every affected device, with server CPU, memory and bytes per session.
  * Each change is made --rounds times (the tag and policy changes back and forth); the tables show each kind's
  * median round by p99, with the range of p99 over the rounds, since one round on a shared 2-core VM can be
@@ -10,7 +10,7 @@
  * The driver's and workers' own CPU is printed next to the server's, so a reader can tell whether the load
  * generator was the bottleneck. Tables go to stdout, then one `BENCH_JSON {...}` line.
  *
- * Usage: node --expose-gc packages/testkit/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
+ * Usage: node --expose-gc packages/bench/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
  *        [--workers K] [--seed S] [--rounds R]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
@@ -30,14 +30,14 @@ import { join, resolve } from 'node:path';
 import { availableParallelism, cpus, totalmem } from 'node:os';
 import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
-import { planRetag, planTailnet } from './bench-policy.js';
+import { planRetag, planTailnet } from '@headway/testkit';
 import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-server.js';
 import type { Change, JoinResult, WorkerCommand, WorkerStats } from './bench-worker.js';
 
 const DEFAULT_SIZES = [1000, 5000, 10000];
 /**
- * WORKER_SEMI_SPACE_MB is each device worker's young-generation semi-space (--max-semi-space-size). In one pair of
- * 3,000-device runs, 64 MB against V8's default: the workers' CPU 43.2 s against 47.7 s, the join 51 s against 57 s.
+ * WORKER_SEMI_SPACE_MB is each device worker's young-generation semi-space (--max-semi-space-size): larger than
+ * V8's default, so fewer of a worker's short-lived parsed messages are promoted (see the worker fork below).
  */
 const WORKER_SEMI_SPACE_MB = 64;
 
@@ -266,8 +266,8 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       // BENCH_WORKER_CPU_PROF=<dir> profiles the load generator's workers as BENCH_CPU_PROF does the server.
       const workerProf = process.env.BENCH_WORKER_CPU_PROF;
       // A worker parses every message of thousands of devices into short-lived objects: with V8's default young
-      // generation most of them were promoted and collected again by full marks of a 1-1.5 GB heap (the collector
-      // was 12% of a worker's CPU at 10,000 devices). BENCH_WORKER_SEMI_SPACE_MB=0 keeps V8's default.
+      // generation most of them would be promoted and collected again by full marks of a heap of a GB or more.
+      // BENCH_WORKER_SEMI_SPACE_MB=0 keeps V8's default.
       const semi = process.env.BENCH_WORKER_SEMI_SPACE_MB ?? String(WORKER_SEMI_SPACE_MB);
       const execArgv = [...(semi !== '0' ? [`--max-semi-space-size=${semi}`] : []), ...(workerProf ? ['--cpu-prof', `--cpu-prof-dir=${workerProf}`] : [])];
       workers.push(new Child<WorkerCommand>(`worker ${w}`, fork(new URL('./bench-worker.js', import.meta.url), [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] })));
@@ -331,8 +331,8 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     log(`  [${n}] converged ${((convergedAt - joinEnd) / 1000).toFixed(2)} s after the last join` +
       (convergenceWrong.length ? `; ${convergenceWrong.length} devices NEVER held exactly their expected peers, e.g. ${convergenceWrong.slice(0, 3).join('; ')}` : ': every device holds exactly the peers the policy lets it see'));
     // The memory sample (forced full collections, the last one compacting) is taken after the measured changes:
-    // taken here it shrank the heap, and the first large flush after it spent most of its time in the collector
-    // regrowing it (the tag change at 1,000 devices: 534 ms flush, p99 759 ms, against 121 ms and 259 ms).
+    // taken here it would shrink the heap, and the first large flush after it would spend most of its time in the
+    // collector regrowing it.
     const cpuAfterJoin = await server.request<number>({ op: 'cpu' });
     const stats = await server.request({ op: 'stats' });
     const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));

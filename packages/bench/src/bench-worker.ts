@@ -7,13 +7,12 @@
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
-import { TestDevice } from './device.js';
+import {
+  bitsCount, bitsHas, expectedPeers, planKey, planTailnet, setFreezeShared, TestDevice,
+  type DevicePlan, type FilterRule, type MapResponse, type NetMap, type Node, type TailnetPlan,
+} from '@headway/testkit';
 import { joinDevice, runPool, type JoinPhases } from './bench-join.js';
-import type { NetMap } from './netmap.js';
-import type { FilterRule, MapResponse, Node } from './wire.js';
-import { bitsCount, bitsHas, expectedPeers, planKey, planTailnet, type DevicePlan, type TailnetPlan } from './bench-policy.js';
 import { MatchingPeers, peersMatch, type Wanted } from './bench-match.js';
-import { setFreezeShared } from './zstd.js';
 import { ChangeProfiler } from './bench-profile.js';
 
 // The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.
@@ -34,7 +33,7 @@ function sameTags(a: readonly string[] | undefined, b: readonly string[] | undef
 }
 /**
  * slimPeer finds the slim form among the peer's forms seen so far (a rename or a tag change makes another), by its
- * id: a key string made of the four fields for every peer of every first map was 2% of the workers' CPU at 10,000.
+ * id, cheaper than a key string made of the four fields for every peer of every first map.
  */
 function slimPeer(n: Node): Node {
   let forms = slimPeers.get(n.ID);
@@ -140,8 +139,8 @@ function sameWanted(a: Wanted, b: Wanted): boolean {
 
 /**
  * byNodeId caches, per node id, 1 + the device index its node key names (0: not looked up yet). peersMatch runs
- * after every message of every watched device, over all its peers: a string-keyed lookup per peer was the largest
- * part of the workers' CPU in a change at 2,000 devices (a device keeps its node key and id through a run).
+ * after every message of every watched device, over all its peers: a string-keyed lookup per peer would be the
+ * largest part of the workers' CPU in a change (a device keeps its node key and id through a run).
  */
 let byNodeId = new Int32Array(0);
 

@@ -10,7 +10,7 @@ import { writeHeapSnapshot } from 'node:v8';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { sampleMemory, startBenchServer } from './bench-core.js';
-import { planKey, planPolicy, planTailnet } from './bench-policy.js';
+import { planKey, planPolicy, planTailnet } from '@headway/testkit';
 
 /** PolicyServerCommand is what the driver asks of this process. */
 export type PolicyServerCommand =
@@ -83,10 +83,11 @@ async function main(): Promise<void> {
       case 'setPolicy': return timed(() => server.policy.set(planPolicy(seed, req.variant).text));
       case 'stats': {
         const nodes = server.state.listNodes();
-        // How the server batched the changes so far: batches sent, their total and longest time, contexts built.
+        // How the server batched the changes so far: batches sent and their total time, contexts built.
         const read = async (name: string) => (await server.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
         const histogram = async (name: string) => {
-          const values = await read(name);
+          // A histogram's values are its buckets, _sum and _count, told apart by metricName.
+          const values = (await read(name)) as Array<{ metricName?: string; value: number }>;
           const of = (suffix: string) => values.find((v) => v.metricName === `${name}_${suffix}`)?.value ?? 0;
           return { count: of('count'), sum: of('sum') };
         };

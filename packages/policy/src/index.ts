@@ -1,6 +1,10 @@
 export { PolicyError, parseHuJSON, listErrors, MAX_LISTED_ERRORS, type JNode, type Pos } from './hujson.js';
 export { IPSet, parseAddr, parsePrefix, formatAddr, TAILNET_WILDCARD, INTERNET, ALL, type Addr, type IPRange } from './ip.js';
 export {
+  parseIP, formatIP, parseIPPrefix, mask, formatPrefix, prefixSize, prefixLast, prefixContains, prefixOverlaps,
+  canonicalPrefix, EXIT_ROUTES, isExitRoute, type IPAddr, type Prefix,
+} from './ip.js';
+export {
   parsePolicy, checkPolicy, parseAlias, parsePortList, parseGoDuration, formatGoDuration,
   type Policy, type Alias, type AclRule, type Grant, type SshRule, type NodeAttr, type PolicyTest,
   type SshPolicyTest, type PortRange, type ProtoPorts, type ParseOptions,

@@ -8,7 +8,6 @@ export * from './ports/storage.js';
 export * from './config/load.js';
 export * from './config/keys.js';
 export * from './config/duration.js';
-export * from './net/ip.js';
 export * from './errors.js';
 export * from './secrets.js';
 export * from './ports/policy.js';

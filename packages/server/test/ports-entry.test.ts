@@ -18,7 +18,8 @@ const SERVER_ONLY: [string, RegExp][] = [
   ['@koa/router', /\/node_modules\/@koa\//],
   ['@headway/derp', /\/packages\/derp\/|\/@headway\/derp\//],
   ['@headway/noise', /\/packages\/noise\/|\/@headway\/noise\//],
-  ['@headway/policy', /\/packages\/policy\/|\/@headway\/policy\//],
+  // The ports entry takes its IP library from @headway/policy/ip; nothing else of the policy package.
+  ['@headway/policy', /\/(?:packages|@headway)\/policy\/(?!dist\/src\/ip[./])/],
   ['prom-client', /\/node_modules\/prom-client\//],
   ['zod', /\/node_modules\/zod\//],
   ['awilix', /\/node_modules\/awilix\//],

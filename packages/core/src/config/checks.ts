@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { formatPrefix, parseIP, parsePrefix, prefixOverlaps } from '../net/ip.js';
+import { formatPrefix, parseIP, parseIPPrefix, prefixOverlaps } from '@headway/policy/ip';
 import type { ConfigValues } from './keys.js';
 import type { ConfigProblem } from './problems.js';
 import { isDohUrl, isDomainName, isLoopbackHost, PACKAGE_NAME, parseHostPort } from './syntax.js';
@@ -52,9 +52,9 @@ export function crossCheck(values: Values, problems: ConfigProblem[]): void {
   if (grpc) err('grpc_listen_addr', grpc);
   const v4 = values['prefixes.v4'], v6 = values['prefixes.v6'];
   if (!v4 && !v6) err('prefixes', 'at least one of prefixes.v4 and prefixes.v6 must be set');
-  if (v4 && parsePrefix(v4)?.family !== 4) err('prefixes.v4', `expected an IPv4 prefix, found ${JSON.stringify(v4)}`);
+  if (v4 && parseIPPrefix(v4)?.family !== 4) err('prefixes.v4', `expected an IPv4 prefix, found ${JSON.stringify(v4)}`);
   else if (v4) checkNodePrefix('prefixes.v4', v4, problems);
-  if (v6 && parsePrefix(v6)?.family !== 6) err('prefixes.v6', `expected an IPv6 prefix, found ${JSON.stringify(v6)}`);
+  if (v6 && parseIPPrefix(v6)?.family !== 6) err('prefixes.v6', `expected an IPv6 prefix, found ${JSON.stringify(v6)}`);
   else if (v6) checkNodePrefix('prefixes.v6', v6, problems);
   for (const ns of values['dns.nameservers.global']) {
     if (!parseIP(ns) && !isDohUrl(ns)) err('dns.nameservers.global', `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
@@ -107,7 +107,7 @@ const TAILSCALE_RANGES = { 4: '100.64.0.0/10', 6: 'fd7a:115c:a1e0::/48' } as con
  * Tailscale's own ranges it is a warning, as headscale gives.
  */
 function checkNodePrefix(key: string, text: string, problems: ConfigProblem[]): void {
-  const p = parsePrefix(text)!;
+  const p = parseIPPrefix(text)!;
   const width = p.family === 4 ? 32 : 128;
   if (parseIP(text.split('/')[0]!)!.value !== p.base) {
     problems.push({ level: 'error', key, message: `${text} has host bits set; did you mean ${formatPrefix(p)}?` });
@@ -118,13 +118,13 @@ function checkNodePrefix(key: string, text: string, problems: ConfigProblem[]): 
     return;
   }
   for (const r of SPECIAL_RANGES) {
-    const q = parsePrefix(r.prefix)!;
+    const q = parseIPPrefix(r.prefix)!;
     if (prefixOverlaps(p, q)) {
       problems.push({ level: 'error', key, message: `${text} overlaps ${r.prefix} (${r.what}): devices cannot use addresses there` });
       return;
     }
   }
-  const ts = parsePrefix(TAILSCALE_RANGES[p.family])!;
+  const ts = parseIPPrefix(TAILSCALE_RANGES[p.family])!;
   if (!(prefixOverlaps(p, ts) && p.bits >= ts.bits)) {
     problems.push({ level: 'warn', key, message: `${text} is outside ${TAILSCALE_RANGES[p.family]}, the range Tailscale clients expect tailnet addresses in: some client features may not work` });
   }

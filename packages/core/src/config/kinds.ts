@@ -1,4 +1,4 @@
-import { parsePrefix, parseIP } from '../net/ip.js';
+import { parseIPPrefix, parseIP } from '@headway/policy/ip';
 import type { PluginEntry } from '../ports/adapter.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, type ExtraRecord } from './syntax.js';
@@ -122,7 +122,7 @@ export function cidr(o: Described<string> & MayBeEmpty) {
     const wrong = { error: `expected a CIDR prefix such as 100.64.0.0/10, found ${describe(v)}` };
     if (typeof v !== 'string') return wrong;
     if (v === '' && o.empty) return { value: '' };
-    return v.includes('/') && parsePrefix(v) ? { value: v } : wrong;
+    return v.includes('/') && parseIPPrefix(v) ? { value: v } : wrong;
   });
 }
 

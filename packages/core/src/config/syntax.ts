@@ -1,4 +1,4 @@
-import { parseIP } from '../net/ip.js';
+import { parseIP } from '@headway/policy/ip';
 import { PORT_SELECTION, type PluginEntry, type PortName } from '../ports/adapter.js';
 
 /*

@@ -2,7 +2,7 @@ import { ALLOW_ALL, approvedRoutesOf, compilePolicy, drivePolicy, IPSet, mergeCo
 import { ownedByTags, type Node } from '../domain.js';
 import type { DriveGrant, DriveSource } from '../ports/drive.js';
 import type { Logger } from '../log.js';
-import { isExitRoute } from '../net/ip.js';
+import { isExitRoute } from '@headway/policy/ip';
 import { snapshotNode, snapshotOf, snapshotUsers } from './engine.js';
 import type { State } from '../state/state.js';
 

@@ -23,6 +23,11 @@ export * from '../config/load.js';
 export * from '../config/keys.js';
 export * from '../config/duration.js';
 export * from '../config/plugins.js';
-export * from '../net/ip.js';
+// The server's prefix arithmetic, from the one IP library (@headway/policy/ip loads none of the compiler);
+// parsePrefix here is its parseIPPrefix (a CIDR or bare address, host bits masked off).
+export {
+  parseIP, formatIP, parseIPPrefix as parsePrefix, mask, formatPrefix, prefixSize, prefixLast, prefixContains, prefixOverlaps,
+  canonicalPrefix, EXIT_ROUTES, isExitRoute, type IPAddr, type Prefix,
+} from '@headway/policy/ip';
 export * from '../backup.js';
 export * from '../secrets.js';

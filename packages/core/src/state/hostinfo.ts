@@ -1,5 +1,5 @@
 import type { Node, NodePatch } from '../domain.js';
-import { canonicalPrefix } from '../net/ip.js';
+import { canonicalPrefix } from '@headway/policy/ip';
 import type { Hostinfo, MapRequest } from '../wire/wire.js';
 import type { PeerPatch } from './bus.js';
 import type { RouteService } from './routes.js';

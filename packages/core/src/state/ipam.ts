@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { formatIP, parseIP, parsePrefix, prefixContains, prefixLast, type IPAddr, type Prefix } from '../net/ip.js';
+import { formatIP, parseIP, parseIPPrefix, prefixContains, prefixLast, type IPAddr, type Prefix } from '@headway/policy/ip';
 
 /** Ranges Tailscale reserves inside the CGNAT space: never handed to a node. */
-const RESERVED = ['100.100.100.0/24', '100.115.92.0/23'].map((p) => parsePrefix(p)!);
+const RESERVED = ['100.100.100.0/24', '100.115.92.0/23'].map((p) => parseIPPrefix(p)!);
 
 /**
  * AddressAllocator hands out node addresses from one prefix, sequentially or at
@@ -15,7 +15,7 @@ export class AddressAllocator {
   private cursor: bigint;
 
   constructor(cidr: string, private readonly mode: 'sequential' | 'random') {
-    const p = parsePrefix(cidr);
+    const p = parseIPPrefix(cidr);
     if (!p) throw new Error(`invalid prefix ${cidr}`);
     this.prefix = p;
     this.cursor = p.base + 1n;

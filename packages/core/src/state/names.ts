@@ -1,5 +1,5 @@
 import { badField, shown } from '../errors.js';
-import { canonicalPrefix, isExitRoute } from '../net/ip.js';
+import { canonicalPrefix, isExitRoute } from '@headway/policy/ip';
 
 /** approvedRouteSet is an approved-routes list as stored: canonical, sorted, and either exit route approving both. */
 export function approvedRouteSet(routes: string[], field = 'routes'): string[] {

@@ -1,7 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { z } from 'zod';
 import { HeadwayError } from '../errors.js';
-import { parsePrefix } from '../net/ip.js';
+import { parseIPPrefix } from '@headway/policy/ip';
 
 /*
  * Schemas of the control protocol's request bodies, after tailscale's tailcfg
@@ -74,7 +74,7 @@ const rfc3339 = z.string()
 const base64 = (max: number) => z.string().max(max).regex(/^[A-Za-z0-9+/]*={0,2}$/, { error: 'expected base64' });
 
 /** prefix is a netip.Prefix: an address and a length, e.g. 10.0.0.0/24 or fd00::/64. */
-const prefix = z.string().max(64).refine((s) => s.includes('/') && parsePrefix(s) !== undefined, { error: 'expected a CIDR prefix such as 10.0.0.0/24' });
+const prefix = z.string().max(64).refine((s) => s.includes('/') && parseIPPrefix(s) !== undefined, { error: 'expected a CIDR prefix such as 10.0.0.0/24' });
 
 /** addrPort is a netip.AddrPort: 1.2.3.4:41641 or [2001:db8::1]:41641 (an IPv6 zone is allowed). */
 const addrPort = z.string().max(80).refine((s) => {

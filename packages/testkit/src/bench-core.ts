@@ -12,12 +12,14 @@ export interface CoreServer {
   config: { dns: { base_domain: string } };
   urls: { http: string };
   state: {
-    createUser(input: { name: string; email?: string }): Promise<{ id: number; name: string }>;
-    createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }>;
-    nodeByNodeKey(key: string): { id: number } | undefined;
-    renameNode(id: number, name: string): Promise<unknown>;
-    setTags(id: number, tags: string[]): Promise<unknown>;
-    listNodes(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
+    users: { create(input: { name: string; email?: string }): Promise<{ id: number; name: string }> };
+    keys: { createPreAuthKey(input: { userId: number | null; reusable?: boolean; tags?: string[] }): Promise<{ secret: string }> };
+    nodes: {
+      byNodeKey(key: string): { id: number } | undefined;
+      rename(id: number, name: string): Promise<unknown>;
+      setTags(id: number, tags: string[]): Promise<unknown>;
+      list(): Array<{ id: number; approvedRoutes: string[]; tags: string[] }>;
+    };
   };
   policy: { set(text: string): Promise<unknown> };
   /** metrics: the server's prom-client registry (batch timings, contexts built). */

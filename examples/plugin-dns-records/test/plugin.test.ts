@@ -8,8 +8,8 @@ import { runHeadway, startTestServer } from '@headway/integration';
 const PKG = '@headway-examples/plugin-dns-records';
 
 async function joinDevice(t: Test, s: Awaited<ReturnType<typeof startTestServer>>): Promise<TestDevice> {
-  const user = await s.state.createUser({ name: 'alice' });
-  const { secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+  const user = await s.state.users.create({ name: 'alice' });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'client' });
   t.teardown(() => d.close());
   await d.connect();

@@ -14,8 +14,8 @@ const CAP = 'tailscale.com/cap/drive';
 type Server = Awaited<ReturnType<typeof startTestServer>>;
 
 async function joinTagged(t: Test, s: Server, hostname: string, tag: string): Promise<TestDevice> {
-  const owner = s.state.userByName('owner') ?? await s.state.createUser({ name: 'owner' });
-  const { secret } = await s.state.createPreAuthKey({ userId: owner.id, reusable: true, tags: [tag] });
+  const owner = s.state.users.byName('owner') ?? await s.state.users.create({ name: 'owner' });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: owner.id, reusable: true, tags: [tag] });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname });
   t.teardown(() => d.close());
   await d.connect();

@@ -48,20 +48,20 @@ t.test('the AuthURL leads to the form; a wrong passphrase is refused; the right 
   t.equal(wrong.page.status, 403, describePage(wrong.page));
   t.match(wrong.page.body, /Login refused/);
   t.match(wrong.page.body, /user name or passphrase is wrong/);
-  t.equal(s.state.listNodes().length, 0, 'no node after a wrong passphrase');
-  t.equal(s.state.listUsers().length, 0, 'no user after a wrong passphrase');
+  t.equal(s.state.nodes.list().length, 0, 'no node after a wrong passphrase');
+  t.equal(s.state.users.list().length, 0, 'no user after a wrong passphrase');
   t.match(s.logs.join('\n'), /WRN login refused provider=shared-secret/, 'the refusal is logged');
 
   const authUrl2 = await waitingDevice(t, s, 'lab-box-2');
   const right = await signIn(authUrl2, 'Alice', PASSPHRASE);
   t.equal(right.page.status, 200, describePage(right.page));
   t.match(right.page.body, /Log in lab-box-2\?/, "Headway's confirmation page");
-  t.equal(s.state.listNodes().length, 0, 'nothing registered before the person confirms');
+  t.equal(s.state.nodes.list().length, 0, 'nothing registered before the person confirms');
   const done = await confirm(right);
   t.equal(done.status, 200, describePage(done));
-  const nodes = s.state.listNodes();
+  const nodes = s.state.nodes.list();
   t.equal(nodes.length, 1, 'one node registered');
-  const user = s.state.getUser(nodes[0]!.userId!);
+  const user = s.state.users.get(nodes[0]!.userId!);
   t.match(user, { name: 'alice', provider: 'shared-secret', providerId: 'shared-secret/alice' }, 'registered to the typed user name');
 
   const replay = await right.browser.follow(right.browser.visited.find((u) => u.includes('/shared-secret/callback'))!);
@@ -70,8 +70,8 @@ t.test('the AuthURL leads to the form; a wrong passphrase is refused; the right 
   // The first device's login was refused, not used: its AuthURL still works for the right person.
   const late = await confirm(await signIn(authUrl, 'alice', PASSPHRASE));
   t.equal(late.status, 200, describePage(late));
-  t.equal(s.state.listNodes().length, 2, 'the second device of alice');
-  t.equal(s.state.listUsers().length, 1, 'same user for the same name');
+  t.equal(s.state.nodes.list().length, 2, 'the second device of alice');
+  t.equal(s.state.users.list().length, 1, 'same user for the same name');
 
   const log = s.logs.join('\n');
   t.match(log, /TRC /, 'the log ran at trace level');
@@ -90,7 +90,7 @@ t.test('a callback without the browser that began the login is refused', async (
   const fresh = new Browser();
   const page = await fresh.follow(back.headers.get('location')!);
   t.equal(page.status, 400, describePage(page));
-  t.equal(s.state.listNodes().length, 0, 'no node');
+  t.equal(s.state.nodes.list().length, 0, 'no node');
 });
 
 t.test('bad options stop the start-up naming each one', async (t) => {

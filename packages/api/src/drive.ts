@@ -21,8 +21,8 @@ export interface DriveGrantView {
 
 function endView(end: DriveSource | DriveDestination, state: State): DriveEndView {
   switch (end.kind) {
-    case 'user': return { kind: 'user', id: String(end.id), name: state.getUser(end.id)?.name ?? '(deleted user)' };
-    case 'node': return { kind: 'node', id: String(end.id), name: state.getNode(end.id)?.givenName ?? '(deleted node)' };
+    case 'user': return { kind: 'user', id: String(end.id), name: state.users.get(end.id)?.name ?? '(deleted user)' };
+    case 'node': return { kind: 'node', id: String(end.id), name: state.nodes.get(end.id)?.givenName ?? '(deleted node)' };
     default: return { kind: end.kind, name: end.name };
   }
 }

@@ -124,7 +124,7 @@ async function nodesProto(deps: ApiDeps, nodes: Node[]): Promise<Message[]> {
   const keyIds = new Set(nodes.map((n) => n.authKeyId).filter((x): x is number => x !== null));
   const keys = new Map<number, PreAuthKeyView>();
   if (keyIds.size) {
-    for (const k of await deps.state.listPreAuthKeys()) if (keyIds.has(k.id)) keys.set(k.id, preAuthKeyView(k, deps.state));
+    for (const k of await deps.state.keys.listPreAuthKeys()) if (keyIds.has(k.id)) keys.set(k.id, preAuthKeyView(k, deps.state));
   }
   return nodes.map((n) => nodeProto(apiNode(deps, n), n.authKeyId !== null ? keys.get(n.authKeyId) : undefined));
 }
@@ -145,15 +145,15 @@ type Handler = (req: Message, deps: ApiDeps) => Promise<Message>;
 export const HANDLERS: Record<string, Handler> = {
   // ---- users ----
   CreateUser: async (r, { state }) => ({
-    user: userProto(userView(await state.createUser({ name: text(r.name), displayName: text(r.display_name), email: text(r.email), profilePicUrl: text(r.picture_url) }))),
+    user: userProto(userView(await state.users.create({ name: text(r.name), displayName: text(r.display_name), email: text(r.email), profilePicUrl: text(r.picture_url) }))),
   }),
-  RenameUser: async (r, { state }) => ({ user: userProto(userView(await state.renameUser(id(r.old_id, 'old_id'), text(r.new_name)))) }),
+  RenameUser: async (r, { state }) => ({ user: userProto(userView(await state.users.rename(id(r.old_id, 'old_id'), text(r.new_name)))) }),
   // A user who still owns nodes is refused (FAILED_PRECONDITION), as DELETE /api/v1/user/:id is.
-  DeleteUser: async (r, { state }) => { await state.deleteUser(id(r.id, 'id')); return {}; },
+  DeleteUser: async (r, { state }) => { await state.users.delete(id(r.id, 'id')); return {}; },
   // Every filter given must match (zero values are no filter).
   ListUsers: async (r, { state }) => {
     const uid = id(r.id, 'id');
-    const users = state.listUsers({ id: uid || undefined, name: text(r.name) || undefined, email: text(r.email) || undefined });
+    const users = state.users.list({ id: uid || undefined, name: text(r.name) || undefined, email: text(r.email) || undefined });
     return { users: users.map((u) => userProto(userView(u))) };
   },
 
@@ -161,7 +161,7 @@ export const HANDLERS: Record<string, Handler> = {
   // No expiration means the key never expires.
   CreatePreAuthKey: async (r, deps) => {
     const uid = id(r.user, 'user');
-    const user = uid ? deps.state.getUser(uid) : null;
+    const user = uid ? deps.state.users.get(uid) : null;
     if (uid && !user) throw new HeadwayError('not_found', `user ${uid} not found`);
     const { key, secret } = await ops.createPreAuthKey(deps, {
       user: user ?? null, reusable: Boolean(r.reusable), ephemeral: Boolean(r.ephemeral),
@@ -169,10 +169,10 @@ export const HANDLERS: Record<string, Handler> = {
     });
     return { pre_auth_key: preAuthKeyProto(preAuthKeyView(key, deps.state, secret)) };
   },
-  ExpirePreAuthKey: async (r, { state }) => { await state.expirePreAuthKey(id(r.id, 'id')); return {}; },
-  DeletePreAuthKey: async (r, { state }) => { await state.deletePreAuthKey(id(r.id, 'id')); return {}; },
+  ExpirePreAuthKey: async (r, { state }) => { await state.keys.expirePreAuthKey(id(r.id, 'id')); return {}; },
+  DeletePreAuthKey: async (r, { state }) => { await state.keys.deletePreAuthKey(id(r.id, 'id')); return {}; },
   ListPreAuthKeys: async (_r, { state }) => ({
-    pre_auth_keys: (await state.listPreAuthKeys()).sort((a, b) => a.id - b.id).map((k) => preAuthKeyProto(preAuthKeyView(k, state))),
+    pre_auth_keys: (await state.keys.listPreAuthKeys()).sort((a, b) => a.id - b.id).map((k) => preAuthKeyProto(preAuthKeyView(k, state))),
   }),
 
   // ---- nodes ----
@@ -187,16 +187,16 @@ export const HANDLERS: Record<string, Handler> = {
       user: text(r.user), name: text(r.name), machineKey: /^mkey:[0-9a-f]{64}$/.test(key) ? key : undefined, routes: list(r.routes),
     }));
   },
-  GetNode: async (r, deps) => oneNode(deps, deps.state.requireNode(id(r.node_id, 'node_id'))),
+  GetNode: async (r, deps) => oneNode(deps, deps.state.nodes.require(id(r.node_id, 'node_id'))),
   // An empty list removes every tag (the node returns to its user), as POST /api/v1/node/:id/tags does.
   SetTags: async (r, deps) => oneNode(deps, await ops.setNodeTags(deps, id(r.node_id, 'node_id'), list(r.tags))),
   SetApprovedRoutes: async (r, deps) => oneNode(deps, await ops.approveNodeRoutes(deps, id(r.node_id, 'node_id'), list(r.routes))),
   RegisterNode: async (r, deps) => oneNode(deps, await ops.registerPendingNode(deps, { user: text(r.user), authId: text(r.key), authIdField: 'key' })),
-  DeleteNode: async (r, { state }) => { await state.deleteNode(id(r.node_id, 'node_id')); return {}; },
+  DeleteNode: async (r, { state }) => { await state.nodes.delete(id(r.node_id, 'node_id')); return {}; },
   ExpireNode: async (r, deps) => oneNode(deps, await ops.setNodeExpiry(deps, id(r.node_id, 'node_id'), {
     at: time(r.expiry as Timestamp | null, 'expiry'), disable: Boolean(r.disable_expiry),
   })),
-  RenameNode: async (r, deps) => oneNode(deps, await deps.state.renameNode(id(r.node_id, 'node_id'), text(r.new_name))),
+  RenameNode: async (r, deps) => oneNode(deps, await deps.state.nodes.rename(id(r.node_id, 'node_id'), text(r.new_name))),
   ListNodes: async (r, deps) => ({ nodes: await nodesProto(deps, ops.listNodes(deps, text(r.user) || undefined)) }),
   BackfillNodeIPs: async (r, deps) => {
     if (!r.confirmed) throw badField('confirmed', 'must be true: backfilling gives addresses to existing nodes');
@@ -210,10 +210,10 @@ export const HANDLERS: Record<string, Handler> = {
 
   // ---- API keys ----
   // No expiration means the key never expires.
-  CreateApiKey: async (r, { state }) => ({ api_key: (await state.createApiKey(time(r.expiration as Timestamp | null, 'expiration') ?? null)).secret }),
-  ExpireApiKey: async (r, { state }) => { await state.expireApiKey(ops.apiKeyRef({ id: id(r.id, 'id') || undefined, prefix: text(r.prefix) })); return {}; },
-  ListApiKeys: async (_r, { state }) => ({ api_keys: (await state.listApiKeys()).sort((a, b) => a.id - b.id).map((k) => apiKeyProto(apiKeyView(k))) }),
-  DeleteApiKey: async (r, { state }) => { await state.deleteApiKey(ops.apiKeyRef({ id: id(r.id, 'id') || undefined, prefix: text(r.prefix) })); return {}; },
+  CreateApiKey: async (r, { state }) => ({ api_key: (await state.keys.createApiKey(time(r.expiration as Timestamp | null, 'expiration') ?? null)).secret }),
+  ExpireApiKey: async (r, { state }) => { await state.keys.expireApiKey(ops.apiKeyRef({ id: id(r.id, 'id') || undefined, prefix: text(r.prefix) })); return {}; },
+  ListApiKeys: async (_r, { state }) => ({ api_keys: (await state.keys.listApiKeys()).sort((a, b) => a.id - b.id).map((k) => apiKeyProto(apiKeyView(k))) }),
+  DeleteApiKey: async (r, { state }) => { await state.keys.deleteApiKey(ops.apiKeyRef({ id: id(r.id, 'id') || undefined, prefix: text(r.prefix) })); return {}; },
 
   // ---- policy ----
   GetPolicy: async (_r, { policy }) => {
@@ -414,7 +414,7 @@ export function headscaleService(deps: ApiDeps, logger: Logger): { definition: g
         if (!m) {
           return finish({ code: grpc.status.UNAUTHENTICATED, details: header.length ? 'malformed authorization metadata; expected Bearer <API key>' : 'missing API key (authorization: Bearer <API key>)' });
         }
-        if (!(await deps.state.authenticateApiKey(m[1]!))) return finish({ code: grpc.status.UNAUTHENTICATED, details: 'invalid, expired or revoked API key' });
+        if (!(await deps.state.keys.authenticateApiKey(m[1]!))) return finish({ code: grpc.status.UNAUTHENTICATED, details: 'invalid, expired or revoked API key' });
         if (call.request instanceof Refused) return finish(call.request.error);
         finish(null, await handler(call.request as Message, deps));
       })().catch((err: unknown) => finish(grpcErrorOf(err, method, logger)));

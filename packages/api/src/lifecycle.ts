@@ -112,7 +112,7 @@ export const CREATE_USER = route({
   response: z.object({ user: UserSchema }), responseDescription: 'The new user',
   errors: [409],
   handle: async ({ body }, { state }) => ({
-    user: userView(await state.createUser({ name: body.name, displayName: body.displayName ?? '', email: body.email ?? '', profilePicUrl: body.pictureUrl ?? body.profilePicUrl ?? '' })),
+    user: userView(await state.users.create({ name: body.name, displayName: body.displayName ?? '', email: body.email ?? '', profilePicUrl: body.pictureUrl ?? body.profilePicUrl ?? '' })),
   }),
 });
 
@@ -132,7 +132,7 @@ export const DELETE_USER = route({
   errors: [404, 409],
   handle: async ({ params, query }, { state }) => {
     const deleteNodes = query.deleteNodes;
-    const { nodes } = await state.deleteUser(params.id, { deleteNodes });
+    const { nodes } = await state.users.delete(params.id, { deleteNodes });
     return deleteNodes ? { deletedNodes: nodes.map((n) => ({ id: String(n.id), givenName: n.givenName })) } : {};
   },
 });

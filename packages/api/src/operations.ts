@@ -34,19 +34,19 @@ export function logins(deps: ApiDeps): PendingLogins {
 
 /** listNodes lists every node, or those of one user (a name or id; unknown is a 404). */
 export function listNodes(deps: ApiDeps, userRef?: string): Node[] {
-  const user = userRef ? deps.state.resolveUser(userRef) : undefined;
-  return deps.state.listNodes({ userId: user?.id });
+  const user = userRef ? deps.state.users.resolve(userRef) : undefined;
+  return deps.state.nodes.list({ userId: user?.id });
 }
 
 /** setNodeTags replaces a node's tags; each must be defined in the policy's tagOwners when a policy is in force. */
 export async function setNodeTags(deps: ApiDeps, id: number, tags: string[]): Promise<Node> {
   await deps.policy.checkTagsAllowed(tags);
-  return deps.state.setTags(id, tags);
+  return deps.state.nodes.setTags(id, tags);
 }
 
 /** approveNodeRoutes replaces a node's approved routes through RouteService (auto-approvals and the primary election in one commit). */
 export function approveNodeRoutes(deps: ApiDeps, id: number, routes: string[]): Promise<Node> {
-  return (deps.approveRoutes ?? deps.state.approveRoutes.bind(deps.state))(id, routes);
+  return (deps.approveRoutes ?? deps.state.nodes.approveRoutes.bind(deps.state.nodes))(id, routes);
 }
 
 /**
@@ -56,7 +56,7 @@ export function approveNodeRoutes(deps: ApiDeps, id: number, routes: string[]): 
  */
 export function setNodeExpiry(deps: ApiDeps, id: number, opts: { at?: Date; disable: boolean }): Promise<Node> {
   if (opts.disable && opts.at) throw badField('expiry', 'cannot be combined with disableExpiry');
-  return deps.state.expireNode(id, opts.disable ? null : (opts.at ?? new Date()));
+  return deps.state.nodes.expire(id, opts.disable ? null : (opts.at ?? new Date()));
 }
 
 /**
@@ -67,14 +67,14 @@ export function setNodeExpiry(deps: ApiDeps, id: number, opts: { at?: Date; disa
 export async function registerPendingNode(deps: ApiDeps, input: { user: string; authId: string; userField?: string; authIdField: string }): Promise<Node> {
   const ref = input.user.trim();
   if (!ref) throw badField(input.userField ?? 'user', 'is required (a user name or id)');
-  const user = deps.state.resolveUser(ref, input.userField ?? 'user');
+  const user = deps.state.users.resolve(ref, input.userField ?? 'user');
   const key = checkAuthId(input.authId, input.authIdField);
-  return deps.state.requireNode(await logins(deps).approve(key, user.id, { field: input.authIdField }));
+  return deps.state.nodes.require(await logins(deps).approve(key, user.id, { field: input.authIdField }));
 }
 
 /** approvePendingNode logs a known device in again with the owner it has (`auth approve`). */
 export async function approvePendingNode(deps: ApiDeps, authId: string, field: string): Promise<Node> {
-  return deps.state.requireNode(await logins(deps).approve(checkAuthId(authId, field), undefined, { field }));
+  return deps.state.nodes.require(await logins(deps).approve(checkAuthId(authId, field), undefined, { field }));
 }
 
 /** rejectPendingNode refuses a waiting login (`auth reject`); the device is told. */
@@ -84,9 +84,9 @@ export async function rejectPendingNode(deps: ApiDeps, authId: string, field: st
 
 /** createDebugNode stores a node record with fresh random keys (tests and demos; it never connects). */
 export async function createDebugNode(deps: ApiDeps, input: { user: string; name: string; machineKey?: string; routes: string[] }): Promise<Node> {
-  const user = deps.state.resolveUser(input.user);
+  const user = deps.state.users.resolve(input.user);
   if (!input.name.trim()) throw badField('name', 'must not be empty');
-  return deps.state.createNode({
+  return deps.state.nodes.create({
     machineKey: input.machineKey ?? `mkey:${randomBytes(32).toString('hex')}`,
     nodeKey: `nodekey:${randomBytes(32).toString('hex')}`,
     discoKey: `discokey:${randomBytes(32).toString('hex')}`,
@@ -97,13 +97,13 @@ export async function createDebugNode(deps: ApiDeps, input: { user: string; name
 
 /** backfillNodeIps gives every node an address of each enabled family and says, one line per node, what it got. */
 export async function backfillNodeIps(deps: ApiDeps): Promise<string[]> {
-  return (await deps.state.backfillIPs()).map((n) => `node ${n.givenName}: ${[n.ipv4, n.ipv6].filter(Boolean).join(', ')}`);
+  return (await deps.state.nodes.backfillIPs()).map((n) => `node ${n.givenName}: ${[n.ipv4, n.ipv6].filter(Boolean).join(', ')}`);
 }
 
 /** createPreAuthKey issues a key; its tags must be defined in the policy's tagOwners when a policy is in force. */
 export async function createPreAuthKey(deps: ApiDeps, input: { user: User | null; reusable?: boolean; ephemeral?: boolean; expiration: Date | null; tags: string[] }): Promise<{ key: PreAuthKey; secret: string }> {
   if (input.tags.length) await deps.policy.checkTagsAllowed(input.tags);
-  return deps.state.createPreAuthKey({
+  return deps.state.keys.createPreAuthKey({
     userId: input.user ? input.user.id : null, reusable: input.reusable, ephemeral: input.ephemeral,
     expiration: input.expiration, tags: input.tags,
   });

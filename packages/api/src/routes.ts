@@ -16,7 +16,7 @@ export * from './route.js';
 import { apiNode as view, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
 
-const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.resolveUser(ref ?? '', field);
+const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
 
 /** requiredList is a list of strings that must be sent; `hint` says what an empty list means. */
@@ -43,7 +43,7 @@ export const ROUTES: Route[] = [
       email: queryText('Only users with this e-mail address', 'alice@example.com'),
     }),
     response: z.object({ users: z.array(UserSchema) }), responseDescription: 'The users',
-    handle: async ({ query }, { state }) => ({ users: state.listUsers(query).map(userView) }),
+    handle: async ({ query }, { state }) => ({ users: state.users.list(query).map(userView) }),
   }),
   lifecycle.CREATE_USER,
   route({
@@ -52,7 +52,7 @@ export const ROUTES: Route[] = [
     params: z.object({ id: numericId('User id'), newName: z.string().meta({ description: 'The new name', examples: ['alicia'] }) }),
     response: z.object({ user: UserSchema }), responseDescription: 'The renamed user',
     errors: [404, 409],
-    handle: async ({ params }, { state }) => ({ user: userView(await state.renameUser(params.id, params.newName)) }),
+    handle: async ({ params }, { state }) => ({ user: userView(await state.users.rename(params.id, params.newName)) }),
   }),
   route({
     method: 'POST', path: '/api/v1/user/:id/link', operationId: 'linkUser', tag: 'Users', summary: 'Link a user to an identity-provider identity',
@@ -78,7 +78,7 @@ export const ROUTES: Route[] = [
       } else {
         throw badField('issuer', 'no identity provider is configured (oidc.issuer); pass the issuer URL');
       }
-      return { user: userView(await deps.state.linkUser(params.id, link.provider, link.providerId)) };
+      return { user: userView(await deps.state.users.link(params.id, link.provider, link.providerId)) };
     },
   }),
   lifecycle.DELETE_USER,
@@ -97,7 +97,7 @@ export const ROUTES: Route[] = [
     params: NodeIdParams,
     response: NodeAnswer, responseDescription: 'The node',
     errors: [404],
-    handle: async ({ params }, deps) => ({ node: view(deps, deps.state.requireNode(params.id)) }),
+    handle: async ({ params }, deps) => ({ node: view(deps, deps.state.nodes.require(params.id)) }),
   }),
   route({
     method: 'DELETE', path: '/api/v1/node/:id', operationId: 'deleteNode', tag: 'Nodes', summary: 'Delete a node',
@@ -105,7 +105,7 @@ export const ROUTES: Route[] = [
     params: NodeIdParams,
     response: Empty, responseDescription: 'Deleted',
     errors: [404],
-    handle: async ({ params }, { state }) => { await state.deleteNode(params.id); return {}; },
+    handle: async ({ params }, { state }) => { await state.nodes.delete(params.id); return {}; },
   }),
   route({
     method: 'POST', path: '/api/v1/node/:id/rename/:newName', operationId: 'renameNode', tag: 'Nodes', summary: 'Rename a node',
@@ -113,7 +113,7 @@ export const ROUTES: Route[] = [
     params: z.object({ id: numericId('Node id'), newName: z.string().meta({ description: 'The new DNS label', examples: ['laptop'] }) }),
     response: NodeAnswer, responseDescription: 'The renamed node',
     errors: [404, 409],
-    handle: async ({ params }, deps) => ({ node: view(deps, await deps.state.renameNode(params.id, params.newName)) }),
+    handle: async ({ params }, deps) => ({ node: view(deps, await deps.state.nodes.rename(params.id, params.newName)) }),
   }),
   lifecycle.EXPIRE_NODE,
   route({
@@ -179,7 +179,7 @@ export const ROUTES: Route[] = [
     errors: [404],
     handle: async ({ query }, deps) => {
       const u = query.user ? userRef(deps, query.user) : undefined;
-      return { preAuthKeys: (await deps.state.listPreAuthKeys({ userId: u?.id })).map((k) => preAuthKeyView(k, deps.state)) };
+      return { preAuthKeys: (await deps.state.keys.listPreAuthKeys({ userId: u?.id })).map((k) => preAuthKeyView(k, deps.state)) };
     },
   }),
   route({
@@ -208,7 +208,7 @@ export const ROUTES: Route[] = [
     body: z.object({ id: idText().pipe(numericId()).meta({ description: 'Key id', examples: ['1'] }) }),
     response: PreAuthKeyAnswer, responseDescription: 'The expired key (redacted)',
     errors: [404],
-    handle: async ({ body }, deps) => ({ preAuthKey: preAuthKeyView(await deps.state.expirePreAuthKey(body.id), deps.state) }),
+    handle: async ({ body }, deps) => ({ preAuthKey: preAuthKeyView(await deps.state.keys.expirePreAuthKey(body.id), deps.state) }),
   }),
   route({
     method: 'DELETE', path: '/api/v1/preauthkey', operationId: 'deletePreAuthKey', tag: 'Pre-auth keys', summary: 'Delete a pre-auth key',
@@ -216,14 +216,14 @@ export const ROUTES: Route[] = [
     query: z.object({ id: numericId('Key id') }),
     response: Empty, responseDescription: 'Deleted',
     errors: [404],
-    handle: async ({ query }, { state }) => { await state.deletePreAuthKey(query.id); return {}; },
+    handle: async ({ query }, { state }) => { await state.keys.deletePreAuthKey(query.id); return {}; },
   }),
   // ---- API keys ----
   route({
     method: 'GET', path: '/api/v1/apikey', operationId: 'listApiKeys', tag: 'API keys', summary: 'List API keys',
     description: 'Never the secrets: they are shown only once, when a key is created.',
     response: z.object({ apiKeys: z.array(ApiKeySchema) }), responseDescription: 'The keys',
-    handle: async (_input, { state }) => ({ apiKeys: (await state.listApiKeys()).map(apiKeyView) }),
+    handle: async (_input, { state }) => ({ apiKeys: (await state.keys.listApiKeys()).map(apiKeyView) }),
   }),
   route({
     method: 'POST', path: '/api/v1/apikey', operationId: 'createApiKey', tag: 'API keys', summary: 'Create an API key',
@@ -232,7 +232,7 @@ export const ROUTES: Route[] = [
     response: z.object({ apiKey: z.string().meta({ description: 'The key, in full (Authorization: Bearer <key>)', examples: ['hwkey-api-0123456789ab-…'] }) }),
     responseDescription: 'The new key',
     handle: async ({ body }, { state }) => {
-      const { secret } = await state.createApiKey(expiration(body.expiration));
+      const { secret } = await state.keys.createApiKey(expiration(body.expiration));
       return { apiKey: secret };
     },
   }),
@@ -245,7 +245,7 @@ export const ROUTES: Route[] = [
     }),
     response: Empty, responseDescription: 'Expired',
     errors: [404],
-    handle: async ({ body }, { state }) => { await state.expireApiKey(ops.apiKeyRef(body)); return {}; },
+    handle: async ({ body }, { state }) => { await state.keys.expireApiKey(ops.apiKeyRef(body)); return {}; },
   }),
   route({
     method: 'DELETE', path: '/api/v1/apikey/:prefix', operationId: 'deleteApiKey', tag: 'API keys', summary: 'Delete an API key',
@@ -253,7 +253,7 @@ export const ROUTES: Route[] = [
     params: z.object({ prefix: z.string().meta({ description: 'Key prefix', examples: ['0123456789ab'] }) }),
     response: Empty, responseDescription: 'Deleted',
     errors: [404],
-    handle: async ({ params }, { state }) => { await state.deleteApiKey({ prefix: params.prefix }); return {}; },
+    handle: async ({ params }, { state }) => { await state.keys.deleteApiKey({ prefix: params.prefix }); return {}; },
   }),
   // ---- policy ----
   route({

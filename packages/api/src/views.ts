@@ -26,9 +26,9 @@ const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
  * (headscale stamps it on every map request); the stored value is when it last went offline.
  */
 export function nodeView(n: Node, state: State, primary?: (n: Node) => string[]): NodeView {
-  const user = n.userId !== null ? state.getUser(n.userId) : undefined;
+  const user = n.userId !== null ? state.users.get(n.userId) : undefined;
   const advertised = new Set(n.availableRoutes);
-  const online = state.isOnline(n.id);
+  const online = state.presence.isOnline(n.id);
   return {
     id: String(n.id),
     machineKey: n.machineKey,
@@ -60,7 +60,7 @@ function redactedAuthKey(k: PreAuthKey): string {
 }
 
 export function preAuthKeyView(k: PreAuthKey, state: State, fullKey?: string): PreAuthKeyView {
-  const user = k.userId !== null ? state.getUser(k.userId) : undefined;
+  const user = k.userId !== null ? state.users.get(k.userId) : undefined;
   return {
     id: String(k.id),
     key: fullKey ?? redactedAuthKey(k),

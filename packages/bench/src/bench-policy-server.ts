@@ -44,14 +44,14 @@ async function main(): Promise<void> {
   const server = await startBenchServer(dataDir, { policy: { mode: 'database' } });
   const plan = planTailnet(size, seed);
   const users = new Map<string, number>();
-  for (const u of plan.users) users.set(u.name, (await server.state.createUser({ name: u.name, email: u.email })).id);
+  for (const u of plan.users) users.set(u.name, (await server.state.users.create({ name: u.name, email: u.email })).id);
   if (withPolicy) await server.policy.set(plan.policy);
   const keys: Record<string, string> = {};
   for (const d of plan.devices) {
     const k = planKey(d);
     if (keys[k]) continue;
     const input = d.tags.length ? { userId: null, tags: d.tags, reusable: true } : { userId: users.get(d.user!)!, reusable: true };
-    keys[k] = (await server.state.createPreAuthKey(input)).secret;
+    keys[k] = (await server.state.keys.createPreAuthKey(input)).secret;
   }
 
   let stopping = false;
@@ -74,15 +74,15 @@ async function main(): Promise<void> {
       case 'memory': return sampleMemory(server);
       case 'cpu': { const c = process.cpuUsage(); return (c.user + c.system) / 1000; }
       case 'nodeId': {
-        const node = server.state.nodeByNodeKey(req.nodeKey);
+        const node = server.state.nodes.byNodeKey(req.nodeKey);
         if (!node) throw new Error(`no node with node key ${req.nodeKey}`);
         return node.id;
       }
-      case 'rename': return timed(() => server.state.renameNode(req.nodeId, req.name));
-      case 'setTags': return timed(() => server.state.setTags(req.nodeId, req.tags));
+      case 'rename': return timed(() => server.state.nodes.rename(req.nodeId, req.name));
+      case 'setTags': return timed(() => server.state.nodes.setTags(req.nodeId, req.tags));
       case 'setPolicy': return timed(() => server.policy.set(planPolicy(seed, req.variant).text));
       case 'stats': {
-        const nodes = server.state.listNodes();
+        const nodes = server.state.nodes.list();
         // How the server batched the changes so far: batches sent and their total time, contexts built.
         const read = async (name: string) => (await server.metrics.registry.getSingleMetric(name)?.get())?.values ?? [];
         const histogram = async (name: string) => {

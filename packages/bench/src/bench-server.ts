@@ -27,8 +27,8 @@ async function main(): Promise<void> {
   // In a cluster only the first instance makes the user and key (the driver uses its key for every instance).
   let secret = '';
   if (!process.env.BENCH_DATABASE || process.env.BENCH_BOOTSTRAP) {
-    const user = await server.state.createUser({ name: 'bench' });
-    secret = (await server.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
+    const user = await server.state.users.create({ name: 'bench' });
+    secret = (await server.state.keys.createPreAuthKey({ userId: user.id, reusable: true })).secret;
   }
 
   let stopping = false;
@@ -55,14 +55,14 @@ async function main(): Promise<void> {
       case 'nodeId': {
         // A device that joined through another cluster instance is known here once its announcement arrives.
         const until = Date.now() + 10_000;
-        while (!server.state.nodeByNodeKey(req.nodeKey) && process.env.BENCH_DATABASE && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
-        const node = server.state.nodeByNodeKey(req.nodeKey);
+        while (!server.state.nodes.byNodeKey(req.nodeKey) && process.env.BENCH_DATABASE && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+        const node = server.state.nodes.byNodeKey(req.nodeKey);
         if (!node) throw new Error(`no node with node key ${req.nodeKey}`);
         return node.id;
       }
       case 'rename': {
         const t0 = performance.now();
-        await server.state.renameNode(req.nodeId, req.name);
+        await server.state.nodes.rename(req.nodeId, req.name);
         return performance.now() - t0;
       }
       case 'stop':

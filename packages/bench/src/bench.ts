@@ -81,7 +81,7 @@ export interface SizeResult {
     /** perRun: each rename's propagation to the N-1 other devices, then all runs pooled in `all`. */
     perRun: LatencySummary[];
     all: LatencySummary;
-    /** serverApplyMs: time the server took inside renameNode (store + publish), per run. */
+    /** serverApplyMs: time the server took inside nodes.rename (store + publish), per run. */
     serverApplyMs: number[];
     timeouts: number;
   };
@@ -502,7 +502,7 @@ async function main(): Promise<void> {
       ]),
     ]));
     for (const r of results) {
-      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; rename pooled over ${r.rename.runs} runs x ${r.devices - 1} peers (${r.rename.all.count} samples, ${r.rename.timeouts} timeouts); server-side renameNode ${r.rename.serverApplyMs.join('/')} ms; server event-loop delay during join p99 ${r.server.eventLoopDelayP99Ms} ms, max ${r.server.eventLoopDelayMaxMs} ms; ${r.joinRetries} join retries`);
+      log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; rename pooled over ${r.rename.runs} runs x ${r.devices - 1} peers (${r.rename.all.count} samples, ${r.rename.timeouts} timeouts); server-side nodes.rename ${r.rename.serverApplyMs.join('/')} ms; server event-loop delay during join p99 ${r.server.eventLoopDelayP99Ms} ms, max ${r.server.eventLoopDelayMaxMs} ms; ${r.joinRetries} join retries`);
     }
   } else {
     log('(no control-plane size completed)');

@@ -90,7 +90,7 @@ export class ControlServer {
       replayWindowMs: config.noise.replay_window,
       maxUnauthenticated: config.noise.max_unauthenticated_sessions,
       maxUnauthenticatedPerSource: config.noise.max_unauthenticated_sessions_per_address,
-      isAuthenticated: (machineKey) => state.nodeByMachineKey(machineKey) !== undefined,
+      isAuthenticated: (machineKey) => state.nodes.byMachineKey(machineKey) !== undefined,
     });
     this.mismatchLog = new HandshakeFailureLog(logger);
   }
@@ -158,14 +158,14 @@ export class ControlServer {
     });
     router.get('/register/:key', async (ctx) => {
       const key = String(ctx.params.key);
-      const pending = /^[A-Za-z0-9_-]{1,64}$/.test(key) ? await this.o.state.getPending(key) : undefined;
+      const pending = /^[A-Za-z0-9_-]{1,64}$/.test(key) ? await this.o.state.pending.get(key) : undefined;
       ctx.type = 'text/html; charset=utf-8';
       ctx.set(PAGE_HEADERS);
       if (!pending) {
         const settled = this.registrar.settled(key);
         if (settled && settled !== 'rejected') {
           const node = settled.approved;
-          const owner = node.tags.length ? node.tags.join(', ') : (node.userId !== null ? this.o.state.getUser(node.userId)?.name : undefined) ?? 'nobody';
+          const owner = node.tags.length ? node.tags.join(', ') : (node.userId !== null ? this.o.state.users.get(node.userId)?.name : undefined) ?? 'nobody';
           ctx.body = approvedRegistrationPage({ hostname: node.hostname, node: node.givenName, owner });
           return;
         }
@@ -282,8 +282,8 @@ export class ControlServer {
   private async map(mr: MapRequest, stream: H2Stream, machineKey: string): Promise<void> {
     const { state, metrics } = this.o;
     // A cluster instance that lost its database sends devices on to another instance.
-    if (mr.Stream && !state.serving) return stream.reply(503, 'this instance has lost its database; try another');
-    const found = mr.NodeKey ? await state.findStoredNode(mr.NodeKey) : undefined;
+    if (mr.Stream && !state.cluster.serving) return stream.reply(503, 'this instance has lost its database; try another');
+    const found = mr.NodeKey ? await state.cluster.findStoredNode(mr.NodeKey) : undefined;
     if (!found || found.machineKey !== machineKey) return this.nodeNotFound(mr, stream, machineKey, found);
     const node = await this.o.hostinfo.update(found, mr);
     const zstd = mr.Compress === 'zstd';
@@ -297,14 +297,14 @@ export class ControlServer {
     }
     stream.respond(200, 'application/octet-stream');
     const session = new MapSession(node.id, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
-    state.sessionOpened(node.id);
+    state.presence.sessionOpened(node.id);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
     streams.add(stream);
     stream.onClose(() => {
       streams.delete(stream);
       if (!streams.size) this.streams.delete(node.id);
       this.hub.close(session);
-      void state.sessionClosed(node.id);
+      void state.presence.sessionClosed(node.id);
     });
     this.hub.begin(session, node, (current) => {
       stream.write(this.mapper.fullMapMessage(current, mr.Version, zstd));
@@ -326,7 +326,7 @@ export class ControlServer {
     const { state, metrics, logger } = this.o;
     // mr passed parseMapRequest: NodeKey is a lower-case nodekey:<hex>, Hostinfo an object or absent.
     const nodeKey = mr.NodeKey;
-    if (found || state.nodeByMachineKey(machineKey)) return stream.reply(404, 'node not found');
+    if (found || state.nodes.byMachineKey(machineKey)) return stream.reply(404, 'node not found');
     // A lite update (endpoints, hostinfo) is acknowledged and dropped: the client retries a failed one forever.
     if (!mr.Stream && mr.OmitPeers) { stream.end(); return; }
     const gone = this.hub.deletedNode(machineKey);

@@ -86,7 +86,7 @@ export class LoginFlow {
   /** start answers the AuthURL: a known waiting login goes to the provider. */
   private async start(ctx: Context): Promise<void> {
     const key = String(ctx.params.key);
-    const pending = LOGIN_KEY.test(key) ? await this.o.state.getPending(key) : undefined;
+    const pending = LOGIN_KEY.test(key) ? await this.o.state.pending.get(key) : undefined;
     if (!pending) return this.refuse(ctx, 404, 'This login link is unknown or has expired.');
     let begun;
     try {
@@ -109,11 +109,11 @@ export class LoginFlow {
     }
     this.setCookies(ctx, outcome.cookies);
     if (!outcome.ok) return this.refuse(ctx, outcome.status, outcome.reason, outcome.who ? { who: outcome.who } : {});
-    const pending = await this.o.state.getPending(outcome.loginKey);
+    const pending = await this.o.state.pending.get(outcome.loginKey);
     if (!pending) return this.refuse(ctx, 410, 'This login has expired: run tailscale up on the device again for a new link.', { who: outcome.identity.providerId });
     let user;
     try {
-      user = await this.o.state.loginUser(outcome.identity);
+      user = await this.o.state.users.login(outcome.identity);
     } catch (err) {
       if (err instanceof HeadwayError && err.status < 500) return this.refuse(ctx, err.status, err.message, { who: outcome.identity.providerId });
       throw err;
@@ -141,8 +141,8 @@ export class LoginFlow {
     }
     this.confirmations.delete(token);
     this.setCookies(ctx, [{ name: CONFIRM_COOKIE, value: '', maxAgeMs: 0, path: CONFIRM_PATH }]);
-    const pending = await this.o.state.getPending(entry.loginKey);
-    const user = this.o.state.getUser(entry.userId);
+    const pending = await this.o.state.pending.get(entry.loginKey);
+    const user = this.o.state.users.get(entry.userId);
     if (!pending || !user) return this.refuse(ctx, 410, 'This login has expired: run tailscale up on the device again for a new link.');
     let nodeId: number;
     try {
@@ -151,7 +151,7 @@ export class LoginFlow {
       if (err instanceof HeadwayError && err.status < 500) return this.refuse(ctx, err.status === 404 ? 410 : err.status, err.message);
       throw err;
     }
-    const node = this.o.state.getNode(nodeId);
+    const node = this.o.state.nodes.get(nodeId);
     this.o.logger.info('device logged in through the identity provider', { provider: this.o.identity.provider, user: user.name, node: nodeId });
     this.html(ctx, loginDonePage({ hostname: hostnameOf(pending.hostinfo), user: user.name, node: node?.givenName ?? String(nodeId) }));
   }

@@ -90,7 +90,7 @@ export class Mapper {
     const addrs = addresses(node);
     const hostinfo = node.hostinfo ?? { Hostname: node.hostname };
     const netinfo = (hostinfo as { NetInfo?: { PreferredDERP?: number } }).NetInfo;
-    const online = this.state.isOnline(node.id);
+    const online = this.state.presence.isOnline(node.id);
     const o: Record<string, unknown> = {
       ID: node.id,
       StableID: String(node.id),
@@ -150,7 +150,7 @@ export class Mapper {
   }
 
   private owner(node: Node): OwnerIdentity {
-    return ownerIdentity(node, node.userId !== null ? this.state.getUser(node.userId) : undefined);
+    return ownerIdentity(node, node.userId !== null ? this.state.users.get(node.userId) : undefined);
   }
 
   /** ownerId is the id of the UserProfile a node's `User` field points at. */
@@ -319,7 +319,7 @@ export class Mapper {
 
   /** fullMapParts is a full map's text before its peers (ending `"Peers":[`), its peers in id order, and the rest. */
   private fullMapParts(node: Node, capVersion: number | undefined): { head: Buffer; peers: Node[]; tail: Buffer } {
-    const peers = this.view.peersOf(node.id).map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
+    const peers = this.view.peersOf(node.id).map((id) => this.state.nodes.get(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const compiled = this.view.forNode(node.id);
     const parts = [
       `"Node":${this.selfNode(node, capVersion)}`,

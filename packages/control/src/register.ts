@@ -49,7 +49,7 @@ export class Registrar {
     const now = Date.now();
     if ((this.rejected.get(key) ?? 0) > now) return 'rejected';
     const a = this.approved.get(key);
-    const node = a && a.until > now ? this.state.getNode(a.nodeId) : undefined;
+    const node = a && a.until > now ? this.state.nodes.get(a.nodeId) : undefined;
     return node ? { approved: node } : undefined;
   }
 
@@ -68,7 +68,7 @@ export class Registrar {
   }
 
   private authorized(node: Node): RegisterResponse {
-    const user: User | undefined = node.userId !== null ? this.state.getUser(node.userId) : undefined;
+    const user: User | undefined = node.userId !== null ? this.state.users.get(node.userId) : undefined;
     const o = ownerIdentity(node, user);
     return {
       User: { ID: o.id, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl ?? '', Created: (user?.createdAt ?? node.createdAt).toISOString() },
@@ -91,8 +91,8 @@ export class Registrar {
   async handle(req: RegisterRequest, machineKey: string, signal: AbortSignal): Promise<RegisterResponse> {
     const nodeKey = req.NodeKey;
     // In a cluster the machine may have registered through another instance a moment ago.
-    if (this.state.clustered && !this.state.nodeByMachineKey(machineKey)) await this.state.findStoredMachine(machineKey);
-    const byKey = this.state.nodeByNodeKey(nodeKey);
+    if (this.state.cluster.clustered && !this.state.nodes.byMachineKey(machineKey)) await this.state.cluster.findStoredMachine(machineKey);
+    const byKey = this.state.nodes.byNodeKey(nodeKey);
     if (byKey && byKey.machineKey !== machineKey) {
       this.logger.warn('register refused: node key belongs to another machine', { node: byKey.id });
       return this.fail('node key is registered to another machine');
@@ -101,15 +101,15 @@ export class Registrar {
 
     // 1. Logout: an expiry in the past.
     if (expiry && expiry.getTime() <= Date.now()) {
-      const node = byKey ?? this.state.nodeByMachineKey(machineKey);
+      const node = byKey ?? this.state.nodes.byMachineKey(machineKey);
       // A machine with no node (deleted) is already logged out: say so, or `tailscale logout` fails.
       if (!node) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
       if (node.machineKey !== machineKey) return this.fail('node not found');
       if (node.ephemeral) {
-        await this.state.deleteNode(node.id);
+        await this.state.nodes.delete(node.id);
         return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
       }
-      const expired = await this.state.expireNode(node.id, new Date());
+      const expired = await this.state.nodes.expire(node.id, new Date());
       return { ...this.authorized(expired), NodeKeyExpired: true };
     }
 
@@ -122,13 +122,13 @@ export class Registrar {
       if (byKey) {
         if (byKey.expiry && byKey.expiry.getTime() <= Date.now()) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
         await this.refresh(byKey, req);
-        return this.authorized(this.state.requireNode(byKey.id));
+        return this.authorized(this.state.nodes.require(byKey.id));
       }
       // Seamless key renewal: the old node key and machine key identify the node.
-      const old = req.OldNodeKey && req.OldNodeKey !== ZERO_NODE_KEY ? this.state.nodeByNodeKey(req.OldNodeKey) : undefined;
+      const old = req.OldNodeKey && req.OldNodeKey !== ZERO_NODE_KEY ? this.state.nodes.byNodeKey(req.OldNodeKey) : undefined;
       if (old && old.machineKey === machineKey && !(old.expiry && old.expiry.getTime() <= Date.now())) {
-        const updated = await this.state.updateNode(old.id, { nodeKey }, 'silent');
-        this.state.publishPatch(old.id, { nodeKey });
+        const updated = await this.state.nodes.update(old.id, { nodeKey }, 'silent');
+        this.state.nodes.publishPatch(old.id, { nodeKey });
         return this.authorized(updated);
       }
       return this.interactive(req, machineKey);
@@ -153,12 +153,12 @@ export class Registrar {
   }
 
   private async withAuthKey(req: RegisterRequest, machineKey: string, authKey: string, expiry: Date | undefined): Promise<RegisterResponse> {
-    const existing = this.state.nodeByMachineKey(machineKey);
+    const existing = this.state.nodes.byMachineKey(machineKey);
     // The key is only checked here; a single-use key is spent in the transaction
     // that writes the node, so a registration that fails leaves it unspent.
     let key: PreAuthKey, spend: boolean;
     try {
-      ({ key, spend } = await this.state.checkPreAuthKey(authKey, existing?.authKeyId));
+      ({ key, spend } = await this.state.keys.checkPreAuthKey(authKey, existing?.authKeyId));
     } catch (err) {
       if (err instanceof HeadwayError) return this.fail(err.message);
       throw err;
@@ -170,14 +170,14 @@ export class Registrar {
     const routes = routesFromHostinfo(req.Hostinfo);
     try {
       if (existing) {
-        const updated = await this.state.reRegisterNode(existing.id, {
+        const updated = await this.state.nodes.reRegister(existing.id, {
           nodeKey: req.NodeKey!, hostinfo, hostname: req.Hostinfo?.Hostname || existing.hostname,
           userId: key.userId ?? existing.userId, tags: tagged ? key.tags : existing.tags, expiry: nodeExpiry,
           availableRoutes: routes, authKeyId: key.id, registerMethod: 'authkey',
         }, writes);
         return this.authorized(updated);
       }
-      const node = await this.state.createNode({
+      const node = await this.state.nodes.create({
         machineKey, nodeKey: req.NodeKey!, hostname: req.Hostinfo?.Hostname || 'node', userId: key.userId,
         tags: key.tags, hostinfo, availableRoutes: routes, registerMethod: 'authkey', expiry: nodeExpiry,
         ephemeral: key.ephemeral, authKeyId: key.id,
@@ -198,14 +198,14 @@ export class Registrar {
     // The same machine asking again with the same node key gets the login it is already waiting on:
     // tailscaled re-sends register from an earlier attempt (a retry after a rejection, a second
     // `tailscale up`), and replacing the login would kill the auth ID the person is about to approve.
-    const current = this.state.pendingQuota.keyOf(machineKey, req.NodeKey ?? '');
-    const waiting = current ? await this.state.getPending(current) : undefined;
+    const current = this.state.pending.quota.keyOf(machineKey, req.NodeKey ?? '');
+    const waiting = current ? await this.state.pending.get(current) : undefined;
     if (current && waiting?.machineKey === machineKey && waiting.nodeKey === req.NodeKey) {
       return { NodeKeyExpired: false, MachineAuthorized: false, AuthURL: this.authUrl(current), Error: '' };
     }
     let reg;
     try {
-      reg = await this.state.createPending({
+      reg = await this.state.pending.create({
         machineKey, nodeKey: req.NodeKey!, hostinfo: (req.Hostinfo ?? null) as Record<string, unknown> | null, source: this.sourceOf(machineKey),
       });
     } catch (err) {
@@ -221,12 +221,12 @@ export class Registrar {
     // tailscaled retries the follow-up of a rejected login; it gets the rejection again rather than a
     // new login (which it would print in the middle of the person's next `tailscale up`).
     if (key && this.settled(key) === 'rejected') return this.fail(REJECTED);
-    const pending = key ? await this.state.getPending(key) : undefined;
+    const pending = key ? await this.state.pending.get(key) : undefined;
     if (!key || !pending || pending.machineKey !== machineKey) {
       // The login may have been completed while no follow-up was open (the device was stopped, or its
       // connection cut, when the administrator approved it): its node key is this machine's node now,
       // and it gets the answer the held follow-up would have had, not a new login.
-      const registered = await this.state.findStoredNode(req.NodeKey ?? '');
+      const registered = await this.state.cluster.findStoredNode(req.NodeKey ?? '');
       if (registered && registered.machineKey === machineKey) {
         if (registered.expiry && registered.expiry.getTime() <= Date.now()) return { NodeKeyExpired: true, MachineAuthorized: false, AuthURL: '', Error: '' };
         return this.authorized(registered);
@@ -245,7 +245,7 @@ export class Registrar {
         if ((c.type === 'node-added' || c.type === 'node-changed') && c.node.nodeKey === pending.nodeKey && c.node.machineKey === machineKey) done(c.node.id);
       });
       // A rejection on another instance only deletes the pending row: look for that now and then.
-      const poll = this.state.clustered ? setInterval(() => { void this.settledElsewhere(key, pending.nodeKey, machineKey).then((v) => { if (v !== undefined) done(v); }, () => undefined); }, CLUSTER_PENDING_POLL_MS) : undefined;
+      const poll = this.state.cluster.clustered ? setInterval(() => { void this.settledElsewhere(key, pending.nodeKey, machineKey).then((v) => { if (v !== undefined) done(v); }, () => undefined); }, CLUSTER_PENDING_POLL_MS) : undefined;
       poll?.unref();
       const timer = setTimeout(() => done(undefined), Math.max(0, pending.expiresAt.getTime() - Date.now()));
       timer.unref();
@@ -256,7 +256,7 @@ export class Registrar {
     if (signal.aborted) return this.fail('request cancelled');
     if (verdict === 'rejected') return this.fail(REJECTED);
     if (verdict === undefined) return this.interactive(req, machineKey);
-    const node = this.state.getNode(verdict);
+    const node = this.state.nodes.get(verdict);
     return node ? this.authorized(node) : this.fail('node not found');
   }
 
@@ -267,7 +267,7 @@ export class Registrar {
    */
   private async settledElsewhere(key: string, nodeKey: string, machineKey: string): Promise<Verdict> {
     if (await this.state.storage.pendingRegistrations.get(key)) return undefined;
-    const node = await this.state.findStoredNode(nodeKey);
+    const node = await this.state.cluster.findStoredNode(nodeKey);
     return node && node.machineKey === machineKey ? node.id : 'rejected';
   }
 
@@ -281,10 +281,10 @@ export class Registrar {
   async approve(key: string, userId?: number, how: { field?: string; method?: 'cli' | 'oidc'; expiry?: Date } = {}): Promise<number> {
     const field = how.field ?? 'key';
     const method = how.method ?? 'cli';
-    const pending = await this.state.getPending(key);
+    const pending = await this.state.pending.get(key);
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected; run tailscale up again on the device for a new one`, field);
     const hostinfo = pending.hostinfo as Hostinfo | null;
-    const existing = this.state.nodeByMachineKey(pending.machineKey);
+    const existing = this.state.nodes.byMachineKey(pending.machineKey);
     if (userId === undefined) {
       if (!existing) {
         throw new HeadwayError('conflict', `the login with auth ID ${key} is from a new device, which needs an owner: run headway auth register --auth-id ${key} --user USERNAME`, field);
@@ -296,12 +296,12 @@ export class Registrar {
     const writes = { pendingKey: key };
     let node: Node;
     if (existing) {
-      node = await this.state.reRegisterNode(existing.id, {
+      node = await this.state.nodes.reRegister(existing.id, {
         nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: how.expiry ?? this.defaultExpiry(existing.tags.length > 0),
         availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
       }, writes);
     } else {
-      node = await this.state.createNode({
+      node = await this.state.nodes.create({
         machineKey: pending.machineKey, nodeKey: pending.nodeKey, hostname: hostinfo?.Hostname || 'node', userId: userId!,
         hostinfo: pending.hostinfo, availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
         expiry: how.expiry ?? this.defaultExpiry(false),
@@ -319,9 +319,9 @@ export class Registrar {
    * `tailscale up` prints. A device that logs in again gets a new AuthURL.
    */
   async reject(key: string, field = 'key'): Promise<void> {
-    const pending = await this.state.getPending(key);
+    const pending = await this.state.pending.get(key);
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected`, field);
-    await this.state.deletePending(key);
+    await this.state.pending.delete(key);
     this.remember(this.rejected, key, pending.expiresAt.getTime(), (t) => t);
     this.logger.info('interactive login rejected', { machine: pending.machineKey.slice(0, 13) });
     for (const w of [...(this.waiters.get(key) ?? [])]) w('rejected');
@@ -332,7 +332,7 @@ export class Registrar {
     if (!req.Hostinfo) return;
     const routes = routesFromHostinfo(req.Hostinfo);
     if (JSON.stringify(routes) !== JSON.stringify(node.availableRoutes) || (req.Hostinfo.Hostname && req.Hostinfo.Hostname !== node.hostname)) {
-      await this.state.updateNode(node.id, { hostinfo: req.Hostinfo as Record<string, unknown>, hostname: req.Hostinfo.Hostname || node.hostname, availableRoutes: routes });
+      await this.state.nodes.update(node.id, { hostinfo: req.Hostinfo as Record<string, unknown>, hostname: req.Hostinfo.Hostname || node.hostname, availableRoutes: routes });
     }
   }
 }

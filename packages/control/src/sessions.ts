@@ -341,7 +341,7 @@ export class SessionHub {
   ) {}
 
   start(): void {
-    for (const n of this.state.listNodes()) this.shapes.set(n.id, shapeOf(n));
+    for (const n of this.state.nodes.list()) this.shapes.set(n.id, shapeOf(n));
     this.mapper.view.setPolicy(this.policy());
     this.mapper.view.updatePrimaries();
     this.unsubscribe = this.state.bus.subscribe((c) => {
@@ -420,7 +420,7 @@ export class SessionHub {
   private beginNow({ session, node, writeFull }: DeferredOpen): void {
     if (session.closed) return;
     this.syncPrimaries();
-    const current = this.state.getNode(node.id) ?? node;
+    const current = this.state.nodes.get(node.id) ?? node;
     // Everything published so far is in this map: the pending batch sends the session only what comes after.
     session.renderedAt = this.seq;
     if (this.pendingPolicyOld) this.openedUnderPendingPolicy = true;
@@ -505,7 +505,7 @@ export class SessionHub {
     session.peers = peerSetOf(v);
     const peers: Node[] = [];
     for (const id of session.peers) {
-      const n = this.state.getNode(id);
+      const n = this.state.nodes.get(id);
       if (n) peers.push(n);
     }
     session.profiles = this.mapper.profiles([node, ...peers]);
@@ -747,7 +747,7 @@ export class SessionHub {
         if (!this.pendingPolicyOld) {
           this.openedUnderPendingPolicy = false;
           this.pendingPolicyOld = new Map();
-          for (const n of this.state.listNodes()) this.pendingPolicyOld.set(n.id, this.mapper.peer(n));
+          for (const n of this.state.nodes.list()) this.pendingPolicyOld.set(n.id, this.mapper.peer(n));
         }
         this.pendingPolicySeq = seq;
         this.mapper.view.setPolicy(this.policy());
@@ -881,14 +881,14 @@ export class SessionHub {
     const ownerOf = (id: number): number | undefined => {
       let o = memo.get(id);
       if (o === undefined && !memo.has(id)) {
-        const n = this.state.getNode(id);
+        const n = this.state.nodes.get(id);
         o = n ? this.mapper.ownerId(n) : undefined;
         memo.set(id, o);
       }
       return o;
     };
     return Object.assign(ownerOf, {
-      count: () => (distinct ??= new Set(this.state.listNodes().map((n) => this.mapper.ownerId(n))).size),
+      count: () => (distinct ??= new Set(this.state.nodes.list().map((n) => this.mapper.ownerId(n))).size),
     });
   }
 
@@ -933,7 +933,7 @@ export class SessionHub {
     let queued = false;
     for (const id of this.mapper.view.updatePrimaries()) {
       this.mapper.forget(id);
-      if (this.state.getNode(id)) { const seq = ++this.seq; this.pendingFull.set(id, seq); this.pendingSelf.set(id, seq); queued = true; }
+      if (this.state.nodes.get(id)) { const seq = ++this.seq; this.pendingFull.set(id, seq); this.pendingSelf.set(id, seq); queued = true; }
     }
     // Only a moved role needs a flush: scheduling one regardless chained an empty flush after every real one,
     // which kept the batch window at its cap after a join burst (nextBatchWindow saw flushes back to back).
@@ -970,7 +970,7 @@ export class SessionHub {
     this.syncPrimaries();
     if (this.pendingPolicyOld) {
       for (const [id, before] of this.pendingPolicyOld) {
-        const n = this.state.getNode(id);
+        const n = this.state.nodes.get(id);
         if (n && this.mapper.peer(n) !== before) {
           this.pendingFull.set(id, Math.max(this.pendingFull.get(id) ?? 0, this.pendingPolicySeq));
           this.pendingSelf.set(id, Math.max(this.pendingSelf.get(id) ?? 0, this.pendingPolicySeq));
@@ -978,13 +978,13 @@ export class SessionHub {
       }
       this.pendingPolicyOld = undefined;
     }
-    const full = [...this.pendingFull.keys()].map((id) => this.state.getNode(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
+    const full = [...this.pendingFull.keys()].map((id) => this.state.nodes.get(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const fullSeq = new Map(this.pendingFull);
     const self = new Map(this.pendingSelf);
     const removed = [...this.pendingRemoved];
-    const patches = [...this.pendingPatch.values()].filter((p) => this.state.getNode(p.patch.NodeID as number));
+    const patches = [...this.pendingPatch.values()].filter((p) => this.state.nodes.get(p.patch.NodeID as number));
     const structural = this.pendingStructural;
-    const users = [...this.pendingUsers].map((id) => this.state.getUser(id)).filter((u): u is NonNullable<typeof u> => Boolean(u));
+    const users = [...this.pendingUsers].map((id) => this.state.users.get(id)).filter((u): u is NonNullable<typeof u> => Boolean(u));
     this.pendingFull.clear(); this.pendingSelf.clear(); this.pendingRemoved.clear(); this.pendingPatch.clear(); this.pendingUsers.clear();
     this.pendingStructural = false;
     if (!full.length && !removed.length && !patches.length && !structural && !self.size && !users.length) return;
@@ -1090,7 +1090,7 @@ export class SessionHub {
     const nodesOf = (ids: readonly number[]): Node[] => {
       const nodes: Node[] = [];
       for (const id of ids) {
-        const n = this.state.getNode(id);
+        const n = this.state.nodes.get(id);
         if (n) nodes.push(n);
       }
       return nodes;
@@ -1132,7 +1132,7 @@ export class SessionHub {
     // FilterUpdate.pieces): keyed 'B' + its id.
     const blockFrame = (x: SharedText): Uint8Array => sharedFrame(`B${x.id}`, x.text);
     return (s: MapSession): void => {
-      const me = this.state.getNode(s.nodeId);
+      const me = this.state.nodes.get(s.nodeId);
       if (!me) return;
       const parts: string[] = [];
       // keys[i] names parts[i]: its text, or for a shared part 'C'/'P' + node ids (no part text starts with a letter).

@@ -61,7 +61,7 @@ async function threeConnected(t: Parameters<typeof Fleet.start>[0]) {
   const [alice] = f.users();
   const nodes = [];
   for (let i = 0; i < 3; i++) {
-    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' });
+    const n = await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' });
     f.connect(n.id);
     nodes.push(n);
   }
@@ -84,7 +84,7 @@ t.test('changes made one after another on a quiet server do not double the windo
   for (let i = 0; i < 6; i++) {
     const before = viewer.messages;
     const floor = Math.min(MAX_BATCH_WINDOW_MS, Math.max(BATCH_WINDOW_MS, FLUSH_SHARE * f.hub.lastFlushCost));
-    await f.state.renameNode(nodes[0]!.id, `renamed-${i}`);
+    await f.state.nodes.rename(nodes[0]!.id, `renamed-${i}`);
     windows.push(f.hub.batchWindow);
     floors.push(f.hub.batchWindow === QUIET_WINDOW_MS || f.hub.batchWindow === BATCH_WINDOW_MS ? f.hub.batchWindow : floor);
     // The next rename is made the moment this one reaches the other device.
@@ -113,9 +113,9 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   const long = Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * 400);
 
   afterBurst();
-  await f.state.renameNode(nodes[2]!.id, 'trailing');
+  await f.state.nodes.rename(nodes[2]!.id, 'trailing');
   t.equal(f.hub.batchWindow, long, 'the trailing change waits the long window');
-  await f.state.renameNode(nodes[0]!.id, 'right-behind');
+  await f.state.nodes.rename(nodes[0]!.id, 'right-behind');
   t.equal(f.hub.hurried, 0, 'a change right behind it joins the batch as it is');
   t.equal(f.hub.batchWindow, long);
   f.hub.flushNow();
@@ -123,10 +123,10 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   afterBurst();
   const before = viewer.messages;
   const scheduled = performance.now();
-  await f.state.renameNode(nodes[2]!.id, 'trailing-2');
+  await f.state.nodes.rename(nodes[2]!.id, 'trailing-2');
   await new Promise((r) => setTimeout(r, HURRY_GAP_MS + 20));
   t.equal(viewer.messages, before, 'the trailing change is still waiting');
-  await f.state.renameNode(nodes[0]!.id, 'after-a-lull');
+  await f.state.nodes.rename(nodes[0]!.id, 'after-a-lull');
   t.equal(f.hub.hurried, 1, 'a change after a lull hurries the batch');
   t.equal(f.hub.batchWindow, QUIET_WINDOW_MS, 'which now waits the quiet window');
   // Not a speed figure: the batch must go out before the window it was waiting would have ended.
@@ -137,9 +137,9 @@ t.test('a change after a lull sends a batch waiting a long window soon; changes 
   const meter = f.hub.loadMeter;
   f.hub.loadMeter = { mark: () => 0, since: () => 0.9 };
   afterBurst();
-  await f.state.renameNode(nodes[2]!.id, 'trailing-3');
+  await f.state.nodes.rename(nodes[2]!.id, 'trailing-3');
   await new Promise((r) => setTimeout(r, HURRY_GAP_MS + 20));
-  await f.state.renameNode(nodes[0]!.id, 'in-a-burst');
+  await f.state.nodes.rename(nodes[0]!.id, 'in-a-burst');
   t.equal(f.hub.hurried, 1, 'a lull on a busy loop does not hurry the batch');
   t.equal(f.hub.batchWindow, long);
   f.hub.loadMeter = meter;
@@ -158,7 +158,7 @@ t.test('a batch waiting a long window goes out after a lull with no change; chan
   const long = Math.min(MAX_SHARE_WINDOW_MS, FLUSH_SHARE * 2000);
   const before = viewer.messages;
   const scheduled = performance.now();
-  await f.state.renameNode(nodes[2]!.id, 'trailing-0');
+  await f.state.nodes.rename(nodes[2]!.id, 'trailing-0');
   t.equal(f.hub.batchWindow, long, 'the trailing change waits the long window');
   // More changes, each well within LULL_MS of the one before, on a busy loop (a gap of HURRY_GAP_MS or more on an
   // idle one hurries the batch, tested above): the burst goes on, the batch keeps waiting.
@@ -169,7 +169,7 @@ t.test('a batch waiting a long window goes out after a lull with no change; chan
   let last = performance.now();
   for (let i = 1; i <= 3; i++) {
     await new Promise((r) => setTimeout(r, LULL_MS / 2));
-    await f.state.renameNode(nodes[2]!.id, `trailing-${i}`);
+    await f.state.nodes.rename(nodes[2]!.id, `trailing-${i}`);
     last = performance.now();
   }
   t.equal(viewer.messages, before, 'changes coming closer than the lull apart kept the batch waiting');
@@ -193,7 +193,7 @@ t.test('a batch waiting a long window goes out after a lull with no change; chan
   const metrics = await registry.getSingleMetric('headway_map_batches_early_total')!.get();
   t.equal(metrics.values.find((v) => v.labels.reason === 'lull')?.value, 1, 'counted on /metrics');
   // A short window (a quiet server) never waits for a lull: nothing is armed.
-  await f.state.renameNode(nodes[0]!.id, 'quiet');
+  await f.state.nodes.rename(nodes[0]!.id, 'quiet');
   t.ok(f.hub.batchWindow <= LULL_MS, `a change on a quiet server waits ${f.hub.batchWindow} ms`);
   f.hub.flushNow();
   t.equal(f.hub.lulled, 1);

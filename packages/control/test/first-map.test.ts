@@ -9,7 +9,7 @@ import { openWait } from '../src/sessions.js';
 const POLICY = POLICIES[1]!; // everyone sees everyone: each new node is every session's peer
 
 async function join(f: Fleet, userId: number, hostname: string) {
-  return f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey' });
+  return f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey' });
 }
 
 /** withOneSession starts a fleet with one connected node whose session has had its first map and every change since. */
@@ -88,7 +88,7 @@ t.test('a node deleted while its session waits is told it is logged out, and get
   f.connect(b.id);
   const waiting = f.connected.get(b.id)!.client;
   t.equal(waiting.messages, 0, 'waiting for the batch');
-  await f.state.deleteNode(b.id);
+  await f.state.nodes.delete(b.id);
   t.equal(waiting.messages, 1);
   t.ok(waiting.loggedOut, 'its first map is that of a logged-out machine');
   t.equal(waiting.peers.size, 0);
@@ -128,10 +128,10 @@ t.test('first maps can go out before the batch: the batch then sends the new ses
   t.equal(old.messages, oldMessages, 'the connected session has not been sent the burst yet');
 
   // After the first maps: a rename of one new node and an endpoint change of another.
-  await f.state.renameNode(fresh[0]!.id, 'renamed');
+  await f.state.nodes.rename(fresh[0]!.id, 'renamed');
   const ep = ['192.0.2.7:41641'];
-  await f.state.updateNode(fresh[1]!.id, { endpoints: ep }, 'silent');
-  f.state.publishPatch(fresh[1]!.id, { endpoints: ep });
+  await f.state.nodes.update(fresh[1]!.id, { endpoints: ep }, 'silent');
+  f.state.nodes.publishPatch(fresh[1]!.id, { endpoints: ep });
   f.hub.flushNow();
 
   for (const n of fresh) {
@@ -198,7 +198,7 @@ t.test('a flush sent in slices keeps one view: changes and sessions arriving mea
   f.hub.flushNow();
   const open = [first, ...others];
   const before = new Map(open.map((n) => [n.id, f.connected.get(n.id)!.client.messages]));
-  await f.state.renameNode(first.id, 'renamed');
+  await f.state.nodes.rename(first.id, 'renamed');
   f.hub.flushInSlices(0); // one session a slice
   t.ok(f.hub.flushing, 'the flush is under way after its first slice');
   const sent = () => open.filter((n) => f.connected.get(n.id)!.client.messages > before.get(n.id)!).length;
@@ -231,7 +231,7 @@ t.test('flushNow finishes a flush under way at once', async (t) => {
   f.hub.flushNow();
   const open = [first, ...others];
   const before = open.map((n) => f.connected.get(n.id)!.client.messages);
-  await f.state.renameNode(first.id, 'renamed');
+  await f.state.nodes.rename(first.id, 'renamed');
   f.hub.flushInSlices(0);
   t.ok(f.hub.flushing);
   f.hub.flushNow();
@@ -250,7 +250,7 @@ t.test('a round of first maps sent in slices keeps one view: changes and session
   t.equal(opened(), 1, 'one session has its first map');
 
   // Mid-round: a rename and a device that joins and connects. Neither reaches the round's maps.
-  await f.state.renameNode(first.id, 'renamed');
+  await f.state.nodes.rename(first.id, 'renamed');
   const late = await join(f, alice.id, 'late');
   f.connect(late.id);
   const lateClient = f.connected.get(late.id)!.client;

@@ -185,12 +185,12 @@ export class Fleet {
     };
     f.hub.start();
     t.teardown(() => f.hub.stop());
-    for (const u of USERS) await state.createUser(u);
+    for (const u of USERS) await state.users.create(u);
     return f;
   }
 
   get state() { return this.s.state; }
-  users() { return this.state.listUsers(); }
+  users() { return this.state.users.list(); }
 
   /**
    * connect opens a streaming map session the way ControlServer.map does: its full map goes out at once, or
@@ -202,8 +202,8 @@ export class Fleet {
     const zstd = id % 2 === 0;
     const client = new ClientModel(zstd);
     const session = new MapSession(id, 106, zstd, (msg) => client.apply(wireBytes(msg)), () => undefined);
-    state.sessionOpened(id);
-    this.hub.begin(session, state.requireNode(id), (node) => client.apply(wireBytes(this.mapper.fullMapMessage(node, 106, zstd))));
+    state.presence.sessionOpened(id);
+    this.hub.begin(session, state.nodes.require(id), (node) => client.apply(wireBytes(this.mapper.fullMapMessage(node, 106, zstd))));
     this.connected.set(id, { session, client });
   }
 
@@ -211,20 +211,20 @@ export class Fleet {
     const c = this.connected.get(id)!;
     this.hub.close(c.session);
     this.connected.delete(id);
-    await this.state.sessionClosed(id);
+    await this.state.presence.sessionClosed(id);
   }
 
   /** step performs one random operation and returns its description. */
   async step(rng: Rng): Promise<string> {
     const { state } = this;
-    const nodes = state.listNodes();
+    const nodes = state.nodes.list();
     const any = (): Node => rng.pick(nodes);
     const roll = rng.int(nodes.length < 3 ? 4 : 15);
     if (roll <= 2 || nodes.length === 0) {
       if (nodes.length >= 7) return this.step(rng);
       const tags = rng.chance(0.3) ? rng.subset(TAGS) : [];
       const user = tags.length && rng.chance(0.5) ? null : rng.pick(this.users()).id;
-      const n = await state.createNode({
+      const n = await state.nodes.create({
         machineKey: machineKey(), nodeKey: nodeKey(), hostname: rng.pick(['web', 'db', 'laptop']), userId: user,
         tags: user === null && !tags.length ? ['tag:web'] : tags, availableRoutes: rng.subset(ROUTES), registerMethod: 'authkey',
       });
@@ -233,10 +233,10 @@ export class Fleet {
     }
     const n = any();
     switch (roll) {
-      case 3: await state.deleteNode(n.id); return `delete ${n.id}`;
-      case 4: { const tags = rng.subset(TAGS); await state.setTags(n.id, tags); return `tags ${n.id} ${tags}`; }
-      case 5: { const r = rng.subset(ROUTES); await state.approveRoutes(n.id, r); return `approve ${n.id} ${r}`; }
-      case 6: { const r = rng.subset(ROUTES); await state.updateNode(n.id, { availableRoutes: r }); return `advertise ${n.id} ${r}`; }
+      case 3: await state.nodes.delete(n.id); return `delete ${n.id}`;
+      case 4: { const tags = rng.subset(TAGS); await state.nodes.setTags(n.id, tags); return `tags ${n.id} ${tags}`; }
+      case 5: { const r = rng.subset(ROUTES); await state.nodes.approveRoutes(n.id, r); return `approve ${n.id} ${r}`; }
+      case 6: { const r = rng.subset(ROUTES); await state.nodes.update(n.id, { availableRoutes: r }); return `advertise ${n.id} ${r}`; }
       case 7: {
         const p = rng.int(POLICIES.length);
         this.policyText = POLICIES[p];
@@ -250,16 +250,16 @@ export class Fleet {
       case 10: {
         const u = rng.pick(this.users());
         const name = u.name.replace(/\d+$/, '') + (rng.int(9) + 1);
-        await state.renameUser(u.id, name);
+        await state.users.rename(u.id, name);
         return `rename user ${u.id} ${name}`;
       }
-      case 11: { const name = `n${n.id}-${rng.int(100)}`; await state.renameNode(n.id, name); return `rename node ${n.id} ${name}`; }
-      case 12: { const at = new Date(Date.now() + (rng.chance(0.5) ? -1 : 1) * 3600_000); await state.expireNode(n.id, at); return `expire ${n.id}`; }
-      case 13: { const ep = [`192.0.2.${rng.int(200) + 1}:41641`]; await state.updateNode(n.id, { endpoints: ep }, 'silent'); state.publishPatch(n.id, { endpoints: ep }); return `endpoints ${n.id}`; }
+      case 11: { const name = `n${n.id}-${rng.int(100)}`; await state.nodes.rename(n.id, name); return `rename node ${n.id} ${name}`; }
+      case 12: { const at = new Date(Date.now() + (rng.chance(0.5) ? -1 : 1) * 3600_000); await state.nodes.expire(n.id, at); return `expire ${n.id}`; }
+      case 13: { const ep = [`192.0.2.${rng.int(200) + 1}:41641`]; await state.nodes.update(n.id, { endpoints: ep }, 'silent'); state.nodes.publishPatch(n.id, { endpoints: ep }); return `endpoints ${n.id}`; }
       default: {
         const u = rng.pick(this.users());
         if (n.tags.length === 0 && n.userId === u.id) return `noop ${n.id}`;
-        await state.updateNode(n.id, { userId: u.id }); return `owner ${n.id} -> ${u.id}`;
+        await state.nodes.update(n.id, { userId: u.id }); return `owner ${n.id} -> ${u.id}`;
       }
     }
   }

@@ -15,9 +15,9 @@ function input(hostname: string, userId: number | null, extra: Partial<NewNodeIn
 
 t.test('without a policy every node sees every other node and the filter allows all', async (t) => {
   const s = await startState(t);
-  const u = await s.state.createUser({ name: 'alice' });
-  const a = await s.state.createNode(input('a', u.id, { availableRoutes: ['10.1.0.0/24'] }));
-  const b = await s.state.createNode(input('b', null, { tags: ['tag:x'] }));
+  const u = await s.state.users.create({ name: 'alice' });
+  const a = await s.state.nodes.create(input('a', u.id, { availableRoutes: ['10.1.0.0/24'] }));
+  const b = await s.state.nodes.create(input('b', null, { tags: ['tag:x'] }));
   const view = new NetworkView(s.state, silentLogger);
   view.setPolicy(null);
   t.equal(view.hasPolicy, false);
@@ -25,9 +25,9 @@ t.test('without a policy every node sees every other node and the filter allows 
   t.same(view.peersOf(b.id), [a.id]);
   t.same(view.forNode(a.id).packetFilter, ALLOW_ALL);
   t.same(view.effectiveApproved(a), [], 'advertised but not approved');
-  const approved = await s.state.approveRoutes(a.id, ['10.1.0.0/24', '10.9.0.0/24']);
+  const approved = await s.state.nodes.approveRoutes(a.id, ['10.1.0.0/24', '10.9.0.0/24']);
   t.same(view.effectiveApproved(approved), ['10.1.0.0/24'], 'approved and advertised only');
-  const c = await s.state.createNode(input('c', u.id));
+  const c = await s.state.nodes.create(input('c', u.id));
   t.same(view.peersOf(a.id), [b.id], 'results are cached until invalidated');
   view.invalidate();
   t.same(view.peersOf(a.id), [b.id, c.id]);
@@ -35,12 +35,12 @@ t.test('without a policy every node sees every other node and the filter allows 
 
 t.test('with a policy, visibility, filters and auto-approved routes follow it', async (t) => {
   const s = await startState(t);
-  const alice = await s.state.createUser({ name: 'alice', email: 'alice@example.com' });
-  const bob = await s.state.createUser({ name: 'bob', email: 'bob@example.com' });
-  const laptop = await s.state.createNode(input('laptop', alice.id));
-  const web = await s.state.createNode(input('web', null, { tags: ['tag:web'], availableRoutes: ['10.1.0.0/24', '10.2.0.0/24'] }));
-  const db = await s.state.createNode(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
-  const phone = await s.state.createNode(input('phone', bob.id));
+  const alice = await s.state.users.create({ name: 'alice', email: 'alice@example.com' });
+  const bob = await s.state.users.create({ name: 'bob', email: 'bob@example.com' });
+  const laptop = await s.state.nodes.create(input('laptop', alice.id));
+  const web = await s.state.nodes.create(input('web', null, { tags: ['tag:web'], availableRoutes: ['10.1.0.0/24', '10.2.0.0/24'] }));
+  const db = await s.state.nodes.create(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
+  const phone = await s.state.nodes.create(input('phone', bob.id));
   const view = new NetworkView(s.state, silentLogger);
   view.setPolicy(compiled(POLICIES[2]));
   t.equal(view.hasPolicy, true);
@@ -69,10 +69,10 @@ t.test('with a policy, visibility, filters and auto-approved routes follow it', 
 
 t.test('auto-approvals follow the router, its owner and the users, without building the tailnet context', async (t) => {
   const s = await startState(t);
-  const alice = await s.state.createUser({ name: 'alice' });
-  const bob = await s.state.createUser({ name: 'bob' });
-  let router = await s.state.createNode(input('router', bob.id, { availableRoutes: ['10.5.0.0/24', '10.6.0.0/24'] }));
-  for (let k = 0; k < 20; k++) await s.state.createNode(input(`n${k}`, k % 2 ? alice.id : bob.id));
+  const alice = await s.state.users.create({ name: 'alice' });
+  const bob = await s.state.users.create({ name: 'bob' });
+  let router = await s.state.nodes.create(input('router', bob.id, { availableRoutes: ['10.5.0.0/24', '10.6.0.0/24'] }));
+  for (let k = 0; k < 20; k++) await s.state.nodes.create(input(`n${k}`, k % 2 ? alice.id : bob.id));
   const view = new NetworkView(s.state, silentLogger);
   view.setPolicy(compiled(`{
     "tagOwners": { "tag:r": ["alice@"] },
@@ -84,14 +84,14 @@ t.test('auto-approvals follow the router, its owner and the users, without build
   t.same(view.primaryRoutes(router.id), []);
 
   // Users change: alice becomes carol and bob becomes alice. No invalidate() in between: the view sees the users moved.
-  await s.state.renameUser(alice.id, 'carol');
-  await s.state.renameUser(bob.id, 'alice');
+  await s.state.users.rename(alice.id, 'carol');
+  await s.state.users.rename(bob.id, 'alice');
   t.same(view.effectiveApproved(router), ['10.5.0.0/24'], 'the router\'s owner is now the alice@ the approver names');
   view.updatePrimaries();
   t.same(view.primaryRoutes(router.id), ['10.5.0.0/24']);
 
   // The router changes (a new object in State): tagged, it is no user's, and tag:r approves the other route.
-  router = await s.state.setTags(router.id, ['tag:r']);
+  router = await s.state.nodes.setTags(router.id, ['tag:r']);
   t.same(view.effectiveApproved(router), ['10.6.0.0/24'], 'tag:r approves 10.6.0.0/24 and no user owns it any more');
   t.same(view.autoApproved({ ...router, approvedRoutes: ['10.5.0.0/24'] }), ['10.6.0.0/24'], 'autoApproved: the policy\'s part alone');
   view.updatePrimaries();
@@ -106,11 +106,11 @@ t.test('auto-approvals follow the router, its owner and the users, without build
 
 t.test('an exit node approved for one family only carries no exit route', async (t) => {
   const s = await startState(t);
-  const u = await s.state.createUser({ name: 'alice' });
-  const n = await s.state.createNode(input('exit', u.id, { availableRoutes: ['0.0.0.0/0'] }));
+  const u = await s.state.users.create({ name: 'alice' });
+  const n = await s.state.nodes.create(input('exit', u.id, { availableRoutes: ['0.0.0.0/0'] }));
   const view = new NetworkView(s.state, silentLogger);
   view.setPolicy(null);
-  const approved = await s.state.approveRoutes(n.id, ['0.0.0.0/0']);
+  const approved = await s.state.nodes.approveRoutes(n.id, ['0.0.0.0/0']);
   t.same(approved.approvedRoutes, ['0.0.0.0/0', '::/0'], 'approval covers both');
   view.invalidate();
   t.same(view.allowedIPs(approved), [`${n.ipv4}/32`, `${n.ipv6}/128`], 'but the node advertises only IPv4: no exit route');
@@ -118,26 +118,26 @@ t.test('an exit node approved for one family only carries no exit route', async 
 
 t.test('primary routers: online first, sticky while online, failover when offline', async (t) => {
   const s = await startState(t);
-  const u = await s.state.createUser({ name: 'alice' });
-  const r1 = await s.state.createNode(input('r1', u.id, { availableRoutes: ['10.1.0.0/24'] }));
-  const r2 = await s.state.createNode(input('r2', u.id, { availableRoutes: ['10.1.0.0/24'] }));
-  await s.state.approveRoutes(r1.id, ['10.1.0.0/24']);
-  await s.state.approveRoutes(r2.id, ['10.1.0.0/24']);
+  const u = await s.state.users.create({ name: 'alice' });
+  const r1 = await s.state.nodes.create(input('r1', u.id, { availableRoutes: ['10.1.0.0/24'] }));
+  const r2 = await s.state.nodes.create(input('r2', u.id, { availableRoutes: ['10.1.0.0/24'] }));
+  await s.state.nodes.approveRoutes(r1.id, ['10.1.0.0/24']);
+  await s.state.nodes.approveRoutes(r2.id, ['10.1.0.0/24']);
   const view = new NetworkView(s.state, silentLogger);
   view.setPolicy(null);
   t.same([...view.updatePrimaries()], [r1.id], 'nobody online: the first router, r1');
-  s.state.sessionOpened(r2.id);
+  s.state.presence.sessionOpened(r2.id);
   t.same([...view.updatePrimaries()].sort(), [r1.id, r2.id], 'r2 comes online: it takes over from offline r1');
   t.same(view.primaryRoutes(r2.id), ['10.1.0.0/24']);
-  s.state.sessionOpened(r1.id);
+  s.state.presence.sessionOpened(r1.id);
   t.same([...view.updatePrimaries()], [], 'r1 online again: r2 stays primary (no flapping)');
-  await s.state.sessionClosed(r2.id);
+  await s.state.presence.sessionClosed(r2.id);
   t.same([...view.updatePrimaries()].sort(), [r1.id, r2.id], 'r2 offline: r1 takes over');
   t.same(view.primaryRoutes(r1.id), ['10.1.0.0/24']);
   t.same(view.primaryRoutes(r2.id), []);
-  await s.state.sessionClosed(r1.id);
+  await s.state.presence.sessionClosed(r1.id);
   t.same([...view.updatePrimaries()], [], 'all offline: the last primary keeps the route');
-  await s.state.deleteNode(r1.id);
+  await s.state.nodes.delete(r1.id);
   view.invalidate();
   t.same([...view.updatePrimaries()].sort(), [r1.id, r2.id], 'the primary deleted: r2 again');
   t.same(view.primaryRoutes(r2.id), ['10.1.0.0/24']);
@@ -146,7 +146,7 @@ t.test('primary routers: online first, sticky while online, failover when offlin
 t.test('property: updatePrimaries reports exactly the nodes whose primary routes changed, and keeps the invariants', async (t) => {
   for (const seed of seedsFromEnv(5)) {
     const s = await startState(t);
-    const u = await s.state.createUser({ name: 'alice', email: 'alice@example.com' });
+    const u = await s.state.users.create({ name: 'alice', email: 'alice@example.com' });
     const rng = new Rng(seed);
     const view = new NetworkView(s.state, silentLogger);
     const policy = rng.pick([undefined, POLICIES[2]]);
@@ -156,22 +156,22 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
     const ops: string[] = [];
     let failure: string | undefined;
     for (let step = 0; step < 80 && !failure; step++) {
-      const nodes = s.state.listNodes();
+      const nodes = s.state.nodes.list();
       const roll = rng.int(nodes.length < 2 ? 2 : 7);
       const n = nodes.length ? rng.pick(nodes) : undefined;
       if (roll <= 1 || !n) {
         const tagged = rng.chance(0.4);
-        const made = await s.state.createNode(input('r', tagged ? null : u.id, { tags: tagged ? ['tag:web'] : [], availableRoutes: rng.subset(ROUTES) }));
+        const made = await s.state.nodes.create(input('r', tagged ? null : u.id, { tags: tagged ? ['tag:web'] : [], availableRoutes: rng.subset(ROUTES) }));
         ops.push(`join ${made.id}`);
-      } else if (roll === 2) { await s.state.deleteNode(n.id); ops.push(`delete ${n.id}`); }
-      else if (roll === 3) { const r = rng.subset(ROUTES); await s.state.approveRoutes(n.id, r); ops.push(`approve ${n.id} ${r}`); }
-      else if (roll === 4) { const r = rng.subset(ROUTES); await s.state.updateNode(n.id, { availableRoutes: r }); ops.push(`advertise ${n.id} ${r}`); }
-      else if (s.state.isOnline(n.id)) { await s.state.sessionClosed(n.id); ops.push(`offline ${n.id}`); }
-      else { s.state.sessionOpened(n.id); ops.push(`online ${n.id}`); }
+      } else if (roll === 2) { await s.state.nodes.delete(n.id); ops.push(`delete ${n.id}`); }
+      else if (roll === 3) { const r = rng.subset(ROUTES); await s.state.nodes.approveRoutes(n.id, r); ops.push(`approve ${n.id} ${r}`); }
+      else if (roll === 4) { const r = rng.subset(ROUTES); await s.state.nodes.update(n.id, { availableRoutes: r }); ops.push(`advertise ${n.id} ${r}`); }
+      else if (s.state.presence.isOnline(n.id)) { await s.state.presence.sessionClosed(n.id); ops.push(`offline ${n.id}`); }
+      else { s.state.presence.sessionOpened(n.id); ops.push(`online ${n.id}`); }
       view.invalidate();
       const changed = view.updatePrimaries();
       const after = new Map<number, string[]>();
-      for (const node of s.state.listNodes()) after.set(node.id, view.primaryRoutes(node.id));
+      for (const node of s.state.nodes.list()) after.set(node.id, view.primaryRoutes(node.id));
       const problems: string[] = [];
       // The changed set against a from-scratch diff.
       const diff = new Set<number>();
@@ -182,7 +182,7 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
       if (reported.join() !== [...diff].sort((a, b) => a - b).join()) problems.push(`changed ${reported}, expected ${[...diff].sort((a, b) => a - b)}`);
       // One primary per route that has candidates, online when a candidate is, kept while it stays online.
       const candidates = new Map<string, number[]>();
-      for (const node of s.state.listNodes()) {
+      for (const node of s.state.nodes.list()) {
         for (const r of view.effectiveApproved(node)) if (r !== '0.0.0.0/0' && r !== '::/0') (candidates.get(r) ?? candidates.set(r, []).get(r)!).push(node.id);
       }
       for (const [route, ids] of candidates) {
@@ -190,9 +190,9 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
         if (holders.length !== 1) { problems.push(`${route} has primaries ${holders}`); continue; }
         const p = holders[0]!;
         if (!ids.includes(p)) problems.push(`${route} primary ${p} is not a candidate`);
-        if (!s.state.isOnline(p) && ids.some((id) => s.state.isOnline(id))) problems.push(`${route} primary ${p} offline while a candidate is online`);
+        if (!s.state.presence.isOnline(p) && ids.some((id) => s.state.presence.isOnline(id))) problems.push(`${route} primary ${p} offline while a candidate is online`);
         const prev = primaryOf.get(route);
-        if (prev !== undefined && prev !== p && ids.includes(prev) && s.state.isOnline(prev)) problems.push(`${route} moved from online ${prev} to ${p}`);
+        if (prev !== undefined && prev !== p && ids.includes(prev) && s.state.presence.isOnline(prev)) problems.push(`${route} moved from online ${prev} to ${p}`);
         primaryOf.set(route, p);
       }
       for (const [route] of primaryOf) if (!candidates.has(route)) primaryOf.delete(route);
@@ -207,15 +207,15 @@ t.test('property: updatePrimaries reports exactly the nodes whose primary routes
 
 t.test('the view takes over the context the policy was checked with, only for that policy on the same tailnet', async (t) => {
   const s = await startState(t);
-  const alice = await s.state.createUser({ name: 'alice', email: 'alice@example.com' });
-  const bob = await s.state.createUser({ name: 'bob', email: 'bob@example.com' });
-  await s.state.createNode(input('laptop', alice.id));
-  await s.state.createNode(input('web', null, { tags: ['tag:web'], availableRoutes: ['10.1.0.0/24'] }));
-  await s.state.createNode(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
-  await s.state.createNode(input('phone', bob.id));
+  const alice = await s.state.users.create({ name: 'alice', email: 'alice@example.com' });
+  const bob = await s.state.users.create({ name: 'bob', email: 'bob@example.com' });
+  await s.state.nodes.create(input('laptop', alice.id));
+  await s.state.nodes.create(input('web', null, { tags: ['tag:web'], availableRoutes: ['10.1.0.0/24'] }));
+  await s.state.nodes.create(input('db', null, { tags: ['tag:db'], availableRoutes: ['0.0.0.0/0', '::/0'] }));
+  await s.state.nodes.create(input('phone', bob.id));
   const text = POLICIES[2]!;
   // What a view built from scratch compiles: the adopted context must give the same.
-  const everything = (v: NetworkView) => s.state.listNodes().map((n) => JSON.stringify({ ...v.forNode(n.id), peers: v.forNode(n.id).peers }));
+  const everything = (v: NetworkView) => s.state.nodes.list().map((n) => JSON.stringify({ ...v.forNode(n.id), peers: v.forNode(n.id).peers }));
   const fresh = () => { const v = new NetworkView(s.state, silentLogger); v.setPolicy(compiled(text)); return everything(v); };
 
   // PolicyService checks the text (warnings build a context of the whole tailnet), then installs the result.
@@ -234,7 +234,7 @@ t.test('the view takes over the context the policy was checked with, only for th
 
   // The tailnet changed between the check and the install: not taken.
   const again = hujsonEngine.check!(text, s.state);
-  await s.state.createNode(input('tablet', alice.id));
+  await s.state.nodes.create(input('tablet', alice.id));
   const later = new NetworkView(s.state, silentLogger);
   later.setPolicy(again.policy!);
   const now = everything(later);

@@ -34,7 +34,7 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
   const [alice] = f.users();
   const nodes = [];
   for (let i = 0; i < 2 * PEER_BLOCK_IDS + 40; i++) {
-    nodes.push(await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' }));
+    nodes.push(await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${i}`, userId: alice!.id, registerMethod: 'authkey' }));
   }
   f.hub.flushNow();
   const blocks = new Set(nodes.map((n) => Math.floor(n.id / PEER_BLOCK_IDS)));
@@ -61,7 +61,7 @@ t.test('a full map in peer blocks decodes to the full map, and joiners share the
 
   // A peer of the first block renamed: that block is compressed again with the new name; the others are kept.
   const renamed = nodes[3]!;
-  await f.state.renameNode(renamed.id, 'renamed-peer');
+  await f.state.nodes.rename(renamed.id, 'renamed-peer');
   f.hub.flushNow();
   const misses = mapper.peerBlocks.misses;
   const after = wireBytes(mapper.fullMapMessage(last, 106, true));
@@ -80,7 +80,7 @@ t.test('small blocks stay in the joiner\'s own frames', async (t) => {
   setSharedFrameMin(1 << 30);
   const [alice] = f.users();
   const nodes = [];
-  for (let i = 0; i < 5; i++) nodes.push(await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `s${i}`, userId: alice!.id, registerMethod: 'authkey' }));
+  for (let i = 0; i < 5; i++) nodes.push(await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname: `s${i}`, userId: alice!.id, registerMethod: 'authkey' }));
   f.hub.flushNow();
   const misses = f.mapper.peerBlocks.misses;
   const message = wireBytes(f.mapper.fullMapMessage(nodes[0]!, 106, true));

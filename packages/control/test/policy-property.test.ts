@@ -66,7 +66,7 @@ function problemsOf(f: Fleet, mapper: Mapper, id: number, client: ClientModel): 
   if (canon(expandRules(client.filter)) !== canon(expandRules(ref.filter as unknown[]))) {
     out.push(`PacketFilter ${canon(client.filter)}\n   compile says ${canon(ref.filter)}`);
   }
-  const full = JSON.parse(mapper.fullMap(f.state.requireNode(id), 106)) as Json;
+  const full = JSON.parse(mapper.fullMap(f.state.nodes.require(id), 106)) as Json;
   for (const p of full.Peers as Json[]) {
     const mine = client.peers.get(p.ID as number);
     if (mine && canon(essentials(mine)) !== canon(essentials(p))) out.push(`peer ${String(p.ID)}: ${canon(essentials(mine))}\n   fresh map ${canon(essentials(p))}`);
@@ -122,7 +122,7 @@ t.test('incremental maps equal a from-scratch compile under a realistic policy',
         ops.push(op);
         f.hub.flushNow();
         if (op.startsWith('tags') && f.view.contextExtensions > extensions) retagExtended++;
-        const total = f.state.listNodes().length;
+        const total = f.state.nodes.list().length;
         for (const c of f.connected.values()) {
           checks++;
           if (c.client.peers.size < total - 1) strict++;
@@ -160,7 +160,7 @@ t.test('tag and owner changes extend the live policy context, and every session 
   const made: Record<string, number[]> = {};
   for (const u of [alice!, bob!, carol!]) {
     for (const tags of [[], [], ['tag:web'], ['tag:db']]) {
-      const n = await f.state.createNode({
+      const n = await f.state.nodes.create({
         machineKey: machineKey(), nodeKey: nodeKey(), hostname: `${u.name}-${tags.join('') || 'laptop'}`,
         userId: tags.length ? null : u.id, tags, registerMethod: 'authkey',
       });
@@ -171,10 +171,10 @@ t.test('tag and owner changes extend the live policy context, and every session 
   f.hub.flushNow();
   t.same(sessionProblems(f), [], 'every session holds a fresh compile before the changes');
   const changes: Array<[string, () => Promise<unknown>]> = [
-    ['a web server becomes a database', () => f.state.setTags(made['alicetag:web']![0]!, ['tag:db'])],
-    ["alice's laptop is tagged web", () => f.state.setTags(made['alice']![0]!, ['tag:web'])],
-    ["bob's laptop moves to carol", () => f.state.updateNode(made['bob']![1]!, { userId: carol!.id })],
-    ['a database gets both tags', () => f.state.setTags(made['carol' + 'tag:db']![0]!, ['tag:db', 'tag:web'])],
+    ['a web server becomes a database', () => f.state.nodes.setTags(made['alicetag:web']![0]!, ['tag:db'])],
+    ["alice's laptop is tagged web", () => f.state.nodes.setTags(made['alice']![0]!, ['tag:web'])],
+    ["bob's laptop moves to carol", () => f.state.nodes.update(made['bob']![1]!, { userId: carol!.id })],
+    ['a database gets both tags', () => f.state.nodes.setTags(made['carol' + 'tag:db']![0]!, ['tag:db', 'tag:web'])],
   ];
   for (const [what, change] of changes) {
     const builds = f.view.contextBuilds;
@@ -196,7 +196,7 @@ t.test("after a policy change every session's client shows the owners of itself 
   const users = f.users();
   for (const [k, u] of users.entries()) {
     for (const tags of k === 0 ? [[], ['tag:web'], ['tag:db']] : [[], []]) {
-      const n = await f.state.createNode({
+      const n = await f.state.nodes.create({
         machineKey: machineKey(), nodeKey: nodeKey(), hostname: `${u.name}-${tags.join('') || 'laptop'}`,
         userId: tags.length ? null : u.id, tags, registerMethod: 'authkey',
       });
@@ -207,7 +207,7 @@ t.test("after a policy change every session's client shows the owners of itself 
   f.policyText = '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}';
   f.state.bus.publish({ type: 'policy-changed' });
   f.hub.flushNow();
-  const ownerOf = (id: number) => f.mapper.ownerId(f.state.requireNode(id));
+  const ownerOf = (id: number) => f.mapper.ownerId(f.state.nodes.require(id));
   let checked = 0;
   for (const [id, c] of f.connected) {
     const want = [...new Set([ownerOf(id), ...[...c.session.peers].map(ownerOf)])];
@@ -223,7 +223,7 @@ t.test('a policy change sends nothing to a session whose view it leaves as it wa
   const f = await Fleet.start(t, REALISTIC[0]);
   for (const u of f.users()) {
     for (const tags of [[], ['tag:web']]) {
-      const n = await f.state.createNode({
+      const n = await f.state.nodes.create({
         machineKey: machineKey(), nodeKey: nodeKey(), hostname: `${u.name}-${tags.join('') || 'laptop'}`,
         userId: tags.length ? null : u.id, tags, registerMethod: 'authkey',
       });

@@ -62,7 +62,7 @@ function sessionProblems(f: Fleet, shadow: NetworkView): string[] {
   const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
   const problems: string[] = [];
   for (const [id, c] of f.connected) {
-    const node = f.state.requireNode(id);
+    const node = f.state.nodes.require(id);
     const full = JSON.parse(ref.fullMap(node, 106)) as Json;
     for (const p of compare(c.client, full)) problems.push(`session of node ${id}: ${p}`);
   }
@@ -104,7 +104,7 @@ async function run(t: Test, seed: number, startPolicy: number, steps: number, po
     f.hub.flushNow();
     const problems = sessionProblems(f, shadow);
     const ref = new Mapper(f.state, f.s.config, shadow, f.dns, f.derp);
-    for (const node of f.state.listNodes()) {
+    for (const node of f.state.nodes.list()) {
       // A session opened now gets the live mapper's full map (its caches included): it must be the fresh one.
       const live = new ClientModel();
       live.apply(frameOf(f.mapper.fullMap(node, 106)));
@@ -170,7 +170,7 @@ t.test('a packet filter update past the message-key limit reaches zstd and plain
     const users = f.users();
     for (let k = 0; k < 6; k++) {
       const tagged = k >= 4;
-      const n = await f.state.createNode({
+      const n = await f.state.nodes.create({
         machineKey: machineKey(), nodeKey: nodeKey(), hostname: `n${k}`, userId: tagged ? null : users[k % users.length]!.id,
         tags: tagged ? [k === 4 ? 'tag:web' : 'tag:db'] : [], availableRoutes: [], registerMethod: 'authkey',
       });
@@ -189,7 +189,7 @@ t.test('a packet filter update past the message-key limit reaches zstd and plain
     const zstd = [...f.connected].filter(([, c]) => c.client.zstd), plain = [...f.connected].filter(([, c]) => !c.client.zstd);
     t.ok(zstd.length && plain.length, 'both kinds of session');
     // The plain sessions' bytes are the messages' text: the update to 400 sources ran past the key limit.
-    const members = plain.filter(([id]) => f.state.requireNode(id).tags.length === 0);
+    const members = plain.filter(([id]) => f.state.nodes.require(id).tags.length === 0);
     t.ok(members.length && members.every(([id, c]) => c.client.bytes - before.get(id)! > 2 * 2048), 'the members\' updates were long');
   }
 });
@@ -206,7 +206,7 @@ t.test('a shared peer entry in a message cut around shared source blocks is comp
   setSharedFrameMin(2048); // the default; Fleet.start lowered it and restores it at teardown
   const alice = f.users().find((u) => u.name === 'alice')!;
   const add = async (hostname: string, userId: number | null, tags: string[]) => {
-    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+    const n = await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
     f.connect(n.id);
     return n;
   };
@@ -219,10 +219,10 @@ t.test('a shared peer entry in a message cut around shared source blocks is comp
   const shadow = new NetworkView(f.state, silentLogger);
   t.same(sessionProblems(f, shadow), [], 'every session holds its full map');
   const parts = f.hub.partFrames, segmented = f.hub.segmentedMessages;
-  await f.state.setTags(moved.id, ['tag:web']);
+  await f.state.nodes.setTags(moved.id, ['tag:web']);
   f.hub.flushNow();
   t.same(sessionProblems(f, shadow), [], 'every session holds the retagged device and the grown rule');
-  const laptops = [...f.connected].filter(([id, c]) => c.client.zstd && f.state.requireNode(id).userId === alice.id);
+  const laptops = [...f.connected].filter(([id, c]) => c.client.zstd && f.state.nodes.require(id).userId === alice.id);
   t.ok(laptops.length >= 3, `${laptops.length} zstd sessions of alice's laptops`);
   // The first of them sends the blocks inline; every later one as frames, compressed once.
   t.ok(f.hub.segmentedMessages - segmented >= laptops.length - 1, 'their messages went out cut around the shared blocks');
@@ -243,7 +243,7 @@ t.test('sessions of one peer class given the same new peers share the list built
   const f = await Fleet.start(t, before);
   const alice = f.users().find((u) => u.name === 'alice')!, bob = f.users().find((u) => u.name === 'bob')!;
   const add = async (hostname: string, userId: number | null, tags: string[]) => {
-    const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+    const n = await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
     f.connect(n.id);
     return n;
   };
@@ -276,20 +276,20 @@ t.test('a block of sources one session sends in a flush goes inline; from the se
     const alice = f.users().find((u) => u.name === 'alice')!;
     const bob = f.users().find((u) => u.name === 'bob')!;
     const add = async (hostname: string, userId: number | null, tags: string[], connect = true) => {
-      const n = await f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+      const n = await f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
       if (connect) f.connect(n.id);
       return n;
     };
     for (let k = 0; k < 20; k++) { await add(`web${k}`, null, ['tag:web']); await add(`phone${k}`, bob.id, []); }
     // Every laptop on an even id: a zstd session (Fleet.connect).
     for (let k = 0; k < laptops; k++) {
-      if (f.state.listNodes().length % 2 === 0) await add(`filler${k}`, bob.id, [], false);
+      if (f.state.nodes.list().length % 2 === 0) await add(`filler${k}`, bob.id, [], false);
       await add(`laptop${k}`, alice.id, []);
     }
     const moved = await add('db', null, ['tag:db']);
     f.hub.flushNow();
     const frames = f.hub.blockFrames;
-    await f.state.setTags(moved.id, ['tag:web']);
+    await f.state.nodes.setTags(moved.id, ['tag:web']);
     f.hub.flushNow();
     t.same(sessionProblems(f, new NetworkView(f.state, silentLogger)), [], `${laptops} laptops: every session holds the new state`);
     if (laptops === 1) t.equal(f.hub.blockFrames - frames, 0, 'one session sends the grown rule\'s blocks: inline, none compressed apart');
@@ -301,7 +301,7 @@ t.test('the owner profiles of a node list: one per owner, tagged devices and a g
   const f = await Fleet.start(t, undefined);
   const alice = f.users().find((u) => u.name === 'alice')!, bob = f.users().find((u) => u.name === 'bob')!;
   const make = (hostname: string, userId: number | null, tags: string[]) =>
-    f.state.createNode({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
+    f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, tags, availableRoutes: [], registerMethod: 'authkey' });
   const nodes = [
     await make('a1', alice.id, []), await make('web', null, ['tag:web']), await make('a2', alice.id, []),
     await make('b1', bob.id, []), await make('owned-tag', bob.id, ['tag:db']),

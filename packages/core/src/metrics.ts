@@ -37,11 +37,11 @@ export class Metrics {
       registers: [this.registry], buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],
     });
     this.memoryTrimmedBytes = new Counter({ name: 'headway_memory_trimmed_bytes_total', help: 'Resident memory given back to the system by C heap trims', registers: [this.registry] });
-    this.watch('headway_users', 'Users', () => state.listUsers().length);
-    this.watch('headway_nodes', 'Nodes', () => state.listNodes().length);
-    this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.onlineCount());
-    this.watch('headway_preauth_keys', 'Pre-auth keys', async () => (await state.listPreAuthKeys()).length);
-    this.watch('headway_api_keys', 'API keys', async () => (await state.listApiKeys()).length);
+    this.watch('headway_users', 'Users', () => state.users.list().length);
+    this.watch('headway_nodes', 'Nodes', () => state.nodes.list().length);
+    this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.presence.onlineCount());
+    this.watch('headway_preauth_keys', 'Pre-auth keys', async () => (await state.keys.listPreAuthKeys()).length);
+    this.watch('headway_api_keys', 'API keys', async () => (await state.keys.listApiKeys()).length);
   }
 
   /** watch exposes a value the server or another service owns as a gauge, read at each scrape. */

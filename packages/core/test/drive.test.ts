@@ -28,12 +28,12 @@ function sqlStore(s: TestState): DriveGrantStore & { writes: number } {
 
 async function tailnet(t: Parameters<typeof startState>[0]) {
   const s = await startState(t);
-  const alice = await s.state.createUser({ name: 'alice' });
-  const bob = await s.state.createUser({ name: 'bob' });
-  const laptop = await s.state.createNode(input('laptop', alice.id));
-  const phone = await s.state.createNode(input('phone', alice.id));
-  const nas = await s.state.createNode(input('nas', null, { tags: ['tag:nas'] }));
-  const desk = await s.state.createNode(input('desk', bob.id));
+  const alice = await s.state.users.create({ name: 'alice' });
+  const bob = await s.state.users.create({ name: 'bob' });
+  const laptop = await s.state.nodes.create(input('laptop', alice.id));
+  const phone = await s.state.nodes.create(input('phone', alice.id));
+  const nas = await s.state.nodes.create(input('nas', null, { tags: ['tag:nas'] }));
+  const desk = await s.state.nodes.create(input('desk', bob.id));
   return { s, alice, bob, laptop, phone, nas, desk };
 }
 
@@ -99,7 +99,7 @@ t.test('without a policy a drive grant adds to the allow-all filter', async (t) 
   t.same(f[0], ALLOW_ALL[0], 'the allow-all rule comes first');
   t.same(f[1], { SrcIPs: [desk.ipv4, desk.ipv6], CapGrant: [{ Dsts: [`${nas.ipv4}/32`, `${nas.ipv6}/128`], CapMap: { [CAP]: [{ shares: ['*'], access: 'rw' }] } }] }, 'then the drive grant from bob\'s desk');
   t.equal(JSON.stringify(ALLOW_ALL), before, 'the shared ALLOW_ALL constant is untouched');
-  t.same(view.peersOf(laptop.id).sort(), [s.state.listNodes().filter((n) => n.id !== laptop.id).map((n) => n.id)].flat().sort(), 'everyone still sees everyone');
+  t.same(view.peersOf(laptop.id).sort(), [s.state.nodes.list().filter((n) => n.id !== laptop.id).map((n) => n.id)].flat().sort(), 'everyone still sees everyone');
   t.ok(Object.hasOwn(view.forNode(desk.id).capMap, 'drive:access'));
   t.notOk(Object.hasOwn(view.forNode(laptop.id).capMap, 'drive:access'), 'only the granted node may access');
 });
@@ -211,7 +211,7 @@ t.test('DriveService: deleting a node removes the grants from and to it, and pus
   const forgotten = new Promise<void>((resolve) => {
     const off = s.state.bus.subscribe((c) => { if (c.type === 'drive-changed') { off(); resolve(); } });
   });
-  await s.state.deleteNode(desk.id);
+  await s.state.nodes.delete(desk.id);
   await forgotten;
   t.same((await store.list()).map((g) => g.id), [keep.id], 'the deleted node\'s grant is gone from the store');
   t.equal(drive.grants().length, 1, 'and from memory');

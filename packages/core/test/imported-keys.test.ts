@@ -43,35 +43,35 @@ t.test('verifySecret: each key shape matches only its kind of hash', async (t) =
 
 t.test('imported headscale API and pre-auth keys authenticate; wrong ones do not', async (t) => {
   const s = await startState(t);
-  const alice = await s.state.createUser({ name: 'alice' });
+  const alice = await s.state.users.create({ name: 'alice' });
 
   const apiPrefix = 'Xy-_0123abcD';
   const apiSecret = b64url(64);
   await s.storage.apiKeys.create({ prefix: apiPrefix, hash: goBcrypt(apiSecret), expiration: null });
-  const ok = await s.state.authenticateApiKey(`hskey-api-${apiPrefix}-${apiSecret}`);
+  const ok = await s.state.keys.authenticateApiKey(`hskey-api-${apiPrefix}-${apiSecret}`);
   t.equal(ok?.prefix, apiPrefix, 'a headscale 0.28+ API key');
-  t.equal(await s.state.authenticateApiKey(`hskey-api-${apiPrefix}-${b64url(64)}`), undefined, 'with a wrong secret it is refused');
-  t.equal(await s.state.authenticateApiKey(`hwkey-api-${'a'.repeat(12)}-${b64url(43)}`), undefined);
+  t.equal(await s.state.keys.authenticateApiKey(`hskey-api-${apiPrefix}-${b64url(64)}`), undefined, 'with a wrong secret it is refused');
+  t.equal(await s.state.keys.authenticateApiKey(`hwkey-api-${'a'.repeat(12)}-${b64url(43)}`), undefined);
 
   const legacyPrefix = b64url(7);
   const legacySecret = b64url(32);
   await s.storage.apiKeys.create({ prefix: legacyPrefix, hash: goBcrypt(legacySecret), expiration: null });
-  t.equal((await s.state.authenticateApiKey(`${legacyPrefix}.${legacySecret}`))?.prefix, legacyPrefix, 'a pre-0.28 `prefix.secret` API key');
+  t.equal((await s.state.keys.authenticateApiKey(`${legacyPrefix}.${legacySecret}`))?.prefix, legacyPrefix, 'a pre-0.28 `prefix.secret` API key');
   const expiredPrefix = b64url(12);
   const expiredSecret = b64url(64);
   await s.storage.apiKeys.create({ prefix: expiredPrefix, hash: goBcrypt(expiredSecret), expiration: new Date(Date.now() - 1000) });
-  t.equal(await s.state.authenticateApiKey(`hskey-api-${expiredPrefix}-${expiredSecret}`), undefined, 'an expired imported key is refused');
+  t.equal(await s.state.keys.authenticateApiKey(`hskey-api-${expiredPrefix}-${expiredSecret}`), undefined, 'an expired imported key is refused');
 
   const authPrefix = b64url(12);
   const authSecret = b64url(64);
   const reusable = await s.storage.preAuthKeys.create({ userId: alice.id, reusable: true, ephemeral: false, expiration: null, tags: [], prefix: authPrefix, hash: goBcrypt(authSecret) });
-  const checked = await s.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`);
+  const checked = await s.state.keys.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`);
   t.equal(checked.key.id, reusable.id, 'a headscale 0.28+ pre-auth key');
-  await t.rejects(s.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${b64url(64)}`), { message: 'invalid authkey' });
+  await t.rejects(s.state.keys.checkPreAuthKey(`hskey-auth-${authPrefix}-${b64url(64)}`), { message: 'invalid authkey' });
   t.equal(preAuthKeyView(reusable, s.state).key, `hskey-auth-${authPrefix}-***`, 'listed as headscale showed it');
 
   const plain = randomBytes(24).toString('hex');
   const single = await s.storage.preAuthKeys.create({ userId: alice.id, reusable: false, ephemeral: false, expiration: null, tags: [], prefix: plain.slice(0, 12), hash: hashSecret(plain.slice(12)) });
-  t.same(await s.state.checkPreAuthKey(plain), { key: single, spend: true }, 'a pre-0.28 plain-text pre-auth key, as imported');
-  await t.rejects(s.state.checkPreAuthKey(plain.slice(0, 12) + randomBytes(18).toString('hex')), { message: 'invalid authkey' });
+  t.same(await s.state.keys.checkPreAuthKey(plain), { key: single, spend: true }, 'a pre-0.28 plain-text pre-auth key, as imported');
+  await t.rejects(s.state.keys.checkPreAuthKey(plain.slice(0, 12) + randomBytes(18).toString('hex')), { message: 'invalid authkey' });
 });

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { AddressAllocator, parseIP, formatIP, parsePrefix, formatPrefix, canonicalPrefix } from '../src/index.js';
+import { AddressAllocator, NodeAddresses, parseIP, formatIP, parsePrefix, formatPrefix, canonicalPrefix } from '../src/index.js';
 
 t.test('ip parsing and formatting round-trip', async (t) => {
   for (const ip of ['100.64.0.1', '0.0.0.0', '255.255.255.255', 'fd7a:115c:a1e0::1', '::', '::1', '2001:db8::8:800:200c:417a']) {
@@ -61,4 +61,28 @@ t.test('an address given back by a rolled-back write is the next one proposed', 
   t.same([a.next(), a.next(), a.next()], ['10.0.0.2', '10.0.0.3', '10.0.0.4'], 'as if the rolled-back proposals never happened');
   a.giveBack('192.168.0.1');
   t.equal(a.next(), '10.0.0.5', 'an address outside the prefix changes nothing');
+});
+
+t.test('NodeAddresses: one address of each enabled family, or none when either is full', async (t) => {
+  const both = new NodeAddresses({ v4: '10.0.0.0/30', v6: 'fd00::/125', allocation: 'sequential' });
+  t.same(both.reserve(), { ipv4: '10.0.0.1', ipv6: 'fd00::1' });
+  t.same(both.reserve(), { ipv4: '10.0.0.2', ipv6: 'fd00::2' });
+  t.throws(() => both.reserve(), { code: 'conflict', message: /no free addresses/ }, 'IPv4 is full');
+  both.giveBack('10.0.0.2', 'fd00::2');
+  t.same(both.reserve(), { ipv4: '10.0.0.2', ipv6: 'fd00::2' }, 'given back, given again; the failed reserve kept no IPv6 address');
+
+  t.same(both.fill({ ipv4: '10.0.0.1', ipv6: null }), { ipv4: '10.0.0.1', ipv6: 'fd00::3' }, 'fill adds the family a node lacks');
+  t.equal(both.fill({ ipv4: '10.0.0.1', ipv6: 'fd00::1' }), undefined, 'and nothing to a node lacking none');
+  t.throws(() => both.fill({ ipv4: null, ipv6: null }), { code: 'conflict' });
+  t.same(both.fill({ ipv4: '10.0.0.1', ipv6: null }), { ipv4: '10.0.0.1', ipv6: 'fd00::4' }, 'a failed fill took no IPv6 address');
+
+  const tight = new NodeAddresses({ v4: '10.1.0.0/29', v6: 'fd00::/126', allocation: 'sequential' });
+  tight.fill({ ipv4: null, ipv6: null });
+  tight.fill({ ipv4: null, ipv6: null });
+  t.throws(() => tight.fill({ ipv4: null, ipv6: null }), { code: 'conflict' }, 'IPv6 is full');
+  t.same(tight.fill({ ipv4: null, ipv6: 'fd00::9' }), { ipv4: '10.1.0.3', ipv6: 'fd00::9' }, 'the IPv4 address the failed fill took is free again');
+
+  const v4only = new NodeAddresses({ v4: '10.2.0.0/29', v6: '', allocation: 'sequential' });
+  v4only.markUsed({ ipv4: '10.2.0.1', ipv6: 'fd00::1' });
+  t.same(v4only.reserve(), { ipv4: '10.2.0.2', ipv6: null }, 'an address a node holds is skipped; a disabled family gives null');
 });

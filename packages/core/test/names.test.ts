@@ -1,5 +1,5 @@
 import t from 'tap';
-import { sanitizeHostname, uniqueName, checkDnsLabel, checkTag, checkUserName, issueSecret, parseSecret, secretMatches, hashSecret, randomToken } from '../src/index.js';
+import { GivenNames, sanitizeHostname, uniqueName, checkDnsLabel, checkTag, checkUserName, issueSecret, parseSecret, secretMatches, hashSecret, randomToken } from '../src/index.js';
 
 t.test('hostnames become DNS labels the way Tailscale does', async (t) => {
   t.equal(sanitizeHostname('My Laptop'), 'my-laptop');
@@ -50,4 +50,22 @@ t.test('random tokens are letters and digits, evenly drawn, never a flag on a co
   t.ok(lo > 1350 && hi < 1750, `each character drawn 1,350-1,750 times (${lo}-${hi})`);
   t.equal(randomToken(0), '');
   t.equal(randomToken(300).length, 300, 'longer than one draw of bytes');
+});
+
+t.test('GivenNames: a name is taken while a node holds it or a registration proposed it', async (t) => {
+  const names = new GivenNames();
+  names.add('web');
+  t.equal(names.taken('web'), true);
+  t.equal(names.taken('web', 'web'), false, 'not by the node that holds it');
+  t.equal(names.taken('db'), false);
+  names.claim('db');
+  t.equal(names.taken('db'), true, 'a proposed name is taken');
+  names.unclaim('db');
+  t.equal(names.taken('db'), false);
+  names.add('web');
+  t.equal(names.taken('web', 'web'), true, 'held by two nodes (the count stays safe should storage hold a name twice), it is taken even for one of them');
+  names.drop('web');
+  t.equal(names.taken('web', 'web'), false);
+  names.drop('web');
+  t.equal(names.taken('web'), false, 'free once no node holds it');
 });

@@ -12,9 +12,9 @@ const CAP = 'tailscale.com/cap/drive';
 async function setup(t: Test, plugins = true) {
   const s = await startTestServer(plugins ? { plugins: [{ package: '@headway/drive-db', port: 'drive' }] } : {});
   t.teardown(() => s.stop());
-  const key = (await s.state.createApiKey(null)).secret;
-  const alice = await s.state.createUser({ name: 'alice' });
-  const node = await s.state.createNode({ machineKey: `mkey:${'1'.repeat(64)}`, nodeKey: `nodekey:${'2'.repeat(64)}`, hostname: 'nas', userId: alice.id, registerMethod: 'api' });
+  const key = (await s.state.keys.createApiKey(null)).secret;
+  const alice = await s.state.users.create({ name: 'alice' });
+  const node = await s.state.nodes.create({ machineKey: `mkey:${'1'.repeat(64)}`, nodeKey: `nodekey:${'2'.repeat(64)}`, hostname: 'nas', userId: alice.id, registerMethod: 'api' });
   return { s, key, alice, node };
 }
 
@@ -67,7 +67,7 @@ t.test('a grant is listed, reaches the compiled maps at once, and a revoke remov
   }, 'the stored grant comes back with names');
   const filter = JSON.parse(s.control.mapper.filterJson(node.id)) as Array<{ CapGrant?: Array<{ CapMap: Record<string, unknown> }> }>;
   t.same(filter.flatMap((r) => r.CapGrant ?? []).map((g) => g.CapMap[CAP]).filter(Boolean), [[{ shares: ['docs'], access: 'rw' }]], 'the node\'s filter holds the grant right after the answer');
-  const self = JSON.parse(s.control.mapper.selfNode(s.state.getNode(node.id)!)) as { CapMap: Record<string, unknown> };
+  const self = JSON.parse(s.control.mapper.selfNode(s.state.nodes.get(node.id)!)) as { CapMap: Record<string, unknown> };
   t.ok('drive:share' in self.CapMap && 'drive:access' in self.CapMap, 'the node may share and (its own user being the source) access');
   const listed = await adminFetch(s, key, 'GET', '/api/v1/drive');
   t.same(listed.json.grants, [made.json.grant], 'GET lists it');

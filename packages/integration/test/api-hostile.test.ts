@@ -10,22 +10,22 @@ import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 async function setUp(t: { teardown(fn: () => unknown): void }, config: Record<string, unknown> = {}): Promise<{ s: TestServer; call: (m: string, p: string, b?: unknown) => Promise<{ status: number; json: any }> }> {
   const s = await startTestServer(config);
   t.teardown(() => s.stop());
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   return { s, call: (m, p, b) => adminFetch(s, key, m, p, b) };
 }
 
 t.test('an expiration past year 9999 or on a day that does not exist is a 400 naming the field, and creates nothing', async (t) => {
   const { s, call } = await setUp(t);
   await call('POST', '/api/v1/user', { name: 'alice' });
-  const keysBefore = (await s.state.listApiKeys()).length;
+  const keysBefore = (await s.state.keys.listApiKeys()).length;
   for (const expiration of ['2100-02-29T00:00:00Z', '999999999999h', '100000000d', '10000-01-01T00:00:00Z', '2030-02-31T10:00:00Z', '2030-04-31T10:00:00Z', '2030-01-01T24:00:00Z', '2030-13-01T00:00:00Z', '2030-01-01T10:60:00Z', '2030-01-01T10:00:00+24:00']) {
     const pak = await call('POST', '/api/v1/preauthkey', { user: 'alice', expiration });
     t.match(pak, { status: 400, json: { code: 'invalid_field', field: 'expiration' } }, `pre-auth key, ${expiration}`);
     const api = await call('POST', '/api/v1/apikey', { expiration });
     t.match(api, { status: 400, json: { code: 'invalid_field', field: 'expiration' } }, `API key, ${expiration}`);
   }
-  t.equal((await s.state.listPreAuthKeys()).length, 0, 'no pre-auth key was made');
-  t.equal((await s.state.listApiKeys()).length, keysBefore, 'no API key was made');
+  t.equal((await s.state.keys.listPreAuthKeys()).length, 0, 'no pre-auth key was made');
+  t.equal((await s.state.keys.listApiKeys()).length, keysBefore, 'no API key was made');
   // What does exist still works: a leap day, a zone offset, the last second, a long but storable duration.
   for (const [expiration, want] of [['2028-02-29T12:00:00Z', '2028-02-29T12:00:00.000Z'], ['2400-02-29T00:00:00Z', '2400-02-29T00:00:00.000Z'], ['2030-01-31T10:00:00+02:00', '2030-01-31T08:00:00.000Z'], ['9999-12-31T23:59:59Z', '9999-12-31T23:59:59.000Z']]) {
     const pak = await call('POST', '/api/v1/preauthkey', { user: 'alice', expiration });
@@ -86,7 +86,7 @@ t.test('a policy nested thousands deep is a 400 naming the nesting, on check and
 t.test('a client that closes the connection inside its body is no server error', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const { hostname, port } = new URL(s.urls.http);
   await new Promise<void>((resolve, reject) => {
     const sock = net.connect(Number(port), hostname, () => {
@@ -104,7 +104,7 @@ t.test('a client that closes the connection inside its body is no server error',
   t.match(metrics, /headway_http_requests_total\{method="POST",route="\/api\/v1\/user",status="400"\} 1/, 'counted as a bad request');
   t.notMatch(metrics, /status="500"/, 'no 500');
   t.notOk(s.logs.some((l) => /request failed/.test(l)), 'no internal error logged');
-  t.equal(s.state.listUsers().length, 0, 'no user made');
+  t.equal(s.state.users.list().length, 0, 'no user made');
 });
 
 t.test('node expire refuses a parameter it does not know or a bare flag instead of expiring the node now', async (t) => {
@@ -174,7 +174,7 @@ t.test('a user\'s display name and e-mail address are bounded as a provider\'s a
   const mail = await call('POST', '/api/v1/user', { name: 'alice', email: `${'x'.repeat(300)}@example.com` });
   t.equal(mail.status, 400);
   t.match(mail.json.detail, /^email: must be at most 255 characters/);
-  t.same(s.state.listUsers(), [], 'no user was made');
+  t.same(s.state.users.list(), [], 'no user was made');
   t.equal((await call('POST', '/api/v1/user', { name: 'alice', displayName: 'x'.repeat(255) })).status, 200, '255 is fine');
 });
 
@@ -191,7 +191,7 @@ async function rawCall(s: TestServer, key: string, method: string, path: string,
 
 t.test('drive access nested 5,000 deep answered 500 "Maximum call stack size exceeded" (the error message stringified it); every route answers 400', async (t) => {
   const { s } = await setUp(t);
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const grant = (access: string) => `{"src":"user:alice","dst":"node:nas","access":${access}}`;
   for (const levels of [3_000, 5_000, 100_000]) {
     for (const [shape, value] of [['lists', deepList(levels)], ['objects', deepObject(levels)]] as const) {
@@ -219,7 +219,7 @@ t.test('drive access nested 5,000 deep answered 500 "Maximum call stack size exc
     routes++;
   }
   t.ok(routes >= 10, `every route with a body was tried (${routes})`);
-  t.equal(s.state.listUsers().length, 0, 'nothing was created');
+  t.equal(s.state.users.list().length, 0, 'nothing was created');
 });
 
 // A policy with several errors is refused naming all of them, each with what to write instead.

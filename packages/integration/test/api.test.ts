@@ -4,7 +4,7 @@ import { ROUTES, openApiDocument } from '@headway/api';
 import { adminFetch, startTestServer, type TestServer } from '../src/server.js';
 
 async function withKey(s: TestServer): Promise<string> {
-  return (await s.state.createApiKey(null)).secret;
+  return (await s.state.keys.createApiKey(null)).secret;
 }
 
 function socketRequest(path: string, method: string, socketPath: string, body?: unknown): Promise<{ status: number; json: any }> {
@@ -24,10 +24,10 @@ const fill = (path: string) => path.replace(':id', '1').replace(':newName', 'x')
 t.test('every admin route answers 401 with no data to missing, malformed, unknown, expired and revoked keys', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const expired = await s.state.createApiKey(null);
-  await s.state.expireApiKey({ id: expired.key.id });
-  const revoked = await s.state.createApiKey(null);
-  await s.state.deleteApiKey({ id: revoked.key.id });
+  const expired = await s.state.keys.createApiKey(null);
+  await s.state.keys.expireApiKey({ id: expired.key.id });
+  const revoked = await s.state.keys.createApiKey(null);
+  await s.state.keys.deleteApiKey({ id: revoked.key.id });
   const headers: Array<[string, Record<string, string>]> = [
     ['missing', {}],
     ['malformed', { authorization: 'Basic abc' }],
@@ -47,7 +47,7 @@ t.test('every admin route answers 401 with no data to missing, malformed, unknow
     }
   }
   t.equal(calls, ROUTES.length * headers.length);
-  t.equal(s.state.listUsers().length, 0, 'no handler ran');
+  t.equal(s.state.users.list().length, 0, 'no handler ran');
 });
 
 t.test('the OpenAPI document and the router agree', async (t) => {
@@ -172,13 +172,13 @@ t.test('users, nodes, keys and policy through the API', async (t) => {
 
   t.same((await call('GET', '/api/v1/health')).json, { databaseConnectivity: true });
   // headscale refuses to delete a user that owns nodes; ?force is not a way around it.
-  const nodesBefore = s.state.listNodes().length;
+  const nodesBefore = s.state.nodes.list().length;
   const refused = await call('DELETE', '/api/v1/user/1?force=true');
   t.equal(refused.status, 409);
   t.match(refused.json.detail, /still owns \d+ node/);
-  t.equal(s.state.listNodes().length, nodesBefore, 'a refused delete removed no node');
-  t.ok(s.state.getUser(1), 'the user is still there');
-  for (const n of s.state.listNodes({ userId: 1 })) t.equal((await call('DELETE', `/api/v1/node/${n.id}`)).status, 200);
+  t.equal(s.state.nodes.list().length, nodesBefore, 'a refused delete removed no node');
+  t.ok(s.state.users.get(1), 'the user is still there');
+  for (const n of s.state.nodes.list({ userId: 1 })) t.equal((await call('DELETE', `/api/v1/node/${n.id}`)).status, 200);
   t.equal((await call('DELETE', '/api/v1/user/1')).status, 200, 'a user without nodes can be deleted');
 });
 
@@ -198,7 +198,7 @@ t.test('bodies: size cap before auth, content type, JSON shape', async (t) => {
   t.equal(arr.status, 400);
   const snake = await adminFetch(s, key, 'POST', '/api/v1/user', { name: 'carol', display_name: 'Carol' });
   t.equal(snake.json.user.displayName, 'Carol', 'headscale snake_case fields accepted');
-  t.equal(s.state.listUsers().length, 1, 'bad requests changed nothing');
+  t.equal(s.state.users.list().length, 1, 'bad requests changed nothing');
 });
 
 t.test('the unix socket is trusted by file permission', async (t) => {
@@ -214,7 +214,7 @@ t.test('the unix socket is trusted by file permission', async (t) => {
 t.test('metrics on both listeners', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  await s.state.createUser({ name: 'erin' });
+  await s.state.users.create({ name: 'erin' });
   await fetch(s.urls.http + '/health');
   const text = await (await fetch(s.urls.metrics + '/metrics')).text();
   t.match(text, /headway_users 1/);
@@ -236,7 +236,7 @@ t.test('secrets never reach the logs at any level', async (t) => {
   // database.debug: every SQL statement is logged too (values redacted), and must not leak either.
   const s = await startTestServer({ log: { level: 'trace' }, database: { debug: true } });
   t.teardown(() => s.stop());
-  const user = await s.state.createUser({ name: 'frank' });
+  const user = await s.state.users.create({ name: 'frank' });
   const api = await withKey(s);
   const pak = await adminFetch(s, api, 'POST', '/api/v1/preauthkey', { user: String(user.id) });
   const { TestDevice } = await import('@headway/testkit');

@@ -79,9 +79,9 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   let a: TestServer | undefined = await startServer({ database: source.block }, dataDir);
   t.teardown(() => a?.stop({ remove: false }));
 
-  const alice = await a.state.createUser({ name: 'alice' });
-  const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
-  const { secret: apiSecret } = await a.state.createApiKey(null);
+  const alice = await a.state.users.create({ name: 'alice' });
+  const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
+  const { secret: apiSecret } = await a.state.keys.createApiKey(null);
   const device = new TestDevice({ serverUrl: a.urls.http, hostname: 'laptop' });
   await device.connect();
   const reg = await device.register({ authKey: secret });
@@ -118,7 +118,7 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
     // for the copy: its next commits could checkpoint the WAL into the file first (SQLite does at 1,000 pages).
     writing = false;
     await writer;
-    await a.state.createUser({ name: 'just-before' });
+    await a.state.users.create({ name: 'just-before' });
     const path = (source.block.sqlite as { path: string }).path;
     const plain = join(dataDir, 'plain-copy.sqlite');
     copyFileSync(path, plain);
@@ -127,7 +127,7 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
     writing = true;
     writer = write();
   } else {
-    await a.state.createUser({ name: 'just-before' });
+    await a.state.users.create({ name: 'just-before' });
   }
 
   // With no --format, SQLite gets its native file and the others JSON.
@@ -198,6 +198,6 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   t.same(back.netmap.self?.Addresses, addresses, 'the map request is accepted and the device keeps its addresses');
   const users = await adminFetch(b, apiSecret, 'GET', '/api/v1/user');
   t.equal(users.status, 200, 'the API key made before the backup works on the restored server');
-  t.ok(b.state.userByName('just-before'), 'the restored server has the last write');
+  t.ok(b.state.users.byName('just-before'), 'the restored server has the last write');
 }
 

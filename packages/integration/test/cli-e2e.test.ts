@@ -43,18 +43,18 @@ t.test('a new administrator\'s walk-through, over the socket and remotely with a
   t.match(table.stdout, /demo-box/);
 
   t.equal((await headway(remote, 'nodes', 'rename', '--identifier', id, 'renamed-box')).code, 0);
-  t.equal(s.state.getNode(Number(id))!.givenName, 'renamed-box');
+  t.equal(s.state.nodes.get(Number(id))!.givenName, 'renamed-box');
 
   const curl = await fetch(`${s.urls.http}/api/v1/node/${id}/rename/via-curl`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}` } });
   t.equal(curl.status, 200);
-  t.equal(s.state.getNode(Number(id))!.givenName, 'via-curl');
+  t.equal(s.state.nodes.get(Number(id))!.givenName, 'via-curl');
 
   const bad = await headway(local, 'nodes', 'rename', '--identifier', id, 'Not Valid');
   t.equal(bad.code, 1);
   t.match(bad.stderr, /DNS label/);
 
   t.equal((await headway(remote, 'nodes', 'delete', '--identifier', id, '--force')).code, 0);
-  t.equal(s.state.listNodes().length, 0);
+  t.equal(s.state.nodes.list().length, 0);
 
   const keys = await headway(local, 'apikeys', 'list', '-o', 'json');
   const prefix = (JSON.parse(keys.stdout) as Array<{ prefix: string }>)[0]!.prefix;

@@ -34,7 +34,7 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   const s = await startTestServer();
   t.teardown(() => s.stop());
   const hw = (...args: string[]) => runHeadwayOn(s, args);
-  await s.state.createUser({ name: 'alice' });
+  await s.state.users.create({ name: 'alice' });
 
   // The register page prints the non-deprecated command.
   const a = await pendingLogin(s, 'desk');
@@ -46,7 +46,7 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   const refused = await hw('auth', 'approve', '--auth-id', a.authId);
   t.equal(refused.code, 1);
   t.match(refused.stderr, `Error: the login with auth ID ${a.authId} is from a new device, which needs an owner: run headway auth register --auth-id ${a.authId} --user USERNAME`);
-  t.equal(s.state.listNodes().length, 0, 'no node');
+  t.equal(s.state.nodes.list().length, 0, 'no node');
 
   const reg = await hw('auth', 'register', '--auth-id', a.authId, '--user', 'alice', '-o', 'json');
   t.equal(reg.code, 0, reg.stderr);
@@ -77,20 +77,20 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   t.equal(answer.MachineAuthorized, false);
   t.equal(answer.Error, REJECTED, 'the held follow-up carries the rejection, which tailscale up prints');
   t.equal((await fetch(c.authUrl)).status, 410, 'the rejected login\'s URL says it was rejected');
-  t.equal(s.state.listNodes().length, 2, 'no node for the rejected device');
+  t.equal(s.state.nodes.list().length, 2, 'no node for the rejected device');
   const twice = await hw('auth', 'reject', '--auth-id', c.authId);
   t.equal(twice.code, 1);
   t.match(twice.stderr, `Error: no pending login with auth ID ${c.authId}`);
 
   // Approve: a known device logging in again (after its key expired) keeps its owner.
-  await s.state.expireNode(Number(node.id), new Date(Date.now() - 1000));
+  await s.state.nodes.expire(Number(node.id), new Date(Date.now() - 1000));
   const d2 = await pendingLogin(s, 'desk', a.d);
   const ok = await hw('auth', 'approve', '--auth-id', d2.authId);
   t.equal(ok.code, 0, ok.stderr);
   t.equal(ok.stdout, 'Auth request approved\n');
   t.equal((await d2.followup).MachineAuthorized, true);
-  const after = s.state.getNode(Number(node.id))!;
-  t.equal(after.userId, s.state.userByName('alice')!.id, 'still alice\'s');
+  const after = s.state.nodes.get(Number(node.id))!;
+  t.equal(after.userId, s.state.users.byName('alice')!.id, 'still alice\'s');
   t.ok(!after.expiry || after.expiry.getTime() > Date.now(), 'no longer expired');
 
   // Bad input: a usage error before anything is sent, and 4xx naming the field on the API.
@@ -100,7 +100,7 @@ t.test('auth register, approve and reject decide pending logins (headscale 0.29 
   const missing = await hw('auth', 'reject');
   t.equal(missing.code, 2);
   t.match(missing.stderr, /auth-id/);
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const noUser = await adminFetch(s, key, 'POST', '/api/v1/auth/register', { auth_id: 'abc' });
   t.equal(noUser.status, 400);
   t.equal(noUser.json.field, 'user');
@@ -123,10 +123,10 @@ t.test('nodes expire: now, at a time, or never (--expiry / --disable)', async (t
   const s = await startTestServer();
   t.teardown(() => s.stop());
   const hw = (...args: string[]) => runHeadwayOn(s, args);
-  await s.state.createUser({ name: 'bob' });
+  await s.state.users.create({ name: 'bob' });
   const created = await hw('debug', 'create-node', '--user', 'bob', '--name', 'box', '-o', 'json');
   const id = String(JSON.parse(created.stdout).id);
-  const expiry = () => s.state.getNode(Number(id))!.expiry;
+  const expiry = () => s.state.nodes.get(Number(id))!.expiry;
 
   let r = await hw('nodes', 'expire', '-i', id, '--expiry', '2031-02-03T04:05:06Z');
   t.equal(r.code, 0, r.stderr);
@@ -154,7 +154,7 @@ t.test('nodes expire: now, at a time, or never (--expiry / --disable)', async (t
   t.equal(junk.code, 2);
   t.match(junk.stderr, /"tomorrow" is not an RFC 3339 time/);
 
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const before = expiry()!.getTime();
   const apiBoth = await adminFetch(s, key, 'POST', `/api/v1/node/${id}/expire?disableExpiry=true&expiry=2031-01-01T00:00:00Z`);
   t.equal(apiBoth.status, 400);
@@ -178,7 +178,7 @@ t.test('users create --picture-url/--display-name/--email are stored and listed 
   const list = await hw('users', 'list', '-o', 'json');
   const [carol] = JSON.parse(list.stdout);
   t.match(carol, { name: 'carol', display_name: 'Carol C', email: 'carol@example.com', profile_pic_url: pic });
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const api = await adminFetch(s, key, 'GET', '/api/v1/user?name=carol');
   t.equal(api.json.users[0].profilePicUrl, pic, 'the REST API returns it (headscale v1User.profilePicUrl)');
 
@@ -191,10 +191,10 @@ t.test('users create --picture-url/--display-name/--email are stored and listed 
   const apiBad = await adminFetch(s, key, 'POST', '/api/v1/user', { name: 'dave', picture_url: 'ftp://example.com/x.png' });
   t.equal(apiBad.status, 400);
   t.equal(apiBad.json.field, 'pictureUrl');
-  t.equal(s.state.userByName('dave'), undefined, 'no user was created');
+  t.equal(s.state.users.byName('dave'), undefined, 'no user was created');
 
   // Devices see the picture: the owner's UserProfile and the register reply carry it.
-  const { secret } = await s.state.createPreAuthKey({ userId: s.state.userByName('carol')!.id });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: s.state.users.byName('carol')!.id });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'cpic' });
   await d.connect();
   const reg = await d.register({ authKey: secret });
@@ -219,7 +219,7 @@ t.test('users destroy --delete-nodes names what goes, asks, and deletes it all i
   const noTty = await hw('users', 'destroy', '--name', 'erin', '--delete-nodes');
   t.equal(noTty.code, 1);
   t.match(noTty.stderr, /Remove the user "erin" \(\d+\) with its 2 node\(s\) \(e1, e2\) and 1 pre-auth key\(s\)\?/, 'the question names what would go');
-  t.equal(s.state.listNodes().length, 3);
+  t.equal(s.state.nodes.list().length, 3);
 
   const plain = await hw('users', 'destroy', '--name', 'erin', '--force');
   t.equal(plain.code, 1, '--force alone never deletes nodes');
@@ -228,8 +228,8 @@ t.test('users destroy --delete-nodes names what goes, asks, and deletes it all i
   const done = await hw('users', 'destroy', '--name', 'erin', '--delete-nodes', '--force');
   t.equal(done.code, 0, done.stderr);
   t.equal(done.stdout, 'User destroyed with 2 node(s): e1, e2\n');
-  t.same(s.state.listNodes().map((n) => n.givenName), ['f1'], 'only the other user\'s node is left');
-  t.equal(s.state.userByName('erin'), undefined);
+  t.same(s.state.nodes.list().map((n) => n.givenName), ['f1'], 'only the other user\'s node is left');
+  t.equal(s.state.users.byName('erin'), undefined);
   t.same(await s.state.storage.preAuthKeys.list(), [], 'its key went too');
 
   const json = await hw('users', 'destroy', '--name', 'fay', '--delete-nodes', '--force', '-o', 'json');
@@ -240,8 +240,8 @@ t.test('users destroy --delete-nodes names what goes, asks, and deletes it all i
 t.test('nodes list shows Last seen for online nodes (now), as headscale does', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const u = await s.state.createUser({ name: 'gus' });
-  const { secret } = await s.state.createPreAuthKey({ userId: u.id, reusable: true });
+  const u = await s.state.users.create({ name: 'gus' });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: u.id, reusable: true });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'live' });
   await d.connect();
   t.equal((await d.register({ authKey: secret })).MachineAuthorized, true);
@@ -260,8 +260,8 @@ t.test('nodes list shows Last seen for online nodes (now), as headscale does', a
 t.test('taildrop.enabled: false withholds the file-sharing capability (it was accepted and ignored)', async (t) => {
   for (const enabled of [true, false]) {
     const s = await startTestServer({ taildrop: { enabled } });
-    const u = await s.state.createUser({ name: 'hal' });
-    const { secret } = await s.state.createPreAuthKey({ userId: u.id });
+    const u = await s.state.users.create({ name: 'hal' });
+    const { secret } = await s.state.keys.createPreAuthKey({ userId: u.id });
     const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'h' });
     await d.connect();
     await d.register({ authKey: secret });

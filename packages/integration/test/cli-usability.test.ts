@@ -28,8 +28,8 @@ t.test('users destroy --force only skips the prompt: a user who owns nodes is re
   t.equal(asked.code, 1);
   t.notMatch(asked.stdout + asked.stderr, /Remove the user|Not confirmed/, 'nothing is asked');
   t.match(asked.stderr, /^Error: user alice still owns 1 node/, 'the user who owns nodes is refused at once');
-  t.equal(s.state.listNodes().length, 1, 'the node is still there');
-  t.ok(s.state.userByName('alice'), 'the user is still there');
+  t.equal(s.state.nodes.list().length, 1, 'the node is still there');
+  t.ok(s.state.users.byName('alice'), 'the user is still there');
   const keys = await hw('preauthkeys', 'list', '-u', 'alice', '-o', 'json');
   t.equal(JSON.parse(keys.stdout).length, 1, 'the pre-auth key is still there');
 
@@ -37,7 +37,7 @@ t.test('users destroy --force only skips the prompt: a user who owns nodes is re
   const done = await hw('users', 'destroy', '--name', 'alice', '--force');
   t.equal(done.code, 0, done.stderr);
   t.equal(done.stdout, 'User destroyed\n');
-  t.equal(s.state.listUsers().length, 0);
+  t.equal(s.state.users.list().length, 0);
   t.same(await s.state.storage.preAuthKeys.list(), [], 'its pre-auth keys went with it');
 });
 

@@ -59,13 +59,13 @@ for (const db of databases) {
     const [a, b] = await startPair(t, database);
     const derpA = a.relay.derp!;
     const derpB = b.relay.derp!;
-    const alice = await a.state.createUser({ name: 'alice' });
-    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await a.state.users.create({ name: 'alice' });
+    const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
     const nx = await registered(a, 'x', secret);
     const ny = await registered(b, 'y', secret);
     const nz = await registered(a, 'z', secret);
     t.teardown(() => Promise.all([nx, ny, nz].map((d) => d.close())));
-    await until('both instances know every node', () => [a, b].every((s) => [nx, ny, nz].every((d) => s.state.nodeByNodeKey(d.nodeKeyText))));
+    await until('both instances know every node', () => [a, b].every((s) => [nx, ny, nz].every((d) => s.state.nodes.byNodeKey(d.nodeKeyText))));
 
     await until('each relay meshes with the other', () =>
       a.relay.mesh!.status().some((p) => p.connected) && b.relay.mesh!.status().some((p) => p.connected));

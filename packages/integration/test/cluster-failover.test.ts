@@ -58,8 +58,8 @@ for (const db of databases) {
     const front = await balancer.listen();
     t.teardown(() => balancer.close());
 
-    const alice = await a.state.createUser({ name: 'alice' });
-    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await a.state.users.create({ name: 'alice' });
+    const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
     // The two HA routers talk to B and C directly (the one on B goes down with it); viewers come through the balancer.
     const router1 = await join_(b.url, 'router1', secret, [ROUTE]);
     const router2 = await join_(c.url, 'router2', secret, [ROUTE]);
@@ -67,7 +67,7 @@ for (const db of databases) {
     for (let i = 0; i < 6; i++) viewers.push(await join_(front, `viewer${i}`, secret));
     const all = [router1, router2, ...viewers];
     t.teardown(() => Promise.all(all.map((d) => d.close())));
-    const id = (d: TestDevice) => a.state.nodeByNodeKey(d.nodeKeyText)?.id ?? -1;
+    const id = (d: TestDevice) => a.state.nodes.byNodeKey(d.nodeKeyText)?.id ?? -1;
     await Promise.all(all.map((d) => d.waitFor((nm) => nm.peers.size === all.length - 1, 10_000)));
     await a.routes.approve(id(router1), [ROUTE]);
     await a.routes.approve(id(router2), [ROUTE]);
@@ -81,7 +81,7 @@ for (const db of databases) {
     const target = id(viewers[0]!);
     const load = (async () => {
       for (let i = 0; writing; i++) {
-        await a.state.renameNode(target, `load-${i}`);
+        await a.state.nodes.rename(target, `load-${i}`);
         acknowledged = `load-${i}`;
         await new Promise((r) => setTimeout(r, 10));
       }
@@ -94,12 +94,12 @@ for (const db of databases) {
     t.comment(`${db.name}: instance B (pid ${b.pid}) killed with SIGKILL`);
 
     // Changes made while B's devices are away.
-    await a.state.renameNode(id(viewers[4]!), 'renamed-meanwhile');
+    await a.state.nodes.rename(id(viewers[4]!), 'renamed-meanwhile');
     const gone = viewers.pop()!;
     const goneId = id(gone);
     // The last viewer is deleted meanwhile (it may have been on any instance).
     await gone.close();
-    await a.state.deleteNode(goneId);
+    await a.state.nodes.delete(goneId);
 
     await new Promise((r) => setTimeout(r, 300));
     t.ok(ended.size > 0 || balancer.counts.get(new URL(b.url).origin) === undefined, `${ended.size} viewer stream(s) ended with B`);
@@ -118,14 +118,14 @@ for (const db of databases) {
         const self = nm.self?.Name;
         return !nm.peers.has(goneId) && [...names, self].includes(`${acknowledged}.headway.net.`)
           && [...names, self].includes('renamed-meanwhile.headway.net.') && !names.some((n) => n?.startsWith('viewer5.'));
-      }, 10_000).catch((err: Error) => { throw new Error(`${v.hostname} (${ended.has(v) ? 'reconnected' : 'stream kept'}): ${err.message}; peers ${JSON.stringify([...v.netmap.peers.values()].map((p) => p.Name))}; instance A still holds the deleted node: ${a.state.getNode(goneId) ? 'yes' : 'no'}`); });
+      }, 10_000).catch((err: Error) => { throw new Error(`${v.hostname} (${ended.has(v) ? 'reconnected' : 'stream kept'}): ${err.message}; peers ${JSON.stringify([...v.netmap.peers.values()].map((p) => p.Name))}; instance A still holds the deleted node: ${a.state.nodes.get(goneId) ? 'yes' : 'no'}`); });
     }
     t.pass('every remaining viewer sees the last rename, the rename made meanwhile and not the deleted node');
 
     await Promise.all(viewers.map((v) => v.waitFor(() => primaryOf(v) === id(router2), 10_000)));
     t.comment(`${db.name}: primary moved to router2 ${(performance.now() - killedAt).toFixed(0)} ms after the kill`);
     t.pass('the HA primary failed over to router2 (on C)');
-    t.notOk(a.state.isOnline(id(router1)), 'router1 counts as offline once B is gone');
+    t.notOk(a.state.presence.isOnline(id(router1)), 'router1 counts as offline once B is gone');
 
     const instances = await (await a.container.resolve<{ status(): Promise<Array<{ address: string; live: boolean }>> }>('cluster')).status();
     t.notOk(instances.some((i) => i.address === b.url && i.live), 'B is no longer listed live');

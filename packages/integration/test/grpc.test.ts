@@ -116,7 +116,7 @@ async function restNodes(s: TestServer, filter = ''): Promise<Json[]> {
   const nodes = (await localApi(s, 'GET', `/api/v1/node${filter}`)).json.nodes as any[];
   const keys = (await localApi(s, 'GET', '/api/v1/preauthkey')).json.preAuthKeys as any[];
   return nodes.map((n) => {
-    const keyId = s.state.getNode(Number(n.id))!.authKeyId;
+    const keyId = s.state.nodes.get(Number(n.id))!.authKeyId;
     return goNode(n, keyId !== null ? keys.find((k) => Number(k.id) === keyId) : undefined);
   });
 }
@@ -167,7 +167,7 @@ async function cliSetup(t: Test) {
   t.teardown(() => s.stop());
   t.match(s.urls.grpc, /^grpcs:\/\/127\.0\.0\.1:\d+$/, 'TLS on the gRPC listener');
   const address = new URL(s.urls.grpc!.replace(/^grpcs:/, 'https:')).host;
-  const { secret: apiKey } = await s.state.createApiKey(null);
+  const { secret: apiKey } = await s.state.keys.createApiKey(null);
   const hs = (...args: string[]) => runHeadscale(bin, { address, apiKey, args });
   const json = async (...args: string[]) => {
     const r = await hs(...args, '-o', 'json');
@@ -263,8 +263,8 @@ t.test('headscale v0.29.2 CLI in remote mode: every command answers what the RES
   await router.d.startMap();
   const laptop = await device('laptop', { authKey: reusable.key });
   t.equal(laptop.res.MachineAuthorized, true);
-  const routerId = s.state.nodeByMachineKey(router.d.machineKeyText)!.id;
-  const laptopId = s.state.nodeByMachineKey(laptop.d.machineKeyText)!.id;
+  const routerId = s.state.nodes.byMachineKey(router.d.machineKeyText)!.id;
+  const laptopId = s.state.nodes.byMachineKey(laptop.d.machineKeyText)!.id;
 
   const listNodes = await json('nodes', 'list');
   t.equal(listNodes.length, 2);
@@ -362,12 +362,12 @@ t.test('headscale v0.29.2 CLI: health, nodes expire and backfillips, debug creat
   const again = await pendingLogin(phone.d, await phone.d.rotateNodeKey({}));
   t.strictSame(await json('auth', 'approve', '--auth-id', again.authId), {}, 'auth approve');
   t.equal((await again.followup).MachineAuthorized, true, 'the known device is back');
-  t.equal(s.state.requireNode(node.id).userId, alice.id, 'with its owner');
+  t.equal(s.state.nodes.require(node.id).userId, alice.id, 'with its owner');
   const stranger = await device('stranger', {});
   const rej = await pendingLogin(stranger.d, stranger.res);
   t.strictSame(await json('auth', 'reject', '--auth-id', rej.authId), {}, 'auth reject');
   t.equal((await rej.followup).MachineAuthorized, false, 'the device is told no');
-  t.equal(s.state.listNodes().length, 2, 'no node for it');
+  t.equal(s.state.nodes.list().length, 2, 'no node for it');
 
   // pre-auth keys and API keys go away.
   const key = await json('preauthkeys', 'create', '-u', String(alice.id), '-e', '1h');
@@ -399,10 +399,10 @@ t.test('every HeadscaleService rpc needs an API key: UNAUTHENTICATED and no data
   const methods = Object.keys(headscaleServiceDefinition());
   t.equal(methods.length, 29, 'the 29 calls of headscale v0.29.2');
   t.strictSame(Object.keys(HANDLERS).sort(), [...methods].sort(), 'each has a handler');
-  await s.state.createUser({ name: 'alice' });
-  const { secret } = await s.state.createApiKey(null);
-  const { key: old, secret: oldSecret } = await s.state.createApiKey(null);
-  await s.state.expireApiKey({ id: old.id });
+  await s.state.users.create({ name: 'alice' });
+  const { secret } = await s.state.keys.createApiKey(null);
+  const { key: old, secret: oldSecret } = await s.state.keys.createApiKey(null);
+  await s.state.keys.expireApiKey({ id: old.id });
   for (const method of methods) {
     for (const [what, key, detail] of [
       ['no key', null, /^missing API key/],
@@ -429,7 +429,7 @@ async function grpcSetUp(t: Test) {
   t.teardown(() => s.stop());
   const c = grpcClient(s);
   t.teardown(() => c.close());
-  const { secret } = await s.state.createApiKey(null);
+  const { secret } = await s.state.keys.createApiKey(null);
   const call = (method: string, req: Record<string, unknown> = {}) => rpc(c, method, req, secret);
   const raw = (method: string, bytes: number[]) => new Promise<Answer>((resolve) => {
     const md = new grpc.Metadata();
@@ -455,7 +455,7 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   await expect('CreateUser', { name: 'Alice' }, 'ALREADY_EXISTS', 'user Alice already exists as alice');
   await expect('CreateUser', { name: 'not a name!' }, 'INVALID_ARGUMENT', /^name: /);
   await expect('CreateUser', { name: 'carol', picture_url: 'ftp://x' }, 'INVALID_ARGUMENT', /^picture_url: /);
-  t.strictSame(s.state.listUsers().map((u) => u.name), ['alice'], 'no user was added');
+  t.strictSame(s.state.users.list().map((u) => u.name), ['alice'], 'no user was added');
   await expect('RenameUser', { old_id: 0, new_name: 'x' }, 'NOT_FOUND', 'user 0 not found');
   await expect('RenameUser', { old_id: alice.res.user.id, new_name: '' }, 'INVALID_ARGUMENT', /^new_name: /);
 
@@ -472,7 +472,7 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   await expect('ExpireNode', { node_id: id, disable_expiry: true, expiry: { seconds: 2_000_000_000 } }, 'INVALID_ARGUMENT', 'expiry: cannot be combined with disable_expiry');
   await expect('SetTags', { node_id: id, tags: ['web'] }, 'INVALID_ARGUMENT', /^tags: /);
   await expect('RenameNode', { node_id: id, new_name: 'Not A Label!' }, 'INVALID_ARGUMENT', /^new_name: /);
-  const node = s.state.requireNode(id);
+  const node = s.state.nodes.require(id);
   t.strictSame([node.approvedRoutes, node.expiry, node.tags, node.givenName], [[], null, [], 'box'], 'the node is as it was');
   await expect('DebugCreateNode', { user: 'alice', name: ' ' }, 'INVALID_ARGUMENT', 'name: must not be empty');
   await expect('BackfillNodeIPs', { confirmed: false }, 'INVALID_ARGUMENT', /^confirmed: must be true/);
@@ -484,7 +484,7 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
   await expect('CreatePreAuthKey', { user: alice.res.user.id, expiration: { seconds: 1 } }, 'INVALID_ARGUMENT', 'expiration: must be in the future');
   // Past year 9999: a Date still, but not one every database's timestamp column holds.
   await expect('CreatePreAuthKey', { user: alice.res.user.id, expiration: { seconds: 253402300800 } }, 'INVALID_ARGUMENT', /^expiration: expected a time between years 1 and 9999/);
-  t.strictSame(await s.state.listPreAuthKeys(), [], 'no key was made');
+  t.strictSame(await s.state.keys.listPreAuthKeys(), [], 'no key was made');
   await expect('ExpirePreAuthKey', { id: 5 }, 'NOT_FOUND', 'pre-auth key 5 not found');
   await expect('ExpireApiKey', {}, 'INVALID_ARGUMENT', 'prefix: is required (or id)');
   await expect('DeleteApiKey', { prefix: 'nope' }, 'NOT_FOUND', 'API key nope not found');
@@ -512,7 +512,7 @@ t.test('client mistakes map to gRPC codes naming the field, and change nothing',
 t.test('hostile requests: echoes cut short, messages read strictly, malformed machine keys and times before year 1 refused', async (t) => {
   const { s, c, secret, call, raw } = await grpcSetUp(t);
   const alice = await call('CreateUser', { name: 'alice' });
-  const keysBefore = (await s.state.listApiKeys()).length;
+  const keysBefore = (await s.state.keys.listApiKeys()).length;
 
   // A 100,000-character name must not be echoed whole in the status: past the client's header limit the stream is
   // reset (INTERNAL, "Protocol error") and every later call on the channel fails.
@@ -531,8 +531,8 @@ t.test('hostile requests: echoes cut short, messages read strictly, malformed ma
   t.match(misread.err?.details, /not a valid CreatePreAuthKey message: field 2 \(reusable\) came as wire type 2, but it is of wire type 0/);
   t.match((await raw('CreateApiKey', [0x00, 0x01])).err?.details, /field number 0 is not a field/);
   t.match((await raw('CreateApiKey', [0x0b])).err?.details, /wire type 3/);
-  t.strictSame(await s.state.listPreAuthKeys(), [], 'no pre-auth key was made');
-  t.equal((await s.state.listApiKeys()).length, keysBefore, 'no API key was made');
+  t.strictSame(await s.state.keys.listPreAuthKeys(), [], 'no pre-auth key was made');
+  t.equal((await s.state.keys.listApiKeys()).length, keysBefore, 'no API key was made');
   const unknownField = await raw('ListUsers', [0xf8, 0x07, 0x01, 0x12, 0x05, 0x61, 0x6c, 0x69, 0x63, 0x65]);
   t.equal(codeName(unknownField), 'OK', 'an unknown field (number 127) is skipped, as every protobuf reader does');
   t.strictSame(unknownField.res && headscaleServiceDefinition().ListUsers!.responseDeserialize(unknownField.res as Buffer), { users: [alice.res.user] }, 'and the known ones read');
@@ -545,13 +545,13 @@ t.test('hostile requests: echoes cut short, messages read strictly, malformed ma
     t.equal(codeName(a), 'INVALID_ARGUMENT', key.slice(0, 12));
     t.match(a.err?.details, /^key: expected mkey:<64 lower-case hex digits>/);
   }
-  t.equal(s.state.listNodes().length, 1, 'no node was made from a malformed machine key');
+  t.equal(s.state.nodes.list().length, 1, 'no node was made from a malformed machine key');
   // Before year 1: refused like after 9999 (REST showed "-271821-04-20T00:00:00.000Z").
   for (const seconds of ['-8640000000000', '-62135596801']) {
     const a = await call('ExpireNode', { node_id: id, expiry: { seconds } });
     t.match(a.err?.details, /^expiry: expected a time between years 1 and 9999/, seconds);
   }
-  t.equal(s.state.requireNode(id).expiry, null, 'the node does not expire');
+  t.equal(s.state.nodes.require(id).expiry, null, 'the node does not expire');
 });
 
 t.test('grpc_listen_addr: plaintext on a non-loopback address refuses to start, naming the keys; empty turns it off', async (t) => {
@@ -586,7 +586,7 @@ t.test('a client speaking TLS to the plaintext gRPC port is told in the log, onc
   });
   const bin = findHeadscale();
   if (bin) {
-    const { secret: apiKey } = await s.state.createApiKey(null);
+    const { secret: apiKey } = await s.state.keys.createApiKey(null);
     const r = await runHeadscale(bin, { address: `127.0.0.1:${port}`, apiKey, args: ['users', 'list'], insecure: false, cliTimeout: '5s' });
     t.not(r.code, 0, 'the headscale CLI with TLS fails against the plaintext port');
   } else await hello();

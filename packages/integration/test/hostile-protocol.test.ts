@@ -247,8 +247,8 @@ function refusal(reply: HttpReply): string | undefined {
 // ---------------------------------------------------------------- helpers
 
 async function userKey(s: TestServer, reusable: boolean): Promise<{ id: number; secret: string }> {
-  const user = s.state.userByName('alice') ?? await s.state.createUser({ name: 'alice' });
-  const { key, secret } = await s.state.createPreAuthKey({ userId: user.id, reusable });
+  const user = s.state.users.byName('alice') ?? await s.state.users.create({ name: 'alice' });
+  const { key, secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable });
   return { id: key.id, secret };
 }
 
@@ -327,7 +327,7 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
   t.equal(failures, 0, `${counts.register} register and ${counts.map} map cases, ${counts.bodies} raw bodies: no 500, all refused, database unchanged`);
   const singleRow = await k('pre_auth_keys').where({ id: single.id }).first('used');
   t.ok(singleRow.used === false || Number(singleRow.used) === 0, 'the single-use key is not spent');
-  t.notOk(s.state.nodeByMachineKey(intruder.machineKeyText), 'no ghost node for the intruder');
+  t.notOk(s.state.nodes.byMachineKey(intruder.machineKeyText), 'no ghost node for the intruder');
 
   await t.test('null reads as unset (Go semantics): accepted, and what is stored stays readable', async (t) => {
     const nuller = await device(s, 'nuller');
@@ -358,17 +358,17 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
   t.same(errLines(s), [], 'no ERR line (no request failed inside the server)');
 
   await t.test('storage refuses to write a value its reader would refuse', async (t) => {
-    const id = s.state.nodeByNodeKey(victim.nodeKeyText)!.id;
+    const id = s.state.nodes.byNodeKey(victim.nodeKeyText)!.id;
     const rowBefore = await snapshot(k);
-    await t.rejects(s.state.updateNode(id, { hostinfo: [1, 2] as unknown as Record<string, unknown> }), /nodes\.hostinfo: not a JSON object/);
-    await t.rejects(s.state.updateNode(id, { endpoints: [5] as unknown as string[] }), /nodes\.endpoints: not an array of strings/);
+    await t.rejects(s.state.nodes.update(id, { hostinfo: [1, 2] as unknown as Record<string, unknown> }), /nodes\.hostinfo: not a JSON object/);
+    await t.rejects(s.state.nodes.update(id, { endpoints: [5] as unknown as string[] }), /nodes\.endpoints: not an array of strings/);
     t.equal(await snapshot(k), rowBefore, 'nothing written');
   });
 
   await t.test('the server starts again on the same database', async (t) => {
     await s.stop();
     s = await startTestServer(raw, { dataDir });
-    const node = s.state.nodeByNodeKey(victim.nodeKeyText);
+    const node = s.state.nodes.byNodeKey(victim.nodeKeyText);
     t.ok(node, 'the victim is still registered');
     t.equal((node!.hostinfo as { Hostname?: string }).Hostname, 'victim', 'with its real Hostinfo');
     t.same(node!.endpoints, baseMap.Endpoints, 'and its endpoints');
@@ -378,8 +378,8 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
   });
 
   await t.test('State.init failed on a bad hostinfo row (FTL: column nodes.hostinfo does not hold a JSON object): quarantined instead', async (t) => {
-    const victimId = s.state.nodeByNodeKey(victim.nodeKeyText)!.id;
-    const others = s.state.listNodes().filter((n) => n.id !== victimId).map((n) => n.id);
+    const victimId = s.state.nodes.byNodeKey(victim.nodeKeyText)!.id;
+    const others = s.state.nodes.list().filter((n) => n.id !== victimId).map((n) => n.id);
     t.ok(others.length >= 1, 'a second node to poison differently');
     await s.stop();
     await k('nodes').where({ id: victimId }).update({ hostinfo: '[1,2]' });
@@ -389,15 +389,15 @@ async function hostileSuite(t: Test, db: Database): Promise<void> {
     const lines = errLines(s);
     t.ok(lines.some((l) => l.includes('quarantined') && l.includes(`node=${victimId} `) && l.includes('fields=hostinfo')), `ERR line names node ${victimId}`);
     t.ok(lines.some((l) => l.includes('quarantined') && l.includes(`node=${others[0]} `) && /fields="?[a-zA-Z,]*approvedRoutes/.test(l)), `ERR line names node ${others[0]}`);
-    t.equal(s.state.getNode(victimId)!.hostinfo, null, 'the array Hostinfo is reset to null');
-    t.equal(s.state.getNode(others[0]!)!.hostinfo, null, 'a Hostinfo with wrong field types too');
-    t.same(s.state.getNode(others[0]!)!.endpoints, [], 'bad endpoints are dropped');
-    t.same(s.state.getNode(others[0]!)!.damaged, undefined, 'the in-memory node is clean');
+    t.equal(s.state.nodes.get(victimId)!.hostinfo, null, 'the array Hostinfo is reset to null');
+    t.equal(s.state.nodes.get(others[0]!)!.hostinfo, null, 'a Hostinfo with wrong field types too');
+    t.same(s.state.nodes.get(others[0]!)!.endpoints, [], 'bad endpoints are dropped');
+    t.same(s.state.nodes.get(others[0]!)!.damaged, undefined, 'the in-memory node is clean');
     t.equal((await k('nodes').where({ id: victimId }).first('hostinfo')).hostinfo, null, 'and the reset is written back');
     const again = await device(s, 'victim', victim);
     t.teardown(() => again.close());
     t.equal((await again.request('/machine/map', mapBody(again))).status, 200, 'the quarantined node maps');
-    t.equal((s.state.getNode(victimId)!.hostinfo as { Hostname?: string } | null)?.Hostname, 'victim', 'and its next map restores its Hostinfo');
+    t.equal((s.state.nodes.get(victimId)!.hostinfo as { Hostname?: string } | null)?.Hostname, 'victim', 'and its next map restores its Hostinfo');
     const stored = await storedHostinfo(k, victim.nodeKeyText);
     t.equal((stored.value as { Hostname?: string }).Hostname, 'victim', 'in the database too');
   });
@@ -435,7 +435,7 @@ t.test('a device could extend its own key expiry past node.expiry (Expiry: 9999-
   t.teardown(() => far.close());
   const start = Date.now();
   t.equal((await far.register({ authKey: key, expiry: '9999-12-31T00:00:00Z' })).Error, '');
-  const capped = s.state.nodeByNodeKey(far.nodeKeyText)!.expiry!.getTime();
+  const capped = s.state.nodes.byNodeKey(far.nodeKeyText)!.expiry!.getTime();
   t.ok(capped >= start + hour && capped <= Date.now() + hour, `a later expiry is capped to now + node.expiry (got ${new Date(capped).toISOString()})`);
 
   const near = await device(s, 'near');
@@ -443,16 +443,16 @@ t.test('a device could extend its own key expiry past node.expiry (Expiry: 9999-
   const asked = new Date(Date.now() + 10 * 60_000);
   asked.setMilliseconds(0);
   t.equal((await near.register({ authKey: key, expiry: asked })).Error, '');
-  t.equal(s.state.nodeByNodeKey(near.nodeKeyText)!.expiry!.getTime(), asked.getTime(), 'a shorter expiry is kept');
+  t.equal(s.state.nodes.byNodeKey(near.nodeKeyText)!.expiry!.getTime(), asked.getTime(), 'a shorter expiry is kept');
 
   const out = await near.logout();
   t.equal(out.NodeKeyExpired, true, 'logout (an expiry in the past) still works');
-  t.ok(s.state.nodeByNodeKey(near.nodeKeyText)!.expiry!.getTime() <= Date.now(), 'and expires the node');
+  t.ok(s.state.nodes.byNodeKey(near.nodeKeyText)!.expiry!.getTime() <= Date.now(), 'and expires the node');
 
   const plain = await device(s, 'plain');
   t.teardown(() => plain.close());
   t.equal((await plain.register({ authKey: key })).Error, '');
-  const def = s.state.nodeByNodeKey(plain.nodeKeyText)!.expiry!.getTime();
+  const def = s.state.nodes.byNodeKey(plain.nodeKeyText)!.expiry!.getTime();
   t.ok(def > Date.now() + hour - 60_000 && def <= Date.now() + hour, 'no Expiry sent: now + node.expiry');
 
   const bad = await device(s, 'bad');
@@ -470,7 +470,7 @@ t.test('fields from newer clients are kept; case variants of known fields are no
   t.teardown(() => d.close());
   const r = await d.register({ authKey: key, hostinfo: { FutureField: { nested: [1, 'two'] }, NetInfo: { PreferredDERP: 999, FutureNetInfo: true } } });
   t.equal(r.Error, '', 'accepted');
-  const h = s.state.nodeByNodeKey(d.nodeKeyText)!.hostinfo as { FutureField?: unknown; NetInfo?: { FutureNetInfo?: unknown } };
+  const h = s.state.nodes.byNodeKey(d.nodeKeyText)!.hostinfo as { FutureField?: unknown; NetInfo?: { FutureNetInfo?: unknown } };
   t.same(h.FutureField, { nested: [1, 'two'] }, 'an unknown Hostinfo field is stored as sent');
   t.equal(h.NetInfo?.FutureNetInfo, true, 'an unknown NetInfo field too');
   const reply = await d.request('/machine/map', mapBody(d, { os: 'linux' }));

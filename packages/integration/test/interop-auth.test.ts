@@ -35,7 +35,7 @@ for (const binaries of installed) {
     const server = await startTestServer({ derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } }, { dataDir });
     cleanups.push(() => server.stop());
     const loginServer = server.urls.http;
-    const alice = await server.state.createUser({ name: 'alice' });
+    const alice = await server.state.users.create({ name: 'alice' });
     const d = await TailscaleDevice.start({ name: `auth${tag}`, version: binaries.version });
     cleanups.push(() => d.stop());
 
@@ -47,7 +47,7 @@ for (const binaries of installed) {
       const ended = await up.exited!;
       t.not(ended.code, 0, '`tailscale up` exits with an error');
       t.match(`${ended.stderr}${ended.stdout}`, /login rejected by the administrator/, `it says why: ${(ended.stderr || ended.stdout).trim().slice(-300)}`);
-      t.same(server.state.listNodes(), [], 'no node');
+      t.same(server.state.nodes.list(), [], 'no node');
       t.equal((await fetch(up.authUrl!)).status, 410, 'the rejected login URL is dead: it says the login was rejected');
     });
 
@@ -69,23 +69,23 @@ for (const binaries of installed) {
       nodeId = Number(out.id);
       const st = await d.waitFor((s) => s.BackendState === 'Running', JOIN_TIMEOUT_MS);
       t.equal(st.Self?.ID, String(nodeId), 'runs as the registered node');
-      t.equal(server.state.getNode(nodeId)?.userId, alice.id);
+      t.equal(server.state.nodes.get(nodeId)?.userId, alice.id);
     });
 
     await t.test('after nodes expire, auth approve lets the known device back in with its owner', async (t) => {
       await headway(server, ['nodes', 'expire', '-i', String(nodeId)]);
       await d.waitFor((s) => s.BackendState === 'NeedsLogin', STATE_TIMEOUT_MS);
-      const addresses = server.state.getNode(nodeId)!.ipv4;
+      const addresses = server.state.nodes.get(nodeId)!.ipv4;
       const up = await d.up({ loginServer, hostname: 'delta', timeoutMs: JOIN_TIMEOUT_MS });
       const authId = authIdOf(up.authUrl);
       t.match(authId, /^[A-Za-z0-9_-]+$/, `a new AuthURL: ${up.authUrl}`);
       t.equal(await headway(server, ['auth', 'approve', '--auth-id', authId]), 'Auth request approved\n');
       const st = await d.waitFor((s) => s.BackendState === 'Running', JOIN_TIMEOUT_MS);
       t.equal(st.Self?.ID, String(nodeId), 'the same node');
-      const node = server.state.getNode(nodeId)!;
+      const node = server.state.nodes.get(nodeId)!;
       t.equal(node.userId, alice.id, 'still alice\'s');
       t.equal(node.ipv4, addresses, 'same address');
-      t.equal(server.state.listNodes().length, 1);
+      t.equal(server.state.nodes.list().length, 1);
     });
   });
 }

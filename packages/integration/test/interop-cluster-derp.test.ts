@@ -43,8 +43,8 @@ if (pg) {
       cleanups.push(() => a.stop());
       const b = await startTestServer(common);
       cleanups.push(() => b.stop());
-      const alice = await a.state.createUser({ name: 'alice' });
-      const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+      const alice = await a.state.users.create({ name: 'alice' });
+      const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
       const tag = binaries.version.replace(/\W/g, '');
       const start = async (name: string, loginServer: string): Promise<TailscaleDevice> => {
         const d = await TailscaleDevice.start({ name: `${name}${tag}`, version: binaries.version, env: { TS_DEBUG_ALWAYS_USE_DERP: '1' } });
@@ -55,8 +55,8 @@ if (pg) {
       const [one, two] = await Promise.all([start('mesh-one', a.urls.http), start('mesh-two', b.urls.http)]);
       const stOne = await one.waitFor((st) => peerOnline(st, 'mesh-two'), SYNC_TIMEOUT_MS);
       const stTwo = await two.waitFor((st) => peerOnline(st, 'mesh-one'), SYNC_TIMEOUT_MS);
-      const keyOne = a.state.listNodes().find((n) => n.hostname === 'mesh-one')!.nodeKey;
-      const keyTwo = a.state.listNodes().find((n) => n.hostname === 'mesh-two')!.nodeKey;
+      const keyOne = a.state.nodes.list().find((n) => n.hostname === 'mesh-one')!.nodeKey;
+      const keyTwo = a.state.nodes.list().find((n) => n.hostname === 'mesh-two')!.nodeKey;
       const derpA = a.relay.derp!;
       const derpB = b.relay.derp!;
       const deadline = Date.now() + SYNC_TIMEOUT_MS;

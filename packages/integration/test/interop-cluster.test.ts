@@ -49,8 +49,8 @@ if (pg && installed.length) {
     const front = await balancer.listen();
     cleanups.push(() => balancer.close());
 
-    const alice = await a.state.createUser({ name: 'alice' });
-    const { secret } = await a.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await a.state.users.create({ name: 'alice' });
+    const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
     const tag = binaries.version.replace(/\W/g, '');
     const one = await TailscaleDevice.start({ name: `cl1${tag}`, version: binaries.version });
     cleanups.push(() => one.stop());
@@ -64,14 +64,14 @@ if (pg && installed.length) {
     balancer.backends = [b.url, a.urls.http];
     const killedAt = performance.now();
     await b.kill();
-    const twoId = a.state.listNodes().find((n) => n.givenName === 'two')!.id;
-    await a.state.renameNode(twoId, 'renamed-after-kill');
+    const twoId = a.state.nodes.list().find((n) => n.givenName === 'two')!.id;
+    await a.state.nodes.rename(twoId, 'renamed-after-kill');
     await until('one shows the rename made on A', async () => Boolean(peerNamed(await one.status(), 'renamed-after-kill')), SYNC_TIMEOUT_MS);
     t.comment(`one saw the rename ${(performance.now() - killedAt).toFixed(0)} ms after B was killed`);
     await until('two shows its new name', async () => (await two.status()).Self?.DNSName?.startsWith('renamed-after-kill.') === true, SYNC_TIMEOUT_MS);
     await until('one sees two online again (reconnected to A)', async () => peerNamed(await one.status(), 'renamed-after-kill')?.Online === true, SYNC_TIMEOUT_MS);
     t.comment(`two back online ${(performance.now() - killedAt).toFixed(0)} ms after B was killed`);
     t.equal((await one.status()).BackendState, 'Running', 'one keeps running');
-    t.ok(a.state.isOnline(twoId), 'A counts two online');
+    t.ok(a.state.presence.isOnline(twoId), 'A counts two online');
   }));
 }

@@ -130,8 +130,8 @@ for (const binaries of installed) {
     const admin = new Admin(socketOf(server));
     const loginServer = server.urls.http;
 
-    const alice = await server.state.createUser({ name: 'alice' });
-    const { secret: reusableKey } = await server.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await server.state.users.create({ name: 'alice' });
+    const { secret: reusableKey } = await server.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
 
     // The steps share devices and node ids, so after one fails the rest are
     // skipped with its name instead of failing with confusing follow-on errors.
@@ -239,7 +239,7 @@ for (const binaries of installed) {
     });
 
     await step('4. an ephemeral node disappears after its tailscaled stops', async (t) => {
-      const { secret } = await server.state.createPreAuthKey({ userId: alice.id, reusable: false, ephemeral: true });
+      const { secret } = await server.state.keys.createPreAuthKey({ userId: alice.id, reusable: false, ephemeral: true });
       const e = await startDevice('e');
       await e.up({ loginServer, authKey: secret, hostname: 'echo', timeoutMs: JOIN_TIMEOUT_MS });
       const nodes = await admin.waitForNodes('echo online', (ns) => ns.some((n) => n.given_name === 'echo' && n.online), SYNC_TIMEOUT_MS);

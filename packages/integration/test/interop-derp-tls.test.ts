@@ -42,8 +42,8 @@ for (const binaries of installed) {
     t.match(s.urls.http, /^http:\/\//, 'the server_url is plain http');
     const relayPort = s.relay.listener?.address().port;
     t.ok(relayPort, `the relay has its own TLS port (${relayPort})`);
-    const user = await s.state.createUser({ name: 'alice' });
-    const key = (await s.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
+    const user = await s.state.users.create({ name: 'alice' });
+    const key = (await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true })).secret;
     const tag = binaries.version.replace(/\W/g, '');
     const start = async (name: string): Promise<TailscaleDevice> => {
       const d = await TailscaleDevice.start({
@@ -60,8 +60,8 @@ for (const binaries of installed) {
     t.equal(a.env.TS_DEBUG_USE_DERP_HTTP ?? '', '', 'the daemon runs without TS_DEBUG_USE_DERP_HTTP');
     const stA = await a.waitFor((st) => peerByHost(st, 'tls-b')?.Online === true, 20_000);
     const stB = await b.waitFor((st) => peerByHost(st, 'tls-a')?.Online === true, 20_000);
-    const nodeA = s.state.listNodes().find((n) => n.hostname === 'tls-a')!;
-    const nodeB = s.state.listNodes().find((n) => n.hostname === 'tls-b')!;
+    const nodeA = s.state.nodes.list().find((n) => n.hostname === 'tls-a')!;
+    const nodeB = s.state.nodes.list().find((n) => n.hostname === 'tls-b')!;
 
     const seen = await relayNodeSeen(a);
     t.equal(seen.DERPPort, relayPort, 'the client was sent the TLS port');

@@ -126,8 +126,8 @@ for (const binaries of installed) {
     const stunPort = region[0]!.Nodes[0]!.STUNPort as number;
     t.ok(stunPort > 0 && stunPort === s.relay.stun?.address().port, `the DERP map carries the bound STUN port (${stunPort}), not 0`);
 
-    const user = await s.state.createUser({ name: 'alice' });
-    const key = (await s.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
+    const user = await s.state.users.create({ name: 'alice' });
+    const key = (await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true })).secret;
     const tag = binaries.version.replace(/\W/g, '');
     const proxyPort = await freeTcpPort();
     const start = async (name: string, extra: { daemonArgs?: string[]; exitNode?: boolean } = {}): Promise<TailscaleDevice> => {
@@ -153,8 +153,8 @@ for (const binaries of installed) {
     const stB = await b.waitFor((st) => peerByHost(st, 'dev-a')?.Online === true, 20_000);
     const ipA = ipv4Of(stA);
     const ipB = ipv4Of(stB);
-    const nodeA = s.state.listNodes().find((n) => n.hostname === 'dev-a')!;
-    const nodeB = s.state.listNodes().find((n) => n.hostname === 'dev-b')!;
+    const nodeA = s.state.nodes.list().find((n) => n.hostname === 'dev-a')!;
+    const nodeB = s.state.nodes.list().find((n) => n.hostname === 'dev-b')!;
 
     await t.test('ping through the embedded relay', async (t) => {
       const deadline = Date.now() + 20_000;
@@ -225,7 +225,7 @@ for (const binaries of installed) {
       t.match(before, { status: 200, body: 'from the test server\n' }, 'without an exit node the proxy reaches the target');
       t.same(owners, [a.pid], "dialed locally by dev-a's tailscaled");
 
-      const exitNode = s.state.listNodes().find((n) => n.hostname === 'exit')!;
+      const exitNode = s.state.nodes.list().find((n) => n.hostname === 'exit')!;
       t.same([...exitNode.availableRoutes].sort(), ['0.0.0.0/0', '::/0'], 'the exit node advertises both default routes');
       const approve = await runCli(s, ['nodes', 'approve-routes', '-i', String(exitNode.id), '-r', '0.0.0.0/0,::/0', '-o', 'json']);
       t.equal(approve.code, 0, `headway nodes approve-routes exits 0 ${approve.stderr.trim()}`);

@@ -130,10 +130,10 @@ for (const binaries of installed) {
       rmSync(dir, { recursive: true, force: true });
     });
     await s.policy.set(JSON.stringify({ nodeAttrs: [{ target: ['*'], attr: ['drive:share'] }] }));
-    const alice = await s.state.createUser({ name: 'alice' });
-    const bob = await s.state.createUser({ name: 'bob' });
-    const aliceKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
-    const bobKey = (await s.state.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
+    const alice = await s.state.users.create({ name: 'alice' });
+    const bob = await s.state.users.create({ name: 'bob' });
+    const aliceKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
+    const bobKey = (await s.state.keys.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
 
     const tag = binaries.version.replace(/\W/g, '');
     const start = async (name: string, key: string, extra: string[] = []): Promise<TailscaleDevice> => {

@@ -60,19 +60,19 @@ for (const binaries of installed) {
       setSharedFrameMin(wasFrameMin);
     });
     await s.policy.set(policy(22));
-    const alice = await s.state.createUser({ name: 'alice' });
-    const memberKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
-    const otherKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:other'] })).secret;
-    const serverKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:server'] })).secret;
+    const alice = await s.state.users.create({ name: 'alice' });
+    const memberKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
+    const otherKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:other'] })).secret;
+    const serverKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:server'] })).secret;
 
     srv = await TailscaleDevice.start({ name: `chunks${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
     await srv.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'srv', timeoutMs: 60_000 });
     // A client that cannot decode a message drops its map stream and opens another, whose full map (one frame) would
     // hide the failure: count the streams the server opens for srv from here on.
-    const srvId = s.state.listNodes().find((n) => n.hostname === 'srv')!.id;
+    const srvId = s.state.nodes.list().find((n) => n.hostname === 'srv')!.id;
     let reopened = 0;
-    const opened = s.state.sessionOpened.bind(s.state);
-    s.state.sessionOpened = (id: number): void => { if (id === srvId) reopened++; opened(id); };
+    const opened = s.state.presence.sessionOpened.bind(s.state.presence);
+    s.state.presence.sessionOpened = (id: number): void => { if (id === srvId) reopened++; opened(id); };
     // Members alternate with tagged devices, so that their addresses are not one range: each is a chunk of its own.
     const join = async (n: number): Promise<void> => {
       for (let i = 0; i < 2 * n; i++) {
@@ -85,7 +85,7 @@ for (const binaries of installed) {
       }
     };
     /** expected is every member device's addresses on `port` (and the tag:other devices' on othersPort), as the server holds them. */
-    const expected = (port: number | null, othersPort?: number): string[] => port === null ? [] : s.state.listNodes()
+    const expected = (port: number | null, othersPort?: number): string[] => port === null ? [] : s.state.nodes.list()
       .flatMap((n) => {
         const p = n.tags.includes('tag:other') ? othersPort : n.tags.length ? undefined : port;
         return p === undefined ? [] : [n.ipv4, n.ipv6].filter((a): a is string => !!a).map((a) => `${a} ${p}-${p}`);
@@ -107,7 +107,7 @@ for (const binaries of installed) {
 
     await join(6);
     const first = await settle(22, 'six members joined');
-    const members = s.state.listNodes().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
+    const members = s.state.nodes.list().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
     const peerKeys = async (): Promise<string[]> => (((await srv!.netmap())?.Peers as Array<{ Key?: string }> | null | undefined) ?? [])
       .map((p) => p.Key ?? '').sort();
     let held: string[] = [];
@@ -123,9 +123,9 @@ for (const binaries of installed) {
     // Two members (even positions: see join).
     for (const d of [virtual[2]!, virtual[6]!]) {
       virtual.splice(virtual.indexOf(d), 1);
-      const node = s.state.nodeByNodeKey(d.nodeKeyText)!;
+      const node = s.state.nodes.byNodeKey(d.nodeKeyText)!;
       await d.close();
-      await s.state.deleteNode(node.id);
+      await s.state.nodes.delete(node.id);
     }
     await settle(22, 'two members deleted');
     await join(3);
@@ -147,11 +147,11 @@ for (const binaries of installed) {
     // frames of its own text (see Mapper.fullMapMessage).
     late = await TailscaleDevice.start({ name: `chunkslate${binaries.version.replace(/\W/g, '')}`, version: binaries.version });
     await late.up({ loginServer: s.urls.http, authKey: serverKey, hostname: 'late', timeoutMs: 60_000 });
-    const lateId = s.state.listNodes().find((n) => n.hostname === 'late')!.id;
+    const lateId = s.state.nodes.list().find((n) => n.hostname === 'late')!.id;
     let lateStreams = 0;
-    const counted = s.state.sessionOpened;
-    s.state.sessionOpened = (id: number): void => { if (id === lateId) lateStreams++; counted(id); };
-    const nowMembers = s.state.listNodes().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
+    const counted = s.state.presence.sessionOpened;
+    s.state.presence.sessionOpened = (id: number): void => { if (id === lateId) lateStreams++; counted(id); };
+    const nowMembers = s.state.nodes.list().filter((n) => !n.tags.length).map((n) => n.nodeKey).sort();
     let lateHeld: string[] = [];
     for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(100)) {
       lateHeld = (((await late.netmap().catch(() => null))?.Peers as Array<{ Key?: string }> | null | undefined) ?? []).map((p) => p.Key ?? '').sort();

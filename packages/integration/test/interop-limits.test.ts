@@ -29,19 +29,19 @@ if (newest) {
       return d;
     };
     const loginServer = server.urls.http;
-    const alice = await server.state.createUser({ name: 'alice' });
-    const { secret } = await server.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await server.state.users.create({ name: 'alice' });
+    const { secret } = await server.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
 
     const a = await start('limits-a');
     await a.up({ loginServer, authKey: secret, hostname: 'alpha', timeoutMs: 30_000 });
-    const nodeA = server.state.listNodes().find((n) => n.givenName === 'alpha')!;
+    const nodeA = server.state.nodes.list().find((n) => n.givenName === 'alpha')!;
     t.ok(nodeA, 'alpha joined');
     const connsOf = (machineKey: string) => [...((server.control as unknown as { conns: Map<string, Set<{ destroyed: boolean }>> }).conns.get(machineKey) ?? [])];
     const [before] = connsOf(nodeA.machineKey);
     t.ok(before, 'alpha holds a Noise connection');
     await sleep(6000);
     t.same(connsOf(nodeA.machineKey), [before], 'the same connection, never closed and redialed');
-    t.ok(server.state.isOnline(nodeA.id), 'after 3x idle_timeout the logged-in client is still online (its map poll is not idle)');
+    t.ok(server.state.presence.isOnline(nodeA.id), 'after 3x idle_timeout the logged-in client is still online (its map poll is not idle)');
     t.equal((await a.status()).BackendState, 'Running');
 
     const b = await start('limits-b');
@@ -53,7 +53,7 @@ if (newest) {
     const refused = await c.up({ loginServer, hostname: 'charlie', timeoutMs: 8000 }).then(() => undefined, (err: Error) => err);
     t.ok(refused, 'a second unregistered machine from the address gets no AuthURL');
     t.ok(server.control.limits.refused['too-many-sessions'] >= 1, `the server refused its session (${JSON.stringify(server.control.limits.refused)})`);
-    t.equal(server.state.pendingQuota.size(), 1, 'only the admitted machine has a waiting login');
+    t.equal(server.state.pending.quota.size(), 1, 'only the admitted machine has a waiting login');
     // tailscaled does not log the error frame's text: after a failed dial it retries, forcing port 443.
 
     await sleep(3000);

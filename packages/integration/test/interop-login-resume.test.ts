@@ -33,7 +33,7 @@ for (const binaries of installed) {
     const proxy = new TcpBalancer([server.urls.http]);
     const loginServer = await proxy.listen();
     cleanups.push(() => proxy.close());
-    const alice = await server.state.createUser({ name: 'alice' });
+    const alice = await server.state.users.create({ name: 'alice' });
     const d = await TailscaleDevice.start({ name: `resume${tag}`, version: binaries.version });
     cleanups.push(() => d.stop());
     // A failure while the daemon is stopped must not leave it stopped (stop() sends SIGTERM first).
@@ -56,8 +56,8 @@ for (const binaries of installed) {
     process.kill(d.pid!, 'SIGCONT');
     const st = await d.waitFor((s) => s.BackendState === 'Running', JOIN_TIMEOUT_MS);
     t.equal(st.Self?.ID, String(nodeId), 'runs as the registered node');
-    t.equal(server.state.getNode(nodeId)?.userId, alice.id);
-    t.equal(server.state.listNodes().length, 1, 'one node');
+    t.equal(server.state.nodes.get(nodeId)?.userId, alice.id);
+    t.equal(server.state.nodes.list().length, 1, 'one node');
     t.notOk(st.AuthURL, 'no new login was handed out');
   });
 }

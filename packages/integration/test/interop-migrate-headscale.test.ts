@@ -137,9 +137,9 @@ if (installed.length && headscaleBin) {
       t.equal(now.Self?.HostName, was.Self?.HostName, `${name} keeps its name`);
       t.equal(now.Self?.PublicKey, was.Self?.PublicKey, `${name} keeps its node key (no new login)`);
       const node = imported.nodes.find((n) => String(n.id) === was.Self?.ID);
-      t.equal(server.state.getNode(node!.id)?.nodeKey, node!.nodeKey, `${name}'s node key on Headway is the imported one`);
+      t.equal(server.state.nodes.get(node!.id)?.nodeKey, node!.nodeKey, `${name}'s node key on Headway is the imported one`);
     }
-    t.equal(server.state.listNodes().length, 2, 'no node was added');
+    t.equal(server.state.nodes.list().length, 2, 'no node was added');
 
     const ipB = before.b.Self!.TailscaleIPs![0]!;
     const ipA = before.a.Self!.TailscaleIPs![0]!;

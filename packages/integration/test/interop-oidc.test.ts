@@ -43,7 +43,7 @@ for (const binaries of installed) {
     const done = await confirm(signedIn);
     t.equal(done.status, 200, describePage(done));
     const st = await dev.waitFor((s) => s.BackendState === 'Running' && Boolean(s.Self?.TailscaleIPs?.length), JOIN_TIMEOUT_MS);
-    const alice = server.state.userByName('alice');
+    const alice = server.state.users.byName('alice');
     t.ok(alice, 'user alice created from the provider');
     t.equal(st.Self?.UserID, alice?.id, 'the device runs as alice');
     const user = (st.User ?? {})[String(alice?.id)] as { LoginName?: string; DisplayName?: string } | undefined;

@@ -44,8 +44,8 @@ for (const binaries of installed) {
     const server = await startTestServer({ derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } }, { dataDir });
     cleanups.push(() => server.stop());
     const loginServer = server.urls.http;
-    const alice = await server.state.createUser({ name: 'alice' });
-    const { secret: key } = await server.state.createPreAuthKey({ userId: alice.id, reusable: true });
+    const alice = await server.state.users.create({ name: 'alice' });
+    const { secret: key } = await server.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
 
     const startDevice = async (name: string): Promise<TailscaleDevice> => {
       const d = await TailscaleDevice.start({ name: `${name}${tag}`, version: binaries.version });
@@ -56,8 +56,8 @@ for (const binaries of installed) {
     const b = await startDevice('odb');
     await a.up({ loginServer, authKey: key, hostname: 'alpha', timeoutMs: JOIN_TIMEOUT_MS });
     await b.up({ loginServer, authKey: key, hostname: 'bravo', timeoutMs: JOIN_TIMEOUT_MS });
-    const idA = server.state.listNodes().find((n) => n.givenName === 'alpha')!.id;
-    const idB = server.state.listNodes().find((n) => n.givenName === 'bravo')!.id;
+    const idA = server.state.nodes.list().find((n) => n.givenName === 'alpha')!.id;
+    const idB = server.state.nodes.list().find((n) => n.givenName === 'bravo')!.id;
     await a.waitFor((s) => peerById(s, idB)?.Online === true, SYNC_TIMEOUT_MS);
     await b.waitFor((s) => peerById(s, idA)?.Online === true, SYNC_TIMEOUT_MS);
 
@@ -108,7 +108,7 @@ for (const binaries of installed) {
       const st3 = await a.waitFor((s) => s.BackendState === 'NeedsLogin', NEEDS_LOGIN_TIMEOUT_MS, 100);
       t.equal(st3.BackendState, 'NeedsLogin', 'after a tailscaled restart the deleted device still needs a login');
 
-      const { secret: fresh } = await server.state.createPreAuthKey({ userId: alice.id, reusable: false });
+      const { secret: fresh } = await server.state.keys.createPreAuthKey({ userId: alice.id, reusable: false });
       try {
         await a.up({ loginServer, authKey: fresh, hostname: 'alpha', timeoutMs: JOIN_TIMEOUT_MS });
       } catch (err) {
@@ -118,7 +118,7 @@ for (const binaries of installed) {
       const back = await a.waitFor((s) => s.BackendState === 'Running' && peerById(s, idB)?.Online === true, JOIN_TIMEOUT_MS);
       const newId = Number(back.Self?.ID);
       t.not(newId, idA, `joined again as a new node (${newId})`);
-      t.ok(server.state.getNode(newId), 'the server has the new node');
+      t.ok(server.state.nodes.get(newId), 'the server has the new node');
       await b.waitFor((s) => peerById(s, newId)?.Online === true, SYNC_TIMEOUT_MS);
       t.pass('the other device sees it again');
     });

@@ -143,11 +143,11 @@ for (const binaries of installed) {
       rmSync(dir, { recursive: true, force: true });
     });
     await s.policy.set(JSON.stringify(basePolicy()));
-    const alice = await s.state.createUser({ name: 'alice' });
-    const bob = await s.state.createUser({ name: 'bob' });
-    const aliceKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
-    const bobKey = (await s.state.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
-    const serverKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:server'] })).secret;
+    const alice = await s.state.users.create({ name: 'alice' });
+    const bob = await s.state.users.create({ name: 'bob' });
+    const aliceKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
+    const bobKey = (await s.state.keys.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
+    const serverKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true, tags: ['tag:server'] })).secret;
 
     const tag = binaries.version.replace(/\W/g, '');
     const start = async (name: string, key: string): Promise<TailscaleDevice> => {
@@ -166,7 +166,7 @@ for (const binaries of installed) {
     const bobIps = bareIps(self(bobNm0));
     const srvIps = bareIps(self(srvNm0));
     t.equal(aliceIps.length, 2, 'alice has an IPv4 and an IPv6 address');
-    const srvNode = s.state.listNodes().find((n) => n.hostname === 'srv');
+    const srvNode = s.state.nodes.list().find((n) => n.hostname === 'srv');
     t.same(srvNode?.tags, ['tag:server'], 'the server device carries tag:server from its key');
 
     await t.test('only group:admins reaches tag:server:22; peers follow the policy', async (t) => {

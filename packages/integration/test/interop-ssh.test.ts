@@ -115,10 +115,10 @@ for (const binaries of installed) {
     const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
     cleanups.push(() => s.stop());
     await s.policy.set(JSON.stringify(POLICY));
-    const alice = await s.state.createUser({ name: 'alice' });
-    const bob = await s.state.createUser({ name: 'bob' });
-    const aliceKey = (await s.state.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
-    const bobKey = (await s.state.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
+    const alice = await s.state.users.create({ name: 'alice' });
+    const bob = await s.state.users.create({ name: 'bob' });
+    const aliceKey = (await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true })).secret;
+    const bobKey = (await s.state.keys.createPreAuthKey({ userId: bob.id, reusable: true })).secret;
 
     const tag = binaries.version.replace(/\W/g, '');
     const start = async (name: string, key: string, extraArgs: string[] = []): Promise<TailscaleDevice> => {

@@ -57,21 +57,21 @@ t.test('policy parsed up to three times per change: PolicyService parses once an
   const s = await startTestServer({ policy: { mode: 'database' } }, { engine: counting.engine });
   t.teardown(() => s.stop());
   const view = s.container.resolve<NetworkView>('networkView');
-  const alice = await s.state.createUser({ name: 'alice' });
-  const apiKey = (await s.state.createApiKey(null)).secret;
-  const { secret } = await s.state.createPreAuthKey({ userId: alice.id, reusable: true });
+  const alice = await s.state.users.create({ name: 'alice' });
+  const apiKey = (await s.state.keys.createApiKey(null)).secret;
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
   const router = await join(s, 'router', secret, ['10.50.1.0/24', '10.60.0.0/24']);
   t.teardown(() => router.close());
-  const id = s.state.nodeByNodeKey(router.nodeKeyText)!.id;
+  const id = s.state.nodes.byNodeKey(router.nodeKeyText)!.id;
   t.equal(counting.parses(), 0, 'no policy yet, nothing parsed');
 
   const put = await adminFetch(s, apiKey, 'PUT', '/api/v1/policy', { policy: policy(['10.50.0.0/16']) });
   t.equal(put.status, 200);
-  await until('the auto-approval', () => s.state.getNode(id)!.approvedRoutes.includes('10.50.1.0/24'));
+  await until('the auto-approval', () => s.state.nodes.get(id)!.approvedRoutes.includes('10.50.1.0/24'));
   t.equal(counting.parses(), 1, 'one parse for the change (set, map sessions, auto-approval)');
   t.equal(s.policy.compiled, counting.compiled[0], 'PolicyService holds the compiled result');
   t.equal(view.compiledPolicy, counting.compiled[0], 'the network view uses that same object');
-  t.same(s.state.getNode(id)!.approvedRoutes, ['10.50.1.0/24'], 'auto-approval used it');
+  t.same(s.state.nodes.get(id)!.approvedRoutes, ['10.50.1.0/24'], 'auto-approval used it');
 
   const tagged = await adminFetch(s, apiKey, 'POST', `/api/v1/node/${id}/tags`, { tags: ['tag:web'] });
   t.equal(tagged.status, 200, 'a tag the policy defines is accepted');
@@ -90,7 +90,7 @@ t.test('policy parsed up to three times per change: PolicyService parses once an
 
   const second = await adminFetch(s, apiKey, 'PUT', '/api/v1/policy', { policy: policy(['10.50.0.0/16', '10.60.0.0/16']) });
   t.equal(second.status, 200);
-  await until('the second auto-approval', () => s.state.getNode(id)!.approvedRoutes.includes('10.60.0.0/24'));
+  await until('the second auto-approval', () => s.state.nodes.get(id)!.approvedRoutes.includes('10.60.0.0/24'));
   t.equal(counting.parses(), 3, 'the second change: one more parse');
   t.equal(view.compiledPolicy, counting.compiled[2], 'the view holds the new compiled policy');
   t.equal(await s.policy.reload(), true);
@@ -119,13 +119,13 @@ t.test('the composition root builds each service once; API reads of primary rout
   t.equal(c.resolve('metrics'), s.metrics);
   t.equal(c.resolve('storage'), s.storage);
 
-  const alice = await s.state.createUser({ name: 'alice' });
-  const apiKey = (await s.state.createApiKey(null)).secret;
-  const { secret } = await s.state.createPreAuthKey({ userId: alice.id, reusable: true });
+  const alice = await s.state.users.create({ name: 'alice' });
+  const apiKey = (await s.state.keys.createApiKey(null)).secret;
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
   const r1 = await join(s, 'r1', secret, ['10.9.0.0/24']);
   const r2 = await join(s, 'r2', secret, ['10.9.0.0/24']);
   t.teardown(() => { r1.close(); r2.close(); });
-  const [id1, id2] = [r1, r2].map((d) => s.state.nodeByNodeKey(d.nodeKeyText)!.id) as [number, number];
+  const [id1, id2] = [r1, r2].map((d) => s.state.nodes.byNodeKey(d.nodeKeyText)!.id) as [number, number];
   for (const id of [id1, id2]) {
     const res = await adminFetch(s, apiKey, 'POST', `/api/v1/node/${id}/approve_routes`, { routes: ['10.9.0.0/24'] });
     t.equal(res.status, 200);

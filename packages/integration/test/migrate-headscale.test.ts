@@ -181,8 +181,8 @@ t.test('headscale 0.26 --apply: records as Headway keeps them; keys work on the 
   t.teardown(() => server2.stop({ remove: false }));
   t.equal((await adminFetch(server2, `${legacyApiPrefix}.${legacyApiSecret}`, 'GET', '/api/v1/user')).status, 200, 'headscale\'s `prefix.secret` API key works');
   t.equal((await adminFetch(server2, `${legacyApiPrefix}.${b64url(32)}`, 'GET', '/api/v1/user')).status, 401, 'with a wrong secret it does not');
-  t.equal((await server2.state.checkPreAuthKey(plainKey)).key.id, 1, 'headscale 0.26\'s plain-text pre-auth key works');
-  t.equal(server2.state.getNode(1)?.ipv4, '100.64.0.1', 'the server knows the node');
+  t.equal((await server2.state.keys.checkPreAuthKey(plainKey)).key.id, 1, 'headscale 0.26\'s plain-text pre-auth key works');
+  t.equal(server2.state.nodes.get(1)?.ipv4, '100.64.0.1', 'the server knows the node');
 });
 
 t.test('headscale 0.29 --apply; a non-empty target is refused unless --force, which replaces it', async (t) => {
@@ -220,7 +220,7 @@ t.test('headscale 0.29 --apply; a non-empty target is refused unless --force, wh
   const server = await startTestServer({}, { dataDir: tg.dataDir });
   t.teardown(() => server.stop({ remove: false }));
   t.equal((await adminFetch(server, `hskey-api-${apiPrefix}-${apiSecret}`, 'GET', '/api/v1/node')).status, 200, 'headscale 0.29\'s API key works');
-  t.equal((await server.state.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`)).key.id, 4, 'and its pre-auth key');
+  t.equal((await server.state.keys.checkPreAuthKey(`hskey-auth-${authPrefix}-${authSecret}`)).key.id, 4, 'and its pre-auth key');
 });
 
 t.test('without database_versions the version comes from the migrations headscale recorded', async (t) => {

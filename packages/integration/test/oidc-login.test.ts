@@ -18,7 +18,7 @@ const hex = () => randomBytes(32).toString('hex');
 /** waitingLogin stores a device's interactive login, as `tailscale up` without a key does, and returns its AuthURL. */
 async function waitingLogin(s: OidcSetup, hostname = 'laptop'): Promise<{ authUrl: string; machineKey: string }> {
   const machineKey = `mkey:${hex()}`;
-  const reg = await s.server.state.createPending({ machineKey, nodeKey: `nodekey:${hex()}`, hostinfo: { Hostname: hostname }, source: '127.0.0.1' });
+  const reg = await s.server.state.pending.create({ machineKey, nodeKey: `nodekey:${hex()}`, hostinfo: { Hostname: hostname }, source: '127.0.0.1' });
   return { authUrl: `${s.serverUrl}/register/${reg.key}`, machineKey };
 }
 
@@ -44,15 +44,15 @@ t.test('a person signs in at the provider and confirms: the device is registered
   t.equal(authorize?.searchParams.get('redirect_uri'), `${s.serverUrl}/oidc/callback`);
   t.equal(result.page.status, 200, `confirmation page: ${describePage(result.page)}`);
   t.match(result.page.body, /Log in alice-laptop\?/);
-  t.equal(s.server.state.nodeByMachineKey(machineKey), undefined, 'nothing registered before the person confirms');
+  t.equal(s.server.state.nodes.byMachineKey(machineKey), undefined, 'nothing registered before the person confirms');
 
   const done = await confirm(result);
   t.equal(done.status, 200, describePage(done));
   t.match(done.body, /alice-laptop<\/strong> is logged in as <strong>alice</);
-  const node = s.server.state.nodeByMachineKey(machineKey);
+  const node = s.server.state.nodes.byMachineKey(machineKey);
   t.ok(node, 'node registered');
   t.equal(node?.registerMethod, 'oidc');
-  const user = s.server.state.getUser(node!.userId!);
+  const user = s.server.state.users.get(node!.userId!);
   t.same(user && {
     name: user.name, email: user.email, displayName: user.displayName, provider: user.provider,
     providerId: user.providerId, profilePicUrl: user.profilePicUrl, groups: user.groups,
@@ -69,8 +69,8 @@ t.test('a person signs in at the provider and confirms: the device is registered
   const r2 = await signIn(second.authUrl, 'alice', 'alice-pw', { browser });
   const d2 = await confirm(r2);
   t.equal(d2.status, 200, describePage(d2));
-  t.equal(s.server.state.nodeByMachineKey(second.machineKey)?.userId, user!.id, 'same user for the same identity');
-  t.equal(s.server.state.listUsers().length, 1, 'no second user');
+  t.equal(s.server.state.nodes.byMachineKey(second.machineKey)?.userId, user!.id, 'same user for the same identity');
+  t.equal(s.server.state.users.list().length, 1, 'no second user');
 
   const list = await runHeadwayOn(s.server, ['users', 'list', '-o', 'json']);
   t.equal(list.code, 0, list.stderr);
@@ -103,8 +103,8 @@ t.test('allow-lists refuse the wrong person with a page saying why, and register
       t.equal(page.status, 403);
       t.match(page.body, /Login refused/);
       t.match(page.body, c.reason);
-      t.equal(own.server.state.nodeByMachineKey(machineKey), undefined, 'no node');
-      t.equal(own.server.state.listUsers().length, 0, 'no user');
+      t.equal(own.server.state.nodes.byMachineKey(machineKey), undefined, 'no node');
+      t.equal(own.server.state.users.list().length, 0, 'no user');
       t.match(own.server.logs.join('\n'), /WRN login refused provider=oidc reason=/, 'the refusal is logged');
     });
   }
@@ -133,7 +133,7 @@ t.test('a tampered state or nonce is refused and registers nothing', async (t) =
     });
     t.equal(page.status, 400);
     t.match(page.body, /unknown or has expired/);
-    t.equal(s.server.state.nodeByMachineKey(machineKey), undefined);
+    t.equal(s.server.state.nodes.byMachineKey(machineKey), undefined);
   });
   await t.test('the callback opened in another browser (no state cookie)', async (t) => {
     const { authUrl, machineKey } = await waitingLogin(s);
@@ -145,7 +145,7 @@ t.test('a tampered state or nonce is refused and registers nothing', async (t) =
     const page = await new Browser().follow(callback!);
     t.equal(page.status, 403);
     t.match(page.body, /started in another browser/);
-    t.equal(s.server.state.nodeByMachineKey(machineKey), undefined);
+    t.equal(s.server.state.nodes.byMachineKey(machineKey), undefined);
   });
   await t.test('nonce changed on the way to the provider', async (t) => {
     const { authUrl, machineKey } = await waitingLogin(s);
@@ -154,7 +154,7 @@ t.test('a tampered state or nonce is refused and registers nothing', async (t) =
     });
     t.equal(page.status, 403);
     t.match(page.body, /could not be verified/);
-    t.equal(s.server.state.nodeByMachineKey(machineKey), undefined);
+    t.equal(s.server.state.nodes.byMachineKey(machineKey), undefined);
     const line = s.server.logs.find((l) => l.includes('identity provider answer not accepted')) ?? '';
     t.match(line, /nonce/i, `the log names the nonce: ${line}`);
   });
@@ -166,17 +166,17 @@ t.test('an ID token signed by a key the provider does not publish is refused', a
   const { page } = await signIn(authUrl, 'alice', 'alice-pw');
   t.equal(page.status, 403, describePage(page));
   t.match(page.body, /could not be verified/);
-  t.equal(s.server.state.nodeByMachineKey(machineKey), undefined);
-  t.equal(s.server.state.listUsers().length, 0, 'no user');
+  t.equal(s.server.state.nodes.byMachineKey(machineKey), undefined);
+  t.equal(s.server.state.users.list().length, 0, 'no user');
 });
 
 t.test('users link: a local user linked to a subject receives that person\'s logins', async (t) => {
   const s = await setup(t);
-  const dave = await s.server.state.createUser({ name: 'dave' });
+  const dave = await s.server.state.users.create({ name: 'dave' });
   const linked = await runHeadwayOn(s.server, ['users', 'link', '--identifier', String(dave.id), '--subject', 'dave-sub', '-o', 'json']);
   t.equal(linked.code, 0, linked.stderr);
   t.match(JSON.parse(linked.stdout), { name: 'dave', provider: 'oidc', provider_id: `${s.provider.issuer}/dave-sub` });
-  const other = await s.server.state.createUser({ name: 'erin' });
+  const other = await s.server.state.users.create({ name: 'erin' });
   const taken = await runHeadwayOn(s.server, ['users', 'link', '--identifier', String(other.id), '--subject', 'dave-sub']);
   t.not(taken.code, 0, 'one identity links to one user');
   t.match(taken.stderr, /already linked to user dave/);
@@ -184,9 +184,9 @@ t.test('users link: a local user linked to a subject receives that person\'s log
   const { authUrl, machineKey } = await waitingLogin(s);
   const done = await confirm(await signIn(authUrl, 'dave', 'dave-pw'));
   t.equal(done.status, 200, describePage(done));
-  t.equal(s.server.state.nodeByMachineKey(machineKey)?.userId, dave.id, 'the login landed on the linked user');
-  t.equal(s.server.state.getUser(dave.id)?.email, 'dave@example.com', 'profile refreshed from the provider');
-  t.equal(s.server.state.listUsers().length, 2, 'no new user');
+  t.equal(s.server.state.nodes.byMachineKey(machineKey)?.userId, dave.id, 'the login landed on the linked user');
+  t.equal(s.server.state.users.get(dave.id)?.email, 'dave@example.com', 'profile refreshed from the provider');
+  t.equal(s.server.state.users.list().length, 2, 'no new user');
 });
 
 t.test('the AuthURL of an unknown login shows a page, not a redirect', async (t) => {
@@ -204,7 +204,7 @@ t.test('oidc.use_expiry_from_token: the node expires with the ID token', async (
   const before = Date.now();
   const done = await confirm(await signIn(authUrl, 'alice', 'alice-pw'));
   t.equal(done.status, 200, describePage(done));
-  const expiry = s.server.state.nodeByMachineKey(machineKey)?.expiry;
+  const expiry = s.server.state.nodes.byMachineKey(machineKey)?.expiry;
   t.ok(expiry, 'the node has an expiry');
   // oidc-provider issues ID tokens valid for an hour by default.
   t.ok(expiry!.getTime() > before && expiry!.getTime() <= Date.now() + 3600_000 + 5000, `expiry ${expiry?.toISOString()} is the token's`);
@@ -218,7 +218,7 @@ t.test('oidc.only_start_if_oidc_is_available: an unreachable provider stops star
   const server = await startTestServer({ oidc: { ...oidc, only_start_if_oidc_is_available: false } });
   t.teardown(() => server.stop());
   t.match(server.logs.join('\n'), /WRN oidc\.issuer .* the provider cannot be reached/);
-  const reg = await server.state.createPending({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostinfo: null, source: '127.0.0.1' });
+  const reg = await server.state.pending.create({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostinfo: null, source: '127.0.0.1' });
   const page = await new Browser().request(`${server.urls.http}/register/${reg.key}`);
   t.equal(page.status, 502, 'a login while the provider is down gets a page saying so');
   t.match(page.body, /identity provider cannot be reached/);

@@ -109,7 +109,7 @@ class ContractChecker {
 t.test('every route answers what the document declares (schema and handler agree)', async (t) => {
   const s = await startTestServer({ policy: { mode: 'database' }, unix_socket_permission: '0700', plugins: [{ package: '@headway/drive-db', port: 'drive' }] });
   t.teardown(() => s.stop());
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const doc = (await request(s, null, 'GET', DOC_PATHS.document)).json as Doc;
   const checker = new ContractChecker(t, doc);
   const byId = new Map(ROUTES.map((r) => [r.operationId, r]));
@@ -180,7 +180,7 @@ t.test('every route answers what the document declares (schema and handler agree
   const p1 = await pending(tablet);
   const tabletNode = (await ok('authRegister', 'POST', '/api/v1/auth/register', { authId: p1.authId, user: 'alicia' })).node;
   await p1.followup;
-  await s.state.expireNode(Number(tabletNode.id), new Date());
+  await s.state.nodes.expire(Number(tabletNode.id), new Date());
   const p2 = await pending(tablet, true);
   await ok('authApprove', 'POST', '/api/v1/auth/approve', { authId: p2.authId });
   await p2.followup;
@@ -262,10 +262,10 @@ t.test('every route answers what the document declares (schema and handler agree
   t.equal(unauthorized.status, 401);
 
   // Cleaning up through the API: deletes answer the declared empty object.
-  for (const n of s.state.listNodes()) await ok('deleteNode', 'DELETE', `/api/v1/node/${n.id}`);
+  for (const n of s.state.nodes.list()) await ok('deleteNode', 'DELETE', `/api/v1/node/${n.id}`);
   await problem('deleteNode', 'DELETE', `/api/v1/node/${node.id}`, undefined, 404);
   await ok('deleteUser', 'DELETE', `/api/v1/user/${alice.id}`);
-  const carol = s.state.listUsers({ name: 'carol' })[0]!;
+  const carol = s.state.users.list({ name: 'carol' })[0]!;
   await ok('deleteUser', 'DELETE', `/api/v1/user/${carol.id}?deleteNodes=true`);
 
   // A single server's cluster view: not in a cluster, no instances.
@@ -286,7 +286,7 @@ t.test('every route answers what the document declares (schema and handler agree
 t.test('request validation refuses bad input with a 400 naming the field and changes nothing', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const key = (await s.state.createApiKey(null)).secret;
+  const key = (await s.state.keys.createApiKey(null)).secret;
   const cases: Array<[string, string, unknown, string, RegExp]> = [
     ['POST', '/api/v1/user', {}, 'name', /^name: is required$/],
     ['POST', '/api/v1/user', { name: 42.5 }, 'name', /^name: expected a string, found a number$/],
@@ -310,9 +310,9 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
     t.equal(res.json?.field, field, `names ${field}`);
     t.match(res.json?.detail, detail, `says what was wrong: ${res.json?.detail}`);
   }
-  t.equal(s.state.listUsers().length, 0, 'no user was created');
-  t.equal(s.state.listNodes().length, 0, 'no node was created');
-  t.equal((await s.state.listPreAuthKeys()).length, 0, 'no pre-auth key was created');
+  t.equal(s.state.users.list().length, 0, 'no user was created');
+  t.equal(s.state.nodes.list().length, 0, 'no node was created');
+  t.equal((await s.state.keys.listPreAuthKeys()).length, 0, 'no pre-auth key was created');
 });
 
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {

@@ -38,7 +38,7 @@ t.test('database files are 0600 and the data directory 0700 even when it existed
   chmodSync(join(dir, 'noise_private.key'), 0o644);
   const s = await startTestServer({}, { dataDir: dir });
   t.teardown(() => s.stop());
-  await s.state.createUser({ name: 'perm' });
+  await s.state.users.create({ name: 'perm' });
   t.equal(mode(dir), '700', 'directory');
   for (const f of ['db.sqlite', 'db.sqlite-wal', 'db.sqlite-shm', 'noise_private.key', 'derp_server_private.key', 'headway.lock', 'database.json']) {
     t.equal(mode(join(dir, f)), '600', f);
@@ -68,7 +68,7 @@ t.test('metrics_listen_addr in use is named in the error', async (t) => {
 t.test('switching to an empty database warns once that the old one still holds data', async (t) => {
   const dir = scratch(t);
   const first = await startTestServer({}, { dataDir: dir });
-  await first.state.createUser({ name: 'kept' });
+  await first.state.users.create({ name: 'kept' });
   await first.stop();
   const record = JSON.parse(readFileSync(join(dir, 'database.json'), 'utf8'));
   t.match(record, { type: 'sqlite', users: 1, nodes: 0 });
@@ -97,7 +97,7 @@ t.test('/v1/metrics on listen_addr: open by default, off or behind an API key on
   const res = await fetch(keyed.urls.http + '/v1/metrics');
   t.equal(res.status, 401);
   t.notMatch(await res.text(), /headway_users/, 'no counts leak');
-  const { secret } = await keyed.state.createApiKey(null);
+  const { secret } = await keyed.state.keys.createApiKey(null);
   const ok = await fetch(keyed.urls.http + '/v1/metrics', { headers: { authorization: `Bearer ${secret}` } });
   t.equal(ok.status, 200);
   t.match(await ok.text(), /headway_api_keys 1/);
@@ -143,7 +143,7 @@ t.test('TRACE and PROPFIND: status and body agree (405 with Allow on known paths
   const unknown = await rawRequest(s.urls.http, 'PROPFIND', '/no/such/path');
   t.equal(unknown.status, 404);
   t.equal(unknown.body, 'not found (this is a Headway server: / says how devices join; the API is documented at /api/v1/docs)\n');
-  const { secret } = await s.state.createApiKey(null);
+  const { secret } = await s.state.keys.createApiKey(null);
   const api = await rawRequest(s.urls.http, 'TRACE', '/api/v1/user', { authorization: `Bearer ${secret}` });
   t.equal(api.status, 405);
   t.match(api.headers.allow, /GET/);
@@ -166,8 +166,8 @@ t.test('log.level trace logs SQL statements (values never) and protocol steps', 
   const lines: string[] = [];
   const s = await startServer({ config, logger: createLogger({ level: config.log.level, write: (l) => lines.push(l) }) });
   t.teardown(() => s.close());
-  await s.state.createUser({ name: 'sql-canary-user' });
-  const { secret } = await s.state.createApiKey(null);
+  await s.state.users.create({ name: 'sql-canary-user' });
+  const { secret } = await s.state.keys.createApiKey(null);
   await fetch(s.urls.http + '/api/v1/user', { headers: { authorization: `Bearer ${secret}` } });
   const sql = lines.filter((l) => / TRC sql /.test(l));
   t.ok(sql.some((l) => /insert into/i.test(l) && /params=\d+/.test(l)), 'insert statements logged with a parameter count');

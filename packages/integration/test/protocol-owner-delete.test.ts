@@ -13,8 +13,8 @@ const TAGGED_USER_ID = 2147455555;
 const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
 
 async function authKey(s: TestServer, user = 'alice'): Promise<string> {
-  const u = s.state.userByName(user) ?? await s.state.createUser({ name: user });
-  const { secret } = await s.state.createPreAuthKey({ userId: u.id, reusable: true });
+  const u = s.state.users.byName(user) ?? await s.state.users.create({ name: user });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: u.id, reusable: true });
   return secret;
 }
 
@@ -65,12 +65,12 @@ t.test('tagged owner profile missing from the delta after nodes tag', async (t) 
   const a = await join(s, 'alpha', key);
   const b = await join(s, 'bravo', key);
   t.teardown(async () => { await a.close(); await b.close(); });
-  const idB = s.state.nodeByNodeKey(b.nodeKeyText)!.id;
+  const idB = s.state.nodes.byNodeKey(b.nodeKeyText)!.id;
   await a.waitFor((nm) => nm.peers.has(idB));
   t.notOk(a.netmap.userProfiles.has(TAGGED_USER_ID), 'no tagged-devices profile before tagging');
 
   const msgs = record(a);
-  await s.state.setTags(idB, ['tag:web']);
+  await s.state.nodes.setTags(idB, ['tag:web']);
   const m = await waitMessage(msgs, changes(idB), 'bravo in PeersChanged');
   t.equal(m.PeersChanged!.find((p) => p.ID === idB)!.User, TAGGED_USER_ID, 'bravo is owned by the tagged-devices user');
   t.same(m.UserProfiles, [{ ID: TAGGED_USER_ID, LoginName: 'tagged-devices', DisplayName: 'Tagged Devices' }], 'the same delta carries the tagged-devices profile');
@@ -79,7 +79,7 @@ t.test('tagged owner profile missing from the delta after nodes tag', async (t) 
 
   // Once the client shows that owner, later changes of the peer carry neither profile nor rebuild.
   msgs.length = 0;
-  await s.state.renameNode(idB, 'bravo-two');
+  await s.state.nodes.rename(idB, 'bravo-two');
   const again = await waitMessage(msgs, changes(idB), 'the renamed bravo');
   t.equal(again.UserProfiles, undefined, 'an already sent, shown profile is not resent');
   t.equal(again.Domain, undefined, 'no rebuild needed');
@@ -95,23 +95,23 @@ t.test('owner profiles for a new user, a node moved to another user, and a user 
   // A new user's first node.
   const c = await join(s, 'charlie', await authKey(s, 'bob'));
   t.teardown(() => c.close());
-  const bob = s.state.userByName('bob')!;
-  const idC = s.state.nodeByNodeKey(c.nodeKeyText)!.id;
+  const bob = s.state.users.byName('bob')!;
+  const idC = s.state.nodes.byNodeKey(c.nodeKeyText)!.id;
   let m = await waitMessage(msgs, changes(idC), 'charlie joining');
   t.same(m.UserProfiles, [{ ID: bob.id, LoginName: 'bob', DisplayName: 'bob' }], "the join carries bob's profile");
   t.equal(m.Domain, 'headway.net', 'and rebuilds the netmap');
 
   // A node moved to another user (here: alice's new device moved to a new user carol).
-  const carol = await s.state.createUser({ name: 'carol' });
+  const carol = await s.state.users.create({ name: 'carol' });
   msgs.length = 0;
-  await s.state.updateNode(idC, { userId: carol.id });
+  await s.state.nodes.update(idC, { userId: carol.id });
   m = await waitMessage(msgs, changes(idC), 'charlie moved to carol');
   t.same(m.UserProfiles, [{ ID: carol.id, LoginName: 'carol', DisplayName: 'carol' }], "the move carries carol's profile");
   t.equal(m.Domain, 'headway.net', 'and rebuilds the netmap');
 
   // A user rename changes a profile the client shows.
   msgs.length = 0;
-  await s.state.renameUser(carol.id, 'caroline');
+  await s.state.users.rename(carol.id, 'caroline');
   m = await waitMessage(msgs, (x) => (x.UserProfiles ?? []).some((p) => p.ID === carol.id), 'the renamed profile');
   t.same(m.UserProfiles, [{ ID: carol.id, LoginName: 'caroline', DisplayName: 'caroline' }], 'the rename sends the new profile');
   t.equal(m.Domain, 'headway.net', 'and rebuilds the netmap');
@@ -125,13 +125,13 @@ t.test('deleted node never learns it was deleted', async (t) => {
   const a = await join(s, 'alpha', key);
   const b = await join(s, 'bravo', key);
   t.teardown(async () => { await a.close(); await b.close(); });
-  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
-  const idB = s.state.nodeByNodeKey(b.nodeKeyText)!.id;
+  const nodeA = s.state.nodes.byNodeKey(a.nodeKeyText)!;
+  const idB = s.state.nodes.byNodeKey(b.nodeKeyText)!.id;
   await a.waitFor((nm) => nm.peers.has(idB));
 
   // The open stream gets a last message, then ends.
   const msgs = record(a);
-  await s.state.deleteNode(nodeA.id);
+  await s.state.nodes.delete(nodeA.id);
   await a.mapDone;
   // A change already on its way before the delete (under load: bravo's endpoints or online state)
   // may arrive first; the stream's last message is the logout, and only one is sent.
@@ -164,7 +164,7 @@ t.test('deleted node never learns it was deleted', async (t) => {
   // It can join again with a new node key.
   await a.rotateNodeKey({ authKey: key });
   await a.startMap({ stream: true });
-  const fresh = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  const fresh = s.state.nodes.byNodeKey(a.nodeKeyText)!;
   t.not(fresh.id, nodeA.id, 'a new node');
   t.equal(a.netmap.self?.KeyExpiry, undefined, 'not expired');
   t.ok(a.netmap.peers.has(idB), 'sees bravo again');
@@ -204,7 +204,7 @@ t.test('logged-out answer sent the newest DERP map to clients that cannot pin th
   await d.connect();
   t.equal((await d.register({ authKey: await authKey(s) })).Error, '');
   const full = await d.startMap({ stream: true });
-  await s.state.deleteNode(s.state.nodeByNodeKey(d.nodeKeyText)!.id);
+  await s.state.nodes.delete(s.state.nodes.byNodeKey(d.nodeKeyText)!.id);
   const again = await d.startMap({ stream: true });
   t.equal(again.Node?.KeyExpiry, LOGGED_OUT_EXPIRY, 'answered logged out');
   t.same(again.DERPMap, full.DERPMap, 'the same DERP map as the full map for this client version');

@@ -4,8 +4,8 @@ import { startTestServer, type TestServer } from '../src/server.js';
 
 async function authKey(s: TestServer, opts: { reusable?: boolean; ephemeral?: boolean; tags?: string[]; user?: string } = {}): Promise<string> {
   const name = opts.user ?? 'alice';
-  const user = s.state.userByName(name) ?? await s.state.createUser({ name });
-  const { secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: opts.reusable ?? true, ephemeral: opts.ephemeral, tags: opts.tags });
+  const user = s.state.users.byName(name) ?? await s.state.users.create({ name });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: opts.reusable ?? true, ephemeral: opts.ephemeral, tags: opts.tags });
   return secret;
 }
 
@@ -35,15 +35,15 @@ t.test('two devices join with a pre-auth key and see each other', async (t) => {
   const b = await join(s, 'phone', key);
   t.teardown(() => { a.close(); b.close(); });
   await a.waitFor((nm) => [...nm.peers.values()].some((p) => p.Name?.startsWith('phone.')), 5000);
-  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
-  const nodeB = s.state.nodeByNodeKey(b.nodeKeyText)!;
+  const nodeA = s.state.nodes.byNodeKey(a.nodeKeyText)!;
+  const nodeB = s.state.nodes.byNodeKey(b.nodeKeyText)!;
   t.equal(a.netmap.self?.Name, 'laptop.headway.net.');
   t.same(a.netmap.self?.Addresses, [`${nodeA.ipv4}/32`, `${nodeA.ipv6}/128`]);
   const peerOfB = b.netmap.peers.get(nodeA.id)!;
   t.ok(peerOfB, 'b lists a');
   t.same(peerOfB.Addresses, [`${nodeA.ipv4}/32`, `${nodeA.ipv6}/128`]);
   await b.waitFor((nm) => nm.peers.get(nodeA.id)?.Online === true, 5000);
-  t.ok(s.state.isOnline(nodeA.id) && s.state.isOnline(nodeB.id), 'both online on the server');
+  t.ok(s.state.presence.isOnline(nodeA.id) && s.state.presence.isOnline(nodeB.id), 'both online on the server');
   t.same(a.netmap.packetFilter, [{ SrcIPs: ['*'], DstPorts: [{ IP: '*', Ports: { First: 0, Last: 65535 } }] }], 'allow-all without a policy');
   t.ok((a.netmap.derpMap?.Regions as Record<string, unknown>)['999'], 'the embedded relay is in the default DERP map');
   t.equal(a.netmap.dnsConfig?.Proxied, true);
@@ -56,26 +56,26 @@ t.test('rename, tags, route approval and delete reach the other device', async (
   const a = await join(s, 'router', key, { routes: ['10.1.0.0/24', '0.0.0.0/0', '::/0'] });
   const b = await join(s, 'viewer', key);
   t.teardown(() => { a.close(); b.close(); });
-  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  const nodeA = s.state.nodes.byNodeKey(a.nodeKeyText)!;
   await b.waitFor((nm) => nm.peers.has(nodeA.id), 5000);
 
-  await s.state.renameNode(nodeA.id, 'gateway');
+  await s.state.nodes.rename(nodeA.id, 'gateway');
   await b.waitFor((nm) => nm.peers.get(nodeA.id)?.Name === 'gateway.headway.net.', 5000);
   await a.waitFor((nm) => nm.self?.Name === 'gateway.headway.net.', 5000);
   t.pass('rename reached peer and self');
 
-  await s.state.setTags(nodeA.id, ['tag:router']);
+  await s.state.nodes.setTags(nodeA.id, ['tag:router']);
   await b.waitFor((nm) => JSON.stringify(nm.peers.get(nodeA.id)?.Tags) === '["tag:router"]', 5000);
   t.pass('tags reached the peer');
 
-  t.same(s.state.getNode(nodeA.id)!.availableRoutes, ['0.0.0.0/0', '10.1.0.0/24', '::/0']);
-  await s.state.approveRoutes(nodeA.id, ['10.1.0.0/24', '0.0.0.0/0']);
+  t.same(s.state.nodes.get(nodeA.id)!.availableRoutes, ['0.0.0.0/0', '10.1.0.0/24', '::/0']);
+  await s.state.nodes.approveRoutes(nodeA.id, ['10.1.0.0/24', '0.0.0.0/0']);
   const nm = await b.waitFor((m) => (m.peers.get(nodeA.id)?.PrimaryRoutes ?? []).includes('10.1.0.0/24'), 5000);
   const allowed = nm.peers.get(nodeA.id)!.AllowedIPs!;
   t.ok(allowed.includes('10.1.0.0/24'), 'subnet in AllowedIPs');
   t.ok(allowed.includes('0.0.0.0/0') && allowed.includes('::/0'), 'approving 0.0.0.0/0 approves both exit routes');
 
-  await s.state.deleteNode(nodeA.id);
+  await s.state.nodes.delete(nodeA.id);
   await b.waitFor((m) => !m.peers.has(nodeA.id), 5000);
   t.pass('delete removed the peer');
 });
@@ -86,7 +86,7 @@ t.test('online state follows sessions; a second session of one node is also upda
   const key = await authKey(s);
   const a = await join(s, 'a', key);
   const b = await join(s, 'b', key);
-  const nodeB = s.state.nodeByNodeKey(b.nodeKeyText)!;
+  const nodeB = s.state.nodes.byNodeKey(b.nodeKeyText)!;
   await a.waitFor((m) => m.peers.get(nodeB.id)?.Online === true, 5000);
   // Same machine, second stream.
   const a2 = new TestDevice({ serverUrl: s.urls.http, hostname: 'a', machineKey: a.machineKey, nodeKey: a.nodeKey });
@@ -96,8 +96,8 @@ t.test('online state follows sessions; a second session of one node is also upda
   b.close();
   await a.waitFor((m) => m.peers.get(nodeB.id)?.Online === false, 5000);
   await a2.waitFor((m) => m.peers.get(nodeB.id)?.Online === false, 5000);
-  t.notOk(s.state.isOnline(nodeB.id));
-  t.ok(s.state.getNode(nodeB.id)!.lastSeen, 'last seen recorded');
+  t.notOk(s.state.presence.isOnline(nodeB.id));
+  t.ok(s.state.nodes.get(nodeB.id)!.lastSeen, 'last seen recorded');
 });
 
 t.test('pre-auth key rules: single-use, expired, unknown', async (t) => {
@@ -113,9 +113,9 @@ t.test('pre-auth key rules: single-use, expired, unknown', async (t) => {
   t.equal((await b.register({ authKey: 'hwkey-auth-aaaaaaaaaaaa-' + 'A'.repeat(43) })).Error, 'invalid authkey');
   // The same machine re-registering with its own single-use key is not refused.
   t.equal((await a.register({ authKey: single })).Error, '');
-  const user = s.state.userByName('alice')!;
-  const { key, secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: true });
-  await s.state.expirePreAuthKey(key.id);
+  const user = s.state.users.byName('alice')!;
+  const { key, secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
+  await s.state.keys.expirePreAuthKey(key.id);
   t.equal((await b.register({ authKey: secret })).Error, 'authkey expired');
   a.close(); b.close();
 });
@@ -123,7 +123,7 @@ t.test('pre-auth key rules: single-use, expired, unknown', async (t) => {
 t.test('interactive registration: AuthURL, held follow-up, approval', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const user = await s.state.createUser({ name: 'bob' });
+  const user = await s.state.users.create({ name: 'bob' });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'desk' });
   await d.connect();
   const first = await d.register({}) as { AuthURL: string; [k: string]: unknown };
@@ -138,7 +138,7 @@ t.test('interactive registration: AuthURL, held follow-up, approval', async (t) 
   const res = await followup;
   t.equal(res.MachineAuthorized, true);
   t.equal(res.AuthURL, '');
-  t.equal(s.state.getNode(nodeId)!.userId, user.id);
+  t.equal(s.state.nodes.get(nodeId)!.userId, user.id);
   t.match(await (await fetch(first.AuthURL)).text(), /Device approved/, 'the link is spent: its page says the device was approved');
   // An unknown follow-up from a device not registered gets a fresh URL, not the same one
   // (a registered one gets its registration: see the next test).
@@ -157,7 +157,7 @@ t.test('interactive registration: AuthURL, held follow-up, approval', async (t) 
 t.test('a follow-up sent after the login was approved meanwhile gets the registration, not a new AuthURL', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const user = await s.state.createUser({ name: 'alice' });
+  const user = await s.state.users.create({ name: 'alice' });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'paused' });
   await d.connect();
   const first = await d.register({});
@@ -180,7 +180,7 @@ t.test('a follow-up sent after the login was approved meanwhile gets the registr
   t.equal(res.MachineAuthorized, true);
   t.equal(res.Error, '');
   t.equal(res.Login?.LoginName, 'alice');
-  t.same(s.state.pendingQuota.keyOf(d.machineKeyText, d.nodeKeyText), undefined, 'no new pending login was made');
+  t.same(s.state.pending.quota.keyOf(d.machineKeyText, d.nodeKeyText), undefined, 'no new pending login was made');
   await back.startMap({ stream: true });
   t.equal(back.netmap.self?.ID, nodeId, 'it runs as the approved node');
   // A follow-up from another machine presenting that node key is still refused.
@@ -195,7 +195,7 @@ t.test('logout expires the node; restart keeps id and addresses; node key of ano
   t.teardown(() => s.stop());
   const key = await authKey(s);
   const a = await join(s, 'box', key);
-  const node = s.state.nodeByNodeKey(a.nodeKeyText)!;
+  const node = s.state.nodes.byNodeKey(a.nodeKeyText)!;
   a.close();
   // tailscaled restart: same machine and node key, no auth.
   const again = new TestDevice({ serverUrl: s.urls.http, hostname: 'box', machineKey: a.machineKey, nodeKey: a.nodeKey });
@@ -213,7 +213,7 @@ t.test('logout expires the node; restart keeps id and addresses; node key of ano
   thief.close();
   const out = await again.logout();
   t.equal(out.NodeKeyExpired, true);
-  t.ok(s.state.getNode(node.id)!.expiry!.getTime() <= Date.now(), 'expired');
+  t.ok(s.state.nodes.get(node.id)!.expiry!.getTime() <= Date.now(), 'expired');
   again.close();
 });
 
@@ -222,12 +222,12 @@ t.test('ephemeral nodes disappear after the inactivity timeout', async (t) => {
   t.teardown(() => s.stop());
   const key = await authKey(s, { ephemeral: true });
   const a = await join(s, 'temp', key);
-  const id = s.state.nodeByNodeKey(a.nodeKeyText)!.id;
-  t.ok(s.state.getNode(id)!.ephemeral);
+  const id = s.state.nodes.byNodeKey(a.nodeKeyText)!.id;
+  t.ok(s.state.nodes.get(id)!.ephemeral);
   a.close();
   const start = Date.now();
-  while (s.state.getNode(id) && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 100));
-  t.notOk(s.state.getNode(id), 'deleted');
+  while (s.state.nodes.get(id) && Date.now() - start < 10_000) await new Promise((r) => setTimeout(r, 100));
+  t.notOk(s.state.nodes.get(id), 'deleted');
 });
 
 t.test('a policy set in database mode changes filters live', async (t) => {
@@ -254,15 +254,15 @@ t.test('autoApprovers approve advertised routes on join and again when the polic
   }));
   const r = await join(s, 'router', key, { routes: ['10.50.1.0/24', '10.60.0.0/24'] });
   t.teardown(() => r.close());
-  const id = s.state.nodeByNodeKey(r.nodeKeyText)!.id;
+  const id = s.state.nodes.byNodeKey(r.nodeKeyText)!.id;
   const start = Date.now();
-  while (!s.state.getNode(id)!.approvedRoutes.includes('10.50.1.0/24') && Date.now() - start < 5000) await new Promise((res) => setTimeout(res, 50));
-  t.same(s.state.getNode(id)!.approvedRoutes, ['10.50.1.0/24'], 'inside the auto-approved range only');
+  while (!s.state.nodes.get(id)!.approvedRoutes.includes('10.50.1.0/24') && Date.now() - start < 5000) await new Promise((res) => setTimeout(res, 50));
+  t.same(s.state.nodes.get(id)!.approvedRoutes, ['10.50.1.0/24'], 'inside the auto-approved range only');
   await s.policy.set(JSON.stringify({
     acls: [{ action: 'accept', src: ['*'], dst: ['*:*'] }],
     autoApprovers: { routes: { '10.50.0.0/16': ['alice@'], '10.60.0.0/16': ['alice@'] } },
   }));
   const again = Date.now();
-  while (!s.state.getNode(id)!.approvedRoutes.includes('10.60.0.0/24') && Date.now() - again < 5000) await new Promise((res) => setTimeout(res, 50));
-  t.same(s.state.getNode(id)!.approvedRoutes, ['10.50.1.0/24', '10.60.0.0/24'], 'the policy change approved the second route');
+  while (!s.state.nodes.get(id)!.approvedRoutes.includes('10.60.0.0/24') && Date.now() - again < 5000) await new Promise((res) => setTimeout(res, 50));
+  t.same(s.state.nodes.get(id)!.approvedRoutes, ['10.50.1.0/24', '10.60.0.0/24'], 'the policy change approved the second route');
 });

@@ -57,7 +57,7 @@ t.test('the register page over HTTP: template, headers, command', async (t) => {
 t.test('the register page after approval says the device was approved, after rejection that it was rejected', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const alice = await s.state.createUser({ name: 'alice' });
+  const alice = await s.state.users.create({ name: 'alice' });
   const login = async (hostname: string) => {
     const d = new TestDevice({ serverUrl: s.urls.http, hostname });
     t.teardown(() => d.close());

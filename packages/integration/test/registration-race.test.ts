@@ -10,10 +10,10 @@ const databases: ServerDatabase[] = [{ name: 'sqlite', run: (body) => body({ typ
 databases.push(...serverDatabases(t, 'this test'));
 
 async function singleUseKeys(s: TestServer, count: number): Promise<Array<{ id: number; secret: string }>> {
-  const user = await s.state.createUser({ name: 'fleet' });
+  const user = await s.state.users.create({ name: 'fleet' });
   const out: Array<{ id: number; secret: string }> = [];
   for (let i = 0; i < count; i++) {
-    const { key, secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: false });
+    const { key, secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: false });
     out.push({ id: key.id, secret });
   }
   return out;
@@ -32,7 +32,7 @@ for (const db of databases) {
     t.comment(`${db.name}: 30 registrations at once answered in ${(performance.now() - started).toFixed(0)} ms`);
     t.same(replies.map((r) => r.Error).filter(Boolean), [], 'no device was refused');
     t.ok(replies.every((r) => r.MachineAuthorized), 'every device is authorized');
-    const names = devices.map((d) => s.state.nodeByNodeKey(d.nodeKeyText)?.givenName);
+    const names = devices.map((d) => s.state.nodes.byNodeKey(d.nodeKeyText)?.givenName);
     t.same([...names].sort(), ['web', ...Array.from({ length: 29 }, (_, i) => `web-${i + 1}`)].sort(), 'web, web-1 ... web-29');
     const stored = await s.state.storage.nodes.list();
     t.equal(stored.length, 30, '30 nodes stored');
@@ -41,7 +41,7 @@ for (const db of databases) {
     // Each device's own map carries the name it was given.
     const d = devices[7]!;
     await d.startMap({ stream: false });
-    t.equal(d.netmap.self?.Name, `${s.state.nodeByNodeKey(d.nodeKeyText)!.givenName}.headway.net.`);
+    t.equal(d.netmap.self?.Name, `${s.state.nodes.byNodeKey(d.nodeKeyText)!.givenName}.headway.net.`);
   }));
 
   t.test(`${db.name}: single-use key spent when registration then fails (500 on a bad Hostname): the key stays unspent and the retry joins`, (t) => db.run(async (database) => {
@@ -57,11 +57,11 @@ for (const db of databases) {
     t.ok(bad, `the bad request was refused (${bad})`);
     t.equal((await s.state.storage.preAuthKeys.get(key!.id))?.used, false, 'the key is unspent');
     t.same(await s.state.storage.nodes.list(), [], 'no node stored');
-    t.equal(s.state.nodeByNodeKey(d.nodeKeyText), undefined, 'no node in memory');
+    t.equal(s.state.nodes.byNodeKey(d.nodeKeyText), undefined, 'no node in memory');
 
     const good = await d.register({ authKey: key!.secret, hostinfo: { Hostname: 'web' } });
     t.equal(good.Error, '', 'the retry with the same key joins');
-    t.equal(s.state.nodeByNodeKey(d.nodeKeyText)?.givenName, 'web');
+    t.equal(s.state.nodes.byNodeKey(d.nodeKeyText)?.givenName, 'web');
     t.equal((await s.state.storage.preAuthKeys.get(key!.id))?.used, true, 'now spent');
   }));
 }

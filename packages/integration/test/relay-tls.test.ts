@@ -16,8 +16,8 @@ import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 
 async function device(s: TestServer, hostname: string, capabilityVersion?: number): Promise<TestDevice> {
-  const user = s.state.userByName('alice') ?? await s.state.createUser({ name: 'alice' });
-  const { secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+  const user = s.state.users.byName('alice') ?? await s.state.users.create({ name: 'alice' });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname, capabilityVersion });
   await d.connect();
   const r = await d.register({ authKey: secret });

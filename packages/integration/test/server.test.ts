@@ -13,8 +13,8 @@ import { until } from '../src/until.js';
 const tmp = () => mkdtempSync(join(tmpdir(), 'hw-srv-'));
 
 async function device(s: TestServer, hostname: string, routes?: string[]): Promise<TestDevice> {
-  const user = s.state.userByName('alice') ?? await s.state.createUser({ name: 'alice' });
-  const { secret } = await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+  const user = s.state.users.byName('alice') ?? await s.state.users.create({ name: 'alice' });
+  const { secret } = await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
   const d = new TestDevice({ serverUrl: s.urls.http, hostname });
   await d.connect();
   const r = await d.register({ authKey: secret, routes });
@@ -26,9 +26,9 @@ async function device(s: TestServer, hostname: string, routes?: string[]): Promi
 t.test('concurrent registrations never share an address; deleted addresses come back', async (t) => {
   const s = await startTestServer({ prefixes: { v4: '100.64.0.0/26', v6: 'fd7a:115c:a1e0::/120' } });
   t.teardown(() => s.stop());
-  const user = await s.state.createUser({ name: 'alice' });
+  const user = await s.state.users.create({ name: 'alice' });
   const { randomBytes } = await import('node:crypto');
-  const make = (i: number) => s.state.createNode({
+  const make = (i: number) => s.state.nodes.create({
     machineKey: `mkey:${randomBytes(32).toString('hex')}`, nodeKey: `nodekey:${randomBytes(32).toString('hex')}`,
     hostname: `n${i}`, userId: user.id, registerMethod: 'debug',
   });
@@ -37,7 +37,7 @@ t.test('concurrent registrations never share an address; deleted addresses come 
   t.equal(new Set(nodes.map((n) => n.ipv6)).size, 40, 'unique IPv6');
   t.notOk(nodes.some((n) => n.ipv4 === '100.64.0.0' || n.ipv4 === '100.64.0.63'), 'no network or broadcast address');
   const freed = nodes[5]!;
-  await s.state.deleteNode(freed.id);
+  await s.state.nodes.delete(freed.id);
   // 62 usable addresses in a /26: 39 left in use, so 23 more fill it, the last wrapping around to the freed one.
   const more = await Promise.all(Array.from({ length: 23 }, (_, i) => make(100 + i)));
   t.ok(more.some((n) => n.ipv4 === freed.ipv4), 'the deleted node\'s address was reused');
@@ -123,8 +123,8 @@ t.test('embedded relay: registered nodes relay, others and deleted nodes cannot'
   t.same(await verify.json(), { Allow: false });
   const verifyA = await fetch(`${s.urls.http}/verify`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ NodePublic: a.nodeKeyText }) });
   t.same(await verifyA.json(), { Allow: true });
-  const nodeA = s.state.nodeByNodeKey(a.nodeKeyText)!;
-  await s.state.deleteNode(nodeA.id);
+  const nodeA = s.state.nodes.byNodeKey(a.nodeKeyText)!;
+  await s.state.nodes.delete(nodeA.id);
   await until('the deleted node is dropped from the relay', () => !s.relay.derp!.isConnected(a.nodeKeyText));
   t.pass('a deleted node is dropped from the relay');
   await t.rejects(DerpClient.connect({ url, privateKey: a.nodeKey.privateKey, timeoutMs: 2000 }), 'and cannot come back');
@@ -141,15 +141,15 @@ t.test('subnet routes: one primary among online routers, failing over when it go
   const r2 = await device(s, 'r2', ['10.9.0.0/24']);
   const viewer = await device(s, 'viewer');
   t.teardown(() => { r2.close(); viewer.close(); });
-  const n1 = s.state.nodeByNodeKey(r1.nodeKeyText)!, n2 = s.state.nodeByNodeKey(r2.nodeKeyText)!;
-  await s.state.approveRoutes(n1.id, ['10.9.0.0/24']);
-  await s.state.approveRoutes(n2.id, ['10.9.0.0/24']);
+  const n1 = s.state.nodes.byNodeKey(r1.nodeKeyText)!, n2 = s.state.nodes.byNodeKey(r2.nodeKeyText)!;
+  await s.state.nodes.approveRoutes(n1.id, ['10.9.0.0/24']);
+  await s.state.nodes.approveRoutes(n2.id, ['10.9.0.0/24']);
   await viewer.waitFor((m) => (m.peers.get(n1.id)?.PrimaryRoutes ?? []).includes('10.9.0.0/24'), 5000);
   t.notOk(viewer.netmap.peers.get(n2.id)?.PrimaryRoutes, 'only one primary');
   r1.close();
   await viewer.waitFor((m) => (m.peers.get(n2.id)?.PrimaryRoutes ?? []).includes('10.9.0.0/24') && !(m.peers.get(n1.id)?.PrimaryRoutes ?? []).length, 5000);
   t.pass('failed over to r2');
-  const listed = s.state.listNodes().map((n) => s.routes.primaryRoutes(n.id));
+  const listed = s.state.nodes.list().map((n) => s.routes.primaryRoutes(n.id));
   t.same(listed.flat(), ['10.9.0.0/24']);
 });
 

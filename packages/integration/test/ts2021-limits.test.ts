@@ -12,8 +12,8 @@ import { until } from '../src/until.js';
 const CAPVER = 130;
 
 async function authKey(s: TestServer): Promise<string> {
-  const user = s.state.userByName('alice') ?? await s.state.createUser({ name: 'alice' });
-  return (await s.state.createPreAuthKey({ userId: user.id, reusable: true })).secret;
+  const user = s.state.users.byName('alice') ?? await s.state.users.create({ name: 'alice' });
+  return (await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true })).secret;
 }
 
 function closed(emitter: { once(ev: 'close', fn: () => void): unknown }, timeoutMs: number): Promise<boolean> {
@@ -97,11 +97,11 @@ t.test('deadlines close silent TCP connections, handshaken connections that neve
   await d.connect();
   t.equal((await d.register({ authKey: key })).Error, '');
   await d.startMap({ stream: true });
-  const node = s.state.nodeByNodeKey(d.nodeKeyText)!;
+  const node = s.state.nodes.byNodeKey(d.nodeKeyText)!;
   const session = (d as unknown as { session: { destroyed: boolean; once(ev: 'close', fn: () => void): void } }).session;
   await sleep(1500);
   t.notOk(session.destroyed, 'a session holding a map long-poll outlives idle_timeout');
-  t.ok(s.state.isOnline(node.id), 'and the node stays online');
+  t.ok(s.state.presence.isOnline(node.id), 'and the node stays online');
   d.stopMap();
   const stopped = Date.now();
   t.ok(await closed(session, 5000), 'once no request is open, the session is closed after idle_timeout');
@@ -173,7 +173,7 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
     t.equal(r.Error, '');
     urls.push(r.AuthURL ?? "");
   }
-  t.equal(s.state.pendingQuota.size(), 1, '20 logins from one machine leave one waiting');
+  t.equal(s.state.pending.quota.size(), 1, '20 logins from one machine leave one waiting');
   // A retried register must not kill the auth ID the person is approving: the same machine and
   // node key get the login they already wait on; a new node key replaces it.
   t.equal(new Set(urls).size, 1, 'asking again with the same node key returns the same login');
@@ -186,7 +186,7 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
   t.equal((await (await device('c')).register()).Error, '');
   const fourth = await (await device('d')).register();
   t.match(fourth.Error, /too many logins waiting for approval from 127\.0\.0\.1/, 'the 4th machine from the address is refused');
-  t.equal(s.state.pendingQuota.size('127.0.0.1'), 3);
+  t.equal(s.state.pending.quota.size('127.0.0.1'), 3);
   const again = await a.register();
   t.equal(again.Error, '', 'a machine that already waits may renew its login');
 
@@ -194,7 +194,7 @@ t.test('pending registrations: one per machine key, capped per address, bounded 
   // runs every gc_interval after that: wait for its effect, not for a guessed time.
   await until('the periodic sweep to delete the expired login', async () => (await s.storage.pendingRegistrations.get(keyOf(again.AuthURL ?? ''))) === undefined, 30_000);
   t.pass('expired rows are deleted by the periodic sweep');
-  await until('the quota to forget the expired logins', () => s.state.pendingQuota.size() === 0, 30_000);
+  await until('the quota to forget the expired logins', () => s.state.pending.quota.size() === 0, 30_000);
   t.pass('and forgotten by the quota');
   t.equal((await (await device('e')).register()).Error, '', 'room again after expiry');
 });
@@ -213,7 +213,7 @@ t.test('pending registrations: one per node key and three per machine; asking ag
   const rotated: string[] = [];
   for (let i = 0; i < 3; i++) rotated.push((await d.rotateNodeKey()).AuthURL ?? '');
   t.equal(new Set([first, ...rotated]).size, 4, 'each new node key gets its own login');
-  t.equal(s.state.pendingQuota.size(), 3, 'the machine holds three');
+  t.equal(s.state.pending.quota.size(), 3, 'the machine holds three');
   t.equal(await s.storage.pendingRegistrations.get(keyOf(first)), undefined, 'the oldest was replaced');
   for (const u of rotated) t.ok(await s.storage.pendingRegistrations.get(keyOf(u)), 'the newer ones are stored');
 });
@@ -301,12 +301,12 @@ t.test('figures: memory held by idle handshaken connections, /health during a ha
       if (r.Error) refused++;
     }
     const secs = (performance.now() - t0) / 1000;
-    t.comment(`register flood: 100 interactive logins with a ${bytes / 1000} KB Hostinfo in ${secs.toFixed(1)} s; ${refused} refused; database (with WAL) grew ${((size() - start) / 1e6).toFixed(2)} MB; ${s.state.pendingQuota.size()} row(s) kept`);
+    t.comment(`register flood: 100 interactive logins with a ${bytes / 1000} KB Hostinfo in ${secs.toFixed(1)} s; ${refused} refused; database (with WAL) grew ${((size() - start) / 1e6).toFixed(2)} MB; ${s.state.pending.quota.size()} row(s) kept`);
     return refused;
   };
   // Larger than the protocol's 256 KiB Hostinfo cap is a 400 before any of this (hostile-protocol tests).
   t.equal(await registerFlood(200_000), 100, 'a 200 KB Hostinfo exceeds max_hostinfo_bytes every time');
-  t.equal(s.state.pendingQuota.size(), 0, 'and stores nothing');
+  t.equal(s.state.pending.quota.size(), 0, 'and stores nothing');
   t.equal(await registerFlood(60_000), 0, 'a 60 KB Hostinfo is within max_hostinfo_bytes');
-  t.equal(s.state.pendingQuota.size(), 1, 'a register flood from one machine keeps one waiting login');
+  t.equal(s.state.pending.quota.size(), 1, 'a register flood from one machine keeps one waiting login');
 });

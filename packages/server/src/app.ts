@@ -48,7 +48,7 @@ export function createApp(opts: AppOptions): Koa {
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m) return problem(ctx, 401, 'unauthorized', header ? 'malformed Authorization header; expected Bearer <API key>' : 'missing API key (Authorization: Bearer <API key>)');
-    const key = await deps.state.authenticateApiKey(m[1]!);
+    const key = await deps.state.keys.authenticateApiKey(m[1]!);
     if (!key) return problem(ctx, 401, 'unauthorized', 'invalid, expired or revoked API key');
     return next();
   };

@@ -166,7 +166,7 @@ export class Relay {
 
   /** admits: the relay serves only registered, unexpired nodes (also answers external derpers' /verify). */
   admits(nodeKey: string): boolean {
-    const node = this.state.nodeByNodeKey(nodeKey);
+    const node = this.state.nodes.byNodeKey(nodeKey);
     return Boolean(node && !(node.expiry && node.expiry.getTime() <= Date.now()));
   }
 

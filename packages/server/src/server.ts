@@ -148,7 +148,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       relayPorts: { stun: bound.stun, relayTls: bound.relayTls },
     });
     const kernel = await bootKernel(container, (state) => {
-      const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.listUsers().length, nodes: state.listNodes().length });
+      const dbRecord = () => ({ type: config.database.type, database: storage.describe(), users: state.users.list().length, nodes: state.nodes.list().length });
       if (!storage.describe().includes(':memory:')) {
         const warning = databaseSwitchWarning(readDatabaseRecord(config.data_dir), dbRecord());
         if (warning) logger.warn(warning);

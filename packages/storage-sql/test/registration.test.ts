@@ -41,10 +41,10 @@ function register(s: Server, d: Device, authKey: string): Promise<RegisterRespon
 }
 
 async function singleUseKeys(s: Server, user: string, count: number): Promise<Array<{ id: number; secret: string }>> {
-  const u = s.state.userByName(user) ?? await s.state.createUser({ name: user });
+  const u = s.state.users.byName(user) ?? await s.state.users.create({ name: user });
   const out: Array<{ id: number; secret: string }> = [];
   for (let i = 0; i < count; i++) {
-    const { key, secret } = await s.state.createPreAuthKey({ userId: u.id, reusable: false });
+    const { key, secret } = await s.state.keys.createPreAuthKey({ userId: u.id, reusable: false });
     out.push({ id: key.id, secret });
   }
   return out;
@@ -68,7 +68,7 @@ for (const db of databases) {
       t.equal(stored.length, 30, '30 nodes stored');
       t.same(stored.map((n) => n.givenName).sort(), expectedNames('web', 30), 'web, web-1 ... web-29');
       t.equal(new Set(stored.map((n) => n.ipv4)).size, 30, '30 distinct IPv4 addresses');
-      t.same(s.state.listNodes().map((n) => n.givenName).sort(), expectedNames('web', 30), 'memory matches the database');
+      t.same(s.state.nodes.list().map((n) => n.givenName).sort(), expectedNames('web', 30), 'memory matches the database');
       const spent = await Promise.all(keys.map((k) => storage.preAuthKeys.get(k.id)));
       t.ok(spent.every((k) => k?.used), 'every key was spent, once each');
       t.same(new Set(stored.map((n) => n.authKeyId)), new Set(keys.map((k) => k.id)), 'each node names its own key');
@@ -109,12 +109,12 @@ for (const db of databases) {
       t.same(f.calls.slice(0, 2), ['preAuthKeys.markUsed', 'nodes.create'], 'the key was spent before the failing write');
       t.equal((await f.storage.preAuthKeys.get(key!.id))?.used, false, 'the spend was rolled back');
       t.same(await f.storage.nodes.list(), [], 'no node in the database');
-      t.same(s.state.listNodes(), [], 'no node in memory');
+      t.same(s.state.nodes.list(), [], 'no node in memory');
       t.same(s.changes, [], 'nothing published');
 
       const reply = await register(s, d, key!.secret);
       t.equal(reply.Error, '', 'the retry with the same key succeeds');
-      const node = s.state.nodeByMachineKey(d.machineKey)!;
+      const node = s.state.nodes.byMachineKey(d.machineKey)!;
       t.equal(node.givenName, 'web', 'the name the failed attempt proposed was given back');
       t.equal(node.ipv4, '100.64.0.1', 'the address the failed attempt proposed was given back');
       t.equal((await f.storage.preAuthKeys.get(key!.id))?.used, true, 'now spent');
@@ -130,7 +130,7 @@ for (const db of databases) {
       t.equal((await register(s, d, key!.secret)).Error, '', 'joined on the second attempt');
       t.same(f.calls, ['preAuthKeys.markUsed', 'nodes.create', 'preAuthKeys.markUsed', 'nodes.create'], 'the whole transaction ran twice');
       t.equal((await f.storage.nodes.list()).length, 1, 'one node');
-      t.equal(s.state.nodeByMachineKey(d.machineKey)?.ipv4, '100.64.0.1', 'the first attempt\'s address was reused');
+      t.equal(s.state.nodes.byMachineKey(d.machineKey)?.ipv4, '100.64.0.1', 'the first attempt\'s address was reused');
     }));
 
     // With one connection (SQLite) two transactions never interleave, so they cannot deadlock.
@@ -174,12 +174,12 @@ for (const db of databases) {
       t.equal(full.Error, 'no free addresses left in the configured prefixes', 'the client is told why');
       t.equal((await storage.preAuthKeys.get(keys[2]!.id))?.used, false, 'the key is unspent');
       t.equal(await storage.nodes.getByMachineKey(devices[2]!.machineKey), undefined, 'no node stored');
-      t.equal(s.state.nodeByMachineKey(devices[2]!.machineKey), undefined, 'no node in memory');
+      t.equal(s.state.nodes.byMachineKey(devices[2]!.machineKey), undefined, 'no node in memory');
 
-      const freed = s.state.nodeByMachineKey(devices[0]!.machineKey)!;
-      await s.state.deleteNode(freed.id);
+      const freed = s.state.nodes.byMachineKey(devices[0]!.machineKey)!;
+      await s.state.nodes.delete(freed.id);
       t.equal((await register(s, devices[2]!, keys[2]!.secret)).Error, '', 'the retry joins');
-      t.equal(s.state.nodeByMachineKey(devices[2]!.machineKey)?.ipv4, freed.ipv4, 'with the freed address');
+      t.equal(s.state.nodes.byMachineKey(devices[2]!.machineKey)?.ipv4, freed.ipv4, 'with the freed address');
     }));
 
     await t.test('re-registration with a new single-use key: a failed write leaves the key unspent and the node as it was', (t) => db.fresh(async (open) => {
@@ -188,32 +188,32 @@ for (const db of databases) {
       const [first, second] = await singleUseKeys(s, 'alice', 2);
       const d = device('laptop');
       t.equal((await register(s, d, first!.secret)).Error, '');
-      const before = s.state.nodeByMachineKey(d.machineKey)!;
+      const before = s.state.nodes.byMachineKey(d.machineKey)!;
       const relogin: Device = { machineKey: d.machineKey, req: { ...d.req, NodeKey: `nodekey:${hex()}` } };
       s.changes.length = 0;
       f.failNext('nodes.update');
       await t.rejects(register(s, relogin, second!.secret), /injected failure/);
       t.equal((await f.storage.preAuthKeys.get(second!.id))?.used, false, 'the new key is unspent');
       t.equal((await f.storage.nodes.get(before.id))?.nodeKey, before.nodeKey, 'the stored node kept its node key');
-      t.equal(s.state.nodeByMachineKey(d.machineKey)?.nodeKey, before.nodeKey, 'memory kept it too');
+      t.equal(s.state.nodes.byMachineKey(d.machineKey)?.nodeKey, before.nodeKey, 'memory kept it too');
       t.same(s.changes, [], 'nothing published');
       t.equal((await register(s, relogin, second!.secret)).Error, '', 'the retry succeeds');
-      t.equal(s.state.nodeByMachineKey(d.machineKey)?.nodeKey, relogin.req.NodeKey);
-      t.equal(s.state.nodeByMachineKey(d.machineKey)?.givenName, before.givenName, 'name kept');
+      t.equal(s.state.nodes.byMachineKey(d.machineKey)?.nodeKey, relogin.req.NodeKey);
+      t.equal(s.state.nodes.byMachineKey(d.machineKey)?.givenName, before.givenName, 'name kept');
       t.equal((await f.storage.preAuthKeys.get(second!.id))?.used, true);
     }));
 
     await t.test('interactive approval: a failed write leaves the registration pending; of two approvals one wins', (t) => db.fresh(async (open) => {
       const f = faultyStorage(await open());
       const s = await startServer(f.storage);
-      const user = await s.state.createUser({ name: 'bob' });
+      const user = await s.state.users.create({ name: 'bob' });
       const d = device('desk');
-      const pending = await s.state.createPending({ machineKey: d.machineKey, nodeKey: d.req.NodeKey!, hostinfo: { Hostname: 'desk' } });
+      const pending = await s.state.pending.create({ machineKey: d.machineKey, nodeKey: d.req.NodeKey!, hostinfo: { Hostname: 'desk' } });
       f.failNext('nodes.create');
       await t.rejects(s.registrar.approve(pending.key, user.id), /injected failure/);
       t.ok(await f.storage.pendingRegistrations.get(pending.key), 'still pending');
       t.same(await f.storage.nodes.list(), [], 'no node stored');
-      t.same(s.state.listNodes(), [], 'no node in memory');
+      t.same(s.state.nodes.list(), [], 'no node in memory');
 
       const outcomes = await Promise.allSettled([s.registrar.approve(pending.key, user.id), s.registrar.approve(pending.key, user.id)]);
       t.equal(outcomes.filter((o) => o.status === 'fulfilled').length, 1, 'one approval registered the machine');
@@ -225,78 +225,78 @@ for (const db of databases) {
     await t.test('user delete is one transaction and refuses a user with nodes (headscale: force only skips the prompt)', (t) => db.fresh(async (open) => {
       const f = faultyStorage(await open());
       const s = await startServer(f.storage);
-      const user = await s.state.createUser({ name: 'carol' });
-      const other = await s.state.createUser({ name: 'dave' });
-      const owned = await s.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: 'n1', userId: user.id, registerMethod: 'debug' });
-      const kept = await s.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: 'n4', userId: other.id, registerMethod: 'debug' });
-      await s.state.createPreAuthKey({ userId: user.id, reusable: true });
+      const user = await s.state.users.create({ name: 'carol' });
+      const other = await s.state.users.create({ name: 'dave' });
+      const owned = await s.state.nodes.create({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: 'n1', userId: user.id, registerMethod: 'debug' });
+      const kept = await s.state.nodes.create({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: 'n4', userId: other.id, registerMethod: 'debug' });
+      await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
       s.changes.length = 0;
-      await t.rejects(s.state.deleteUser(user.id), { code: 'user_has_nodes' }, 'refused while the user owns a node');
+      await t.rejects(s.state.users.delete(user.id), { code: 'user_has_nodes' }, 'refused while the user owns a node');
       t.notOk(f.calls.includes('nodes.delete'), 'no node was deleted');
-      await s.state.deleteNode(owned.id);
+      await s.state.nodes.delete(owned.id);
       s.changes.length = 0;
       f.failNext('users.delete');
-      await t.rejects(s.state.deleteUser(user.id), /injected failure in users\.delete/);
+      await t.rejects(s.state.users.delete(user.id), /injected failure in users\.delete/);
       t.ok(await f.storage.users.get(user.id), 'the user is still stored');
       t.equal((await f.storage.preAuthKeys.list({ userId: user.id })).length, 1, 'its key is still stored');
-      t.ok(s.state.getUser(user.id), 'memory unchanged');
+      t.ok(s.state.users.get(user.id), 'memory unchanged');
       t.same(s.changes, [], 'nothing published');
 
-      await s.state.deleteUser(user.id);
+      await s.state.users.delete(user.id);
       t.equal(await f.storage.users.get(user.id), undefined);
       t.same(await f.storage.preAuthKeys.list({ userId: user.id }), [], 'its keys went with it');
-      t.same(s.state.listNodes().map((n) => n.id), [kept.id], 'the other user\'s node remains');
+      t.same(s.state.nodes.list().map((n) => n.id), [kept.id], 'the other user\'s node remains');
       t.same(s.changes.map((c) => c.type), ['user-removed']);
     }));
 
     await t.test('user delete with deleteNodes (users destroy --delete-nodes) takes nodes, keys and user in one transaction', (t) => db.fresh(async (open) => {
       const f = faultyStorage(await open());
       const s = await startServer(f.storage);
-      const user = await s.state.createUser({ name: 'frank' });
-      const other = await s.state.createUser({ name: 'gina' });
-      const mk = (hostname: string, userId: number) => s.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname, userId, registerMethod: 'debug' });
+      const user = await s.state.users.create({ name: 'frank' });
+      const other = await s.state.users.create({ name: 'gina' });
+      const mk = (hostname: string, userId: number) => s.state.nodes.create({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname, userId, registerMethod: 'debug' });
       const a = await mk('fa', user.id);
       const b = await mk('fb', user.id);
       const kept = await mk('ga', other.id);
-      await s.state.createPreAuthKey({ userId: user.id, reusable: true });
-      await s.state.createPreAuthKey({ userId: other.id, reusable: true });
+      await s.state.keys.createPreAuthKey({ userId: user.id, reusable: true });
+      await s.state.keys.createPreAuthKey({ userId: other.id, reusable: true });
 
       // A failure after the nodes were deleted inside the transaction rolls all of it back.
       s.changes.length = 0;
       f.failNext('users.delete');
-      await t.rejects(s.state.deleteUser(user.id, { deleteNodes: true }), /injected failure in users\.delete/);
+      await t.rejects(s.state.users.delete(user.id, { deleteNodes: true }), /injected failure in users\.delete/);
       t.same((await f.storage.nodes.list({ userId: user.id })).map((n) => n.id).sort(), [a.id, b.id].sort(), 'both nodes still stored');
       t.ok(await f.storage.users.get(user.id), 'the user is still stored');
       t.equal((await f.storage.preAuthKeys.list({ userId: user.id })).length, 1, 'its key is still stored');
-      t.equal(s.state.listNodes({ userId: user.id }).length, 2, 'memory unchanged');
+      t.equal(s.state.nodes.list({ userId: user.id }).length, 2, 'memory unchanged');
       t.same(s.changes, [], 'nothing published');
 
-      const { nodes } = await s.state.deleteUser(user.id, { deleteNodes: true });
+      const { nodes } = await s.state.users.delete(user.id, { deleteNodes: true });
       t.same(nodes.map((n) => n.givenName).sort(), ['fa', 'fb'], 'the deleted nodes are reported');
       t.equal(await f.storage.users.get(user.id), undefined, 'user gone');
       t.same(await f.storage.nodes.list({ userId: user.id }), [], 'its nodes gone');
       t.same(await f.storage.preAuthKeys.list({ userId: user.id }), [], 'its keys gone');
-      t.same(s.state.listNodes().map((n) => n.id), [kept.id], 'only the other user\'s node remains in memory');
-      t.notOk(s.state.nodeByMachineKey(a.machineKey), 'the key index forgot the deleted node');
+      t.same(s.state.nodes.list().map((n) => n.id), [kept.id], 'only the other user\'s node remains in memory');
+      t.notOk(s.state.nodes.byMachineKey(a.machineKey), 'the key index forgot the deleted node');
       t.equal((await f.storage.preAuthKeys.list({ userId: other.id })).length, 1, 'the other user\'s key remains');
       t.same(s.changes.map((c) => c.type), ['node-removed', 'node-removed', 'user-removed'], 'published after commit: each node, then the user');
-      await t.rejects(s.state.deleteUser(user.id, { deleteNodes: true }), { code: 'not_found' });
+      await t.rejects(s.state.users.delete(user.id, { deleteNodes: true }), { code: 'not_found' });
     }));
 
     await t.test('IP backfill is one transaction: a failure gives no node an address', (t) => db.fresh(async (open) => {
       const storage = await open();
       const v4only = await startServer(storage, { prefixes: { v6: '' } });
-      const user = await v4only.state.createUser({ name: 'erin' });
+      const user = await v4only.state.users.create({ name: 'erin' });
       for (const name of ['p', 'q']) {
-        await v4only.state.createNode({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: name, userId: user.id, registerMethod: 'debug' });
+        await v4only.state.nodes.create({ machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: name, userId: user.id, registerMethod: 'debug' });
       }
       const f = faultyStorage(storage);
       const s = await startServer(f.storage);
       f.failNext('nodes.update');
-      await t.rejects(s.state.backfillIPs(), /injected failure/);
+      await t.rejects(s.state.nodes.backfillIPs(), /injected failure/);
       t.ok((await storage.nodes.list()).every((n) => n.ipv6 === null), 'no node got an IPv6 address');
-      t.ok(s.state.listNodes().every((n) => n.ipv6 === null), 'memory unchanged');
-      const changed = await s.state.backfillIPs();
+      t.ok(s.state.nodes.list().every((n) => n.ipv6 === null), 'memory unchanged');
+      const changed = await s.state.nodes.backfillIPs();
       t.equal(changed.length, 2, 'the retry gives both nodes an address');
       t.same(changed.map((n) => n.ipv6).sort(), ['fd7a:115c:a1e0::1', 'fd7a:115c:a1e0::2'], 'the addresses the failed attempt proposed were given back');
     }));

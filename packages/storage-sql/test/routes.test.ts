@@ -53,7 +53,7 @@ async function kernel(t: Test, storage: StoragePort, policyText?: string): Promi
   state.bus.subscribe((c) => {
     changes.push(c);
     if (c.type === 'node-changed') {
-      primariesWhenPublished.push(Object.fromEntries(state.listNodes().map((n) => [n.id, view.primaryRoutes(n.id)])));
+      primariesWhenPublished.push(Object.fromEntries(state.nodes.list().map((n) => [n.id, view.primaryRoutes(n.id)])));
     }
   });
   return {
@@ -65,7 +65,7 @@ async function kernel(t: Test, storage: StoragePort, policyText?: string): Promi
 const hex = () => randomBytes(32).toString('hex');
 
 function router(state: State, userId: number, name: string, routes: string[]): Promise<Node> {
-  return state.createNode({
+  return state.nodes.create({
     machineKey: `mkey:${hex()}`, nodeKey: `nodekey:${hex()}`, hostname: name, userId, registerMethod: 'authkey',
     availableRoutes: routes, hostinfo: { Hostname: name, RoutableIPs: routes },
   });
@@ -89,7 +89,7 @@ for (const db of databases) {
       const real = await open();
       const f = faultyStorage(real);
       const k = await kernel(t, f.storage);
-      const alice = await k.state.createUser({ name: 'alice' });
+      const alice = await k.state.users.create({ name: 'alice' });
       const r1 = await router(k.state, alice.id, 'r1', ['10.1.0.0/24']);
       const r2 = await router(k.state, alice.id, 'r2', ['10.1.0.0/24']);
       await settle();
@@ -101,14 +101,14 @@ for (const db of databases) {
       t.same(f.calls, ['nodes.update', 'nodes.update'], 'both routers were written in one transaction, the second write failed');
       for (const n of [r1, r2]) {
         t.same((await real.nodes.get(n.id))?.approvedRoutes, [], `${n.givenName}: nothing approved in the database (the first write rolled back)`);
-        t.same(k.state.getNode(n.id)?.approvedRoutes, [], `${n.givenName}: nothing approved in memory`);
+        t.same(k.state.nodes.get(n.id)?.approvedRoutes, [], `${n.givenName}: nothing approved in memory`);
       }
       t.same(k.changes.filter((c) => c.type === 'node-changed'), [], 'nothing was published');
       t.ok(k.logs.some((l) => l.includes('auto-approval failed') && l.includes('injected failure')), 'the failure was logged');
 
       // The same change without the fault: both approved in one commit.
       f.calls.length = 0;
-      await k.routes.autoApprove(k.state.listNodes());
+      await k.routes.autoApprove(k.state.nodes.list());
       t.same(f.calls, ['nodes.update', 'nodes.update'], 'one transaction for both');
       for (const n of [r1, r2]) t.same((await real.nodes.get(n.id))?.approvedRoutes, ['10.1.0.0/24'], `${n.givenName}: approved in the database`);
       t.equal(k.changes.filter((c) => c.type === 'node-changed').length, 2, 'each router published once, after the commit');
@@ -119,7 +119,7 @@ for (const db of databases) {
       const real = await open();
       const f = faultyStorage(real);
       const k = await kernel(t, f.storage);
-      const alice = await k.state.createUser({ name: 'alice' });
+      const alice = await k.state.users.create({ name: 'alice' });
       const r1 = await router(k.state, alice.id, 'r1', ['10.9.0.0/24']);
       await settle();
       k.changes.length = 0;
@@ -127,7 +127,7 @@ for (const db of databases) {
       f.failAt('nodes.update', 1);
       await t.rejects(k.routes.approve(r1.id, ['10.9.0.0/24']), /injected failure in nodes\.update/);
       t.same((await real.nodes.get(r1.id))?.approvedRoutes, [], 'nothing stored');
-      t.same(k.state.getNode(r1.id)?.approvedRoutes, [], 'memory unchanged');
+      t.same(k.state.nodes.get(r1.id)?.approvedRoutes, [], 'memory unchanged');
       t.same(k.view.primaryRoutes(r1.id), [], 'no primary elected');
       t.same(k.changes, [], 'nothing published');
 
@@ -143,21 +143,21 @@ for (const db of databases) {
       const real = await open();
       const f = faultyStorage(real);
       const k = await kernel(t, f.storage, POLICY);
-      const alice = await k.state.createUser({ name: 'alice' });
+      const alice = await k.state.users.create({ name: 'alice' });
       const n = await router(k.state, alice.id, 'r1', []);
       await settle();
       k.primariesWhenPublished.length = 0;
       const report = { Hostinfo: { Hostname: 'r1', RoutableIPs: ['10.1.2.0/24', '10.2.0.0/24'] } } as Parameters<HostinfoService['update']>[1];
       k.changes.length = 0;
       f.failAt('nodes.update', 1);
-      await t.rejects(k.hostinfo.update(k.state.requireNode(n.id), report), /injected failure/);
+      await t.rejects(k.hostinfo.update(k.state.nodes.require(n.id), report), /injected failure/);
       const stored = await real.nodes.get(n.id);
       t.same([stored?.availableRoutes, stored?.approvedRoutes], [[], []], 'neither the advertised routes nor their approval were stored');
-      t.same(k.state.getNode(n.id)?.availableRoutes, [], 'memory unchanged');
+      t.same(k.state.nodes.get(n.id)?.availableRoutes, [], 'memory unchanged');
       t.same(k.changes, [], 'nothing published');
 
       f.calls.length = 0;
-      await k.hostinfo.update(k.state.requireNode(n.id), report);
+      await k.hostinfo.update(k.state.nodes.require(n.id), report);
       const after = await real.nodes.get(n.id);
       t.same(after?.availableRoutes, ['10.1.2.0/24', '10.2.0.0/24'], 'advertised routes stored');
       t.same(after?.approvedRoutes, ['10.1.2.0/24'], 'the auto-approved one approved with them');
@@ -170,7 +170,7 @@ for (const db of databases) {
     await t.test('routes are approved against the policy in force while the SessionHub holds changes back', (t) => db.fresh(async (open) => {
       const storage = await open();
       const k = await kernel(t, storage);
-      const alice = await k.state.createUser({ name: 'alice' });
+      const alice = await k.state.users.create({ name: 'alice' });
       const r0 = await router(k.state, alice.id, 'r0', ['10.1.0.0/24']);
       const plain = [await router(k.state, alice.id, 'a', []), await router(k.state, alice.id, 'b', [])];
       for (const n of [r0, ...plain]) {
@@ -180,13 +180,13 @@ for (const db of databases) {
       await settle();
       // A flush under way in slices (one session a slice): the hub holds back every change until it ends, and its
       // view of the tailnet (and of the policy) stays as it began.
-      await k.state.renameNode(plain[0]!.id, 'renamed');
+      await k.state.nodes.rename(plain[0]!.id, 'renamed');
       k.hub.flushInSlices(0);
       t.ok(k.hub.flushing, 'a flush is under way');
       k.setPolicy(POLICY);
       const r1 = await router(k.state, alice.id, 'r1', ['10.1.7.0/24']);
       await settle();
-      t.same(k.state.getNode(r0.id)?.approvedRoutes, ['10.1.0.0/24'], 'the policy change approved the router that was there (the view had no policy yet)');
+      t.same(k.state.nodes.get(r0.id)?.approvedRoutes, ['10.1.0.0/24'], 'the policy change approved the router that was there (the view had no policy yet)');
       t.same((await storage.nodes.get(r0.id))?.approvedRoutes, ['10.1.0.0/24'], 'and stored it');
       t.same(r1.approvedRoutes, ['10.1.7.0/24'], 'the router registering meanwhile was approved in its registration');
       t.notOk(k.logs.some((l) => l.includes('policy compile failed')), 'no node was compiled against a view that did not know it');
@@ -197,7 +197,7 @@ for (const db of databases) {
     await t.test('a registration stores the routes its policy auto-approves in the registration\'s transaction', (t) => db.fresh(async (open) => {
       const storage = await open();
       const k = await kernel(t, storage, POLICY);
-      const alice = await k.state.createUser({ name: 'alice' });
+      const alice = await k.state.users.create({ name: 'alice' });
       const n = await router(k.state, alice.id, 'r1', ['10.1.5.0/24', '10.3.0.0/24']);
       t.same(n.approvedRoutes, ['10.1.5.0/24'], 'approved on creation');
       t.same((await storage.nodes.get(n.id))?.approvedRoutes, ['10.1.5.0/24'], 'stored with the node');

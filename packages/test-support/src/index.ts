@@ -1,7 +1,7 @@
 // Shared set-up for the unit tests beside State, the session hub, the network
 // view and the registrar: a State over a real in-memory SQLite database.
 import { randomBytes } from 'node:crypto';
-import { createLogger, resolveConfig, silentLogger, State, type Change, type HeadwayConfig, type Logger, type StoragePort } from '@headway/core';
+import { createLogger, resolveConfig, silentLogger, State, type Change, type HeadwayConfig, type Logger, type NewNodeInput, type StoragePort } from '@headway/core';
 import { openSqliteStorage } from '@headway/storage-sql';
 
 /** openMemoryStorage opens a private `:memory:` SQLite database with the real schema. */
@@ -47,6 +47,14 @@ export const hex32 = (): string => randomBytes(32).toString('hex');
 export const machineKey = (): string => `mkey:${hex32()}`;
 export const nodeKey = (): string => `nodekey:${hex32()}`;
 
+/** nodeInput is a registration of a new machine with fresh keys (pre-auth key unless `extra` says otherwise). */
+export function nodeInput(hostname: string, userId: number | null, extra: Partial<NewNodeInput> = {}): NewNodeInput {
+  return { machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey', ...extra };
+}
+
+/** changeTypes lists the types of published changes, in order. */
+export const changeTypes = (changes: Change[]): string[] => changes.map((c) => c.type);
+
 /** Rng is testkit's seedable PRNG (mulberry32), so a failing random run can be replayed from its seed. */
 export { PlanRng as Rng } from '@headway/testkit';
 
@@ -63,8 +71,18 @@ export function seedsFromEnv(count: number): number[] {
  * fails once, whether made directly or inside a transaction (which then rolls back).
  */
 export class Faults {
-  private readonly pending = new Set<string>();
-  failNext(call: string): void { this.pending.add(call); }
+  /** pending: per call, how many more of it succeed before the one that fails. */
+  private readonly pending = new Map<string, number>();
+  /** failNext makes the next call fail, or with `after`, the one after that many more succeeded. */
+  failNext(call: string, after = 0): void { this.pending.set(call, after); }
+
+  private fails(call: string): boolean {
+    const left = this.pending.get(call);
+    if (left === undefined) return false;
+    if (left > 0) { this.pending.set(call, left - 1); return false; }
+    this.pending.delete(call);
+    return true;
+  }
 
   private repos<R extends object>(real: R): R {
     const out: Record<string, unknown> = {};
@@ -76,7 +94,7 @@ export class Faults {
           if (typeof v !== 'function') return v;
           return (...args: unknown[]) => {
             const call = `${name}.${String(prop)}`;
-            if (this.pending.delete(call)) return Promise.reject(new Error(`injected failure in ${call}`));
+            if (this.fails(call)) return Promise.reject(new Error(`injected failure in ${call}`));
             return (v as (...a: unknown[]) => unknown).apply(target, args);
           };
         },

@@ -110,8 +110,8 @@ export class ClusterMember {
 
   /** start applies held announcements, loads other instances' sessions and begins heartbeats and announcing. */
   async start(): Promise<void> {
-    this.state.clustered = true;
-    this.state.onLocalSession = (id, online, lastSeen, since) => this.localSession(id, online, lastSeen, since);
+    this.state.cluster.clustered = true;
+    this.state.presence.onLocalSession = (id, online, lastSeen, since) => this.localSession(id, online, lastSeen, since);
     this.unsubscribe = this.state.bus.subscribe((c) => this.observe(c));
     this.started = true;
     const held = this.held.splice(0);
@@ -133,7 +133,7 @@ export class ClusterMember {
   private async loadSessions(): Promise<void> {
     const live = new Set(this.live.map((i) => i.id));
     for (const s of await this.port.sessions()) {
-      if (s.instanceId !== this.id && live.has(s.instanceId)) this.state.setRemoteOnline(s.nodeId, s.instanceId, true, undefined, s.since);
+      if (s.instanceId !== this.id && live.has(s.instanceId)) this.state.presence.setRemoteOnline(s.nodeId, s.instanceId, true, undefined, s.since);
     }
   }
 
@@ -147,10 +147,10 @@ export class ClusterMember {
     if (this.beating || this.stopped) return;
     this.beating = true;
     try {
-      const rewritten = await this.port.heartbeat({ id: this.id, address: this.address, noisePublicKey: this.noisePublicKey, startedAt: this.startedAt, sessions: this.state.localSessionCount() });
+      const rewritten = await this.port.heartbeat({ id: this.id, address: this.address, noisePublicKey: this.noisePublicKey, startedAt: this.startedAt, sessions: this.state.presence.localSessionCount() });
       if (rewritten) {
         // Another instance took this one for dead (a late heartbeat) and removed its session rows: record them again.
-        const held = this.state.localSessionNodes();
+        const held = this.state.presence.localSessionNodes();
         if (held.length) this.logger.warn('cluster: this instance was pruned as dead; recording its map sessions again', { sessions: held.length });
         for (const id of held) this.localSession(id, true);
       }
@@ -160,10 +160,10 @@ export class ClusterMember {
       try { this.onLive?.(this.live); } catch (err) { this.logger.warn('cluster: an instance-list listener failed', { error: (err as Error).message }); }
       if (this.lost) await this.recover();
       const known = new Set(this.live.map((i) => i.id));
-      for (const inst of this.state.remoteInstances()) {
+      for (const inst of this.state.presence.remoteInstances()) {
         if (!known.has(inst)) {
           this.logger.warn('cluster instance gone: its devices count as offline until they reconnect', { instance: inst });
-          this.state.forgetInstance(inst);
+          this.state.presence.forgetInstance(inst);
         }
       }
       const jobs = await this.port.acquireLease(JOBS_LEASE, this.id, this.config.instance_timeout);
@@ -174,7 +174,7 @@ export class ClusterMember {
       if (!this.lost) {
         this.lost = true;
         this.healthy = false;
-        this.state.serving = false;
+        this.state.cluster.serving = false;
         this.logger.error('cluster: the database is unreachable; closing map streams so devices move to another instance', { error: (err as Error).message });
         this.hooks.endStreams();
       }
@@ -188,21 +188,21 @@ export class ClusterMember {
     await this.resync();
     // Sessions closed while the database was away could not clear their rows: clear them now,
     // or the other instances would count those devices online for good.
-    const held = new Set(this.state.localSessionNodes());
+    const held = new Set(this.state.presence.localSessionNodes());
     for (const s of await this.port.sessions()) {
       if (s.instanceId === this.id && !held.has(s.nodeId)) this.localSession(s.nodeId, false);
     }
     for (const id of held) this.localSession(id, true);
     this.lost = false;
     this.healthy = true;
-    this.state.serving = true;
+    this.state.cluster.serving = true;
     this.logger.info('cluster: the database is back; serving map streams again');
   }
 
   private async resync(): Promise<void> {
     const live = new Set(this.live.map((i) => i.id));
     const sessions = (await this.port.sessions()).filter((s) => live.has(s.instanceId));
-    await this.state.resync(sessions, this.id);
+    await this.state.cluster.resync(sessions, this.id);
   }
 
   /** liveInstances are the other instances live at the last heartbeat. */
@@ -220,7 +220,7 @@ export class ClusterMember {
     const since = this.liveSince().getTime();
     return all.map((i) => ({
       id: i.id, address: i.address, startedAt: i.startedAt.toISOString(), heartbeat: i.heartbeat.toISOString(),
-      sessions: i.id === this.id ? this.state.localSessionCount() : i.sessions,
+      sessions: i.id === this.id ? this.state.presence.localSessionCount() : i.sessions,
       live: i.heartbeat.getTime() >= since, self: i.id === this.id, jobs: i.id === holder,
     }));
   }
@@ -235,7 +235,7 @@ export class ClusterMember {
 
   /** observe collects what a change on this instance touched; one flush per tick announces it all. */
   private observe(c: Change): void {
-    if (this.state.applyingRemote) return;
+    if (this.state.bus.applyingRemote) return;
     switch (c.type) {
       case 'node-added': case 'node-changed': this.pendingNodes.add(c.node.id); break;
       case 'node-removed': this.pendingNodes.add(c.nodeId); break;
@@ -321,16 +321,16 @@ export class ClusterMember {
     if (this.stopped) return;
     if (m === 'gap') return this.resync();
     switch (m.kind) {
-      case 'nodes': return this.state.reloadNodes(m.ids.filter(Number.isInteger));
-      case 'users': return this.state.reloadUsers(m.ids.filter(Number.isInteger));
+      case 'nodes': return this.state.cluster.reloadNodes(m.ids.filter(Number.isInteger));
+      case 'users': return this.state.cluster.reloadUsers(m.ids.filter(Number.isInteger));
       case 'node-patch': {
         const patch = { ...m.patch } as Record<string, unknown>;
         for (const k of PATCH_DATES) if (typeof patch[k] === 'string') patch[k] = new Date(patch[k] as string);
-        return this.state.reloadNodePatch(m.id, patch as PeerPatch);
+        return this.state.cluster.reloadNodePatch(m.id, patch as PeerPatch);
       }
       case 'policy': await this.hooks.reloadPolicy(); return;
       case 'online':
-        this.state.setRemoteOnline(m.id, m.origin, m.online, m.lastSeen ? new Date(m.lastSeen) : undefined, m.since ? new Date(m.since) : undefined);
+        this.state.presence.setRemoteOnline(m.id, m.origin, m.online, m.lastSeen ? new Date(m.lastSeen) : undefined, m.since ? new Date(m.since) : undefined);
         return;
       default: return;
     }
@@ -348,7 +348,7 @@ export class ClusterMember {
     this.stopped = true;
     clearTimeout(this.timer);
     this.unsubscribe?.();
-    this.state.onLocalSession = undefined;
+    this.state.presence.onLocalSession = undefined;
     await this.follower?.close().catch(() => undefined);
     await this.writing.catch(() => undefined);
     await this.port.releaseLease(JOBS_LEASE, this.id).catch(() => undefined);

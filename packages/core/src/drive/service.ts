@@ -151,7 +151,7 @@ export class DriveService {
     if (t.startsWith('tag:')) return { kind: 'tag', name: this.tag(t, 'src') };
     if (t.startsWith('node:')) return { kind: 'node', id: this.node(t.slice(5), 'src') };
     const name = t.startsWith('user:') ? t.slice(5) : t.endsWith('@') ? t.slice(0, -1) : t;
-    return { kind: 'user', id: this.state.resolveUser(name, 'src').id };
+    return { kind: 'user', id: this.state.users.resolve(name, 'src').id };
   }
 
   private destination(text: string): DriveDestination {
@@ -172,8 +172,8 @@ export class DriveService {
   private node(ref: string, field: string): number {
     const r = ref.trim();
     if (!r) throw badField(field, 'node: needs a node name or id');
-    const byId = /^\d+$/.test(r) ? this.state.getNode(Number(r)) : undefined;
-    const node = byId ?? this.state.listNodes().find((n) => n.givenName === r);
+    const byId = /^\d+$/.test(r) ? this.state.nodes.get(Number(r)) : undefined;
+    const node = byId ?? this.state.nodes.list().find((n) => n.givenName === r);
     if (!node) throw notFound('node', r);
     return node.id;
   }

@@ -5,13 +5,13 @@ import type { PolicyEngine } from './service.js';
 
 /** snapshotOf presents live users and nodes to the policy compiler (`users`: the users already read, unchanged since). */
 export function snapshotOf(state: State, users: PolicyUser[] = snapshotUsers(state)): Snapshot {
-  return { users, nodes: state.listNodes().map((n) => snapshotNode(state, n)) };
+  return { users, nodes: state.nodes.list().map((n) => snapshotNode(state, n)) };
 }
 
 /** snapshotUsers are the tailnet's users as the policy compiler sees them. */
 export function snapshotUsers(state: State): PolicyUser[] {
   // Provider groups join policy groups only when the operator says so (oidc.policy_groups).
-  return state.listUsers().map((u) => ({
+  return state.users.list().map((u) => ({
     id: String(u.id), name: u.name, email: u.email || undefined,
     ...(state.config.oidc?.policy_groups && u.groups.length ? { groups: u.groups } : {}),
   }));
@@ -28,7 +28,7 @@ export function snapshotNode(state: State, n: Node): PolicyNode {
     ipv6: n.ipv6 ?? undefined,
     availableRoutes: n.availableRoutes,
     approvedRoutes: n.approvedRoutes,
-    online: state.isOnline(n.id),
+    online: state.presence.isOnline(n.id),
   };
 }
 

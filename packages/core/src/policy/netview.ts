@@ -15,7 +15,7 @@ import type { State } from '../state/state.js';
 export class NetworkView {
   private policy: Policy | null = null;
   private ctx?: TailnetContext;
-  /** ctxUsers is the State.usersVersion the context's users were read at; grown: nodes joined or changed since. */
+  /** ctxUsers is the UserStore.version the context's users were read at; grown: nodes joined or changed since. */
   private ctxUsers = -1;
   private grown = false;
   private readonly compiled = new Map<number, CompiledNode>();
@@ -30,7 +30,7 @@ export class NetworkView {
    * them, and answering from the tailnet context rebuilt that whole context after each join.
    */
   private readonly approvals = new Map<number, { node: Node; routes: string[] }>();
-  /** users are the users as the compiler sees them, with the State.usersVersion they were read at. */
+  /** users are the users as the compiler sees them, with the UserStore.version they were read at. */
   private users?: { version: number; list: PolicyUser[] };
 
   /** drive is the compiled form of the drive adapters' grants for the current tailnet, built lazily. */
@@ -106,13 +106,13 @@ export class NetworkView {
     if (this.ctx && this.grown) {
       this.grown = false;
       // The same users (the context keeps its array), every node as the context knows it, and the joiners.
-      const extended = this.state.usersVersion === this.ctxUsers
+      const extended = this.state.users.version === this.ctxUsers
         && this.ctx.extend(snapshotOf(this.state, this.ctx.snapshot.users));
       if (extended) this.contextExtensions++;
       else this.ctx = undefined;
     }
     if (!this.ctx) {
-      this.ctxUsers = this.state.usersVersion;
+      this.ctxUsers = this.state.users.version;
       // The context the policy was checked with (PolicyService, just before installing it), when the tailnet is
       // still the one it was checked against.
       const snapshot = snapshotOf(this.state);
@@ -127,8 +127,8 @@ export class NetworkView {
     let c = this.compiled.get(id);
     if (c) return c;
     if (!this.policy) {
-      this.allIds ??= this.state.listNodes().map((n) => n.id);
-      const node = this.state.getNode(id);
+      this.allIds ??= this.state.nodes.list().map((n) => n.id);
+      const node = this.state.nodes.get(id);
       c = {
         packetFilter: ALLOW_ALL, sshPolicy: null, capMap: {}, randomizeClientPort: false,
         peers: this.allIds.filter((x) => x !== id).map(String),
@@ -176,7 +176,7 @@ export class NetworkView {
 
   /** policyUsers are the users for approvedRoutesOf; when they changed, every kept approval is dropped too. */
   private policyUsers(): PolicyUser[] {
-    const version = this.state.usersVersion;
+    const version = this.state.users.version;
     if (this.users?.version !== version) {
       this.users = { version, list: snapshotUsers(this.state) };
       this.approvals.clear();
@@ -218,11 +218,11 @@ export class NetworkView {
       case 'group': return { kind: 'group', name: end.name };
       case 'tag': return { kind: 'tag', name: end.name };
       case 'user': {
-        const nodes = this.state.listNodes({ userId: end.id }).filter((n) => !ownedByTags(n));
+        const nodes = this.state.nodes.list({ userId: end.id }).filter((n) => !ownedByTags(n));
         return { kind: 'prefix', text: `user:${end.id}`, set: IPSet.of(...nodes.flatMap(bareAddresses)) };
       }
       case 'node': {
-        const n = this.state.getNode(end.id);
+        const n = this.state.nodes.get(end.id);
         return { kind: 'prefix', text: `node:${end.id}`, set: IPSet.of(...(n ? bareAddresses(n) : [])) };
       }
     }
@@ -270,11 +270,11 @@ export class NetworkView {
     // router online the longest (its oldest map session, on any instance; then the lowest id).
     // That is sticky too: the primary keeps the role while it stays online, and a router that
     // comes back has the newest session, so it does not take the role back.
-    const clustered = this.state.clustered;
+    const clustered = this.state.cluster.clustered;
     const sticky = !clustered;
-    const since = (n: Node) => this.state.onlineSince(n.id) ?? Number.POSITIVE_INFINITY;
+    const since = (n: Node) => this.state.presence.onlineSince(n.id) ?? Number.POSITIVE_INFINITY;
     const candidates = new Map<string, Node[]>();
-    for (const n of this.state.listNodes()) {
+    for (const n of this.state.nodes.list()) {
       for (const r of this.effectiveApproved(n)) {
         if (isExitRoute(r)) continue;
         (candidates.get(r) ?? candidates.set(r, []).get(r)!).push(n);
@@ -283,7 +283,7 @@ export class NetworkView {
     const next = new Map<string, number>();
     for (const [route, nodes] of candidates) {
       const cur = this.primaries.get(route);
-      const online = nodes.filter((n) => this.state.isOnline(n.id));
+      const online = nodes.filter((n) => this.state.presence.isOnline(n.id));
       if (clustered) online.sort((a, b) => since(a) - since(b) || a.id - b.id);
       let pick: number;
       if (sticky && cur !== undefined && online.some((n) => n.id === cur)) pick = cur;

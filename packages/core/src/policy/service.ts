@@ -136,12 +136,8 @@ export class PolicyService {
     this.text = text;
     this.policy = policy;
     this.updatedAt = new Date();
-    this.state.applyingRemote = remote;
-    try {
-      this.state.bus.publish({ type: 'policy-changed' });
-    } finally {
-      this.state.applyingRemote = false;
-    }
+    if (remote) this.state.bus.publishRemote({ type: 'policy-changed' });
+    else this.state.bus.publish({ type: 'policy-changed' });
   }
 
   close(): void { this.unwatch?.(); }

@@ -29,8 +29,25 @@ export type Change =
 /** ChangeBus fans every change out to map sessions and other listeners, synchronously and in order. */
 export class ChangeBus {
   private readonly emitter = new EventEmitter();
+  private remote = false;
   constructor() { this.emitter.setMaxListeners(0); }
+  /**
+   * applyingRemote is true while a change another cluster instance made is being
+   * published here (publishing is synchronous), so the cluster does not announce it again.
+   */
+  get applyingRemote(): boolean { return this.remote; }
   publish(change: Change): void { this.emitter.emit('change', change); }
+  /** publishRemote publishes a change another instance made, marked so it is not announced again. */
+  publishRemote(change: Change): void { this.asRemote(() => this.publish(change)); }
+  /** asRemote runs fn, whose every publication is of a change another instance made. */
+  asRemote(fn: () => void): void {
+    this.remote = true;
+    try {
+      fn();
+    } finally {
+      this.remote = false;
+    }
+  }
   subscribe(fn: (change: Change) => void): () => void {
     this.emitter.on('change', fn);
     return () => this.emitter.off('change', fn);

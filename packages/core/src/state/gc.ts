@@ -27,11 +27,11 @@ export class NodeGc {
       if (c.type === 'node-removed') this.cancel(c.nodeId);
       if (c.type === 'node-patch' && c.patch.online === true) this.cancel(c.nodeId);
       if (c.type === 'node-patch' && c.patch.online === false) {
-        const n = this.state.getNode(c.nodeId);
-        if (n?.ephemeral && !this.state.isOnline(n.id)) this.scheduleEphemeral(n.id);
+        const n = this.state.nodes.get(c.nodeId);
+        if (n?.ephemeral && !this.state.presence.isOnline(n.id)) this.scheduleEphemeral(n.id);
       }
     });
-    for (const n of this.state.listNodes()) if (n.ephemeral) this.scheduleEphemeral(n.id);
+    for (const n of this.state.nodes.list()) if (n.ephemeral) this.scheduleEphemeral(n.id);
     this.startPendingGc();
   }
 
@@ -41,7 +41,7 @@ export class NodeGc {
     if (!every) return;
     const sweep = () => {
       if (!this.mayRun()) return;
-      this.state.deleteExpiredPending().catch((err: Error) => this.logger.warn('pending registration cleanup failed', { error: err.message }));
+      this.state.pending.deleteExpired().catch((err: Error) => this.logger.warn('pending registration cleanup failed', { error: err.message }));
     };
     sweep();
     this.pendingTimer = setInterval(sweep, every);
@@ -58,15 +58,15 @@ export class NodeGc {
     clearTimeout(this.ephemeralTimers.get(id));
     const t = setTimeout(() => {
       this.ephemeralTimers.delete(id);
-      const n = this.state.getNode(id);
-      if (n?.ephemeral && !this.state.isOnline(id) && !this.mayRun()) {
+      const n = this.state.nodes.get(id);
+      if (n?.ephemeral && !this.state.presence.isOnline(id) && !this.mayRun()) {
         // Another instance runs the jobs; look again later in case this one takes over.
         this.scheduleEphemeral(id);
         return;
       }
-      if (n?.ephemeral && !this.state.isOnline(id)) {
+      if (n?.ephemeral && !this.state.presence.isOnline(id)) {
         this.logger.info('deleting inactive ephemeral node', { node: id, name: n.givenName });
-        void this.state.deleteNode(id).catch(() => undefined);
+        void this.state.nodes.delete(id).catch(() => undefined);
       }
     }, timeout);
     t.unref();

@@ -23,7 +23,7 @@ export type NodeReport = Pick<MapRequest, 'DiscoKey' | 'Endpoints' | 'Hostinfo'>
  * endpoints, Hostinfo) and tells peers the smallest change: a patch when only
  * the disco key, endpoints or home DERP moved, a full peer change when the
  * Hostinfo or the advertised routes did. Routes the policy auto-approves for a
- * newly advertised set go in the same write as the Hostinfo (State.routePatch),
+ * newly advertised set go in the same write as the Hostinfo (autoApprovedPatch),
  * and the primary election runs before the change is published (RouteService.commit).
  */
 export class HostinfoService {
@@ -56,10 +56,10 @@ export class HostinfoService {
     let current = node;
     if (full) {
       [current] = (await this.routes.commit([{ id: node.id, patch: store }])) as [Node];
-      if (Object.keys(patch).length) this.state.publishPatch(node.id, patch);
+      if (Object.keys(patch).length) this.state.nodes.publishPatch(node.id, patch);
     } else if (Object.keys(store).length) {
-      current = await this.state.updateNode(node.id, store, 'silent');
-      if (Object.keys(patch).length) this.state.publishPatch(node.id, patch);
+      current = await this.state.nodes.update(node.id, store, 'silent');
+      if (Object.keys(patch).length) this.state.nodes.publishPatch(node.id, patch);
     }
     return current;
   }

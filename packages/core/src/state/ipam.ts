@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { formatIP, parseIP, parseIPPrefix, prefixContains, prefixLast, type IPAddr, type Prefix } from '@headway/policy/ip';
+import { HeadwayError } from '../errors.js';
 
 /** Ranges Tailscale reserves inside the CGNAT space: never handed to a node. */
 const RESERVED = ['100.100.100.0/24', '100.115.92.0/23'].map((p) => parseIPPrefix(p)!);
@@ -76,4 +77,79 @@ export class AddressAllocator {
     }
     return undefined;
   }
+}
+
+/** Addressed is the part of a node the allocators look at. */
+interface Addressed { ipv4: string | null; ipv6: string | null }
+
+/**
+ * NodeAddresses is the pair of allocators for the enabled families (prefixes.v4,
+ * prefixes.v6): what nodes hold is marked used, and a node is given one address
+ * of each enabled family, or none when either family is full.
+ */
+export class NodeAddresses {
+  private readonly v4?: AddressAllocator;
+  private readonly v6?: AddressAllocator;
+
+  constructor(prefixes: { v4?: string; v6?: string; allocation: 'sequential' | 'random' }) {
+    if (prefixes.v4) this.v4 = new AddressAllocator(prefixes.v4, prefixes.allocation);
+    if (prefixes.v6) this.v6 = new AddressAllocator(prefixes.v6, prefixes.allocation);
+  }
+
+  markUsed(n: Addressed): void {
+    this.v4?.markUsed(n.ipv4);
+    this.v6?.markUsed(n.ipv6);
+  }
+
+  release(n: Addressed): void {
+    this.v4?.release(n.ipv4);
+    this.v6?.release(n.ipv6);
+  }
+
+  /** releaseChanged frees the addresses `before` held that `after` (the same node) no longer does. */
+  releaseChanged(before: Addressed, after: Addressed): void {
+    if (before.ipv4 !== after.ipv4) this.v4?.release(before.ipv4);
+    if (before.ipv6 !== after.ipv6) this.v6?.release(before.ipv6);
+  }
+
+  /**
+   * reserve takes one free address of each enabled family; allocation is
+   * synchronous, so concurrent registrations never propose the same address.
+   */
+  reserve(): Addressed {
+    const ipv4 = this.v4 ? this.v4.next() : null;
+    const ipv6 = this.v6 ? this.v6.next() : null;
+    if (ipv4 === undefined || ipv6 === undefined) {
+      this.v4?.giveBack(ipv4); this.v6?.giveBack(ipv6);
+      throw full();
+    }
+    return { ipv4, ipv6 };
+  }
+
+  /** giveBack returns addresses reserved for a write that did not commit (null: none of that family). */
+  giveBack(ipv4: string | null, ipv6: string | null): void {
+    this.v4?.giveBack(ipv4);
+    this.v6?.giveBack(ipv6);
+  }
+
+  /**
+   * fill reserves an address of each enabled family the node lacks and returns the
+   * node's addresses with them; undefined when it lacks none.
+   */
+  fill(n: Addressed): Addressed | undefined {
+    const needV4 = Boolean(this.v4 && !n.ipv4), needV6 = Boolean(this.v6 && !n.ipv6);
+    if (!needV4 && !needV6) return undefined;
+    const ipv4 = needV4 ? this.v4!.next() : n.ipv4;
+    if (ipv4 === undefined) throw full();
+    const ipv6 = needV6 ? this.v6!.next() : n.ipv6;
+    if (ipv6 === undefined) {
+      if (needV4) this.v4!.giveBack(ipv4);
+      throw full();
+    }
+    return { ipv4, ipv6 };
+  }
+}
+
+function full(): HeadwayError {
+  return new HeadwayError('conflict', 'no free addresses left in the configured prefixes');
 }

@@ -67,3 +67,34 @@ const TAG = /^tag:[a-zA-Z0-9][a-zA-Z0-9-_.]*$/;
 export function checkTag(tag: string): string | undefined {
   return TAG.test(tag) ? undefined : `expected tag:<name> (letters, digits, '-', '_', '.'), found ${shown(tag)}`;
 }
+
+/**
+ * GivenNames counts the nodes in memory per given name (names are unique in
+ * storage; a count stays safe if not) and holds the names proposed by
+ * registrations still in their transaction, so concurrent joins of one hostname
+ * propose different names.
+ */
+export class GivenNames {
+  private readonly counts = new Map<string, number>();
+  private readonly claimed = new Set<string>();
+
+  add(name: string): void { this.counts.set(name, (this.counts.get(name) ?? 0) + 1); }
+
+  drop(name: string): void {
+    const c = this.counts.get(name) ?? 0;
+    if (c <= 1) this.counts.delete(name);
+    else this.counts.set(name, c - 1);
+  }
+
+  claim(name: string): void { this.claimed.add(name); }
+  unclaim(name: string): void { this.claimed.delete(name); }
+
+  /** taken says whether a node other than the one named `own` holds the name, or a registration proposed it. */
+  taken(name: string, own?: string): boolean {
+    if (this.claimed.has(name)) return true;
+    // Counted by name: scanning every node would cost O(N) per join, O(N²) per burst.
+    const count = this.counts.get(name) ?? 0;
+    if (count === 0) return false;
+    return !(count === 1 && own === name);
+  }
+}

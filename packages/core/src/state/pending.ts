@@ -1,4 +1,10 @@
+import type { PendingRegistration } from '../domain.js';
+import type { HeadwayConfig } from '../config/schema.js';
 import { HeadwayError } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { StoragePort } from '../ports/storage.js';
+import { randomToken } from '../secrets.js';
+import { atomically } from './writes.js';
 
 /** PendingLimits are the caps PendingQuota enforces (registration.max_pending, registration.max_pending_per_address). */
 export interface PendingLimits {
@@ -101,4 +107,90 @@ export class PendingQuota {
   size(source?: string): number {
     return source === undefined ? this.byKey.size : this.bySource.get(source)?.size ?? 0;
   }
+}
+
+/**
+ * PendingLogins are the interactive logins waiting for approval. They live in the
+ * database (a login may be approved on any instance); `quota` counts the ones this
+ * process stored, a first filter in front of the database's caps (registration.*).
+ */
+export class PendingLogins {
+  readonly quota = new PendingQuota(() => this.config.registration);
+  /** turn is the create running now, which the next one waits for. */
+  private turn: Promise<unknown> = Promise.resolve();
+
+  /** clustered says whether other instances write the same database (then their logins count too, and only it decides). */
+  constructor(
+    private readonly storage: StoragePort,
+    private readonly config: HeadwayConfig,
+    private readonly logger: Logger,
+    private readonly clustered: () => boolean,
+  ) {}
+
+  /**
+   * create stores an interactive login waiting for approval. The Hostinfo kept with it is bounded, and
+   * the database decides the rest in the one transaction that writes the row (putWithinQuota): the machine's
+   * login for the same node key (or its oldest of PER_MACHINE) is replaced, and the per-source and overall caps
+   * are counted there, under a lock every instance on the database takes, so concurrent logins cannot pass a cap
+   * together (a count in memory before the write cannot see the others in flight).
+   */
+  async create(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null; source?: string }): Promise<PendingRegistration> {
+    const limits = this.config.registration;
+    const size = input.hostinfo ? Buffer.byteLength(JSON.stringify(input.hostinfo)) : 0;
+    if (size > limits.max_hostinfo_bytes) {
+      throw new HeadwayError('payload_too_large', `Hostinfo is ${size} bytes; a login waiting for approval stores at most ${limits.max_hostinfo_bytes} (registration.max_hostinfo_bytes)`, 'Hostinfo');
+    }
+    const source = input.source ?? 'unknown';
+    // One at a time in this process, so memory learns of the database's decisions in the order it made them: two
+    // answered out of order would leave memory holding a login the later one had replaced (the database serializes
+    // them anyway, with its lock; across instances that lock alone decides, since memory is not consulted there).
+    const turn = this.turn.then(() => this.admit(input, source));
+    this.turn = turn.catch(() => undefined);
+    return turn;
+  }
+
+  private async admit(input: { machineKey: string; nodeKey: string; hostinfo: Record<string, unknown> | null }, source: string): Promise<PendingRegistration> {
+    const limits = this.config.registration;
+    // Alone, every login memory counts is a row in the database, so a refusal here is the database's too and
+    // spares it the locked transaction; in a cluster another instance may have approved some, so it decides.
+    if (!this.clustered()) this.quota.check(source, input.machineKey, input.nodeKey);
+    const now = new Date();
+    const reg: PendingRegistration = {
+      // Letters and digits: the key goes on a command line, where a leading '-' reads as a flag (randomToken).
+      key: randomToken(24),
+      machineKey: input.machineKey, nodeKey: input.nodeKey, hostinfo: input.hostinfo,
+      createdAt: now, expiresAt: new Date(now.getTime() + limits.pending_expiry),
+    };
+    const caps = { perMachine: PER_MACHINE, perSource: limits.max_pending_per_address, total: limits.max_pending };
+    const admission = await atomically(this.storage, this.logger, (tx) => tx.pendingRegistrations.putWithinQuota(reg, source, caps, now));
+    if (!admission.stored) throw pendingQuotaError(admission.limit, source, limits);
+    this.quota.add(reg.key, source, reg.machineKey, reg.expiresAt.getTime(), reg.nodeKey, admission.replaced);
+    return reg;
+  }
+
+  /** get reads a waiting login from the database (any instance may have stored it); an expired one is deleted and not returned. */
+  async get(key: string): Promise<PendingRegistration | undefined> {
+    const reg = await this.storage.pendingRegistrations.get(key);
+    if (!reg) return undefined;
+    if (reg.expiresAt.getTime() <= Date.now()) {
+      await this.delete(key);
+      return undefined;
+    }
+    return reg;
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.storage.pendingRegistrations.delete(key);
+    this.quota.remove(key);
+  }
+
+  /** deleteExpired removes every expired waiting login; called periodically (registration.gc_interval). */
+  async deleteExpired(): Promise<number> {
+    const n = await this.storage.pendingRegistrations.deleteExpired(new Date());
+    this.quota.prune();
+    return n;
+  }
+
+  /** consumed forgets a login a registration's committed transaction deleted (approved). */
+  consumed(key: string): void { this.quota.remove(key); }
 }

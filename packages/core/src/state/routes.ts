@@ -1,9 +1,34 @@
 import type { Policy } from '@headway/policy';
-import type { Node } from '../domain.js';
+import type { NewNode, Node, NodePatch } from '../domain.js';
 import type { Logger } from '../log.js';
 import type { NetworkView } from '../policy/netview.js';
 import { approvedRouteSet } from './names.js';
 import type { State } from './state.js';
+
+/** AutoApprovals returns the approved routes a node about to be written should carry (undefined: nothing to add). */
+export type AutoApprovals = (draft: Node) => string[] | undefined;
+
+/**
+ * autoApprovedPatch adds to a node's patch the routes the autoApprovers approve for
+ * the node as patched, when the patch changes what it advertises, its approvals or
+ * its owner; other patches (endpoints, last seen, ...) pass unchanged.
+ */
+export function autoApprovedPatch(approve: AutoApprovals | undefined, node: Node, patch: NodePatch): NodePatch {
+  if (!approve) return patch;
+  const differs = (k: 'availableRoutes' | 'approvedRoutes' | 'tags') => patch[k] !== undefined && patch[k]!.join(',') !== node[k].join(',');
+  const touches = differs('availableRoutes') || differs('approvedRoutes') || differs('tags') || (patch.userId !== undefined && patch.userId !== node.userId);
+  if (!touches) return patch;
+  const approvedRoutes = approve({ ...node, ...patch });
+  return approvedRoutes ? { ...patch, approvedRoutes } : patch;
+}
+
+/** autoApprovedRow adds the routes the autoApprovers approve to a new node's row. */
+export function autoApprovedRow(approve: AutoApprovals | undefined, row: NewNode): NewNode {
+  if (!approve || !row.availableRoutes.length) return row;
+  const now = new Date();
+  const approved = approve({ ...row, id: -1, createdAt: now, updatedAt: now });
+  return approved ? { ...row, approvedRoutes: approved } : row;
+}
 
 /**
  * PrimaryElection runs the primary-route election (SessionHub implements it: it
@@ -46,28 +71,28 @@ export class RouteService {
    * changes) and for every node when the policy changes. It must subscribe after
    * the SessionHub, which installs a new policy in the view first. It also lets
    * State put the auto-approved routes of a registration in the registration's
-   * own transaction (State.autoApprovals), so the follow-up finds nothing to add.
+   * own transaction (NodeStore.autoApprovals), so the follow-up finds nothing to add.
    */
   start(): void {
-    this.state.autoApprovals = (draft) => this.withAutoApprovals(draft);
+    this.state.nodes.autoApprovals = (draft) => this.withAutoApprovals(draft);
     this.unsubscribe = this.state.bus.subscribe((c) => {
-      if (c.type === 'policy-changed') void this.autoApprove(this.state.listNodes());
+      if (c.type === 'policy-changed') void this.autoApprove(this.state.nodes.list());
       if (c.type === 'node-added' || c.type === 'node-changed') void this.autoApprove([c.node]);
     });
   }
 
   stop(): void {
     this.unsubscribe?.();
-    this.state.autoApprovals = undefined;
+    this.state.nodes.autoApprovals = undefined;
   }
 
   /**
    * approve replaces a node's admin-approved routes (either exit route approves
    * both); the routes the autoApprovers approve for what it advertises stay
-   * approved, in the same write (State.routePatch).
+   * approved, in the same write (autoApprovedPatch).
    */
   async approve(id: number, routes: string[]): Promise<Node> {
-    this.state.requireNode(id);
+    this.state.nodes.require(id);
     const [updated] = await this.commit([{ id, patch: { approvedRoutes: approvedRouteSet(routes) } }]);
     return updated!;
   }
@@ -84,10 +109,10 @@ export class RouteService {
 
   /**
    * commit writes node patches that change routes in one transaction, runs the
-   * primary election over the committed state, then publishes (State.commitNodes).
+   * primary election over the committed state, then publishes (NodeStore.commit).
    */
-  commit(patches: Array<{ id: number; patch: Parameters<State['updateNode']>[1] }>): Promise<Node[]> {
-    return this.state.commitNodes(patches, () => this.election.electPrimaries());
+  commit(patches: Array<{ id: number; patch: NodePatch }>): Promise<Node[]> {
+    return this.state.nodes.commit(patches, () => this.election.electPrimaries());
   }
 
   /**
@@ -99,7 +124,7 @@ export class RouteService {
     if (!policy) return;
     const patches: Array<{ id: number; patch: { approvedRoutes: string[] } }> = [];
     for (const n of nodes) {
-      const node = this.state.getNode(n.id);
+      const node = this.state.nodes.get(n.id);
       if (!node || !node.availableRoutes.length) continue;
       const missing = this.view.autoApproved(node, policy).filter((r) => !node.approvedRoutes.includes(r));
       if (missing.length) patches.push({ id: node.id, patch: { approvedRoutes: approvedRouteSet([...node.approvedRoutes, ...missing]) } });

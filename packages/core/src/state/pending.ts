@@ -17,7 +17,7 @@ interface Entry { key: string; source: string; machineKey: string; nodeKey: stri
 /**
  * PER_MACHINE caps the logins one machine may have waiting, one per node key. More than one:
  * tailscaled retries the register of an earlier attempt (after a rejection it even uses the
- * previous node key), and with one per machine that retry replaced the login the person was
+ * previous node key), and with one per machine that retry would replace the login the person is
  * about to approve.
  */
 export const PER_MACHINE = 3;

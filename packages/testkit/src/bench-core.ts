@@ -27,7 +27,7 @@ export interface CoreServer {
   close(): Promise<void>;
 }
 
-/** CoreModule is the slice of @headway/core's exports the benchmarks call. */
+/** CoreModule is the slice of @headway/core's and @headway/server's exports the benchmarks call. */
 interface CoreModule {
   resolveConfig(raw: unknown, opts: { env?: NodeJS.ProcessEnv; baseDir?: string }): {
     config: unknown;
@@ -37,8 +37,10 @@ interface CoreModule {
   createLogger(opts: { level?: string; write?: (line: string) => void }): unknown;
 }
 
-// A variable specifier keeps tsc from resolving (and so depending on) @headway/core at compile time.
-const CORE_MODULE = '@headway/server';
+// Variable specifiers keep tsc from resolving (and so depending on) the server's packages at compile time:
+// configuration and logging come from @headway/core, startServer from @headway/server.
+const CORE_MODULE = '@headway/core';
+const SERVER_MODULE = '@headway/server';
 
 /**
  * startBenchServer starts the real server over SQLite in `dataDir` (log level warn, no metrics or gRPC
@@ -46,7 +48,7 @@ const CORE_MODULE = '@headway/server';
  * first bind, so it binds once to learn a free port and starts again on it.
  */
 export async function startBenchServer(dataDir: string, extra: Record<string, unknown>): Promise<CoreServer> {
-  const core = (await import(CORE_MODULE)) as CoreModule;
+  const core = { ...(await import(CORE_MODULE)), ...(await import(SERVER_MODULE)) } as CoreModule;
   const logger = core.createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
   const base = {
     listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,

@@ -19,7 +19,8 @@ import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
 import { PAGE_HEADERS, approvedRegistrationPage, expiredRegistrationPage, registerPage, rejectedRegistrationPage } from './pages.js';
 import type { Registrar } from './register.js';
-import { MapSession, type SessionHub } from './sessions.js';
+import { keepAliveWait, MapSession } from './map-session.js';
+import type { SessionHub } from './sessions.js';
 import { parseMapRequest, parseRegisterRequest } from '@headway/core';
 import { MIN_CAPABILITY_VERSION, type MapRequest } from '@headway/core';
 
@@ -296,7 +297,8 @@ export class ControlServer {
       return;
     }
     stream.respond(200, 'application/octet-stream');
-    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    const session = new MapSession(node.id, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }),
+      keepAliveWait(), this.hub.clock);
     state.presence.sessionOpened(node.id);
     const streams = this.streams.get(node.id) ?? this.streams.set(node.id, new Set()).get(node.id)!;
     streams.add(stream);
@@ -342,7 +344,8 @@ export class ControlServer {
     metrics.mapMessages.inc({ kind: 'full' });
     if (!mr.Stream) { stream.end(first); return; }
     stream.write(first);
-    const session = new MapSession(0, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }));
+    const session = new MapSession(0, mr.Version, zstd, (buf) => { stream.write(buf); }, () => metrics.mapMessages.inc({ kind: 'keepalive' }),
+      keepAliveWait(), this.hub.clock);
     session.armKeepAlive();
     stream.onClose(() => session.close());
   }

@@ -1,23 +1,7 @@
 import { constants, zstdCompressSync } from 'node:zlib';
 import { compressUsingDict, createCCtx, init as initWasmZstd } from '@bokuweb/zstd-wasm';
 import { nativeZstdCompress } from '@headway/noise';
-
-/**
- * ZSTD_LEVEL is zstd's fastest standard level (1), what headscale and Tailscale's own test control servers use
- * for map responses (zstdframe.FastestCompression). Every join compresses a full map of the whole tailnet, and on
- * map JSON (mostly hex keys) level 1 took half the CPU of level 3 and came out no larger (146 KB of peers:
- * 24.2 KB in 156 µs against 28.8 KB in 300 µs); its window (512 KiB) is a quarter of level 3's.
- */
-const ZSTD_LEVEL = 1;
-
-/**
- * WASM_MAX_INPUT: JSON up to this size is compressed with @bokuweb/zstd-wasm, larger JSON with node:zlib. Both are
- * libzstd and write the same frames (one frame, content size in the header); what differs is the cost per call.
- * node:zlib's one-shot call builds a Transform stream and a fresh native context every time (51 µs for a 158-byte
- * patch, 44 µs for a 17 KB packet filter), and a batch sends one small message per session; the WASM build calls
- * libzstd directly (10 µs and 37 µs). On a 114 KB full map the native code is faster (233 µs against 310 µs).
- */
-export const WASM_MAX_INPUT = 32 * 1024;
+import { RAW_FRAME_MAX, SHARED_FRAME_MIN, WASM_MAX_INPUT, ZSTD_LEVEL } from './fanout-knobs.js';
 
 /**
  * ZSTD_WASM_READY names, on globalThis, the one instantiation of zstd-wasm's module in this process. Its init()
@@ -40,21 +24,12 @@ await zstdWasmReady();
 
 /**
  * CCTX is one compression context for every WASM frame: ZSTD_compress sets up and frees a context's workspace on
- * each call, which was a third of a small message's cost (a tag change sends one to each of thousands of sessions:
- * 12.6 µs against 9.2 µs for 701 bytes, 16.8 against 11.5 µs for 1,367). zstd-wasm exposes a context only with
- * ZSTD_compress_usingDict; with an empty dictionary it writes the very bytes ZSTD_compress does (frames.test.ts).
- * Calls are synchronous, so one context serves the process.
+ * each call, a third of a small message's cost, and a flush sends a small message to each of thousands of sessions.
+ * zstd-wasm exposes a context only with ZSTD_compress_usingDict; with an empty dictionary it writes the very bytes
+ * ZSTD_compress does (frames.test.ts). Calls are synchronous, so one context serves the process.
  */
 const CCTX = createCCtx();
 const NO_DICT = new Uint8Array(0);
-
-/**
- * RAW_FRAME_MAX: text shorter than this goes into a zstd frame as is (rawFrame) rather than through the compressor.
- * A flush cuts each session's message around the parts it shares with others (frameSegments), and what is left
- * between them is a few dozen bytes of the session's own ('}', a rule's destinations): a compressor call each (10 µs
- * and up with zstd-wasm, per piece, per session, per flush) that saved a handful of bytes, if any.
- */
-export const RAW_FRAME_MAX = 256;
 
 /** RAW_BLOCK_MAX is zstd's largest block (Block_Maximum_Size, 128 KiB; RFC 8878 §3.1.1.2.3). */
 const RAW_BLOCK_MAX = 128 * 1024;
@@ -85,9 +60,9 @@ export function rawFrame(text: Uint8Array): Uint8Array {
 /**
  * compressJson is one zstd frame of `text` at ZSTD_LEVEL (as is when short): through the zstd Node links, called
  * directly by @headway/aead's addon with one context reused (nativeZstdCompress), or without the addon from
- * whichever codec is cheaper at its size. Each session's own text in a flush is compressed for it alone: in a
- * 5,000-device join that was 20 s of the server's CPU through the WASM build, which costs about 20 µs per call
- * before compressing a byte (a few KB of JSON: 8-10 against 24-25 µs).
+ * whichever codec is cheaper at its size (WASM_MAX_INPUT). Each session's own text in a flush is compressed for it
+ * alone, so the fixed cost per call matters more than the cost per byte: the addon's is a fraction of the WASM
+ * build's.
  */
 export function compressJson(text: Buffer): Uint8Array {
   if (text.length < RAW_FRAME_MAX) return rawFrame(text);
@@ -96,13 +71,6 @@ export function compressJson(text: Buffer): Uint8Array {
   return zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } });
 }
 
-/**
- * SHARED_FRAME_MIN: a part many messages share at least this long is compressed once and sent to zstd sessions as a
- * frame of its own within their messages (see frameSegments): a flush's PeersChanged or PeersChangedPatch list, and a
- * block of a full map's peers (Mapper.fullMapMessage). Shorter ones are compressed with the rest of each message (a
- * frame costs about 12 bytes, and a call per session).
- */
-export const SHARED_FRAME_MIN = 2048;
 let sharedFrameMin = SHARED_FRAME_MIN;
 /** setSharedFrameMin changes SHARED_FRAME_MIN in force and returns the previous value (tests: 1 frames every shared part). */
 export function setSharedFrameMin(n: number): number {
@@ -118,8 +86,7 @@ export function sharedFrameMinInForce(): number { return sharedFrameMin; }
  * now or a zstd frame compressed earlier (a part many sessions share, compressed once per flush): a body of several
  * frames, which Tailscale's client decodes as their contents one after another (zstdframe.AppendDecode takes zero
  * or more frames). Each session's own parts (its packet filter changes, profiles) are compressed for it alone, the
- * shared peers not again per session: compressing every session's whole message was most of a policy change's
- * flush when it gave each device new peers (1,411 sessions at 5,000 devices, 48 KB each).
+ * shared peers once for all: a policy change may give thousands of sessions the same tens of KB of new peers.
  */
 export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): WireMessage {
   const bodies: Uint8Array[] = [];
@@ -132,8 +99,7 @@ export function frameSegments(segments: ReadonlyArray<string | Uint8Array>): Wir
 
 /**
  * WireMessage is a message as it goes on the stream: one buffer, or its pieces in order, which the stream sends
- * without joining them (H2Stream.write). A message of several frames (shared ones among them) went through a copy
- * into one buffer per session before: at 5,000 devices a policy change gave 1,411 sessions 50 KB each.
+ * without joining them (H2Stream.write), so that frames shared by many sessions are not copied once per session.
  */
 export type WireMessage = Uint8Array | readonly Uint8Array[];
 

@@ -1,16 +1,18 @@
-import type { HeadwayConfig } from '@headway/core';
+import type { DERPMap, DNSConfig, HeadwayConfig, MapDebug, SSHPolicy, UserProfile, WireFilterRule, WireHostinfo, WireNode } from '@headway/core';
 import { ownedByTags, ownerIdentity, TAGGED_USER_ID, type Node, type OwnerIdentity, type User } from '@headway/core';
 import type { State } from '@headway/core';
 import type { DerpMapSource } from './derpmap.js';
 import type { DnsConfigSource } from './dns.js';
-import { addresses, type NetworkView } from '@headway/core';
+import { addresses, type MapResponse, type NetworkView } from '@headway/core';
 import { filterChunksJson } from './filter-chunks.js';
 import { compressJson, frame, prefixedPieces, sharedFrameMinInForce, type WireMessage } from './frames.js';
-import { PEER_BLOCK_IDS, PeerBlockFrames } from './peer-blocks.js';
+import { aroundList, encode, encoded, jsonArray, mapResponse, member, type Json } from './map-json.js';
+import { PEER_BLOCK_IDS } from './fanout-knobs.js';
+import { PeerBlockFrames } from './peer-blocks.js';
 
 /** profileJson is an owner as a tailcfg.UserProfile in a map response (with the user's picture when one is set). */
-function profileJson(o: OwnerIdentity): string {
-  return JSON.stringify(o.profilePicUrl
+function profileJson(o: OwnerIdentity): Json<UserProfile> {
+  return encode<UserProfile>(o.profilePicUrl
     ? { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName, ProfilePicURL: o.profilePicUrl }
     : { ID: o.id, LoginName: o.loginName, DisplayName: o.displayName });
 }
@@ -21,10 +23,10 @@ export interface LoggedOutSelf {
   name: string;
   userId: number;
   /** profile is the owner's UserProfile JSON, when known. */
-  profile?: string;
+  profile?: Json<UserProfile>;
   nodeKey: string;
   machineKey: string;
-  hostinfo: Record<string, unknown> | null;
+  hostinfo: WireHostinfo | null;
   createdAt?: Date;
 }
 
@@ -54,7 +56,7 @@ const BASE_SELF_CAPS: Record<string, unknown[]> = {
  * spliced into every recipient's message as text.
  */
 export class Mapper {
-  private readonly peerJson = new Map<number, string>();
+  private readonly peerJson = new Map<number, Json<WireNode>>();
   /** peerBytes holds the UTF-8 of peerJson entries that went into a full map, cached and forgotten with them. */
   private readonly peerBytes = new Map<number, PeerBytes>();
   private peerSerial = 0;
@@ -77,21 +79,21 @@ export class Mapper {
     const { [FILE_SHARING_CAP]: _off, ...rest } = BASE_SELF_CAPS;
     return rest;
   }
-  dnsConfig(): Record<string, unknown> { return this.dns.config(); }
+  dnsConfig(): DNSConfig { return this.dns.config(); }
   /** derpMapJson is the DERP map for a client's capability version (older clients cannot pin the relay certificate). */
-  derpMapJson(capVersion: number | undefined): string { return this.derp.jsonFor(capVersion); }
+  derpMapJson(capVersion: number | undefined): Json<DERPMap> { return encoded<DERPMap>(this.derp.jsonFor(capVersion)); }
   forgetAll(): void { this.peerJson.clear(); this.peerBytes.clear(); }
 
   fqdn(node: Node): string {
     return this.config.dns.base_domain ? `${node.givenName}.${this.config.dns.base_domain}.` : `${node.givenName}.`;
   }
 
-  private nodeObject(node: Node, self: boolean, capVersion?: number): Record<string, unknown> {
+  private nodeObject(node: Node, self: boolean, capVersion?: number): WireNode {
     const addrs = addresses(node);
-    const hostinfo = node.hostinfo ?? { Hostname: node.hostname };
-    const netinfo = (hostinfo as { NetInfo?: { PreferredDERP?: number } }).NetInfo;
+    const hostinfo: WireHostinfo = node.hostinfo ?? { Hostname: node.hostname };
+    const netinfo = hostinfo.NetInfo;
     const online = this.state.presence.isOnline(node.id);
-    const o: Record<string, unknown> = {
+    const o: WireNode = {
       ID: node.id,
       StableID: String(node.id),
       Name: this.fqdn(node),
@@ -121,10 +123,10 @@ export class Mapper {
   }
 
   /** peer is the cached JSON text of a node as its peers see it. */
-  peer(node: Node): string {
+  peer(node: Node): Json<WireNode> {
     let s = this.peerJson.get(node.id);
     if (s === undefined) {
-      s = JSON.stringify(this.nodeObject(node, false));
+      s = encode(this.nodeObject(node, false));
       this.peerJson.set(node.id, s);
     }
     return s;
@@ -145,8 +147,8 @@ export class Mapper {
     return b;
   }
 
-  selfNode(node: Node, capVersion?: number): string {
-    return JSON.stringify(this.nodeObject(node, true, capVersion));
+  selfNode(node: Node, capVersion?: number): Json<WireNode> {
+    return encode(this.nodeObject(node, true, capVersion));
   }
 
   private owner(node: Node): OwnerIdentity {
@@ -158,13 +160,13 @@ export class Mapper {
 
   /**
    * profileTexts hold the latest UserProfile text of each owner id, so equal texts are one string: every idle
-   * session keeps the texts it sent (MapSession.profiles), and a fresh copy of each per session was a few hundred
+   * session keeps the texts it sent (MapSession.profiles), and a copy of each per session would cost a few hundred
    * bytes a device. Only the latest text per owner is held (owners are few: users and tag sets).
    */
-  private readonly profileTexts = new Map<number, string>();
+  private readonly profileTexts = new Map<number, Json<UserProfile>>();
 
   /** profileText is profileJson of an owner, as the one string held for equal texts. */
-  private profileText(o: OwnerIdentity): string {
+  private profileText(o: OwnerIdentity): Json<UserProfile> {
     const text = profileJson(o);
     const held = this.profileTexts.get(o.id);
     if (held === text) return held;
@@ -173,22 +175,22 @@ export class Mapper {
   }
 
   /** profile is the UserProfile JSON of a node's owner, keyed by its id (a session compares the text it last sent). */
-  profile(node: Node): { id: number; json: string } {
+  profile(node: Node): { id: number; json: Json<UserProfile> } {
     const o = this.owner(node);
     return { id: o.id, json: this.profileText(o) };
   }
 
   /** userProfile is the UserProfile JSON of a user as the owner of untagged nodes (after a rename, say). */
-  userProfile(user: User): string {
+  userProfile(user: User): Json<UserProfile> {
     return this.profileText(ownerIdentity({ tags: [], userId: user.id }, user));
   }
 
   /** profiles is every distinct owner profile of nodes, by owner id; each owner is serialized once, not once per node. */
-  profiles(nodes: Node[]): Map<number, string> {
-    const out = new Map<number, string>();
+  profiles(nodes: Node[]): Map<number, Json<UserProfile>> {
+    const out = new Map<number, Json<UserProfile>>();
     // Owners are few (users, and one for tagged devices) against thousands of peers: a node whose owner key was
-    // seen adds nothing and builds no owner identity (one per peer per new session was 2.1 s of a 5,000-device
-    // join's server CPU). A user id whose user is gone resolves, once, to the tagged owner as owner() says.
+    // seen adds nothing and builds no owner identity (one per peer per new session would be most of a join's cost
+    // in a large tailnet). A user id whose user is gone resolves, once, to the tagged owner as owner() says.
     const seen = new Set<number>();
     for (const n of nodes) {
       const key = ownedByTags(n) ? TAGGED_USER_ID : n.userId!;
@@ -200,8 +202,8 @@ export class Mapper {
     return out;
   }
 
-  profilesFor(nodes: Node[]): string {
-    return `[${[...this.profiles(nodes).values()].join(',')}]`;
+  profilesFor(nodes: Node[]): Json<UserProfile[]> {
+    return jsonArray([...this.profiles(nodes).values()]);
   }
 
   /** domain is the tailnet name every full map carries (resending it unchanged is harmless). */
@@ -216,8 +218,8 @@ export class Mapper {
    * holds; a first message (`first`) also carries the DERP map, without which the
    * client drops its relay and does not reconnect it after the next login.
    */
-  loggedOutMap(self: LoggedOutSelf, capVersion: number | undefined, opts: { gone?: number[]; first?: boolean } = {}): string {
-    const node: Record<string, unknown> = {
+  loggedOutMap(self: LoggedOutSelf, capVersion: number | undefined, opts: { gone?: number[]; first?: boolean } = {}): Json<MapResponse> {
+    const node: WireNode = {
       ID: self.id,
       StableID: String(self.id),
       Name: self.name,
@@ -232,14 +234,14 @@ export class Mapper {
     };
     if (self.createdAt) node.Created = self.createdAt.toISOString();
     if (capVersion) node.Cap = capVersion;
-    const parts = [`"Node":${JSON.stringify(node)}`];
+    const members = [member('Node', encode(node))];
     if (opts.first) {
-      parts.push(`"DERPMap":${this.derp.jsonFor(capVersion)}`, `"Domain":${JSON.stringify(this.domain())}`);
-      if (self.profile) parts.push(`"UserProfiles":[${self.profile}]`);
+      members.push(member('DERPMap', this.derpMapJson(capVersion)), member('Domain', encode(this.domain())));
+      if (self.profile) members.push(member('UserProfiles', jsonArray([self.profile])));
     }
-    if (opts.gone?.length) parts.push(`"PeersRemoved":${JSON.stringify(opts.gone)}`);
-    parts.push(`"ControlTime":${JSON.stringify(new Date().toISOString())}`);
-    return `{${parts.join(',')}}`;
+    if (opts.gone?.length) members.push(member('PeersRemoved', encode(opts.gone)));
+    members.push(member('ControlTime', encode(new Date().toISOString())));
+    return mapResponse(members);
   }
 
   /** deletedSelf is the logged-out self node of a node that was just deleted. */
@@ -252,8 +254,8 @@ export class Mapper {
   }
 
   /** filterJson is a node's whole packet filter as one list (sessions are sent it in chunks, see filter-chunks.ts). */
-  filterJson(id: number): string { return JSON.stringify(this.view.forNode(id).packetFilter); }
-  sshJson(id: number): string { return JSON.stringify(this.view.forNode(id).sshPolicy ?? { rules: [] }); }
+  filterJson(id: number): Json<WireFilterRule[]> { return encode<WireFilterRule[]>(this.view.forNode(id).packetFilter); }
+  sshJson(id: number): Json<SSHPolicy> { return encode<SSHPolicy>(this.view.forNode(id).sshPolicy ?? { rules: [] }); }
 
   /** fullMap is the complete first message of a session (the client requires Node and DERPMap), as text. */
   fullMap(node: Node, capVersion: number | undefined): string {
@@ -321,21 +323,20 @@ export class Mapper {
   private fullMapParts(node: Node, capVersion: number | undefined): { head: Buffer; peers: Node[]; tail: Buffer } {
     const peers = this.view.peersOf(node.id).map((id) => this.state.nodes.get(id)).filter((n): n is Node => Boolean(n)).sort((a, b) => a.id - b.id);
     const compiled = this.view.forNode(node.id);
-    const parts = [
-      `"Node":${this.selfNode(node, capVersion)}`,
-      `"DERPMap":${this.derp.jsonFor(capVersion)}`,
-      `"Domain":${JSON.stringify(this.domain())}`,
-      `"CollectServices":false`,
-      `"Debug":${JSON.stringify(compiled.randomizeClientPort ? { DisableLogTail: true, RandomizeClientPort: true } : { DisableLogTail: true })}`,
-      `"DNSConfig":${JSON.stringify(this.dns.config())}`,
-      `"SSHPolicy":${this.sshJson(node.id)}`,
-      `"UserProfiles":${this.profilesFor([node, ...peers])}`,
-      `"PacketFilters":${filterChunksJson(compiled.packetFilter)}`,
+    const debug: MapDebug = compiled.randomizeClientPort ? { DisableLogTail: true, RandomizeClientPort: true } : { DisableLogTail: true };
+    const members = [
+      member('Node', this.selfNode(node, capVersion)),
+      member('DERPMap', this.derpMapJson(capVersion)),
+      member('Domain', encode(this.domain())),
+      member('CollectServices', encode(false)),
+      member('Debug', encode(debug)),
+      member('DNSConfig', encode(this.dnsConfig())),
+      member('SSHPolicy', this.sshJson(node.id)),
+      member('UserProfiles', this.profilesFor([node, ...peers])),
+      member('PacketFilters', encoded<Record<string, WireFilterRule[] | null>>(filterChunksJson(compiled.packetFilter))),
     ];
-    return {
-      head: Buffer.from(`{${parts.join(',')},"Peers":[`),
-      peers,
-      tail: Buffer.from(`],"ControlTime":${JSON.stringify(new Date().toISOString())}}`),
-    };
+    // The peers go between head and tail as bytes (fullMapBytes, fullMapMessage).
+    const [head, tail] = aroundList(members, 'Peers', [member('ControlTime', encode(new Date().toISOString()))]);
+    return { head: Buffer.from(head), peers, tail: Buffer.from(tail) };
   }
 }

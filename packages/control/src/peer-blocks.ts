@@ -1,21 +1,5 @@
+import { PEER_BLOCK_CACHE_BYTES, PEER_BLOCK_IDLE_MS } from './fanout-knobs.js';
 import { compressJson } from './frames.js';
-
-/**
- * PEER_BLOCK_IDS: a full map's peers (in id order) are cut into blocks by node id, ids [k·PEER_BLOCK_IDS,
- * (k+1)·PEER_BLOCK_IDS) in block k, and a block whose text is SHARED_FRAME_MIN or longer goes out as a frame of its
- * own. Node ids grow with joins, so in a join burst every block but the last few keeps the same peers from one
- * joiner's first map to the next: devices of one peer class (the same user, the same tags) receive the very same
- * blocks, and so do later joiners of that class until a peer in a block changes.
- */
-export const PEER_BLOCK_IDS = 256;
-
-/**
- * PEER_BLOCK_CACHE_BYTES bounds the compressed blocks kept (least recently used dropped first), and
- * PEER_BLOCK_IDLE_MS how long they are kept when no full map asks for one: they serve a burst of joins and are not
- * worth their memory between bursts.
- */
-export const PEER_BLOCK_CACHE_BYTES = 16 * 1024 * 1024;
-export const PEER_BLOCK_IDLE_MS = 10_000;
 
 const COMMA = 0x2c;
 
@@ -25,9 +9,10 @@ interface Entry { serials: Float64Array; frame: Uint8Array }
  * PeerBlockFrames keeps the compressed frames of full maps' peer blocks. A block is found by its index and the
  * serial numbers of its peers' texts: the mapper numbers each text it makes of a peer (Mapper.peerBytesOf), so a
  * block whose peers have the same serials as when it was compressed is the same text, and anything else (a peer
- * changed, joined the class or left it) compresses a new frame. Every join used to compress its whole first map,
- * O(tailnet) per join, most of it peers the joiner before it had received too. Only the numbers are kept, not the
- * texts: a peer's old text held by a frame kept its whole 8 KiB Buffer pool slab alive (100 MB of RSS at 5,000).
+ * changed, joined the class or left it) compresses a new frame. A join burst thus compresses each block once, not
+ * once per joiner. A full map's peers go in blocks of PEER_BLOCK_IDS node ids: ids grow with joins, so every block
+ * but the last few keeps its peers from one joiner's first map to the next. Only the serial numbers are kept, not
+ * the texts: a peer's text held by a frame would keep its whole 8 KiB Buffer pool slab alive.
  */
 export class PeerBlockFrames {
   private readonly entries = new Map<string, Entry>();
@@ -61,7 +46,7 @@ export class PeerBlockFrames {
     this.misses++;
     if (held) this.drop(key, held);
     // node:zlib hands back a view of its output chunk (128 KiB and more) when one chunk held it: kept as is, each
-    // frame would keep that whole chunk alive (25 MB of RSS for 1,000 devices).
+    // frame would keep that whole chunk alive.
     const made = compressJson(joinWithCommas(bufs));
     const frame = made.byteLength === made.buffer.byteLength ? made : new Uint8Array(made);
     const entry = { serials: Float64Array.from(serials), frame };

@@ -4,9 +4,19 @@
 import t, { type Test } from 'tap';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from '@headway/test-support';
-import { openWait } from '../src/sessions.js';
+import { firstMapWait } from '../src/batch-window.js';
+import { FakeClock } from './fake-clock.js';
 
 const POLICY = POLICIES[1]!; // everyone sees everyone: each new node is every session's peer
+
+/**
+ * startFleet starts a fleet on a FakeClock: no batch or first map goes out on a timer unless the test advances the
+ * clock, and a job in slices moves on only when the test runs the loop's immediates (sliced).
+ */
+async function startFleet(t: Test, policy: string | undefined) {
+  const clock = new FakeClock();
+  return Fleet.start(t, policy, { clock, loadMeter: clock.meter() });
+}
 
 async function join(f: Fleet, userId: number, hostname: string) {
   return f.state.nodes.create({ machineKey: machineKey(), nodeKey: nodeKey(), hostname, userId, registerMethod: 'authkey' });
@@ -14,7 +24,7 @@ async function join(f: Fleet, userId: number, hostname: string) {
 
 /** withOneSession starts a fleet with one connected node whose session has had its first map and every change since. */
 async function withOneSession(t: Test) {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
   const [alice] = f.users();
   const first = await join(f, alice!.id, 'first');
   f.connect(first.id);
@@ -60,7 +70,7 @@ t.test('a burst of joins builds the tailnet context once, and each new device ge
 });
 
 t.test('with nothing pending, a new session gets its full map at once', async (t) => {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
   const [alice] = f.users();
   const a = await join(f, alice!.id, 'a');
   const b = await join(f, alice!.id, 'b');
@@ -73,7 +83,7 @@ t.test('with nothing pending, a new session gets its full map at once', async (t
 });
 
 t.test('without a policy there is nothing to rebuild: the full map goes out at once', async (t) => {
-  const f = await Fleet.start(t);
+  const f = await startFleet(t, undefined);
   const [alice] = f.users();
   const a = await join(f, alice!.id, 'a');
   f.connect(a.id);
@@ -81,7 +91,7 @@ t.test('without a policy there is nothing to rebuild: the full map goes out at o
 });
 
 t.test('a node deleted while its session waits is told it is logged out, and gets nothing more', async (t) => {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
   const [alice] = f.users();
   const a = await join(f, alice!.id, 'a');
   const b = await join(f, alice!.id, 'b');
@@ -101,7 +111,7 @@ t.test('a node deleted while its session waits is told it is logged out, and get
 });
 
 t.test('a session closed while it waits is not opened by the flush', async (t) => {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
   const [alice] = f.users();
   const a = await join(f, alice!.id, 'a');
   f.connect(a.id);
@@ -152,44 +162,47 @@ t.test('first maps can go out before the batch: the batch then sends the new ses
 });
 
 t.test('a waiting session gets its full map from begin\'s own timer, without a flush being forced', async (t) => {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
+  const clock = f.hub.clock as FakeClock;
   const [alice] = f.users();
   const a = await join(f, alice!.id, 'a');
   f.connect(a.id);
   const c = f.connected.get(a.id)!.client;
   t.equal(c.messages, 0, 'waiting');
-  for (let i = 0; i < 100 && c.messages === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 100 && c.messages === 0; i++) clock.advance(20);
   t.equal(c.messages, 1, 'the full map went out');
   t.ok(c.self, 'with the node itself');
 });
 
 t.test('under a long batch window a waiting session waits in proportion to what preparing the view last cost', async (t) => {
-  const f = await Fleet.start(t, POLICY);
+  const f = await startFleet(t, POLICY);
+  const clock = f.hub.clock as FakeClock;
   const [alice] = f.users();
   // The previous flush, a burst's, just ended and cost 300 ms: the batch the join starts waits over a second
   // (nextBatchWindow; behind a lone change's flush it would wait the base window).
   f.hub.flushNow();
-  const hub = f.hub as unknown as { flushEnd: number; lastFlushMs: number; lastFlushChanges: number };
-  hub.flushEnd = performance.now();
-  hub.lastFlushMs = 300;
-  hub.lastFlushChanges = 50;
+  const w = f.hub.scheduler.window;
+  w.flushEnd = clock.now();
+  w.lastFlushMs = 300;
+  w.lastFlushChanges = 50;
   f.view.lastPrepareMs = 100;
   const a = await join(f, alice!.id, 'a');
-  const started = performance.now();
+  const started = clock.now();
   f.connect(a.id);
   t.ok(f.hub.batchWindow > 1000, `the batch waits ${f.hub.batchWindow} ms`);
   const c = f.connected.get(a.id)!.client;
-  await new Promise((r) => setTimeout(r, 60));
+  clock.advance(60);
   t.equal(c.messages, 0, 'after 60 ms the session still waits: preparing the view cost 100 ms, so first maps wait 200');
-  for (let i = 0; i < 100 && c.messages === 0; i++) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 100 && c.messages === 0; i++) clock.advance(20);
   t.equal(c.messages, 1, 'then its full map went out');
-  t.ok(performance.now() - started >= openWait(100) - 5, `not before openWait (${openWait(100)} ms)`);
+  t.ok(clock.now() - started >= firstMapWait(100) - 5, `not before firstMapWait (${firstMapWait(100)} ms)`);
   t.ok(f.hub.batchWindow > 1000 && c.self, 'from begin\'s timer, the batch still pending');
 });
 
-/** sliced waits for a flush sent in slices to end, letting the event loop run between its slices. */
+/** sliced lets the loop run between the slices of a flush or round under way until it ends. */
 async function sliced(f: Fleet): Promise<void> {
-  while (f.hub.flushing) await new Promise((r) => setImmediate(r));
+  const clock = f.hub.clock as FakeClock;
+  for (let turns = 0; f.hub.flushing && turns < 1000; turns++) clock.turn();
 }
 
 t.test('a flush sent in slices keeps one view: changes and sessions arriving meanwhile wait for its end', async (t) => {

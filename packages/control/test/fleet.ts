@@ -3,7 +3,8 @@
 import { DerpMapSource, DnsConfigSource, Mapper } from '../src/index.js';
 import { Metrics, NetworkView, silentLogger, type Node } from '@headway/core';
 import { parsePolicy, type Policy } from '@headway/policy';
-import { MapSession, SessionHub } from '../src/sessions.js';
+import { SessionHub, type HubOptions } from '../src/sessions.js';
+import { keepAliveWait, MapSession } from '../src/map-session.js';
 import { setSharedFrameMin, wireBytes } from '../src/frames.js';
 import { applyPacketFilters, concatPacketFilters, zstdDecompress, type FilterRule, type MapResponse } from '@headway/testkit';
 import { machineKey, nodeKey, startState, type Rng, type TestState } from '@headway/test-support';
@@ -161,7 +162,8 @@ export class Fleet {
 
   constructor(readonly s: TestState) {}
 
-  static async start(t: { teardown(fn: () => void | Promise<void>): void }, policy?: string): Promise<Fleet> {
+  /** start wires a fleet; options put in the hub's clock and load meter (tests on a FakeClock). */
+  static async start(t: { teardown(fn: () => void | Promise<void>): void }, policy?: string, options: HubOptions = {}): Promise<Fleet> {
     const s = await startState(t);
     const f = new Fleet(s);
     // Shared parts from a few dozen bytes go out as frames of their own (one peer's entry is about 600, a block of
@@ -175,7 +177,7 @@ export class Fleet {
     f.dns = new DnsConfigSource(config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), silentLogger, () => undefined);
     f.derp = new DerpMapSource(config, silentLogger, () => undefined);
     f.mapper = new Mapper(state, config, f.view, f.dns, f.derp);
-    f.hub = new SessionHub(state, f.mapper, silentLogger, new Metrics(state), () => compiled(f.policyText));
+    f.hub = new SessionHub(state, f.mapper, silentLogger, new Metrics(state), () => compiled(f.policyText), options);
     f.hub.closeNode = (id) => {
       const c = f.connected.get(id);
       if (!c) return;
@@ -201,7 +203,7 @@ export class Fleet {
     // Every other node asks for zstd, as real clients do: their messages may hold several frames.
     const zstd = id % 2 === 0;
     const client = new ClientModel(zstd);
-    const session = new MapSession(id, 106, zstd, (msg) => client.apply(wireBytes(msg)), () => undefined);
+    const session = new MapSession(id, 106, zstd, (msg) => client.apply(wireBytes(msg)), () => undefined, keepAliveWait(), this.hub.clock);
     state.presence.sessionOpened(id);
     this.hub.begin(session, state.nodes.require(id), (node) => client.apply(wireBytes(this.mapper.fullMapMessage(node, 106, zstd))));
     this.connected.set(id, { session, client });

@@ -6,7 +6,8 @@ import { zstdDecompressSync } from 'node:zlib';
 import { compress as wasmCompress, decompress as wasmDecompress } from '@bokuweb/zstd-wasm';
 import { zstdDecompress, zstdFrameLength } from '@headway/testkit';
 import { nativeZstdCompress } from '@headway/noise';
-import { compressJson, frame, rawFrame, RAW_FRAME_MAX, WASM_MAX_INPUT, ZSTD_WASM_READY, zstdWasmReady } from '../src/frames.js';
+import { compressJson, frame, rawFrame, ZSTD_WASM_READY, zstdWasmReady } from '../src/frames.js';
+import { RAW_FRAME_MAX, WASM_MAX_INPUT } from '../src/fanout-knobs.js';
 
 const ZSTD_MAGIC = 0xfd2fb528;
 

@@ -6,8 +6,9 @@ import t from 'tap';
 import { MapFrameDecoder, zstdDecompress, zstdFrameLength } from '@headway/testkit';
 import { Fleet, POLICIES } from './fleet.js';
 import { machineKey, nodeKey } from '@headway/test-support';
-import { PEER_BLOCK_IDS, PeerBlockFrames } from '../src/peer-blocks.js';
-import { SHARED_FRAME_MIN, setSharedFrameMin, wireBytes } from '../src/frames.js';
+import { PeerBlockFrames } from '../src/peer-blocks.js';
+import { PEER_BLOCK_IDS, SHARED_FRAME_MIN } from '../src/fanout-knobs.js';
+import { setSharedFrameMin, wireBytes } from '../src/frames.js';
 
 type Json = Record<string, unknown>;
 

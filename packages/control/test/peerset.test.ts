@@ -2,7 +2,8 @@
 // operations SessionHub uses, while taking a few bytes per peer instead of a hash Set's ~20.
 import t from 'tap';
 import { ListDiffs, PeerSet } from '../src/peerset.js';
-import { MapSession } from '../src/sessions.js';
+import { MapSession } from '../src/map-session.js';
+import { FakeClock } from './fake-clock.js';
 import { wireBytes } from '../src/frames.js';
 import { Rng } from '@headway/test-support';
 
@@ -139,28 +140,29 @@ t.test('PeerSet.ofList reads an ascending list in one pass and anything else thr
 t.test('a quiet map stream gets a keep-alive each interval, and every message restarts the wait', async (t) => {
   const sent: string[] = [];
   let keepalives = 0;
-  const session = new MapSession(1, 130, false, (msg) => sent.push(wireBytes(msg).subarray(4).toString()), () => keepalives++, 40);
-  const hold = setInterval(() => undefined, 10); // the session's timer does not keep the process alive
-  t.teardown(() => { clearInterval(hold); session.close(); });
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const clock = new FakeClock();
+  const session = new MapSession(1, 130, false, (msg) => sent.push(wireBytes(msg).subarray(4).toString()), () => keepalives++, 40, clock);
+  t.teardown(() => session.close());
   session.armKeepAlive();
-  await sleep(30);
+  t.equal(clock.unrefed.size, 1, 'the session\'s timer does not keep the process alive');
+  clock.advance(30);
   session.send(Buffer.from('\x02\x00\x00\x00{}'));
-  await sleep(30);
+  clock.advance(30);
   t.equal(keepalives, 0, 'a message 30 ms in pushed the first keep-alive past 60 ms');
   // A steady stream of messages, each sooner than the interval after the last: the wait starts over each time.
   for (let k = 0; k < 16; k++) {
     session.send(Buffer.from('\x02\x00\x00\x00{}'));
-    await sleep(10);
+    clock.advance(10);
   }
   t.equal(keepalives, 0, 'no keep-alive while messages come every 10 ms (160 ms in all, four intervals)');
-  await sleep(10);
+  clock.advance(10);
   t.equal(keepalives, 0, 'nor 20 ms after the last of them');
-  await sleep(250);
+  clock.advance(250);
   t.ok(keepalives >= 2, `the timer re-armed after firing: ${keepalives} keep-alives in the next 250 ms`);
   t.ok(sent.filter((m) => m === '{"KeepAlive":true}').length === keepalives, 'each one sent as a KeepAlive message');
   session.close();
   const after = keepalives;
-  await sleep(100);
+  clock.advance(100);
   t.equal(keepalives, after, 'none after the session closed');
+  t.equal(clock.pending, 0, 'and no timer left');
 });

@@ -157,7 +157,7 @@ for (const [label, startPolicy, policyChanges] of [
 
 t.test('a packet filter update past the message-key limit reaches zstd and plain sessions intact', async (t) => {
   // A policy change resending rules with hundreds of sources sends each session a filter update of several KB:
-  // its text is made only where the message needs it whole (FILTER_PART in sessions.ts). With small shared frames
+  // its text is made only where the message needs it whole (a filter part in delta-message.ts). With small shared frames
   // a zstd session sends its blocks apart; with none shared it sends the update's text whole, as a plain one does.
   const ips = (n: number): string[] => Array.from({ length: n }, (_, i) => `10.${20 + (i >> 8)}.${(i * 7) & 255}.${i & 255}`);
   const policy = (n: number): string => JSON.stringify({ acls: [

@@ -34,6 +34,7 @@ export * from './policy/service.js';
 export * from './policy/engine.js';
 export * from './metrics.js';
 export * from './wire/wire.js';
+export type * from './wire/map-response.js';
 export * from './policy/netview.js';
 export { parseRegisterRequest, parseMapRequest } from './wire/validate.js';
 export * from './ports/drive.js';

@@ -16,9 +16,9 @@ import { join, posix } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import YAML from 'yaml';
 import { repoRoot } from '../src/tailscale.js';
+import { unmet } from '../src/unmet.js';
 
 const root = repoRoot();
-const CI = process.env.CI === 'true';
 /** The checker's functions this test uses (typed here: the image's build stage compiles the tests without scripts/). */
 interface DocLinks {
   anchorsOf(markdown: string): { github: Set<string>; mkdocs: Set<string> };
@@ -42,15 +42,6 @@ function which(name: string): string | undefined {
   return (process.env.PATH ?? '').split(':').concat(['/usr/bin']).map((d) => join(d, name)).find((p) => p.startsWith('/') && existsSync(p));
 }
 
-/** unmet skips the test with the reason, or fails it under CI=true, where .ci/run installs what is missing. */
-function unmet(t: Test, reason: string): void {
-  if (CI) {
-    t.fail(reason);
-  } else {
-    t.comment(`skipped: ${reason}`);
-    t.skip(reason, () => undefined);
-  }
-}
 
 /** The nav of mkdocs.yml as a list of markdown paths (sections flattened), in reading order. */
 function navPages(nav: unknown): string[] {

@@ -24,10 +24,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { freePort } from '../src/ports.js';
+import { unmet } from '../src/unmet.js';
 import { cleanupStack, repoRoot, requireTailscale, TailscaleDevice } from '../src/tailscale.js';
 
 const root = repoRoot();
-const CI = process.env.CI === 'true';
 const README = readFileSync(join(root, 'README.md'), 'utf8');
 
 /** Bounds on steps that wait, so a hang fails with what was seen instead of running into tap's timeout. */
@@ -117,15 +117,6 @@ function run(file: string, args: string[], env: NodeJS.ProcessEnv, timeoutMs = C
 
 const show = (r: Run): string => `exit ${r.code ?? r.signal}${r.stderr.trim() || r.stdout.trim() ? `: ${(r.stderr.trim() || r.stdout.trim()).slice(-2000)}` : ''}`;
 
-/** unmet skips the test with the reason, or fails it under CI=true, where the precondition is part of the setup. */
-function unmet(t: Test, reason: string): void {
-  if (CI) {
-    t.fail(reason);
-  } else {
-    t.comment(`skipped: ${reason}`);
-    t.skip(reason, () => undefined);
-  }
-}
 
 /** alive says whether any process of a process group is left. */
 function groupAlive(pgid: number): boolean {

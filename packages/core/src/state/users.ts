@@ -3,6 +3,7 @@ import type { Node, User } from '../domain.js';
 import { badField, HeadwayError, notFound, shown } from '../errors.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, type StoragePort } from '../ports/storage.js';
+import type { VerifiedIdentity } from '../ports/identity.js';
 import type { ChangeBus } from './bus.js';
 import { checkUserName } from './names.js';
 import type { NodeStore } from './nodes.js';
@@ -10,15 +11,7 @@ import { sameUserName, warnCaseDuplicates } from './user-names.js';
 import { atomically, conflictError, conflicts } from './writes.js';
 
 /** ProviderIdentity is a person as a login provider verified them. */
-export interface ProviderIdentity {
-  provider: string;
-  providerId: string;
-  email: string;
-  username: string;
-  displayName: string;
-  profilePicUrl: string;
-  groups: string[];
-}
+export type ProviderIdentity = VerifiedIdentity;
 
 /**
  * UserStore keeps the users in memory and answers reads from there; every change

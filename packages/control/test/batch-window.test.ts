@@ -59,9 +59,9 @@ t.test('a change that did not queue up behind the previous flush waits the quiet
   t.equal(nextBatchWindow(160, 1, 3), 320, 'right behind a flush on a busy loop: longer');
 });
 
-// Regression: the busy measure spanned the previous flush itself, so on a quiet server a change made right after
-// the previous one was delivered (a script renaming nodes one after another) counted as "busy" and each waited
-// twice as long as the one before (bench, 30 devices: rename p50 30, 46, 88, 170, 327 ms).
+// The busy measure must not span the previous flush itself: on a quiet server a change made right after the
+// previous one was delivered (a script renaming nodes one after another) would count as "busy", and each would
+// wait twice as long as the one before.
 // The load meter here counts only a flush's own work as load (messages delivered to devices): nothing else runs,
 // so a window measured correctly (collection only) is always quiet, whatever the machine's speed. With the old
 // measure every interval held the previous flush's deliveries, and the window doubled.
@@ -112,8 +112,8 @@ t.test('new sessions wait for their first maps in proportion to what preparing t
   t.equal(firstMapWait(10_000), MAX_FIRST_MAP_WAIT_MS, 'never above the cap');
 });
 
-// Regression: a burst's last flush set a long window (WINDOW_PER_FLUSH_COST times its cost), a trailing change started a batch
-// under it, and a rename made a moment later waited that batch out (1.3 s at 1,000 devices, bench).
+// A burst's last flush sets a long window (its cost times the per-flush factor); a trailing change starting a batch
+// under it must not make a rename a moment later wait that whole window out.
 t.test('a change after a lull sends a batch waiting a long window soon; changes back to back do not', async (t) => {
   const { f, nodes, clock } = await threeConnected(t);
   f.hub.flushNow();

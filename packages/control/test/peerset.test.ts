@@ -33,7 +33,7 @@ t.test('PeerSet refuses an id that is not a non-negative integer, unchanged', as
   t.same([...ps], [1, 2]);
 });
 
-t.test('idle session kept a ~20 KiB hash Set of its 1,000 peers (issue 9): ids take 4 bytes each', async (t) => {
+t.test('an idle session keeps its 1,000 peers in a packed set: ids take 4 bytes each, not a ~20 KiB hash Set', async (t) => {
   const session = new MapSession(1, 130, true, () => undefined, () => undefined);
   const ids = Array.from({ length: 1000 }, (_, i) => i + 2);
   session.peers = new Set(ids);

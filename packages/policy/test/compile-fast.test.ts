@@ -1,4 +1,4 @@
-// Property test for the indexed compiler (issue 9): for a fixed list of seeds, a random policy (groups, users by
+// Property test for the indexed compiler: for a fixed list of seeds, a random policy (groups, users by
 // email and by name, user:*@domain, tags, hosts, prefixes, autogroup:member/self/tagged/internet/danger-all, subnet
 // routers with approved and auto-approved routes, exit nodes, via grants, app grants with companion capabilities,
 // ssh with localpart users, nodeAttrs) over a random snapshot of 1-40 nodes must compile, for every node, to

@@ -1,11 +1,11 @@
-// compile-reference is the SLOW REFERENCE compiler: a verbatim copy of packages/policy/src/compile.ts as it was
-// before the per-context indexes (issue 9), kept only so the property test (compile-fast.test.ts) can check that
-// the indexed compiler gives exactly the same result for every node. O(N·R) per node; never use it elsewhere.
-// Names are prefixed with Reference so nobody imports it by mistake. Behaviour fixes made since are carried over
-// (SSH principals: one per address), so that the two still agree.
+// compile-reference is the SLOW REFERENCE compiler: the policy compiler without the per-context indexes, kept
+// only so the property test (compile-fast.test.ts) can check that the indexed compiler gives exactly the same
+// result for every node. O(N·R) per node; never use it elsewhere. Names are prefixed with Reference so nobody
+// imports it by mistake. A change to what the compiler produces (e.g. SSH principals: one per address) is made
+// here too, so that the two still agree.
 import { ALL, INTERNET, IPSet, TAILNET_WILDCARD, isExitRoute, parseAddr, parsePrefix, parseRangeText, type Addr } from '../src/ip.js';
 import type { Alias, Grant, Policy, PortRange, ProtoPorts } from '../src/policy.js';
-// The data shapes are the real ones: only the algorithm is kept as it was.
+// The data shapes are the real ones: only the algorithm differs (a scan of every rule for every node).
 import { ALLOW_ALL, CHECK_HOLD_URL, type CapGrant, type CompiledNode, type FilterRule, type NetPortRange, type PolicyUser, type Snapshot, type SSHAction, type SSHPrincipal, type SSHRule, type PolicyNode } from '../src/compile.js';
 
 const CAP_DRIVE = 'tailscale.com/cap/drive';

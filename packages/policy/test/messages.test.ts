@@ -19,7 +19,7 @@ const reasons = (text: string, opts: Parameters<typeof parsePolicy>[1] = {}) => 
 const acl = (action: string, src = '*', dst = '*:*') => JSON.stringify({ acls: [{ action, src: [src], dst: [dst] }] });
 const ssh = (action: string, src = 'autogroup:member') => JSON.stringify({ ssh: [{ action, src: [src], dst: ['autogroup:self'], users: ['root'] }] });
 
-// Regression ("action": "allow" said only that it is not supported, not what to write instead).
+// "action": "allow" is answered with what to write instead, not only that it is not supported.
 t.test('an unsupported action says which action was meant', async (tt) => {
   tt.same(reasons(acl('allow')), ['action="allow" is not supported; did you mean "accept"?']);
   tt.same(reasons(acl('Accept')), ['action="Accept" is not supported; did you mean "accept"? (actions are lower case)']);
@@ -34,7 +34,7 @@ t.test('an unsupported action says which action was meant', async (tt) => {
   tt.same(reasons(ssh('jump')), ['"jump" is not a valid action; use "accept" or "check"']);
 });
 
-// Regression (`group "group:admin" not found` did not mention the group:admins the policy defines).
+// An unknown group's message mentions the similar group the policy defines (group:admin -> group:admins).
 t.test('a name that is not defined suggests the defined name a slip away', async (tt) => {
   const groups = { 'group:admins': ['alice@'], 'group:devs': ['bob@'] };
   const tagOwners = { 'tag:server': [], 'tag:ci': [] };
@@ -103,7 +103,7 @@ t.test('suggestions stay cheap for a policy of thousands of undefined and define
   tt.ok(Date.now() - started < 10_000, `${Date.now() - started} ms`);
 });
 
-// Regression (a policy with an unknown group and a bad action was refused for one of them only).
+// A policy with an unknown group and a bad action is refused for both, in one message.
 t.test('parsePolicy reports every error of a policy, each on its own line', async (tt) => {
   const text = '{"acls":[{"action":"allow","src":["group:admin"],"dst":["*:*"]}],"groups":{"group:admins":["a@"]}}';
   const e = rejected(text);

@@ -5,6 +5,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import t from 'tap';
+import ts from 'typescript';
 import { repoRoot } from '../src/tailscale.js';
 
 const root = repoRoot();
@@ -42,12 +43,21 @@ function imported(file: string): string[] {
   return [...out].filter((n) => byName.has(n));
 }
 
+/** readConfig reads a tsconfig.json, which may hold comments (TypeScript's own reader takes them). */
+function readConfig(path: string): { files?: string[]; references?: Array<{ path: string }> } {
+  const parsed = ts.parseConfigFileTextToJson(path, readFileSync(path, 'utf8'));
+  if (parsed.error) throw new Error(`${path}: ${ts.flattenDiagnosticMessageText(parsed.error.messageText, '\n')}`);
+  return parsed.config as { files?: string[]; references?: Array<{ path: string }> };
+}
+
 /** projectOf finds the tsconfig.json that compiles a file: the nearest one above it inside its package. */
 function projectOf(w: Workspace, file: string): string {
   let dir = join(file, '..');
   const top = join(root, w.dir);
   while (dir.startsWith(top)) {
-    if (existsSync(join(dir, 'tsconfig.json'))) return join(dir, 'tsconfig.json');
+    const config = join(dir, 'tsconfig.json');
+    // A project that lists its files compiles only those; any other file here belongs to a project further up.
+    if (existsSync(config) && (readConfig(config).files?.some((f) => join(dir, f) === file) ?? true)) return config;
     dir = join(dir, '..');
   }
   return join(top, 'tsconfig.json');
@@ -55,7 +65,7 @@ function projectOf(w: Workspace, file: string): string {
 
 /** referenced lists the package names a tsconfig's references point at (directly). */
 function referenced(tsconfig: string): Set<string> {
-  const refs = (JSON.parse(readFileSync(tsconfig, 'utf8')) as { references?: Array<{ path: string }> }).references ?? [];
+  const refs = readConfig(tsconfig).references ?? [];
   const names = new Set<string>();
   for (const r of refs) {
     let dir = join(tsconfig, '..', r.path);

@@ -20,7 +20,7 @@ interface Profile { readonly id: number; readonly json: Json<UserProfile> }
  * PeersRemoved member and the ids as a set, made for the first that needs them.
  */
 interface Upserts {
-  readonly nodes: Node[];
+  readonly nodes: readonly Node[];
   readonly key: string;
   readonly owners: readonly Profile[];
   removed?: Member;
@@ -62,6 +62,12 @@ export class DeltaComposer {
   private readonly sharedText = new Map<string, Member>();
   /** listDiffs: sessions of one peer class move between the same two shared lists; their difference is walked once. */
   private readonly listDiffs = new ListDiffs<Upserts>();
+  /** upserts: the lists of nodes sent whole in this flush, by key: most sessions send one of a few. */
+  private readonly upserts = new Map<string, Upserts>();
+  /** allFull: the batch's whole list of nodes sent whole, which a content-only flush sends most sessions. */
+  private allFull: Upserts | undefined;
+  /** allPatches: the PeersChangedPatch part of every patch in the batch, which most sessions send. */
+  private allPatches: { key: string; text: Member } | undefined;
 
   constructor(private readonly batch: Batch, private readonly d: ComposerDeps) {
     this.userText = new Map(batch.users.map((u) => [u.id, d.mapper.userProfile(u)] as const));
@@ -93,10 +99,13 @@ export class DeltaComposer {
     const patches = this.batch.patches;
     const sent = upsert.length && patches.length ? (upserts!.ids ??= new Set(upsert.map((n) => n.id))) : undefined;
     const mine = patches.filter(({ change, seq }) => newer(seq) && s.peers.has(change.NodeID) && !sent?.has(change.NodeID));
-    if (mine.length) {
-      const key = sharedKey('PeersChangedPatch', mine.map((p) => p.change.NodeID));
-      m.addShared('PeersChangedPatch', key, this.shared(key, () =>
-        member('PeersChangedPatch', jsonArray(mine.map((p) => this.patchText.get(p.change.NodeID)!)))));
+    if (mine.length && mine.length === patches.length) {
+      // Every patch of the batch (the usual case): the part every such session shares.
+      const all = this.allPatches ??= this.patchPart(mine);
+      m.addShared('PeersChangedPatch', all.key, all.text);
+    } else if (mine.length) {
+      const part = this.patchPart(mine);
+      m.addShared('PeersChangedPatch', part.key, part.text);
     }
     // Clients apply profiles and peer changes without rebuilding their netmap, and `tailscale status` shows the
     // owners of the last rebuild: a message showing an owner that netmap lacks also resends the (unchanged) Domain,
@@ -132,7 +141,8 @@ export class DeltaComposer {
       }
       if (held) ups = this.upsertsOf(this.nodesOf([...diff.added, ...held].sort((a, b) => a - b)));
       else if (pair) {
-        ups = pair.memo ??= this.upsertsOf(this.nodesOf(diff.added));
+        // A copy: its PeersRemoved member is this pair's, while the list may be another's too.
+        ups = pair.memo ??= { ...this.upsertsOf(this.nodesOf(diff.added)) };
         if (gone.length) removed = ups.removed ??= removedMember(gone);
       } else ups = this.upsertsOf(this.nodesOf(diff.added));
     } else {
@@ -153,11 +163,14 @@ export class DeltaComposer {
   /** contentOnly: visibility did not change (every node sees every node, or only content changed). */
   private contentOnly(s: MapSession, newer: (seq: number | undefined) => boolean): Delta {
     const { removed, full, fullSeq } = this.batch;
-    const gone = removed.filter((id) => s.peers.delete(id));
+    const gone = removed.length ? removed.filter((id) => s.peers.delete(id)) : removed;
+    if (!full.length) return { gone, upsert: [] };
     const policy = this.d.mapper.view.hasPolicy;
     const upsert = full.filter((n) => newer(fullSeq.get(n.id)) && (policy ? s.peers.has(n.id) : n.id !== s.nodeId));
     for (const n of upsert) s.peers.add(n.id);
-    return { gone, upsert };
+    // The same nodes as the batch's (a filter keeps order): the list every such session shares.
+    const ups = upsert.length === full.length ? (this.allFull ??= this.upsertsOf(full)) : undefined;
+    return { gone, upsert, ups };
   }
 
   /**
@@ -166,6 +179,7 @@ export class DeltaComposer {
    * one of them (see shownOwners).
    */
   private offerProfiles(s: MapSession, m: DeltaMessage, self: Node | undefined, owners: readonly Profile[]): boolean {
+    if (!self && !owners.length && !this.userText.size) return false;
     const profiles: Json<UserProfile>[] = [];
     let stale = false;
     const offer = (id: number, json: Json<UserProfile>, introduced: boolean): void => {
@@ -180,6 +194,11 @@ export class DeltaComposer {
     for (const [id, json] of this.userText) if (s.profiles.has(id)) offer(id, json, false);
     if (profiles.length) m.add('UserProfiles', jsonArray(profiles));
     return stale;
+  }
+
+  private patchPart(patches: Batch['patches']): { key: string; text: Member } {
+    const key = sharedKey('PeersChangedPatch', patches.map((p) => p.change.NodeID));
+    return { key, text: this.shared(key, () => member('PeersChangedPatch', jsonArray(patches.map((p) => this.patchText.get(p.change.NodeID)!)))) };
   }
 
   private shared(key: string, build: () => Member): Member {
@@ -203,7 +222,10 @@ export class DeltaComposer {
     return nodes;
   }
 
-  private upsertsOf(nodes: Node[]): Upserts {
+  private upsertsOf(nodes: readonly Node[]): Upserts {
+    const key = sharedKey('PeersChanged', nodes.map((n) => n.id));
+    const known = this.upserts.get(key);
+    if (known) return known;
     if (nodes.length) this.d.counters.upsertLists++;
     const owners: Profile[] = [];
     const seen = new Map<number, string>();
@@ -211,14 +233,16 @@ export class DeltaComposer {
       const p = this.profileOf(n);
       if (seen.get(p.id) !== p.json) { seen.set(p.id, p.json); owners.push(p); }
     }
-    return { nodes, key: sharedKey('PeersChanged', nodes.map((n) => n.id)), owners };
+    const ups: Upserts = { nodes, key, owners };
+    this.upserts.set(key, ups);
+    return ups;
   }
 }
 
 /** Delta is how a session's peers change in a message: removed, sent whole, and what of it is shared. */
 interface Delta {
   readonly gone: readonly number[];
-  readonly upsert: Node[];
+  readonly upsert: readonly Node[];
   readonly ups?: Upserts;
   readonly removed?: Member;
 }

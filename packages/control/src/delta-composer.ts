@@ -167,7 +167,8 @@ export class DeltaComposer {
     if (!full.length) return { gone, upsert: [] };
     const policy = this.d.mapper.view.hasPolicy;
     const upsert = full.filter((n) => newer(fullSeq.get(n.id)) && (policy ? s.peers.has(n.id) : n.id !== s.nodeId));
-    for (const n of upsert) s.peers.add(n.id);
+    // Under a policy every node sent is one the session holds; without one, every node is its peer.
+    if (!policy) for (const n of upsert) s.peers.add(n.id);
     // The same nodes as the batch's (a filter keeps order): the list every such session shares.
     const ups = upsert.length === full.length ? (this.allFull ??= this.upsertsOf(full)) : undefined;
     return { gone, upsert, ups };

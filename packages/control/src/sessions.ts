@@ -43,6 +43,8 @@ export class SessionHub {
   /** closeNode ends a node's live sessions (set by the control handler). */
   closeNode?: (nodeId: number) => void;
   private readonly byNode = new Map<number, Set<MapSession>>();
+  /** everyone: byNode's sessions as one list, made when a flush asks after a session opened or closed. */
+  private everyone: readonly MapSession[] | undefined;
   private readonly shapes = new Map<number, Shape>();
   /** deleted remembers recently deleted nodes by machine key, to answer their devices as themselves. */
   private readonly deleted = new Map<string, Node>();
@@ -78,6 +80,7 @@ export class SessionHub {
     this.scheduler.stop();
     for (const set of this.byNode.values()) for (const s of set) s.close();
     this.byNode.clear();
+    this.everyone = undefined;
   }
 
   get sessionCount(): number {
@@ -86,10 +89,12 @@ export class SessionHub {
     return n;
   }
 
-  sessions(): MapSession[] {
+  /** sessions are the open sessions; the list is not changed afterwards (a session opening or closing makes a new one). */
+  sessions(): readonly MapSession[] {
+    if (this.everyone) return this.everyone;
     const all: MapSession[] = [];
-    for (const set of this.byNode.values()) all.push(...set);
-    return all;
+    for (const set of this.byNode.values()) for (const s of set) all.push(s);
+    return (this.everyone = all);
   }
 
   /**
@@ -123,6 +128,7 @@ export class SessionHub {
     session.filterNames = undefined;
     session.ssh = this.mapper.sshJson(node.id);
     (this.byNode.get(node.id) ?? this.byNode.set(node.id, new Set()).get(node.id)!).add(session);
+    this.everyone = undefined;
     this.metrics.mapSessions.inc();
     session.armKeepAlive();
   }
@@ -130,7 +136,7 @@ export class SessionHub {
   close(session: MapSession): void {
     session.close();
     const set = this.byNode.get(session.nodeId);
-    if (set?.delete(session)) this.metrics.mapSessions.dec();
+    if (set?.delete(session)) { this.metrics.mapSessions.dec(); this.everyone = undefined; }
     if (set && !set.size) this.byNode.delete(session.nodeId);
   }
 

@@ -5,10 +5,9 @@ import { generateNKeysBetween } from 'fractional-indexing';
 /**
  * A node's packet filter is sent as MapResponse.PacketFilters: named lists of rules that the client concatenates in
  * name order (capability version 81; every client Headway accepts has it). Sent whole, as the singular
- * PacketFilter, a filter went out again in full whenever any source joined: a rule reaching a node from
- * `autogroup:member` lists every member's addresses, so each join batch resent O(tailnet) bytes to each of
- * O(tailnet) sessions (at 5,000 devices the flush spent most of its time serializing, compressing and sealing
- * filters). Here each rule's sources are cut by address block, and a session is sent only the chunks that changed
+ * PacketFilter, a filter would go out again in full whenever any source joined: a rule reaching a node from
+ * `autogroup:member` lists every member's addresses, so each join batch would resend O(tailnet) bytes to each of
+ * O(tailnet) sessions. Here each rule's sources are cut by address block, and a session is sent only the chunks that changed
  * since its last message: a join touches the one block its addresses fall in.
  *
  * A chunk is named `R` (rule R whole) or `R.K` (the sources of rule R in block K): R is the rule's name, which sorts
@@ -20,8 +19,8 @@ import { generateNKeysBetween } from 'fractional-indexing';
  * Rule names are fractional-indexing order keys ("a0", "a1", …). A first map names rules by position (nameAt); an
  * update aligns the old and new rules by their destinations (a Myers diff of the rules' heads), keeps the names of
  * the rules it finds in both and names an inserted rule between its neighbours. Matched by position instead, a
- * policy change inserting one rule in the middle of a node's filter resent every rule after it whole: at 1,000
- * devices 19 KB per changed filter, two thirds of it unchanged rules under new names.
+ * policy change inserting one rule in the middle of a node's filter would resend every rule after it whole, under
+ * new names.
  * The client sorts names bytewise (Go's sort of the map's keys); these keys compare the same way in JavaScript.
  */
 
@@ -41,7 +40,7 @@ let blockBits = BigInt(DEFAULT_FILTER_CHUNKING.blockBits);
 /**
  * SharedText is a piece of an update's JSON that every session moving between the same two source lists sends the
  * same: one block of a rule's sources (the rest of its chunk, the rule's destinations, is the node's own). `id`
- * names it for as long as it lives, so that a flush compresses it once for all of them (see SessionHub.send).
+ * names it for as long as it lives, so that a flush compresses it once for all of them (see DeltaEncoder).
  */
 export interface SharedText { readonly id: number; readonly text: string }
 
@@ -110,8 +109,8 @@ const headCache = new WeakMap<FilterRule, string>();
  * headOf is a rule's head (headCache). like: a rule whose head is probably the same (the rule at the same place in
  * the session's filter before): when it is, member for member and in the same order, its text is taken rather than
  * written again. The compiler makes new rule objects whenever a rule's sources change (every join into
- * autogroup:member), so each flush wrote the heads of every rule of every session anew: at 10,000 devices 22 s of
- * the server's 553 s in the join, nearly all of them equal to the heads they replaced.
+ * autogroup:member), so without it each flush would write the heads of every rule of every session anew, nearly
+ * all of them equal to the heads they replace.
  */
 function headOf(rule: FilterRule, like?: FilterRule): string {
   const cached = headCache.get(rule);

@@ -203,3 +203,30 @@ t.test('grpc_listen_addr serves the gRPC API: on 127.0.0.1:50443 by default, pla
   t.same(grpcProblems({ grpc_listen_addr: '0.0.0.0:50443', tls_cert_path: '/c.pem', tls_key_path: '/k.pem' }), [], 'with TLS the listener is encrypted');
   t.notOk(KEYS.grpc_listen_addr!.doc.includes('not implemented'), 'the key documentation no longer calls it inert');
 });
+
+t.test('node.routes.ha: headscale defaults, bounds and the timeout below the interval, each named', async (t) => {
+  const def = resolveConfig({});
+  t.equal(def.config.node.routes.ha.probe_interval, 10_000);
+  t.equal(def.config.node.routes.ha.probe_timeout, 5000);
+  t.same(errors(def.problems), []);
+  const set = resolveConfig({ node: { routes: { ha: { probe_interval: '30s', probe_timeout: '2s' } } } });
+  t.same(errors(set.problems), []);
+  t.equal(set.config.node.routes.ha.probe_interval, 30_000);
+  t.equal(set.config.node.routes.ha.probe_timeout, 2000);
+  const off = resolveConfig({ node: { routes: { ha: { probe_interval: 0, probe_timeout: '1m' } } } });
+  t.same(errors(off.problems), [], 'probing off: the timeout is not compared');
+  const cases: [Record<string, unknown>, string, RegExp][] = [
+    [{ probe_interval: 'soon' }, 'node.routes.ha.probe_interval', /duration/i],
+    [{ probe_interval: '1s' }, 'node.routes.ha.probe_interval', /2s/],
+    [{ probe_timeout: '500ms' }, 'node.routes.ha.probe_timeout', /1s/],
+    [{ probe_timeout: '10s' }, 'node.routes.ha.probe_timeout', /less than node\.routes\.ha\.probe_interval/],
+    [{ probe_interval: '5s', probe_timeout: '5s' }, 'node.routes.ha.probe_timeout', /less than/],
+    [{ probe_timeout: 0 }, 'node.routes.ha.probe_timeout', /at least 1s/],
+  ];
+  for (const [ha, key, message] of cases) {
+    const { problems } = resolveConfig({ node: { routes: { ha } } });
+    t.match(errors(problems), [{ key, message }], `${JSON.stringify(ha)} names ${key}`);
+  }
+  const env = resolveConfig({}, { env: { HEADWAY_NODE_ROUTES_HA_PROBE_INTERVAL: '20s' } });
+  t.equal(env.config.node.routes.ha.probe_interval, 20_000);
+});

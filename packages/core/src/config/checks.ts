@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { formatDuration } from './duration.js';
 import { formatPrefix, parseIP, parseIPPrefix, prefixOverlaps } from '@headway/policy/ip';
 import type { ConfigValues } from './keys.js';
 import type { ConfigProblem } from './problems.js';
@@ -74,6 +75,12 @@ export function crossCheck(values: Values, problems: ConfigProblem[]): void {
     const host = values[`database.${dbType}.host`];
     // A connection URL pasted here (often with its password) would be echoed back by the driver's errors.
     if (/:\/\/|@|\s/.test(host)) err(`database.${dbType}.host`, 'expected a host name, an IP address or a socket directory, found a connection URL or user@host (set host, port, name, user and pass apart)');
+  }
+  const haInterval = values['node.routes.ha.probe_interval'], haTimeout = values['node.routes.ha.probe_timeout'];
+  if (haInterval > 0 && haTimeout >= haInterval) {
+    err('node.routes.ha.probe_timeout', `must be less than node.routes.ha.probe_interval (${formatDuration(haTimeout)} is not less than ${formatDuration(haInterval)})`);
+  } else if (haInterval > 0 && haTimeout === 0) {
+    err('node.routes.ha.probe_timeout', 'must be at least 1s while node.routes.ha.probe_interval is on');
   }
   if (values['cluster.enabled'] && values['database.type'] === 'sqlite') {
     err('cluster.enabled', 'needs database.type postgres or mysql: several instances cannot share one SQLite file');

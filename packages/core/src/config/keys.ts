@@ -82,6 +82,8 @@ const TABLE = {
   disable_check_updates: bool({ default: true, doc: 'accepted for headscale compatibility: Headway never checks for updates; false is a config check warning' }),
   'node.expiry': duration({ max: NODE_EXPIRY_MAX_MS, default: 0, doc: 'how long a node key is valid after login; 0 means no expiry' }),
   'node.ephemeral.inactivity_timeout': duration({ default: 30 * 60_000, doc: 'ephemeral nodes are deleted after this long without a session' }),
+  'node.routes.ha.probe_interval': duration({ min: 2000, default: 10_000, doc: 'how often every router of a subnet route that two or more online routers serve is asked to answer a ping; 0 turns probing off (the route then moves only when its primary disconnects)' }),
+  'node.routes.ha.probe_timeout': duration({ min: 1000, default: 5000, doc: 'a router that has not answered within this long is unhealthy and its routes move to a healthy router; less than probe_interval' }),
   'database.type': text({ default: 'sqlite', doc: 'sqlite | postgres | mysql | an npm package name providing a storage adapter' }),
   'database.debug': bool({ default: false, doc: 'log every SQL statement at debug level (bound values never shown); log.level trace logs them too' }),
   'database.sqlite.path': path({ default: 'db.sqlite', doc: 'SQLite file; relative to data_dir' }),

@@ -21,6 +21,7 @@ import { PAGE_HEADERS, approvedRegistrationPage, expiredRegistrationPage, regist
 import type { Registrar } from './register.js';
 import { keepAliveWait, MapSession } from './map-session.js';
 import type { SessionHub } from './sessions.js';
+import { HaProber } from './ha-prober.js';
 import { parseMapRequest, parseRegisterRequest } from '@headway/core';
 import { MIN_CAPABILITY_VERSION, type MapRequest } from '@headway/core';
 
@@ -77,6 +78,8 @@ export class ControlServer {
   readonly limits: Ts2021Limits;
   /** sourceByMachineKey remembers where each machine's latest session came from (pending-login quotas). */
   private readonly sourceByMachineKey = new Map<string, string>();
+  /** haProber pings the routers of HA subnet routes (undefined: node.routes.ha.probe_interval is 0, or clustered). */
+  readonly haProber?: HaProber;
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
@@ -94,10 +97,42 @@ export class ControlServer {
       isAuthenticated: (machineKey) => state.nodes.byMachineKey(machineKey) !== undefined,
     });
     this.mismatchLog = new HandshakeFailureLog(logger);
+    this.haProber = this.makeProber();
   }
 
-  /** init has nothing to prepare since zstd comes from node:zlib; kept for the kernel's start order. */
-  async init(): Promise<void> {}
+  /**
+   * makeProber builds the HA route prober when node.routes.ha.probe_interval is on. In a cluster each instance
+   * elects primaries on its own from what all of them know alike, and a ping's answer is known only to the
+   * instance that sent it, so there the route moves when its primary disconnects, as without probing.
+   */
+  private makeProber(): HaProber | undefined {
+    const { config, logger, metrics, state } = this.o;
+    const ha = config.node.routes.ha;
+    if (!ha.probe_interval) return undefined;
+    if (state.cluster.clustered) {
+      logger.info('HA subnet router probing is off in a cluster: a route moves when its primary disconnects');
+      return undefined;
+    }
+    const hub = this.hub;
+    const base = config.server_url.replace(/\/+$/, '');
+    return new HaProber({
+      clock: hub.clock,
+      logger,
+      intervalMs: ha.probe_interval,
+      timeoutMs: ha.probe_timeout,
+      pingUrl: (id) => `${base}/machine/ping-response?id=${id}`,
+      routers: () => hub.haRouters(),
+      session: (id) => hub.currentSession(id),
+      send: (target, ping) => hub.sendPing(target as MapSession, ping),
+      apply: (verdicts) => hub.setHealth(verdicts),
+      count: (result) => metrics.haProbes.inc({ result }),
+    });
+  }
+
+  /** init starts the HA route prober; zstd needs no preparation (it comes from node:zlib). */
+  async init(): Promise<void> {
+    this.haProber?.start();
+  }
 
   /**
    * attach takes over HTTP upgrades for /ts2021 and /derp on a listener, bounds how long a TCP
@@ -156,6 +191,13 @@ export class ControlServer {
       if (!ctx.query.v || !Number.isInteger(v)) { ctx.status = 400; ctx.body = 'missing or invalid capability version (?v=N)\n'; return; }
       if (v < 39) { ctx.status = 400; ctx.body = 'client too old\n'; return; }
       ctx.body = { legacyPublicKey: `mkey:${'0'.repeat(64)}`, publicKey: `mkey:${this.o.controlKey.publicKey.toString('hex')}` };
+    });
+    // A client answers a PingRequest (an HA route probe) with HEAD on its URL; the unguessable id is the credential.
+    router.head('/machine/ping-response', (ctx) => {
+      const id = ctx.query.id;
+      if (typeof id !== 'string' || !id) { ctx.status = 400; ctx.body = 'missing ping id (?id=)\n'; return; }
+      if (!this.haProber?.answer(id)) { ctx.status = 404; ctx.body = 'unknown or expired ping\n'; return; }
+      ctx.status = 200;
     });
     router.get('/register/:key', async (ctx) => {
       const key = String(ctx.params.key);
@@ -361,6 +403,7 @@ export class ControlServer {
 
   /** close ends every map stream and Noise connection. */
   async close(): Promise<void> {
+    this.haProber?.stop();
     for (const set of this.streams.values()) for (const stream of set) stream.end();
     for (const set of this.conns.values()) for (const c of set) c.destroy();
   }

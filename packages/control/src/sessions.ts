@@ -129,6 +129,8 @@ export class SessionHub {
     session.ssh = this.mapper.sshJson(node.id);
     (this.byNode.get(node.id) ?? this.byNode.set(node.id, new Set()).get(node.id)!).add(session);
     this.everyone = undefined;
+    // A router that reconnects has shown it is reachable again (the HA prober's verdict against it is dropped).
+    if (!this.mapper.view.isHealthy(node.id)) this.setHealth(new Map([[node.id, true]]));
     this.metrics.mapSessions.inc();
     session.armKeepAlive();
   }
@@ -138,6 +140,34 @@ export class SessionHub {
     const set = this.byNode.get(session.nodeId);
     if (set?.delete(session)) { this.metrics.mapSessions.dec(); this.everyone = undefined; }
     if (set && !set.size) this.byNode.delete(session.nodeId);
+  }
+
+  // ---- What the HA prober (ha-prober.ts) asks of the hub ----
+
+  /** haRouters are the online routers of the subnet routes two or more online routers serve (the election brought up to date first). */
+  haRouters(): readonly number[] {
+    this.syncPrimaries();
+    return this.mapper.view.haRouters();
+  }
+
+  /** currentSession is the node's newest open map session. */
+  currentSession(nodeId: number): MapSession | undefined {
+    let last: MapSession | undefined;
+    for (const s of this.byNode.get(nodeId) ?? []) if (!s.closed) last = s;
+    return last;
+  }
+
+  /** sendPing puts a MapResponse holding only the PingRequest on the session's stream. */
+  sendPing(session: MapSession, ping: { URL: string }): void {
+    session.send(frame(mapResponse([member('PingRequest', encode(ping))]), session.zstd));
+    this.metrics.mapMessages.inc({ kind: 'ping' });
+  }
+
+  /** setHealth records the prober's verdicts and, when a router's health changed, runs the election again. */
+  setHealth(verdicts: ReadonlyMap<number, boolean>): void {
+    if (!this.mapper.view.setHealth(verdicts)) return;
+    this.batch.reelect = true;
+    this.syncPrimaries();
   }
 
   /** deletedNode is a node deleted since start-up that had this machine key (its device may still ask for a map). */

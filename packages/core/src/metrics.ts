@@ -13,6 +13,8 @@ export class Metrics {
   readonly mapBatchWindow: Gauge;
   /** mapBatchesEarly counts batches sent before their window ended: a change came after a lull, or none came (SessionHub). */
   readonly mapBatchesEarly: Counter<'reason'>;
+  /** haProbes counts the HA prober's pings to subnet routers by outcome (control/ha-prober.ts). */
+  readonly haProbes: Counter<'result'>;
   /** memoryTrim* measure the C heap trims after garbage collections (server/memory.ts). */
   readonly memoryTrimSeconds: Histogram;
   readonly memoryTrimmedBytes: Counter;
@@ -31,6 +33,10 @@ export class Metrics {
     this.mapBatchesEarly = new Counter({
       name: 'headway_map_batches_early_total', help: 'Batches of changes sent before their window ended, by reason: a change after a lull (change) or a lull with no change (lull)',
       labelNames: ['reason'], registers: [this.registry],
+    });
+    this.haProbes = new Counter({
+      name: 'headway_ha_probes_total', help: 'Pings to the routers of highly available subnet routes, by result: sent, answered, missed (no answer within node.routes.ha.probe_timeout)',
+      labelNames: ['result'], registers: [this.registry],
     });
     this.memoryTrimSeconds = new Histogram({
       name: 'headway_memory_trim_seconds', help: 'Time to give the C heap\'s free pages back to the system (glibc malloc_trim)',

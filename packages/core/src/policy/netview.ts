@@ -23,6 +23,10 @@ export class NetworkView {
   /** route → node id; sticky while the primary stays online. */
   private readonly primaries = new Map<string, number>();
   private primaryOf = new Map<number, string[]>();
+  /** unhealthy: routers that are online but did not answer the HA prober's last ping; the election passes them over. */
+  private readonly unhealthy = new Set<number>();
+  /** haRouters: the online routers of every subnet route that two or more online routers serve, as the last election saw them. */
+  private haIds: number[] = [];
 
   /**
    * approvals are nodes' routes with autoApprovers applied, per node object (State replaces a node's object on
@@ -261,9 +265,10 @@ export class NetworkView {
   }
 
   /**
-   * updatePrimaries picks one online router per subnet route, keeping the current
-   * one while it stays online (no flapping), and returns the nodes whose primary
-   * routes changed.
+   * updatePrimaries picks one online router per subnet route, keeping the current one while it stays online and
+   * healthy (no flapping), and returns the nodes whose primary routes changed. A router the HA prober marked
+   * unhealthy is passed over while a healthy online router serves the route; when none does, the current primary
+   * keeps it.
    */
   updatePrimaries(): Set<number> {
     // In a cluster every instance elects on its own, from what all of them know alike: the
@@ -281,17 +286,23 @@ export class NetworkView {
       }
     }
     const next = new Map<string, number>();
+    const ha = new Set<number>();
     for (const [route, nodes] of candidates) {
       const cur = this.primaries.get(route);
       const online = nodes.filter((n) => this.state.presence.isOnline(n.id));
       if (clustered) online.sort((a, b) => since(a) - since(b) || a.id - b.id);
+      if (online.length > 1) for (const n of online) ha.add(n.id);
+      const healthy = this.unhealthy.size ? online.filter((n) => !this.unhealthy.has(n.id)) : online;
       let pick: number;
-      if (sticky && cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
+      if (sticky && cur !== undefined && healthy.some((n) => n.id === cur)) pick = cur;
+      else if (healthy.length) pick = healthy[0]!.id;
+      else if (cur !== undefined && online.some((n) => n.id === cur)) pick = cur;
       else if (online.length) pick = online[0]!.id;
       else if (sticky && cur !== undefined && nodes.some((n) => n.id === cur)) pick = cur;
       else pick = nodes[0]!.id;
       next.set(route, pick);
     }
+    this.haIds = [...ha].sort((a, b) => a - b);
     const before = this.primaryOf;
     const after = new Map<number, string[]>();
     for (const [route, id] of next) (after.get(id) ?? after.set(id, []).get(id)!).push(route);
@@ -305,6 +316,26 @@ export class NetworkView {
     this.primaryOf = after;
     return changed;
   }
+
+  /** haRouters: the online routers of the subnet routes two or more online routers serve, by id (the last election's view). */
+  haRouters(): readonly number[] { return this.haIds; }
+
+  /**
+   * setHealth records the HA prober's verdicts (node id → answered) and says whether any router's health changed,
+   * in which case the caller runs the election again. Only online routers can be unhealthy: a verdict against one
+   * that went offline meanwhile is dropped.
+   */
+  setHealth(verdicts: ReadonlyMap<number, boolean>): boolean {
+    let changed = false;
+    for (const [id, healthy] of verdicts) {
+      if (healthy || !this.state.presence.isOnline(id)) changed = this.unhealthy.delete(id) || changed;
+      else if (!this.unhealthy.has(id)) { this.unhealthy.add(id); changed = true; }
+    }
+    return changed;
+  }
+
+  /** isHealthy: the node has not been marked unhealthy by the HA prober (unknown nodes are healthy). */
+  isHealthy(id: number): boolean { return !this.unhealthy.has(id); }
 
   primaryRoutes(id: number): string[] { return this.primaryOf.get(id) ?? []; }
 

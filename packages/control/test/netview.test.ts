@@ -116,6 +116,40 @@ t.test('an exit node approved for one family only carries no exit route', async 
   t.same(view.allowedIPs(approved), [`${n.ipv4}/32`, `${n.ipv6}/128`], 'but the node advertises only IPv4: no exit route');
 });
 
+t.test('primary routers and health: an unhealthy primary hands over to a healthy router, which keeps the route', async (t) => {
+  const s = await startState(t);
+  const u = await s.state.users.create({ name: 'alice' });
+  const rs = [];
+  for (const name of ['r1', 'r2', 'r3']) {
+    const r = await s.state.nodes.create(input(name, u.id, { availableRoutes: ['10.1.0.0/24'] }));
+    await s.state.nodes.approveRoutes(r.id, ['10.1.0.0/24']);
+    rs.push(r);
+  }
+  const solo = await s.state.nodes.create(input('solo', u.id, { availableRoutes: ['10.9.0.0/24'] }));
+  await s.state.nodes.approveRoutes(solo.id, ['10.9.0.0/24']);
+  const [r1, r2, r3] = rs as [typeof solo, typeof solo, typeof solo];
+  const view = new NetworkView(s.state, silentLogger);
+  view.setPolicy(null);
+  for (const n of [r1, r2, solo]) s.state.presence.sessionOpened(n.id);
+  view.updatePrimaries();
+  t.same(view.haRouters(), [r1.id, r2.id], 'HA routers: the online routers of a route two online routers serve (not solo, not offline r3)');
+  t.same(view.primaryRoutes(r1.id), ['10.1.0.0/24']);
+  t.equal(view.setHealth(new Map([[r1.id, true], [r2.id, true]])), false, 'healthy verdicts on healthy routers change nothing');
+  t.equal(view.setHealth(new Map([[r1.id, false], [r2.id, true]])), true);
+  t.same([...view.updatePrimaries()].sort(), [r1.id, r2.id], 'r1 unhealthy: r2 takes the route');
+  t.same(view.primaryRoutes(r2.id), ['10.1.0.0/24']);
+  t.same(view.haRouters(), [r1.id, r2.id], 'r1 is still probed (it is online)');
+  t.equal(view.setHealth(new Map([[r1.id, true]])), true, 'r1 answers again');
+  t.same([...view.updatePrimaries()], [], 'r2 keeps the route (no flapping)');
+  view.setHealth(new Map([[r2.id, false], [r1.id, false]]));
+  t.same([...view.updatePrimaries()], [], 'every online router unhealthy: the primary keeps the route');
+  s.state.presence.sessionOpened(r3.id);
+  t.same([...view.updatePrimaries()].sort(), [r2.id, r3.id], 'a healthy router comes online: it takes the route');
+  await s.state.presence.sessionClosed(r1.id);
+  t.equal(view.setHealth(new Map([[r1.id, false]])), true, 'a verdict against an offline router clears it instead');
+  t.equal(view.isHealthy(r1.id), true);
+});
+
 t.test('primary routers: online first, sticky while online, failover when offline', async (t) => {
   const s = await startState(t);
   const u = await s.state.users.create({ name: 'alice' });

@@ -1,9 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import type { Logger } from '@headway/core';
+import type { Logger, PingRequest } from '@headway/core';
 import type { Clock, Timer } from './clock.js';
-
-/** PingRequest is tailcfg.PingRequest as the prober sends it: a URL the client answers with an HTTP HEAD. */
-export interface PingRequest { URL: string }
 
 /**
  * ProbeTarget is a router's map session as the prober sees it: any object that stays the same for as long as the

@@ -1,5 +1,5 @@
 import type { Policy } from '@headway/policy';
-import type { Change, DNSConfig, Logger, Metrics, Node, State } from '@headway/core';
+import type { Change, DNSConfig, Logger, Metrics, Node, PingRequest, State } from '@headway/core';
 import { eventLoopMeter, systemClock, type Clock, type LoadMeter } from './clock.js';
 import { DeltaComposer, peerSetOf } from './delta-composer.js';
 import { DeltaEncoder, type FanoutCounters } from './delta-encoder.js';
@@ -158,7 +158,7 @@ export class SessionHub {
   }
 
   /** sendPing puts a MapResponse holding only the PingRequest on the session's stream. */
-  sendPing(session: MapSession, ping: { URL: string }): void {
+  sendPing(session: MapSession, ping: PingRequest): void {
     session.send(frame(mapResponse([member('PingRequest', encode(ping))]), session.zstd));
     this.metrics.mapMessages.inc({ kind: 'ping' });
   }

@@ -1,6 +1,6 @@
 import t, { type Test } from 'tap';
-import { silentLogger } from '@headway/core';
-import { HaProber, type PingRequest } from '../src/ha-prober.js';
+import { silentLogger, type PingRequest } from '@headway/core';
+import { HaProber } from '../src/ha-prober.js';
 import { FakeClock } from './fake-clock.js';
 
 /**

@@ -11,6 +11,7 @@ import {
   type MapResponse,
   type Node,
   type NodeID,
+  type PingRequest,
   type RegisterRequest,
   type RegisterResponse,
 } from './wire.js';
@@ -90,7 +91,8 @@ const settledFirst = (): void => undefined;
 /**
  * TestDevice is a virtual tailscaled speaking the real control protocol: /key, the ts2021 Noise upgrade,
  * HTTP/2 inside it, register and a streamed map poll whose deltas build `netmap` the way the real client does.
- * Events: 'update' (MapResponse, after it was applied), 'keepalive', 'mapEnd' (Error | undefined).
+ * Events: 'update' (MapResponse, after it was applied), 'keepalive', 'mapEnd' (Error | undefined), 'ping' (the
+ * status of a PingRequest answer, or its Error).
  */
 export class TestDevice extends EventEmitter {
   readonly serverUrl: string;
@@ -111,6 +113,15 @@ export class TestDevice extends EventEmitter {
   mapDone: Promise<void> = Promise.resolve();
   /** mapBytes counts map-stream bytes received (compressed frames as sent), so the benchmark can report bytes per session. */
   mapBytes = 0;
+
+  /**
+   * answerPings: answer a map message's PingRequest as tailscaled does (HTTP HEAD to its URL with the plain HTTP
+   * client, once per URL). Set it false to play a device that stays connected but stops answering.
+   */
+  answerPings = true;
+  /** pingAnswers are the statuses of the PingRequest answers sent, in order. */
+  readonly pingAnswers: number[] = [];
+  private lastPingUrl = '';
 
   private session: ClientHttp2Session | undefined;
   private mapStream: ClientHttp2Stream | undefined;
@@ -346,6 +357,7 @@ export class TestDevice extends EventEmitter {
         }
         for (const raw of messages) {
           const msg = raw as MapResponse;
+          if (msg.PingRequest) this.onPing(msg.PingRequest);
           applyMapResponse(this.netmap, this.keep ? this.keep(msg) : msg);
           if (isKeepAlive(msg)) {
             this.emit('keepalive', msg);
@@ -382,6 +394,14 @@ export class TestDevice extends EventEmitter {
     // Callers that only use startMap's result must not see an unhandled rejection from mapDone.
     this.mapDone.catch(() => undefined);
     return first;
+  }
+
+  /** onPing answers a PingRequest with no Types (tailscaled's answerHeadPing); the 'ping' event gets the status. */
+  private onPing(pr: PingRequest): void {
+    // Types (disco, TSMP, c2n) and answers over Noise are kinds of ping this device does not play.
+    if (!this.answerPings || !pr.URL || pr.URL === this.lastPingUrl || pr.Types || pr.URLIsNoise) return;
+    this.lastPingUrl = pr.URL;
+    fetch(pr.URL, { method: 'HEAD' }).then((r) => r.status).then((status) => { this.pingAnswers.push(status); this.emit('ping', status); }, (err: Error) => this.emit('ping', err));
   }
 
   /** stopMap cancels the current map stream, as tailscaled does when it restarts its poll. */

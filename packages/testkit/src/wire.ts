@@ -9,7 +9,7 @@
  * server composes its messages with; here they keep the Go names the tests use.
  */
 export type {
-  CapMap, DERPMap, DERPNode, DERPRegion, DNSConfig, MapDebug, MapResponse, NodeID, PeerChange, SSHAction, SSHPolicy, SSHPrincipal,
+  CapMap, DERPMap, DERPNode, DERPRegion, DNSConfig, MapDebug, MapResponse, NodeID, PeerChange, PingRequest, SSHAction, SSHPolicy, SSHPrincipal,
   SSHRule, UserID, UserProfile,
   DNSResolver as Resolver, WireCapGrant as CapGrant, WireFilterRule as FilterRule, WireHostinfo as Hostinfo, WireNode as Node,
   WirePortRange as NetPortRange,

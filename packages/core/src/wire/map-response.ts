@@ -204,6 +204,18 @@ export interface MapDebug {
  * MapResponse is one message of a map stream. The first must hold Node and DERPMap; every later one holds only what
  * changed (see control-protocol.md §6.5 for what absence, null and empty mean field by field).
  */
+/**
+ * PingRequest (tailcfg.PingRequest) asks the client to prove it is reachable: with no Types it sends HTTP HEAD to
+ * URL, over Noise when URLIsNoise is set, else over its plain HTTP(S) client; a URL equal to the last one is ignored.
+ */
+export interface PingRequest {
+  URL: string;
+  URLIsNoise?: boolean;
+  Log?: boolean;
+  Types?: string;
+  IP?: string;
+}
+
 export interface MapResponse {
   KeepAlive?: boolean;
   Node?: WireNode;
@@ -226,6 +238,6 @@ export interface MapResponse {
   SSHPolicy?: SSHPolicy | null;
   ControlTime?: string;
   Debug?: MapDebug;
-  PingRequest?: Record<string, unknown>;
+  PingRequest?: PingRequest;
   PopBrowserURL?: string;
 }

@@ -50,6 +50,7 @@ export interface ProbeCounts { sent: number; answered: number; missed: number; r
  */
 export class HaProber {
   private readonly pending = new Map<string, Probe>();
+  private unanswered = 0;
   /** lastTarget: the session each router was probed on in the previous round. */
   private lastTarget = new Map<number, ProbeTarget>();
   private roundTimer?: Timer;
@@ -75,14 +76,11 @@ export class HaProber {
     this.d.clock.clearTimeout(this.verdictTimer);
     this.roundTimer = this.verdictTimer = undefined;
     this.pending.clear();
+    this.unanswered = 0;
   }
 
   /** outstanding is how many pings of the current round wait for an answer. */
-  get outstanding(): number {
-    let n = 0;
-    for (const p of this.pending.values()) if (!p.answered) n++;
-    return n;
-  }
+  get outstanding(): number { return this.unanswered; }
 
   /**
    * answer records a client's answer to the ping with this id. It is true once per ping sent in the round under
@@ -92,9 +90,10 @@ export class HaProber {
     const p = this.pending.get(id);
     if (!p || p.answered) return false;
     p.answered = true;
+    this.unanswered--;
     this.counts.answered++;
     this.d.count?.('answered');
-    if (this.outstanding === 0) this.decide();
+    if (this.unanswered === 0) this.decide();
     return true;
   }
 
@@ -108,6 +107,7 @@ export class HaProber {
       seen.set(nodeId, target);
       const id = this.newId();
       this.pending.set(id, { nodeId, target, stable: this.lastTarget.get(nodeId) === target, answered: false });
+      this.unanswered++;
       this.d.send(target, { URL: this.d.pingUrl(id) });
       this.counts.sent++;
       this.d.count?.('sent');
@@ -136,6 +136,7 @@ export class HaProber {
       if (verdicts.get(p.nodeId) !== true) verdicts.set(p.nodeId, false);
     }
     this.pending.clear();
+    this.unanswered = 0;
     if (deferred || !verdicts.size) return;
     const silent = [...verdicts].filter(([, ok]) => !ok).map(([id]) => id);
     if (silent.length) this.d.logger.warn('HA subnet routers did not answer a ping; their routes move to healthy routers', { nodes: silent, timeout_ms: this.d.timeoutMs });

@@ -44,7 +44,7 @@ export interface ProbeCounts { sent: number; answered: number; missed: number; r
  * does not take its routes back: the new primary keeps them while it stays online and healthy).
  *
  * Silence counts only against a session that was already probed in the round before, so a router that just
- * reconnected has a full round to apply its new netmap; a round in which any router was given that grace, or
+ * reconnected has a full round to apply its new netmap; a round in which a silent router was given that grace, or
  * reconnected before its timeout, decides nothing, so the election never acts on half the picture. A round costs
  * O(HA routers).
  */

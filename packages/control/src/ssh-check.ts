@@ -221,8 +221,7 @@ export class SshChecks {
     if (!e) return;
     this.checks.delete(id);
     if (e.verdict) return;
-    const minutes = Math.round(this.o.config.registration.pending_expiry / 60_000);
-    const verdict: Verdict = { accept: false, reason: `nobody approved it within ${minutes} minute${minutes === 1 ? '' : 's'}` };
+    const verdict: Verdict = { accept: false, reason: `nobody approved it within ${waitText(this.o.config.registration.pending_expiry)}` };
     for (const w of [...e.waiters]) w(verdict);
   }
 
@@ -255,6 +254,14 @@ export function checkPeriodIn(policy: { rules: SSHRule[] } | null, src: Pick<Nod
     if (period !== undefined && rule.principals.some((p) => ips.includes(p.nodeIP))) return period;
   }
   return undefined;
+}
+
+/** waitText says how long a check waited, in the largest whole unit ("15 minutes", "25 seconds"). */
+function waitText(ms: number): string {
+  for (const [unit, n] of [['hour', 3_600_000], ['minute', 60_000], ['second', 1000]] as const) {
+    if (ms >= n && ms % n === 0) return `${ms / n} ${unit}${ms === n ? '' : 's'}`;
+  }
+  return `${ms} ms`;
 }
 
 function pairKey(src: number, dst: number): string { return `${src}>${dst}`; }

@@ -22,6 +22,16 @@ export interface PendingLogins {
   reject(key: string, field?: string): Promise<void>;
 }
 
+/**
+ * SshCheckApprovals is what the API needs of SSH `check` mode: tell a check's auth ID from a login's, and
+ * approve or reject the held connection (headscale's `auth approve|reject` do both).
+ */
+export interface SshCheckApprovals {
+  owns(id: string): boolean;
+  approve(id: string): unknown;
+  reject(id: string): unknown;
+}
+
 /** authIdFields is headscale's auth-id body (its proto name auth_id arrives as authId: readJson camel-cases bodies). */
 const authIdFields = {
   authId: optional(idText()).meta({ description: 'The ID at the end of the login URL the device printed', examples: ['hwreg-0123456789abcdef'] }),
@@ -45,16 +55,20 @@ export const AUTH_ROUTES: Route[] = [
     },
   }),
   route({
-    method: 'POST', path: '/api/v1/auth/approve', operationId: 'authApprove', tag: 'Nodes', summary: 'Approve a pending login of a known device',
-    description: 'A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409).',
+    method: 'POST', path: '/api/v1/auth/approve', operationId: 'authApprove', tag: 'Nodes', summary: 'Approve a pending login of a known device, or a held SSH connection',
+    description: 'A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409). '
+      + 'The auth ID of an SSH check (the link an SSH `check` rule printed) lets the held SSH connection in; the answer then has no node.',
     body: z.object(authIdFields),
-    response: NodeAnswer, responseDescription: 'The node, logged in again',
+    response: z.object({ node: NodeAnswer.shape.node.optional() }), responseDescription: 'The node, logged in again (none for an SSH check)',
     errors: [404, 409, 503],
-    handle: async ({ body }, deps) => ({ node: apiNode(deps, await approvePendingNode(deps, body.authId ?? '', 'authId')) }),
+    handle: async ({ body }, deps) => {
+      const node = await approvePendingNode(deps, body.authId ?? '', 'authId');
+      return node ? { node: apiNode(deps, node) } : {};
+    },
   }),
   route({
-    method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login',
-    description: 'The waiting `tailscale up` ends with "login rejected by the administrator".',
+    method: 'POST', path: '/api/v1/auth/reject', operationId: 'authReject', tag: 'Nodes', summary: 'Reject a pending login or a held SSH connection',
+    description: 'The waiting `tailscale up` ends with "login rejected by the administrator"; a held SSH connection (an SSH check\'s auth ID) is refused.',
     body: z.object(authIdFields),
     response: Empty, responseDescription: 'Rejected',
     errors: [404, 503],

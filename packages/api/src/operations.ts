@@ -69,17 +69,22 @@ export async function registerPendingNode(deps: ApiDeps, input: { user: string; 
   if (!ref) throw badField(input.userField ?? 'user', 'is required (a user name or id)');
   const user = deps.state.users.resolve(ref, input.userField ?? 'user');
   const key = checkAuthId(input.authId, input.authIdField);
+  if (deps.sshChecks?.owns(key)) throw badField(input.authIdField, 'is the ID of an SSH check, not of a device login: approve it with auth approve');
   return deps.state.nodes.require(await logins(deps).approve(key, user.id, { field: input.authIdField }));
 }
 
-/** approvePendingNode logs a known device in again with the owner it has (`auth approve`). */
-export async function approvePendingNode(deps: ApiDeps, authId: string, field: string): Promise<Node> {
-  return deps.state.nodes.require(await logins(deps).approve(checkAuthId(authId, field), undefined, { field }));
+/** approvePendingNode logs a known device in again with the owner it has (`auth approve`); an SSH check's ID lets its connection in (null: no node). */
+export async function approvePendingNode(deps: ApiDeps, authId: string, field: string): Promise<Node | null> {
+  const key = checkAuthId(authId, field);
+  if (deps.sshChecks?.owns(key)) { deps.sshChecks.approve(key); return null; }
+  return deps.state.nodes.require(await logins(deps).approve(key, undefined, { field }));
 }
 
-/** rejectPendingNode refuses a waiting login (`auth reject`); the device is told. */
+/** rejectPendingNode refuses a waiting login or a held SSH connection (`auth reject`); the device is told. */
 export async function rejectPendingNode(deps: ApiDeps, authId: string, field: string): Promise<void> {
-  await logins(deps).reject(checkAuthId(authId, field), field);
+  const key = checkAuthId(authId, field);
+  if (deps.sshChecks?.owns(key)) { deps.sshChecks.reject(key); return; }
+  await logins(deps).reject(key, field);
 }
 
 /** createDebugNode stores a node record with fresh random keys (tests and demos; it never connects). */

@@ -7,7 +7,7 @@ import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import { nodeView } from './views.js';
 import type { Node } from '@headway/core';
-import type { PendingLogins } from './lifecycle.js';
+import type { PendingLogins, SshCheckApprovals } from './lifecycle.js';
 import type { DriveService } from '@headway/core';
 
 /*
@@ -22,6 +22,8 @@ export interface ApiDeps {
   config: HeadwayConfig;
   /** logins approves or rejects pending interactive logins (the registrar; /api/v1/auth/...). */
   logins?: PendingLogins;
+  /** sshChecks approves or rejects held SSH connections of `check` rules, whose auth IDs `auth approve|reject` take too. */
+  sshChecks?: SshCheckApprovals;
   /** primaryRoutes: routes a node is the primary router for (from the route manager). */
   primaryRoutes?: (nodeId: number) => string[];
   /** approveRoutes: RouteService.approve (approval, auto-approvals and primary election in one commit). */

@@ -302,8 +302,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Approve a pending login of a known device
-         * @description A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409).
+         * Approve a pending login of a known device, or a held SSH connection
+         * @description A device already in the network logging in again (e.g. after its key expired) keeps its owner. A new device needs /auth/register (409). The auth ID of an SSH check (the link an SSH `check` rule printed) lets the held SSH connection in; the answer then has no node.
          */
         post: operations["authApprove"];
         delete?: never;
@@ -322,8 +322,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Reject a pending login
-         * @description The waiting `tailscale up` ends with "login rejected by the administrator".
+         * Reject a pending login or a held SSH connection
+         * @description The waiting `tailscale up` ends with "login rejected by the administrator"; a held SSH connection (an SSH check's auth ID) is refused.
          */
         post: operations["authReject"];
         delete?: never;
@@ -1600,14 +1600,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The node, logged in again */
+            /** @description The node, logged in again (none for an SSH check) */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
-                        node: components["schemas"]["Node"];
+                        node?: components["schemas"]["Node"];
                     };
                 };
             };

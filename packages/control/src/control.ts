@@ -22,6 +22,8 @@ import type { Registrar } from './register.js';
 import { keepAliveWait, MapSession } from './map-session.js';
 import type { SessionHub } from './sessions.js';
 import { HaProber } from './ha-prober.js';
+import { sshCheckPage, sshCheckGonePage } from './ssh-check-pages.js';
+import type { SshChecks } from './ssh-check.js';
 import { parseMapRequest, parseRegisterRequest } from '@headway/core';
 import { MIN_CAPABILITY_VERSION, type MapRequest } from '@headway/core';
 
@@ -39,6 +41,8 @@ export interface ControlOptions {
   hub: SessionHub;
   registrar: Registrar;
   hostinfo: HostinfoService;
+  /** sshChecks answers /machine/ssh/action (SSH `check` rules) and backs the /auth/<id> page. */
+  sshChecks: SshChecks;
   /** relay takes /derp upgrades on the main listener (the embedded relay, when enabled). */
   relay: { handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean };
 }
@@ -219,6 +223,18 @@ export class ControlServer {
       const hostname = String((pending.hostinfo as { Hostname?: string } | null)?.Hostname ?? 'a device');
       ctx.body = registerPage({ hostname, key, expiresAt: pending.expiresAt });
     });
+    // An SSH check's page without an identity provider: the administrator's command (LoginFlow serves it otherwise).
+    router.get('/auth/:id', (ctx) => {
+      const check = this.o.sshChecks.get(String(ctx.params.id));
+      ctx.type = 'text/html; charset=utf-8';
+      ctx.set(PAGE_HEADERS);
+      if (!check) {
+        ctx.status = /^[A-Za-z0-9_-]{1,64}$/.test(String(ctx.params.id)) ? 404 : 400;
+        ctx.body = sshCheckGonePage();
+        return;
+      }
+      ctx.body = sshCheckPage(this.o.state, check, this.o.sshChecks.expiresAt(check));
+    });
   }
 
   /**
@@ -283,6 +299,7 @@ export class ControlServer {
    * client's values.
    */
   private async handle(stream: H2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
+    if (method === 'GET' && path.startsWith('/machine/ssh/action/')) return this.sshAction(stream, info.machineKey);
     if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
       return stream.reply(501, `${method} ${path} is not implemented by Headway`);
     }
@@ -320,6 +337,17 @@ export class ControlServer {
       this.o.logger.error('control request failed', { path, error: safeErrorText(err) });
       refuse(stream, 500, 'internal error');
     }
+  }
+
+  /** sshAction answers a device's SSH server about a connection a `check` rule holds (SshChecks); a follow-up is held for the verdict. */
+  private async sshAction(stream: H2Stream, machineKey: string): Promise<void> {
+    const abort = new AbortController();
+    stream.onClose(() => abort.abort());
+    const answer = await this.o.sshChecks.action(stream.path, machineKey, abort.signal);
+    if (!answer || abort.signal.aborted) return;
+    if (answer.status !== 200) return stream.reply(answer.status, 'text' in answer ? answer.text : '');
+    stream.respond(200, 'application/json; charset=utf-8');
+    stream.end(JSON.stringify('action' in answer ? answer.action : {}));
   }
 
   private async map(mr: MapRequest, stream: H2Stream, machineKey: string): Promise<void> {

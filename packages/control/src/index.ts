@@ -14,5 +14,7 @@ export * from './frames.js';
 export * from './register.js';
 export * from './pages.js';
 export * from './login.js';
+export * from './ssh-check.js';
+export * from './ssh-check-pages.js';
 export * from './peerset.js';
 export * from './filter-chunks.js';

@@ -8,6 +8,8 @@ import type { BrowserCookie, BrowserRequest, IdentityPort } from '@headway/core'
 import type { State } from '@headway/core';
 import type { Registrar } from './register.js';
 import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from './pages.js';
+import type { SshChecks } from './ssh-check.js';
+import { sshCheckConfirmPage, sshCheckDonePage, sshCheckGonePage, sshCheckRefusedPage, sshCheckView } from './ssh-check-pages.js';
 
 /** CONFIRM_PATH receives the person's confirmation that the device may join as them. */
 export const CONFIRM_PATH = '/login/confirm';
@@ -19,7 +21,8 @@ const MAX_CONFIRMATIONS = 4096;
 const FORM_LIMIT = 4096;
 const LOGIN_KEY = /^[A-Za-z0-9_-]{1,64}$/;
 
-interface Confirmation { loginKey: string; userId: number; expiry?: Date; expiresAt: number }
+/** Confirmation is a verified person's pending confirmation of a device login, or of an SSH check (`check`). */
+interface Confirmation { loginKey: string; userId: number; expiry?: Date; expiresAt: number; check?: boolean }
 
 /**
  * LoginFlow serves the browser side of an interactive login through the identity
@@ -35,13 +38,14 @@ export class LoginFlow {
   private readonly confirmations = new Map<string, Confirmation>();
   private readonly secureCookies: boolean;
 
-  constructor(private readonly o: { identity: IdentityPort; state: State; registrar: Registrar; config: HeadwayConfig; logger: Logger }) {
+  constructor(private readonly o: { identity: IdentityPort; state: State; registrar: Registrar; config: HeadwayConfig; logger: Logger; sshChecks?: SshChecks }) {
     this.secureCookies = o.config.server_url.startsWith('https:');
   }
 
   /** routes mounts the login pages; mount them before the control routes so /register/:key is ours. */
   routes(router: Router): void {
     router.get('/register/:key', (ctx) => this.start(ctx));
+    router.get('/auth/:id', (ctx) => this.startCheck(ctx));
     router.get(this.o.identity.callbackPath, (ctx) => this.callback(ctx));
     router.post(CONFIRM_PATH, (ctx) => this.confirm(ctx));
   }
@@ -67,13 +71,16 @@ export class LoginFlow {
     ctx.append('Set-Cookie', lines);
   }
 
-  private refuse(ctx: Context, status: number, reason: string, log: Record<string, unknown> = {}): void {
-    this.o.logger.warn('login refused', { provider: this.o.identity.provider, reason, ...log });
+  /** refuse shows why a login (or, with `check`, an SSH check's sign-in) was refused, and logs it. */
+  private refuse(ctx: Context, status: number, reason: string, log: Record<string, unknown> = {}, check = false): void {
+    this.o.logger.warn(check ? 'SSH check sign-in refused' : 'login refused', { provider: this.o.identity.provider, reason, ...log });
     ctx.status = status;
     ctx.type = 'text/html; charset=utf-8';
     ctx.set(PAGE_HEADERS);
-    ctx.body = loginRefusedPage(reason);
+    ctx.body = check ? sshCheckRefusedPage(reason) : loginRefusedPage(reason);
   }
+
+  private isCheck(key: string | undefined): boolean { return key !== undefined && (this.o.sshChecks?.owns(key) ?? false); }
 
   /** html answers a page; only the confirmation, whose form posts back here, passes FORM_PAGE_HEADERS. */
   private html(ctx: Context, body: string, headers: Readonly<Record<string, string>> = PAGE_HEADERS): void {
@@ -99,6 +106,66 @@ export class LoginFlow {
     ctx.redirect(begun.location);
   }
 
+  /** startCheck answers an SSH check's link: a waiting check sends the person to the provider to sign in again. */
+  private async startCheck(ctx: Context): Promise<void> {
+    const id = String(ctx.params.id);
+    const check = this.o.sshChecks?.get(id);
+    if (!check) {
+      ctx.status = LOGIN_KEY.test(id) ? 404 : 400;
+      ctx.type = 'text/html; charset=utf-8';
+      ctx.set(PAGE_HEADERS);
+      ctx.body = sshCheckGonePage();
+      return;
+    }
+    let begun;
+    try {
+      begun = await this.o.identity.begin(id, this.browserRequest(ctx));
+    } catch (err) {
+      return this.refuse(ctx, 502, 'The identity provider cannot be reached; try again in a moment.', { error: errorText(err) }, true);
+    }
+    this.setCookies(ctx, begun.cookies);
+    ctx.set('Cache-Control', 'no-store');
+    ctx.redirect(begun.location);
+  }
+
+  /**
+   * checkVerified asks the person the provider verified for an SSH check to allow the connection: only an
+   * existing user who owns the source device gets the confirmation; anyone else is refused (403).
+   */
+  private checkVerified(ctx: Context, id: string, providerId: string): void {
+    const checks = this.o.sshChecks!;
+    const user = this.o.state.users.byProviderId(providerId);
+    if (!user) return this.refuse(ctx, 403, 'You signed in as someone who is not a user of this network, so you cannot approve this SSH connection.', { who: providerId }, true);
+    let check;
+    try {
+      check = checks.checkOwner(id, user);
+    } catch (err) {
+      if (err instanceof HeadwayError && err.status < 500) return this.refuse(ctx, err.status === 404 ? 410 : err.status, err.message, { who: providerId }, true);
+      throw err;
+    }
+    this.prune();
+    if (this.confirmations.size >= MAX_CONFIRMATIONS) return this.refuse(ctx, 503, 'Too many sign-ins are waiting for confirmation; try again in a few minutes.', {}, true);
+    const token = randomBytes(32).toString('base64url');
+    const expiresAt = Math.min(Date.now() + CONFIRM_TTL_MS, checks.expiresAt(check).getTime());
+    this.confirmations.set(token, { loginKey: id, userId: user.id, expiresAt, check: true });
+    this.setCookies(ctx, [{ name: CONFIRM_COOKIE, value: token, maxAgeMs: CONFIRM_TTL_MS, path: CONFIRM_PATH }]);
+    this.html(ctx, sshCheckConfirmPage({ view: sshCheckView(this.o.state, check), user: user.name, token, action: CONFIRM_PATH, expiresAt: new Date(expiresAt) }), FORM_PAGE_HEADERS);
+  }
+
+  /** confirmCheck approves the SSH check the owner confirmed. */
+  private confirmCheck(ctx: Context, entry: Confirmation): void {
+    const user = this.o.state.users.get(entry.userId);
+    let check;
+    try {
+      if (!user) throw new HeadwayError('not_found', 'your user no longer exists');
+      check = this.o.sshChecks!.approveAs(entry.loginKey, user);
+    } catch (err) {
+      if (err instanceof HeadwayError && err.status < 500) return this.refuse(ctx, err.status === 404 ? 410 : err.status, err.message, {}, true);
+      throw err;
+    }
+    this.html(ctx, sshCheckDonePage({ view: sshCheckView(this.o.state, check), user: user.name }));
+  }
+
   /** callback checks the provider's answer and asks the verified person to confirm. */
   private async callback(ctx: Context): Promise<void> {
     let outcome;
@@ -108,7 +175,8 @@ export class LoginFlow {
       return this.refuse(ctx, 502, 'The identity provider could not confirm who you are; try again.', { error: errorText(err) });
     }
     this.setCookies(ctx, outcome.cookies);
-    if (!outcome.ok) return this.refuse(ctx, outcome.status, outcome.reason, outcome.who ? { who: outcome.who } : {});
+    if (!outcome.ok) return this.refuse(ctx, outcome.status, outcome.reason, outcome.who ? { who: outcome.who } : {}, this.isCheck(outcome.loginKey));
+    if (this.isCheck(outcome.loginKey)) return this.checkVerified(ctx, outcome.loginKey, outcome.identity.providerId);
     const pending = await this.o.state.pending.get(outcome.loginKey);
     if (!pending) return this.refuse(ctx, 410, 'This login has expired: run tailscale up on the device again for a new link.', { who: outcome.identity.providerId });
     let user;
@@ -141,6 +209,7 @@ export class LoginFlow {
     }
     this.confirmations.delete(token);
     this.setCookies(ctx, [{ name: CONFIRM_COOKIE, value: '', maxAgeMs: 0, path: CONFIRM_PATH }]);
+    if (entry.check) return this.confirmCheck(ctx, entry);
     const pending = await this.o.state.pending.get(entry.loginKey);
     const user = this.o.state.users.get(entry.userId);
     if (!pending || !user) return this.refuse(ctx, 410, 'This login has expired: run tailscale up on the device again for a new link.');

@@ -14,6 +14,7 @@ export {
 export { TailnetContext } from './compile/context.js';
 export { offerContext, preparedContext } from './compile/offer.js';
 export { primaryRoutes } from './compile/routes.js';
+export { sshCheckPeriodMs, SSH_CHECK_PERIOD_DEFAULT_MS } from './compile/ssh.js';
 
 /**
  * approvedRoutesOf is what compilePolicy gives as `node`'s approvedRoutes (its admin approvals plus what the

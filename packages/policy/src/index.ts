@@ -10,7 +10,7 @@ export {
   type SshPolicyTest, type PortRange, type ProtoPorts, type ParseOptions,
 } from './policy.js';
 export {
-  compilePolicy, approvedRoutesOf, peerListOf, primaryRoutes, TailnetContext, offerContext, preparedContext, ALLOW_ALL, CHECK_HOLD_URL,
+  compilePolicy, approvedRoutesOf, peerListOf, primaryRoutes, sshCheckPeriodMs, SSH_CHECK_PERIOD_DEFAULT_MS, TailnetContext, offerContext, preparedContext, ALLOW_ALL, CHECK_HOLD_URL,
   type PolicyUser, type PolicyNode, type Snapshot, type FilterRule, type NetPortRange, type CapGrant,
   type SSHRule, type SSHPrincipal, type SSHAction, type CompiledNode,
 } from './compile.js';

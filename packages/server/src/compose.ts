@@ -21,7 +21,7 @@ import { RouteService } from '@headway/core';
 import { State } from '@headway/core';
 import { Metrics } from '@headway/core';
 import { Relay, type RelayPorts } from './relay.js';
-import { LoginFlow } from '@headway/control';
+import { LoginFlow, SshChecks, checkPeriodIn } from '@headway/control';
 import type { IdentityPort } from '@headway/core';
 import { ClusterMember } from '@headway/core';
 import { derpMeshKey } from '@headway/core';
@@ -55,6 +55,8 @@ export interface KernelCradle {
   mapper: Mapper;
   sessionHub: SessionHub;
   registrar: Registrar;
+  /** sshChecks runs SSH `check` mode: held connections, their approval, and checkPeriod. */
+  sshChecks: SshChecks;
   routeService: RouteService;
   hostinfo: HostinfoService;
   nodeGc: NodeGc;
@@ -112,6 +114,10 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     }),
     sessionHub: c(({ state, mapper, logger, metrics, policyService }) => new SessionHub(state, mapper, logger, metrics, () => policyService.compiled)),
     registrar: c(({ state, config, logger }) => new Registrar(state, config, logger)),
+    sshChecks: c(({ state, config, logger, mapper }) => new SshChecks({
+      state, config, logger: logger.child({ component: 'ssh-check' }),
+      checkPeriodOf: (src, dst) => checkPeriodIn(mapper.view.forNode(dst.id).sshPolicy, src),
+    })),
     routeService: c(({ state, networkView, sessionHub, logger, policyService }) => new RouteService(state, networkView, sessionHub, logger, () => policyService.compiled)),
     hostinfo: c(({ state, routeService }) => new HostinfoService(state, routeService)),
     nodeGc: c(({ state, config, logger, cluster }) => {
@@ -134,10 +140,10 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     }),
     relay: c(({ state, config, logger, derpMap, controlKey }) => new Relay(state, config, logger, derpMap,
       config.cluster?.enabled ? derpMeshKey(controlKey.privateKey) : undefined, opts.relayPorts)),
-    controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay }) => new ControlServer({
-      state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay,
+    controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay, sshChecks }) => new ControlServer({
+      state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay, sshChecks,
     })),
-    loginFlow: c(({ loginMethod, state, registrar, config, logger }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger }) : null)),
+    loginFlow: c(({ loginMethod, state, registrar, config, logger, sshChecks }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger, sshChecks }) : null)),
     health: c(({ storage, cluster }) => async () => {
       if (cluster && !cluster.healthy) return false;
       try {
@@ -147,11 +153,12 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId }): ApiDeps => ({
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService, instanceId,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       logins: registrar,
+      sshChecks,
       approveRoutes: (id, routes) => routeService.approve(id, routes),
       primaryRoutes: (id) => routeService.primaryRoutes(id),
     })),
@@ -207,6 +214,7 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     const control = k.controlServer;
     await control.init();
     stops.push(() => control.close());
+    stops.push(() => k.sshChecks.close());
     k.sessionHub.start();
     stops.push(() => k.sessionHub.stop());
     k.routeService.start();

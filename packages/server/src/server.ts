@@ -17,7 +17,7 @@ import type { PolicyService, PolicyEngine } from '@headway/core';
 import { hujsonEngine } from '@headway/core';
 import type { ControlServer } from '@headway/control';
 import type { DerpMapSource } from '@headway/control';
-import type { Registrar } from '@headway/control';
+import type { Registrar, SshChecks } from '@headway/control';
 import { createApp } from './app.js';
 import type { DriveService } from '@headway/core';
 import { bootKernel, composeKernel } from './compose.js';
@@ -46,6 +46,8 @@ export interface RunningServer {
   metrics: Metrics;
   control: ControlServer;
   registrar: Registrar;
+  /** sshChecks holds the connections SSH `check` rules stop until someone approves them. */
+  sshChecks: SshChecks;
   routes: RouteService;
   relay: Relay;
   derpMap: DerpMapSource;
@@ -225,7 +227,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     let closed = false;
     return {
       config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity, memoryTrimmer: trimmer,
-      registrar: kernel.cradle.registrar, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
+      registrar: kernel.cradle.registrar, sshChecks: kernel.cradle.sshChecks, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
       async close() {
         if (closed) return;
         closed = true;

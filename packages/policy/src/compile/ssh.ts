@@ -1,8 +1,29 @@
 import { IPSet, formatAddr, type Addr } from '../ip.js';
-import { dict, type Policy, type SshRule as SshRuleSpec } from '../policy.js';
+import { dict, parseGoDuration, type Policy, type SshRule as SshRuleSpec } from '../policy.js';
 import type { AliasResolver } from './aliases.js';
 import type { NodeIndex, NodeInfo } from './nodes.js';
 import { CHECK_HOLD_URL, type SSHAction, type SSHPrincipal, type SSHRule } from './types.js';
+
+/** SSH_CHECK_PERIOD_DEFAULT_MS is how long an approved check lasts when a rule names no checkPeriod (headscale's 12h). */
+export const SSH_CHECK_PERIOD_DEFAULT_MS = 12 * 3600_000;
+
+/**
+ * checkPeriods holds the checkPeriod of each compiled `check` action, in milliseconds (0: "always", a check at
+ * every connection). It stays off the action itself: devices are sent the action, and the period is the server's.
+ */
+const checkPeriods = new WeakMap<SSHAction, number>();
+
+/** sshCheckPeriodMs is the checkPeriod of a compiled `check` action in milliseconds; undefined for any other action. */
+export function sshCheckPeriodMs(action: SSHAction): number | undefined {
+  return checkPeriods.get(action);
+}
+
+function checkAction(rule: SshRuleSpec): SSHAction {
+  const action: SSHAction = { holdAndDelegate: 'https://unused' + CHECK_HOLD_URL };
+  const cp = rule.checkPeriod;
+  checkPeriods.set(action, cp === null ? SSH_CHECK_PERIOD_DEFAULT_MS : cp === 'always' ? 0 : Math.round(parseGoDuration(cp) * 1000));
+  return action;
+}
 
 /** SshPre is one ssh rule resolved once per context: everything about it that does not depend on the node. */
 interface SshPre {
@@ -77,7 +98,7 @@ export class SshRules {
       if (pre.src.isEmpty()) return;
       const action: SSHAction = rule.action === 'accept'
         ? { accept: true, allowAgentForwarding: true, allowLocalPortForwarding: true, allowRemotePortForwarding: true }
-        : { holdAndDelegate: 'https://unused' + CHECK_HOLD_URL };
+        : checkAction(rule);
       const users = { ...pre.users };
       const principalsOf = (uid: string) => (pre.byUser.get(uid) ?? []).map((ip) => ({ nodeIP: ip }));
       const add = (principals: SSHPrincipal[], uid: string | null) => {

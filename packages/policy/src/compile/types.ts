@@ -57,7 +57,11 @@ export interface SSHPrincipal {
   nodeIP: string;
 }
 
+/** SSHAction is tailcfg.SSHAction: what a device's SSH server does with a connection (compiled rules and /machine/ssh/action answers). */
 export interface SSHAction {
+  /** message is shown to the person connecting (an SSH banner). */
+  message?: string;
+  reject?: boolean;
   accept?: boolean;
   allowAgentForwarding?: boolean;
   allowLocalPortForwarding?: boolean;

@@ -96,10 +96,8 @@ export class Presence {
     if (set.size) this.remote.set(id, set); else this.remote.delete(id);
     const node = this.nodes.get(id);
     if (!node || before === this.isOnline(id)) return;
-    if (online) {
-      this.nodes.remember({ ...node, lastSeen: since ?? this.now() });
-      this.bus.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: true } });
-    } else {
+    if (online) this.bus.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: true } });
+    else {
       const at = lastSeen ?? this.now();
       this.nodes.remember({ ...node, lastSeen: at });
       this.bus.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: false, lastSeen: at } });

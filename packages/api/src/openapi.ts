@@ -119,7 +119,7 @@ export function openApiDocument(opts: { serverUrl?: string } = {}): Record<strin
         '',
         'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
         '',
-        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects; headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code` and, for bad input, the `field` at fault.',
+        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects, read as JSON whatever their Content-Type says (as headscale reads them); headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code`, for bad input the `field` at fault, and `message` repeating `detail` (the field headscale errors carry their text in).',
       ].join('\n'),
       license: { name: 'MIT', identifier: 'MIT' },
     },

@@ -9,6 +9,9 @@ import { BODY_LIMIT } from '@headway/api';
 import { TestDevice } from '@headway/testkit';
 import { adminFetch, startTestServer } from '../src/server.js';
 import { until } from '../src/until.js';
+import { repoRoot } from '../src/tailscale.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 const json = async (res: Response) => (await res.json()) as Record<string, any>;
 
@@ -165,6 +168,10 @@ t.test('headscale metric names next to Headway\'s on both listeners, unless metr
   const cpu = Number(/^process_cpu_seconds_total ([\d.e+-]+)$/m.exec(text)?.[1]);
   t.ok(cpu > 0, 'process_cpu_seconds_total carries headway_process_cpu_seconds_total\'s value');
   t.match(text, /^headway_nodes 0$/m, 'Headway\'s own names stay');
+  const dashboard = readFileSync(join(repoRoot(), 'docs', 'grafana-headscale-names.json'), 'utf8');
+  const used = new Set([...dashboard.matchAll(/\b((?:headscale|process)_[a-z_]+)\{/g)].map((m) => m[1]!));
+  t.ok(used.size >= 5, `the dashboard reads ${[...used].join(', ')}`);
+  for (const name of used) t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `the dashboard's ${name} is published`);
   const off = await startTestServer({ metrics: { headscale_names: false } });
   t.teardown(() => off.stop());
   t.notMatch(await (await fetch(off.urls.metrics + '/metrics')).text(), /headscale_|^process_/m);

@@ -42,7 +42,7 @@ t.test('every admin route answers 401 with no data to missing, malformed, unknow
       const res = await fetch(s.urls.http + fill(r.path), { method: r.method, headers: { ...h, 'content-type': 'application/json' }, body: r.method === 'GET' ? undefined : '{"name":"x"}' });
       const body = await res.json() as Record<string, unknown>;
       t.equal(res.status, 401, `${r.method} ${r.path} (${label})`);
-      t.same(Object.keys(body).sort(), ['code', 'detail', 'status', 'title', 'type'], 'problem fields only');
+      t.same(Object.keys(body).sort(), ['code', 'detail', 'message', 'status', 'title', 'type'], 'problem fields only (message repeats detail)');
       calls++;
     }
   }

@@ -138,7 +138,7 @@ const TABLE = {
   // Who may read /v1/metrics on listen_addr (headscale answers 404 there; its metrics live on metrics_listen_addr only).
   'metrics.public_endpoint': bool({ default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr; false answers 404 there (metrics_listen_addr is unaffected)' }),
   'metrics.require_api_key': bool({ default: true, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); false opens it to anyone who reaches listen_addr. metrics_listen_addr stays open' }),
-  'metrics.headscale_names': bool({ default: true, doc: "also publish headscale's metric names (headscale_nodestore_nodes, headscale_mapresponse_*, process_*) for its dashboards; docs/metrics.md maps them" }),
+  'metrics.headscale_names': bool({ default: true, doc: "also publish headscale's metric names (headscale_nodestore_nodes, headscale_mapresponse_*, process_*) for its dashboards (docs/administer.md, Metrics, maps them)" }),
   // Web pages on other origins (a web UI such as headscale-ui served elsewhere) calling /api/v1 from the browser.
   'api.cors.allowed_origins': origins({ default: [], doc: 'origins (https://ui.example.com, exact: scheme, host, port) whose pages may call /api/v1 from a browser (CORS); empty allows none' }),
 };

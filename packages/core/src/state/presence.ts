@@ -61,7 +61,12 @@ export class Presence {
     this.noteSince(id, '', since);
     // lastSeen is the connect time while the node stays connected (as headscale stamps it at a map request), so
     // the API shows when it came online, not the time of the request asking.
-    if (this.nodes.get(id)) void this.nodes.update(id, { lastSeen: since }, 'silent').catch(() => undefined);
+    const node = this.nodes.get(id);
+    if (node) {
+      // In memory at once (an API call right after the connect sees it), stored best-effort.
+      this.nodes.remember({ ...node, lastSeen: since });
+      void this.nodes.update(id, { lastSeen: since }, 'silent').catch(() => undefined);
+    }
     this.onLocalSession?.(id, true, undefined, since);
     if (!this.remote.has(id)) this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: true } });
   }

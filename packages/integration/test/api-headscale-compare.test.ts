@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { HEADSCALE_ALIASES } from '@headway/core';
 import { HeadscaleServer, requireHeadscale } from '../src/headscale-server.js';
 import { startTestServer } from '../src/server.js';
@@ -34,17 +34,23 @@ async function call(base: string, key: string | undefined, method: string, path:
 /** typeLines maps each metric name to its `# TYPE` in an exposition text. */
 const typeLines = (text: string) => new Map([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1]!, m[2]!]));
 
+/** startBoth runs headscale and Headway side by side, each with an API key, stopped when the test ends. */
+async function startBoth(t: Test, headscale: string) {
+  const cleanups = cleanupStack(t);
+  const dir = mkdtempSync(join(tmpdir(), 'hw-compare-'));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  const hs = await HeadscaleServer.start(headscale, dir);
+  cleanups.push(() => hs.stop());
+  const hw = await startTestServer();
+  cleanups.push(() => hw.stop());
+  const hsKey = (await hs.cli(['apikeys', 'create'])).trim().split('\n').pop()!;
+  const hwKey = (await hw.state.keys.createApiKey(null)).secret;
+  return { hs, hw, hsKey, hwKey, cleanups };
+}
+
 if (bin) {
   t.test('headscale 0.29.2 and Headway answer the same requests alike', async (t) => {
-    const cleanups = cleanupStack(t);
-    const dir = mkdtempSync(join(tmpdir(), 'hw-compare-'));
-    cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-    const hs = await HeadscaleServer.start(bin, dir);
-    cleanups.push(() => hs.stop());
-    const hw = await startTestServer();
-    cleanups.push(() => hw.stop());
-    const hsKey = (await hs.cli(['apikeys', 'create'])).trim().split('\n').pop()!;
-    const hwKey = (await hw.state.keys.createApiKey(null)).secret;
+    const { hs, hw, hsKey, hwKey, cleanups } = await startBoth(t, bin);
     const both = async (method: string, path: string, body?: string, type?: string, keyed = true) => ({
       hs: await call(hs.url, keyed ? hsKey : undefined, method, path, body, type),
       hw: await call(hw.urls.http, keyed ? hwKey : undefined, method, path, body, type),
@@ -106,15 +112,7 @@ if (bin) {
   const installed = requireTailscale(t);
   if (installed.length) {
     t.test('a node joined with a pre-auth key shows it in the REST node list of both', async (t) => {
-      const cleanups = cleanupStack(t);
-      const dir = mkdtempSync(join(tmpdir(), 'hw-compare-ts-'));
-      cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
-      const hs = await HeadscaleServer.start(bin, dir);
-      cleanups.push(() => hs.stop());
-      const hw = await startTestServer();
-      cleanups.push(() => hw.stop());
-      const hsKey = (await hs.cli(['apikeys', 'create'])).trim().split('\n').pop()!;
-      const hwKey = (await hw.state.keys.createApiKey(null)).secret;
+      const { hs, hw, hsKey, hwKey, cleanups } = await startBoth(t, bin);
       const nodes = new Map<string, any>();
       for (const [name, base, key] of [['headscale', hs.url, hsKey], ['Headway', hw.urls.http, hwKey]] as const) {
         const user = await call(base, key, 'POST', '/api/v1/user', JSON.stringify({ name: 'alice' }));
@@ -136,6 +134,14 @@ if (bin) {
       t.equal(hwNode.preAuthKey.user.name, hsNode.preAuthKey.user.name);
       t.match(hsNode.preAuthKey.key, /-\*\*\*$/, 'headscale redacts it');
       t.match(hwNode.preAuthKey.key, /-\*\*\*$/, 'Headway redacts it');
+
+      // With a node connected, headscale publishes its map response counters too: Headway's carry the same type.
+      const hsTypes = typeLines(await (await fetch(`${hs.metricsUrl}/metrics`)).text());
+      const hwTypes = typeLines(await (await fetch(`${hw.urls.metrics}/metrics`)).text());
+      t.ok(hsTypes.has('headscale_mapresponse_generated_total'), 'headscale counts the map responses it made');
+      for (const alias of HEADSCALE_ALIASES) {
+        if (hsTypes.has(alias.name)) t.equal(hwTypes.get(alias.name), hsTypes.get(alias.name), `${alias.name}: ${hsTypes.get(alias.name)} on both`);
+      }
     });
   }
 }

@@ -103,7 +103,7 @@ export function mountApiDocs(router: Router, opts: { document: () => Record<stri
     ctx.set('X-Content-Type-Options', 'nosniff');
     ctx.set('Referrer-Policy', 'no-referrer');
     ctx.set('Cache-Control', `public, max-age=${maxAge}`);
-    ctx.set('Vary', 'Accept-Encoding');
+    ctx.vary('Accept-Encoding');
     ctx.type = a.type;
     if (ctx.acceptsEncodings('gzip', 'identity') === 'gzip') {
       ctx.set('Content-Encoding', 'gzip');
@@ -117,6 +117,11 @@ export function mountApiDocs(router: Router, opts: { document: () => Record<stri
     documentText ??= JSON.stringify(opts.document());
     ctx.type = 'application/json';
     ctx.body = documentText;
+  });
+  // headscale serves its API reference at /swagger; bookmarks and tools made for it land on this page.
+  router.get(DOC_PATHS.swagger, (ctx) => {
+    ctx.status = 308;
+    ctx.redirect(DOC_PATHS.page);
   });
   router.get(DOC_PATHS.page, (ctx) => send(ctx, asset('page', 'text/html; charset=utf-8', () => Buffer.from(PAGE)), 300));
   router.get(`${DOC_PATHS.page}/init.js`, (ctx) => send(ctx, asset('init.js', 'text/javascript; charset=utf-8', () => Buffer.from(INIT_JS)), 300));

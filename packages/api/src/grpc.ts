@@ -18,7 +18,7 @@ import type { Logger } from '@headway/core';
 import type { Node } from '@headway/core';
 import { BODY_LIMIT, POLICY_LIMIT } from './http.js';
 import * as ops from './operations.js';
-import { apiNode, type ApiDeps } from './route.js';
+import { apiNodesWithKeys, type ApiDeps } from './route.js';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 import { LATEST_TIME } from '@headway/core';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
@@ -119,14 +119,9 @@ export function apiKeyProto(k: ApiKeyView): Message {
   return { id: k.id, prefix: k.prefix, expiration: timestamp(k.expiration), created_at: timestamp(k.createdAt), last_seen: timestamp(k.lastSeen) };
 }
 
-/** nodesProto answers nodes as the REST API shows them, each with the pre-auth key it registered with (one key lookup per call). */
+/** nodesProto answers nodes as the REST API shows them, each with the pre-auth key it registered with. */
 async function nodesProto(deps: ApiDeps, nodes: Node[]): Promise<Message[]> {
-  const keyIds = new Set(nodes.map((n) => n.authKeyId).filter((x): x is number => x !== null));
-  const keys = new Map<number, PreAuthKeyView>();
-  if (keyIds.size) {
-    for (const k of await deps.state.keys.listPreAuthKeys()) if (keyIds.has(k.id)) keys.set(k.id, preAuthKeyView(k, deps.state));
-  }
-  return nodes.map((n) => nodeProto(apiNode(deps, n), n.authKeyId !== null ? keys.get(n.authKeyId) : undefined));
+  return (await apiNodesWithKeys(deps, nodes)).map((v) => nodeProto(v, v.preAuthKey));
 }
 
 const oneNode = async (deps: ApiDeps, n: Node) => ({ node: (await nodesProto(deps, [n]))[0] });

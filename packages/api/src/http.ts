@@ -37,22 +37,22 @@ export async function readBody(ctx: Context, limit = BODY_LIMIT): Promise<Buffer
   return Buffer.concat(chunks);
 }
 
-/** readJson parses a JSON object body (empty body → {}); wrong content type → 415. */
+/**
+ * readJson parses a JSON object body (empty body → {}) whatever its Content-Type says, as headscale's gateway
+ * does: browsers label a string body text/plain, and tools built for headscale send it so. What decides is the
+ * body itself: text that is not JSON, or JSON that is not an object, is a 400 naming the problem.
+ */
 export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record<string, unknown>> {
   const raw = await readBody(ctx, limit);
   if (!raw.length) return {};
-  const type = (ctx.get('content-type') || '').split(';')[0]!.trim().toLowerCase();
-  if (type && type !== 'application/json' && !type.endsWith('+json')) {
-    throw new HeadwayError('unsupported_media_type', `expected Content-Type application/json, found ${type}`);
-  }
   let parsed: unknown;
   try {
     parsed = JSON.parse(raw.toString('utf8'));
   } catch (err) {
-    throw new HeadwayError('invalid_json', `body is not valid JSON: ${(err as Error).message}`);
+    throw new HeadwayError('invalid_json', `body is not JSON: ${(err as Error).message}`);
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new HeadwayError('invalid_json', 'body must be a JSON object');
+    throw new HeadwayError('invalid_json', `body must be a JSON object, found ${Array.isArray(parsed) ? 'a list' : parsed === null ? 'null' : `a ${typeof parsed}`}`);
   }
   if (nestingDepth(parsed, BODY_MAX_DEPTH) > BODY_MAX_DEPTH) {
     throw new HeadwayError('invalid_json', `body: objects and lists nest deeper than ${BODY_MAX_DEPTH} levels`);
@@ -76,14 +76,23 @@ export function camelKeys(input: Record<string, unknown>): Record<string, unknow
   return out;
 }
 
+/**
+ * problem answers an RFC 9457 problem. `message` repeats `detail`: headscale's gateway errors carry their text
+ * there, and tools built for headscale (web UIs, scripts) show that field.
+ */
 export function problem(ctx: Context, status: number, code: string, detail: string, field?: string): void {
   ctx.status = status;
   ctx.type = 'application/problem+json';
-  const title = (ERRORS as Record<string, { title: string }>)[code]?.title ?? 'Error';
-  ctx.body = { type: `https://headway.dev/problems/${code}`, title, status, detail, code, ...(field ? { field } : {}) };
+  ctx.body = problemBody(status, code, detail, field);
 }
 
-/** problemMiddleware turns thrown errors into RFC 7807 bodies; only unexpected errors are 500s. */
+/** problemBody is the body `problem` sends, for answers written outside koa (the metrics listener). */
+export function problemBody(status: number, code: string, detail: string, field?: string) {
+  const title = (ERRORS as Record<string, { title: string }>)[code]?.title ?? 'Error';
+  return { type: `https://headway.dev/problems/${code}`, title, status, detail, code, ...(field ? { field } : {}), message: detail };
+}
+
+/** problemMiddleware turns thrown errors into RFC 9457 bodies; only unexpected errors are 500s. */
 export function problemMiddleware(logger: Logger) {
   return async (ctx: Context, next: Next) => {
     try {

@@ -7,3 +7,4 @@ export * from './http.js';
 export * from './docs.js';
 export * from './route.js';
 export * from './operations.js';
+export * from './cors.js';

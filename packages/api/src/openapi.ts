@@ -9,10 +9,10 @@ import { ProblemSchema } from './schemas.js';
 export const API_VERSION = '1.0.0';
 
 /** DOC_PATHS are the unauthenticated routes that serve the contract and its reference page. */
-export const DOC_PATHS = { document: '/api/v1/openapi.json', page: '/api/v1/docs' } as const;
+export const DOC_PATHS = { document: '/api/v1/openapi.json', page: '/api/v1/docs', swagger: '/swagger' } as const;
 
 function problemExample(code: ErrorCode, detail: string, field?: string) {
-  return { type: `https://headway.dev/problems/${code}`, title: ERRORS[code].title, status: ERRORS[code].status, detail, code, ...(field ? { field } : {}) };
+  return { type: `https://headway.dev/problems/${code}`, title: ERRORS[code].title, status: ERRORS[code].status, detail, code, ...(field ? { field } : {}), message: detail };
 }
 
 /** problemResponse is a shared error answer; its `id` makes it one entry under components.responses. */
@@ -32,7 +32,7 @@ function problemResponse(id: string, description: string, examples: Record<strin
 const PROBLEMS = {
   400: problemResponse('BadRequest', 'The request is invalid; `field` names the input at fault', {
     invalidField: problemExample('invalid_field', 'name: is required', 'name'),
-    invalidJson: problemExample('invalid_json', 'body is not valid JSON: Unexpected end of JSON input'),
+    invalidJson: problemExample('invalid_json', 'body is not JSON: Unexpected end of JSON input'),
   }),
   401: problemResponse('Unauthorized', 'No API key, or one that is invalid, expired or revoked', {
     missing: problemExample('unauthorized', 'missing API key (Authorization: Bearer <API key>)'),
@@ -47,9 +47,6 @@ const PROBLEMS = {
   413: problemResponse('PayloadTooLarge', 'The body exceeds the size limit', {
     tooLarge: problemExample('payload_too_large', 'request body exceeds the 1048576-byte limit'),
   }),
-  415: problemResponse('UnsupportedMediaType', 'The body is not JSON', {
-    notJson: problemExample('unsupported_media_type', 'expected Content-Type application/json, found text/plain'),
-  }),
   500: problemResponse('InternalError', 'An unexpected failure; the server log has the details', {
     internal: problemExample('internal', 'internal error; see the server log'),
   }),
@@ -62,7 +59,7 @@ const PROBLEMS = {
 export function errorStatuses(r: Route): Array<keyof typeof PROBLEMS> {
   const set = new Set<keyof typeof PROBLEMS>([401, 500, ...r.errors]);
   if (r.params || r.query || r.body) set.add(400);
-  if (r.body) { set.add(413); set.add(415); }
+  if (r.body) set.add(413);
   if (r.also?.status === 503) set.delete(503);
   return [...set].sort((a, b) => a - b);
 }
@@ -122,7 +119,7 @@ export function openApiDocument(opts: { serverUrl?: string } = {}): Record<strin
         '',
         'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
         '',
-        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects; headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code` and, for bad input, the `field` at fault.',
+        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects, read as JSON whatever their Content-Type says (as headscale reads them); headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code`, for bad input the `field` at fault, and `message` repeating `detail` (the field headscale errors carry their text in).',
       ].join('\n'),
       license: { name: 'MIT', identifier: 'MIT' },
     },

@@ -5,7 +5,8 @@ import type { State } from '@headway/core';
 import type { PolicyService } from '@headway/core';
 import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
-import { nodeView } from './views.js';
+import { nodeView, preAuthKeyView } from './views.js';
+import type { NodeView, PreAuthKeyView } from './schemas.js';
 import type { Node } from '@headway/core';
 import type { PendingLogins, SshCheckApprovals } from './lifecycle.js';
 import type { DriveService } from '@headway/core';
@@ -57,7 +58,7 @@ export type Tag = keyof typeof TAGS;
 
 /**
  * Statuses a route may answer with a problem besides 401 and 500 (every route) and the
- * ones its inputs imply (400 for any input, 413 and 415 for a body): list them in `errors`.
+ * ones its inputs imply (400 for any input, 413 for a body): list them in `errors`.
  */
 export type ErrorStatus = 400 | 404 | 409 | 503;
 
@@ -145,6 +146,16 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
 }
 
 /** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
-export function apiNode(deps: ApiDeps, n: Node) {
-  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+export function apiNode(deps: ApiDeps, n: Node, preAuthKey?: PreAuthKeyView): NodeView {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)), preAuthKey);
+}
+
+/** apiNodesWithKeys answers nodes each with the pre-auth key it registered with (one key lookup per call), as headscale's node list and get do. */
+export async function apiNodesWithKeys(deps: ApiDeps, nodes: Node[]): Promise<NodeView[]> {
+  const keyIds = new Set(nodes.map((n) => n.authKeyId).filter((x): x is number => x !== null));
+  const keys = new Map<number, PreAuthKeyView>();
+  if (keyIds.size) {
+    for (const k of await deps.state.keys.listPreAuthKeys()) if (keyIds.has(k.id)) keys.set(k.id, preAuthKeyView(k, deps.state));
+  }
+  return nodes.map((n) => apiNode(deps, n, n.authKeyId !== null ? keys.get(n.authKeyId) : undefined));
 }

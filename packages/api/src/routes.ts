@@ -13,7 +13,7 @@ import * as lifecycle from './lifecycle.js';
 import * as ops from './operations.js';
 
 export * from './route.js';
-import { apiNode as view, route, type ApiDeps, type Route } from './route.js';
+import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
@@ -89,7 +89,7 @@ export const ROUTES: Route[] = [
     query: userQuery('the nodes'),
     response: z.object({ nodes: z.array(NodeSchema) }), responseDescription: 'The nodes',
     errors: [404],
-    handle: async ({ query }, deps) => ({ nodes: ops.listNodes(deps, query.user).map((n) => view(deps, n)) }),
+    handle: async ({ query }, deps) => ({ nodes: await apiNodesWithKeys(deps, ops.listNodes(deps, query.user)) }),
   }),
   route({
     method: 'GET', path: '/api/v1/node/:id', operationId: 'getNode', tag: 'Nodes', summary: 'Get a node',
@@ -97,7 +97,7 @@ export const ROUTES: Route[] = [
     params: NodeIdParams,
     response: NodeAnswer, responseDescription: 'The node',
     errors: [404],
-    handle: async ({ params }, deps) => ({ node: view(deps, deps.state.nodes.require(params.id)) }),
+    handle: async ({ params }, deps) => ({ node: (await apiNodesWithKeys(deps, [deps.state.nodes.require(params.id)]))[0]! }),
   }),
   route({
     method: 'DELETE', path: '/api/v1/node/:id', operationId: 'deleteNode', tag: 'Nodes', summary: 'Delete a node',

@@ -42,27 +42,6 @@ export const REGISTER_METHODS = ['REGISTER_METHOD_AUTH_KEY', 'REGISTER_METHOD_CL
 
 const prefixList = (description: string, example: string[]) => z.array(z.string()).meta({ description, examples: [example] });
 
-export const NodeSchema = z.object({
-  id: Id,
-  machineKey: z.string().meta({ description: 'Noise static key of the device', examples: [`mkey:${'a1'.repeat(32)}`] }),
-  nodeKey: z.string().meta({ description: 'WireGuard public key; rotates on re-login', examples: [`nodekey:${'b2'.repeat(32)}`] }),
-  discoKey: z.string().meta({ description: 'Disco key used for NAT traversal; empty before the first map request', examples: [`discokey:${'c3'.repeat(32)}`] }),
-  ipAddresses: z.array(z.string()).meta({ description: 'Tailnet addresses, IPv4 first', examples: [['100.64.0.1', 'fd7a:115c:a1e0::1']] }),
-  name: z.string().meta({ description: 'Hostname the device reported', examples: ['My Laptop'] }),
-  givenName: z.string().meta({ description: 'DNS label the tailnet knows the node by (admin-renamable)', examples: ['my-laptop'] }),
-  user: UserSchema.nullable().meta({ description: 'Owner; null for a node owned by its tags only' }),
-  lastSeen: Time.nullable().meta({ description: 'When the node was last connected; null if never' }),
-  expiry: Time.nullable().meta({ description: 'When the node key expires; null for never' }),
-  createdAt: Time,
-  registerMethod: z.enum(REGISTER_METHODS).meta({ description: 'How the node joined' }),
-  tags: z.array(z.string()).meta({ description: 'ACL tags (tag:<name>), sorted', examples: [['tag:web']] }),
-  online: z.boolean().meta({ description: 'Whether the node holds a map session now' }),
-  ephemeral: z.boolean().meta({ description: 'Ephemeral nodes are deleted after going offline' }),
-  approvedRoutes: prefixList('Subnet and exit routes an admin approved', ['10.0.0.0/24']),
-  availableRoutes: prefixList('Routes the node advertises', ['10.0.0.0/24']),
-  subnetRoutes: prefixList('Approved routes this node serves now (primary router)', ['10.0.0.0/24']),
-}).meta({ id: 'Node', description: 'A device in the tailnet' });
-
 export const PreAuthKeySchema = z.object({
   id: Id,
   key: z.string().meta({
@@ -77,6 +56,28 @@ export const PreAuthKeySchema = z.object({
   createdAt: Time,
   aclTags: z.array(z.string()).meta({ description: 'Tags given to the nodes it registers', examples: [['tag:web']] }),
 }).meta({ id: 'PreAuthKey', description: 'A pre-authentication key for `tailscale up --auth-key`' });
+
+export const NodeSchema = z.object({
+  id: Id,
+  machineKey: z.string().meta({ description: 'Noise static key of the device', examples: [`mkey:${'a1'.repeat(32)}`] }),
+  nodeKey: z.string().meta({ description: 'WireGuard public key; rotates on re-login', examples: [`nodekey:${'b2'.repeat(32)}`] }),
+  discoKey: z.string().meta({ description: 'Disco key used for NAT traversal; empty before the first map request', examples: [`discokey:${'c3'.repeat(32)}`] }),
+  ipAddresses: z.array(z.string()).meta({ description: 'Tailnet addresses, IPv4 first', examples: [['100.64.0.1', 'fd7a:115c:a1e0::1']] }),
+  name: z.string().meta({ description: 'Hostname the device reported', examples: ['My Laptop'] }),
+  givenName: z.string().meta({ description: 'DNS label the tailnet knows the node by (admin-renamable)', examples: ['my-laptop'] }),
+  user: UserSchema.nullable().meta({ description: 'Owner; null for a node owned by its tags only' }),
+  lastSeen: Time.nullable().meta({ description: 'When the node connected, while it stays connected; otherwise when it disconnected; null if never' }),
+  expiry: Time.nullable().meta({ description: 'When the node key expires; null for never' }),
+  createdAt: Time,
+  registerMethod: z.enum(REGISTER_METHODS).meta({ description: 'How the node joined' }),
+  tags: z.array(z.string()).meta({ description: 'ACL tags (tag:<name>), sorted', examples: [['tag:web']] }),
+  online: z.boolean().meta({ description: 'Whether the node holds a map session now' }),
+  ephemeral: z.boolean().meta({ description: 'Ephemeral nodes are deleted after going offline' }),
+  approvedRoutes: prefixList('Subnet and exit routes an admin approved', ['10.0.0.0/24']),
+  availableRoutes: prefixList('Routes the node advertises', ['10.0.0.0/24']),
+  subnetRoutes: prefixList('Approved routes this node serves now (primary router)', ['10.0.0.0/24']),
+  preAuthKey: PreAuthKeySchema.optional().meta({ description: 'The pre-auth key the node registered with (redacted), in node lists and gets; absent for a node that logged in otherwise or whose key is gone' }),
+}).meta({ id: 'Node', description: 'A device in the tailnet' });
 
 export const ApiKeySchema = z.object({
   id: Id,
@@ -96,6 +97,7 @@ export const ProblemSchema = z.object({
   code: z.enum(ERROR_CODES).meta({ description: 'Stable machine-readable code' }),
   field: z.string().optional().meta({ description: 'The request field at fault, when one is', examples: ['name'] }),
   errors: z.array(z.string()).optional().meta({ description: 'Every problem found, when there are several (an invalid policy)' }),
+  message: z.string().meta({ description: "The same text as detail, where headscale's API and the tools built for it read an error", examples: ['name: is required'] }),
 }).meta({ id: 'Problem', description: 'RFC 9457 (7807) problem details, sent with every 4xx and 5xx answer' });
 
 export type UserView = z.input<typeof UserSchema>;

@@ -22,10 +22,10 @@ const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
 
 /**
  * nodeView is the API shape of a node; subnetRoutes are the approved routes it advertises.
- * A node with an open map session is seen now, so its lastSeen is the current time
- * (headscale stamps it on every map request); the stored value is when it last went offline.
+ * lastSeen is when the node last connected (its first map session opened) or, offline, when it disconnected:
+ * asking again while it stays connected gives the same time. preAuthKey is the key it registered with, if any.
  */
-export function nodeView(n: Node, state: State, primary?: (n: Node) => string[]): NodeView {
+export function nodeView(n: Node, state: State, primary?: (n: Node) => string[], preAuthKey?: PreAuthKeyView): NodeView {
   const user = n.userId !== null ? state.users.get(n.userId) : undefined;
   const advertised = new Set(n.availableRoutes);
   const online = state.presence.isOnline(n.id);
@@ -38,7 +38,7 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
     name: n.hostname,
     givenName: n.givenName,
     user: user ? userView(user) : null,
-    lastSeen: online ? new Date().toISOString() : iso(n.lastSeen),
+    lastSeen: iso(n.lastSeen),
     expiry: iso(n.expiry),
     createdAt: n.createdAt.toISOString(),
     registerMethod: METHOD[n.registerMethod],
@@ -48,6 +48,7 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[])
     approvedRoutes: n.approvedRoutes,
     availableRoutes: n.availableRoutes,
     subnetRoutes: primary ? primary(n) : n.approvedRoutes.filter((r) => advertised.has(r)),
+    ...(preAuthKey ? { preAuthKey } : {}),
   };
 }
 

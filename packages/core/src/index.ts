@@ -33,6 +33,7 @@ export * from './ports/cluster.js';
 export * from './policy/service.js';
 export * from './policy/engine.js';
 export * from './metrics.js';
+export * from './metrics-headscale.js';
 export * from './wire/wire.js';
 export type * from './wire/map-response.js';
 export * from './policy/netview.js';

@@ -1,5 +1,9 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { State } from './state/state.js';
+import { headscaleAliases } from './metrics-headscale.js';
+
+/** MetricsOptions: headscaleNames also publishes headscale's names for the same measures (metrics.headscale_names). */
+export interface MetricsOptions { headscaleNames?: boolean }
 
 /** Metrics lives per server instance (its own registry), so tests can run several servers. */
 export class Metrics {
@@ -19,7 +23,9 @@ export class Metrics {
   readonly memoryTrimSeconds: Histogram;
   readonly memoryTrimmedBytes: Counter;
 
-  constructor(state: State) {
+  readonly #aliases: Registry | undefined;
+
+  constructor(state: State, options: MetricsOptions = {}) {
     collectDefaultMetrics({ register: this.registry, prefix: 'headway_' });
     this.httpRequests = new Counter({ name: 'headway_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['method', 'route', 'status'], registers: [this.registry] });
     this.httpDuration = new Histogram({ name: 'headway_http_request_duration_seconds', help: 'HTTP request duration by route', labelNames: ['method', 'route'], registers: [this.registry], buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5] });
@@ -48,6 +54,13 @@ export class Metrics {
     this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.presence.onlineCount());
     this.watch('headway_preauth_keys', 'Pre-auth keys', async () => (await state.keys.listPreAuthKeys()).length);
     this.watch('headway_api_keys', 'API keys', async () => (await state.keys.listApiKeys()).length);
+    this.#aliases = options.headscaleNames ? headscaleAliases(this.registry) : undefined;
+  }
+
+  /** exposition is the text a scrape gets (content type: registry.contentType): every metric, then headscale's names. */
+  async exposition(): Promise<string> {
+    const own = await this.registry.metrics();
+    return this.#aliases ? own + (await this.#aliases.metrics()) : own;
   }
 
   /** watch exposes a value the server or another service owns as a gauge, read at each scrape. */

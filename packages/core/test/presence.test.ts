@@ -111,3 +111,29 @@ t.test('reconcile brings other instances\' sessions in line with the cluster\'s 
   t.same([...s.state.presence.remoteInstances()], ['y'], 'a newly recorded one opens');
   t.same(patches(s.changes), [{ id: a.id, online: false }], 'only a\'s change is published (b was online here already)');
 });
+
+t.test('lastSeen is the connect time while connected (in memory at once, then stored) and the disconnect time after', async (t) => {
+  const s = await startState(t);
+  const u = await s.state.users.create({ name: 'lin' });
+  const n = await s.state.nodes.create(nodeInput('pc', u.id));
+  let clock = new Date('2030-01-01T10:00:00Z');
+  s.state.presence.now = () => clock;
+  s.state.presence.sessionOpened(n.id);
+  t.equal(s.state.nodes.require(n.id).lastSeen?.toISOString(), '2030-01-01T10:00:00.000Z', 'in memory as the session opens');
+  await until(async () => (await s.storage.nodes.get(n.id))?.lastSeen?.getTime() === clock.getTime());
+  clock = new Date('2030-01-01T10:30:00Z');
+  s.state.presence.sessionOpened(n.id);
+  t.equal(s.state.nodes.require(n.id).lastSeen?.toISOString(), '2030-01-01T10:00:00.000Z', 'a second session of the node moves nothing');
+  await s.state.presence.sessionClosed(n.id);
+  clock = new Date('2030-01-01T11:00:00Z');
+  await s.state.presence.sessionClosed(n.id);
+  t.equal(s.state.nodes.require(n.id).lastSeen?.toISOString(), '2030-01-01T11:00:00.000Z', 'the last session closing stamps the disconnect');
+  t.equal((await s.storage.nodes.get(n.id))?.lastSeen?.toISOString(), '2030-01-01T11:00:00.000Z');
+  t.same(patches(s.changes), [{ id: n.id, online: true }, { id: n.id, online: false }], 'the connect stamp publishes nothing of its own');
+});
+
+/** until polls a condition the store reaches after a write it was not awaited for. */
+async function until(fn: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 500 && !(await fn()); i++) await new Promise((r) => setTimeout(r, 5));
+  if (!(await fn())) throw new Error('the condition never held');
+}

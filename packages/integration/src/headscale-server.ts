@@ -49,6 +49,8 @@ export class HeadscaleServer {
   readonly dbPath: string;
   readonly noiseKeyPath: string;
   readonly logPath: string;
+  /** metricsUrl is headscale's separate metrics listener (metrics_listen_addr): /metrics and its debug pages. */
+  metricsUrl = '';
   #child: ChildProcess | undefined;
 
   private constructor(readonly bin: string, readonly dir: string, readonly port: number) {
@@ -67,6 +69,7 @@ export class HeadscaleServer {
   static async start(bin: string, dir: string): Promise<HeadscaleServer> {
     const [port, metrics, grpc, stun] = [await freePort(), await freePort(), await freePort(), await freePort('udp')];
     const hs = new HeadscaleServer(bin, dir, port);
+    hs.metricsUrl = `http://127.0.0.1:${metrics}`;
     // JSON is YAML.
     writeFileSync(hs.configPath, JSON.stringify({
       server_url: hs.url,

@@ -82,17 +82,17 @@ t.test('switching to an empty database warns once that the old one still holds d
   await again.stop();
 });
 
-t.test('/v1/metrics on listen_addr: open by default, off or behind an API key on request', async (t) => {
-  const open = await startTestServer();
+t.test('/v1/metrics on listen_addr: behind an API key by default, open or off on request', async (t) => {
+  const open = await startTestServer({ metrics: { require_api_key: false } });
   t.teardown(() => open.stop());
-  t.equal((await fetch(open.urls.http + '/v1/metrics')).status, 200, 'headscale behaviour by default');
+  t.equal((await fetch(open.urls.http + '/v1/metrics')).status, 200, 'metrics.require_api_key: false opens it');
 
   const off = await startTestServer({ metrics: { public_endpoint: false } });
   t.teardown(() => off.stop());
   t.equal((await fetch(off.urls.http + '/v1/metrics')).status, 404);
   t.match(await (await fetch(off.urls.metrics + '/metrics')).text(), /headway_users 0/, 'metrics_listen_addr stays open');
 
-  const keyed = await startTestServer({ metrics: { require_api_key: true } });
+  const keyed = await startTestServer();
   t.teardown(() => keyed.stop());
   const res = await fetch(keyed.urls.http + '/v1/metrics');
   t.equal(res.status, 401);

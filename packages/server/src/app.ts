@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import Koa, { type Context } from 'koa';
 import type { Logger } from '@headway/core';
-import { problem, problemMiddleware } from '@headway/api';
+import { corsMiddleware, problem, problemMiddleware } from '@headway/api';
 import { mountApiDocs } from '@headway/api';
 import { openApiDocument } from '@headway/api';
 import { ROUTES, type ApiDeps } from '@headway/api';
@@ -40,6 +40,8 @@ export function createApp(opts: AppOptions): Koa {
       logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000) });
     }
   });
+  // Before the problem middleware, so a listed origin's page can read error answers too.
+  app.use(corsMiddleware(deps.config.api?.cors?.allowed_origins ?? []));
   app.use(problemMiddleware(logger));
 
   const router = new Router();
@@ -65,14 +67,14 @@ export function createApp(opts: AppOptions): Koa {
     if (deps.instanceId) ctx.set(INSTANCE_HEADER, deps.instanceId);
     ctx.body = { status: ok ? 'pass' : 'fail' };
   });
-  // /v1/metrics is headscale's unauthenticated endpoint on the main listener; it
-  // reveals counts of users, nodes and keys, so metrics.* can hide it or require a key.
-  const metricsConf = deps.config.metrics ?? { public_endpoint: true, require_api_key: false };
+  // /v1/metrics on the main listener reveals counts of users, nodes and keys, so it takes an API key unless
+  // metrics.require_api_key opens it (headscale has no such path; its metrics live on metrics_listen_addr only).
+  const metricsConf = deps.config.metrics ?? { public_endpoint: true, require_api_key: true };
   if (opts.trusted || metricsConf.public_endpoint) {
     const guard = metricsConf.require_api_key ? [authenticate] : [];
     router.get('/v1/metrics', ...guard, async (ctx) => {
       ctx.type = metrics.registry.contentType;
-      ctx.body = await metrics.registry.metrics();
+      ctx.body = await metrics.exposition();
     });
   }
   const serverUrl = deps.config.server_url;

@@ -93,7 +93,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     instanceId: asValue(newInstanceId()),
     state: c(({ storage, config, logger }) => new State(storage, config, logger)),
     policyService: c(({ policySource, state, logger, policyEngine }) => new PolicyService(policySource, state, logger, policyEngine)),
-    metrics: c(({ state }) => new Metrics(state)),
+    metrics: c(({ state, config }) => new Metrics(state, { headscaleNames: config.metrics?.headscale_names ?? true })),
     driveService: c(({ driveAdapters, state, logger, policyService }) => new DriveService(driveAdapters, state, logger, () => policyService.compiled)),
     networkView: c(({ state, logger, driveService, metrics }) => {
       const view = new NetworkView(state, logger, () => driveService.grants());

@@ -182,7 +182,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       serveRequests(m, async (req, res) => {
         if (req.url === '/metrics') {
           res.setHeader('content-type', metrics.registry.contentType);
-          res.end(await metrics.registry.metrics());
+          res.end(await metrics.exposition());
         } else {
           res.statusCode = 404;
           res.end('not found\n');

@@ -1,4 +1,4 @@
-import { addr, bool, cidr, duration, filemode, int, oneOf, params, path, plugins, records, split, ssl, strings, text, url, type KeySpec, type ValueOf } from './kinds.js';
+import { addr, bool, cidr, duration, filemode, int, oneOf, origins, params, path, plugins, records, split, ssl, strings, text, url, type KeySpec, type ValueOf } from './kinds.js';
 
 /**
  * KEYS is the one table of every configuration key Headway reads: its kind (for
@@ -137,9 +137,12 @@ const TABLE = {
   'oidc.pkce.method': oneOf({ values: ['S256', 'plain'], default: 'S256', doc: 'PKCE challenge method' }),
   'oidc.use_expiry_from_token': bool({ default: false, doc: 'a node logged in through the provider expires with the ID token instead of after node.expiry' }),
   'oidc.policy_groups': bool({ default: false, doc: 'a policy group (group:NAME, declared in groups) also holds every user whose provider groups claim has NAME' }),
-  // Who may read /v1/metrics on listen_addr.
-  'metrics.public_endpoint': bool({ default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr as headscale does; false answers 404 there (metrics_listen_addr is unaffected)' }),
-  'metrics.require_api_key': bool({ default: false, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); metrics_listen_addr stays open' }),
+  // Who may read /v1/metrics on listen_addr (headscale answers 404 there; its metrics live on metrics_listen_addr only).
+  'metrics.public_endpoint': bool({ default: true, doc: 'serve /v1/metrics (counts of users, nodes and keys) on listen_addr; false answers 404 there (metrics_listen_addr is unaffected)' }),
+  'metrics.require_api_key': bool({ default: true, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); false opens it to anyone who reaches listen_addr. metrics_listen_addr stays open' }),
+  'metrics.headscale_names': bool({ default: true, doc: "also publish headscale's metric names (headscale_nodestore_nodes, headscale_mapresponse_*, process_*) for its dashboards (docs/administer.md, Metrics, maps them)" }),
+  // Web pages on other origins (a web UI such as headscale-ui served elsewhere) calling /api/v1 from the browser.
+  'api.cors.allowed_origins': origins({ default: [], doc: 'origins (https://ui.example.com, exact: scheme, host, port) whose pages may call /api/v1 from a browser (CORS); empty allows none' }),
 };
 
 /** ConfigKey is the dotted name of a key (`noise.idle_timeout`), as written in messages and environment names. */

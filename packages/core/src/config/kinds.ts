@@ -11,7 +11,7 @@ import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, t
 
 export type KeyKind =
   | 'string' | 'bool' | 'int' | 'duration' | 'strings' | 'cidr' | 'addr' | 'url' | 'path'
-  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins' | 'params';
+  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins' | 'params' | 'origins';
 
 /** Checked is a value that passed its key's check, or why it did not. */
 export type Checked<T> = { value: T } | { error: string };
@@ -113,6 +113,26 @@ export function strings(o: Described<string[]>) {
   return spec('strings', o, (v): Checked<string[]> => {
     if (!Array.isArray(v) || v.some((s) => typeof s !== 'string')) return { error: `expected a list of strings, found ${describe(v)}` };
     return { value: v };
+  }, asList);
+}
+
+/**
+ * origins: a list of web origins written exactly (`https://ui.example.com`, `http://127.0.0.1:3000`): scheme, host
+ * and port only. A wildcard is refused, since a listed origin's pages act with whatever API key they hold.
+ */
+export function origins(o: Described<string[]>) {
+  return spec('origins', o, (v): Checked<string[]> => {
+    if (!Array.isArray(v) || v.some((s) => typeof s !== 'string')) return { error: `expected a list of origins, found ${describe(v)}` };
+    const out: string[] = [];
+    for (const s of v as string[]) {
+      const wrong = { error: `expected an origin such as https://ui.example.com (scheme, host and port, no path and no wildcard), found ${describe(s)}` };
+      let u: URL;
+      try { u = new URL(s); } catch { return wrong; }
+      if ((u.protocol !== 'http:' && u.protocol !== 'https:') || s.includes('*') || u.username || u.password) return wrong;
+      if (s.replace(/\/$/, '') !== u.origin) return wrong;
+      out.push(u.origin);
+    }
+    return { value: out };
   }, asList);
 }
 

@@ -26,7 +26,10 @@ export class Presence {
    */
   onLocalSession?: (id: number, online: boolean, lastSeen?: Date, since?: Date) => void;
 
-  /** nodes store a node's last-seen time when its last session closes. */
+  /** now is the clock last-seen times are read from (tests set their own). */
+  now: () => Date = () => new Date();
+
+  /** nodes store a node's last-seen time when its first session opens and when its last one closes. */
   constructor(private readonly bus: ChangeBus, private readonly nodes: NodeStore) {}
 
   isOnline(id: number): boolean { return (this.local.get(id) ?? 0) > 0 || this.remote.has(id); }
@@ -54,8 +57,16 @@ export class Presence {
     const count = (this.local.get(id) ?? 0) + 1;
     this.local.set(id, count);
     if (count !== 1) return;
-    const since = new Date();
+    const since = this.now();
     this.noteSince(id, '', since);
+    // lastSeen is the connect time while the node stays connected (as headscale stamps it at a map request), so
+    // the API shows when it came online, not the time of the request asking.
+    const node = this.nodes.get(id);
+    if (node) {
+      // In memory at once (an API call right after the connect sees it), stored best-effort.
+      this.nodes.remember({ ...node, lastSeen: since });
+      void this.nodes.update(id, { lastSeen: since }, 'silent').catch(() => undefined);
+    }
     this.onLocalSession?.(id, true, undefined, since);
     if (!this.remote.has(id)) this.bus.publish({ type: 'node-patch', nodeId: id, patch: { online: true } });
   }
@@ -70,7 +81,7 @@ export class Presence {
       this.onLocalSession?.(id, false);
       return;
     }
-    const lastSeen = new Date();
+    const lastSeen = this.now();
     await this.nodes.update(id, { lastSeen }, 'silent').catch(() => undefined);
     this.onLocalSession?.(id, false, lastSeen);
     // A session of the node still open on another instance keeps it online.
@@ -83,7 +94,7 @@ export class Presence {
    * session, and publishes the node's online state here when that changed it.
    */
   setRemoteOnline(id: number, instance: string, online: boolean, lastSeen?: Date, since?: Date): void {
-    this.noteSince(id, instance, online ? since ?? new Date() : undefined);
+    this.noteSince(id, instance, online ? since ?? this.now() : undefined);
     const before = this.isOnline(id);
     const set = this.remote.get(id) ?? new Set<string>();
     if (online) set.add(instance); else set.delete(instance);
@@ -92,7 +103,7 @@ export class Presence {
     if (!node || before === this.isOnline(id)) return;
     if (online) this.bus.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: true } });
     else {
-      const at = lastSeen ?? new Date();
+      const at = lastSeen ?? this.now();
       this.nodes.remember({ ...node, lastSeen: at });
       this.bus.publishRemote({ type: 'node-patch', nodeId: id, patch: { online: false, lastSeen: at } });
     }

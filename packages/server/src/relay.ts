@@ -9,6 +9,7 @@ import type { Context } from 'koa';
 import { DerpServer, loadOrCreateRelayCertificate, RELAY_CERT_RENEW_BEFORE_MS, RelayListener, StunServer, verifyHandler, type RelayCertificate } from '@headway/derp';
 import type { HeadwayConfig } from '@headway/core';
 import { parseHostPort } from '@headway/core';
+import { clientAddressOf, trustedProxies } from '@headway/core';
 import type { Logger } from '@headway/core';
 import { loadOrCreateKey } from '@headway/core';
 import type { State } from '@headway/core';
@@ -81,6 +82,7 @@ export class Relay {
       maxUnauthenticatedPerAddress: config.derp.server.max_unauthenticated_connections_per_address,
       loginRate: config.derp.server.login_rate,
       loginBurst: config.derp.server.login_burst,
+      clientAddress: clientAddressOf(trustedProxies(config.trusted_proxies)),
       ...(this.meshKey ? { meshKey: this.meshKey } : {}),
     });
     const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;

@@ -164,7 +164,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
 
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
     const main = bound.main;
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);

@@ -16,3 +16,4 @@ export * from './pages.js';
 export * from './login.js';
 export * from './peerset.js';
 export * from './filter-chunks.js';
+export * from './onboarding.js';

@@ -2,6 +2,7 @@ import type http from 'node:http';
 import type { Socket as UdpSocket } from 'node:dgram';
 import { isIP, type Server as NetServer } from 'node:net';
 import { handOver } from './listeners.js';
+import { BootstrapDns } from './bootstrap-dns.js';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
@@ -187,6 +188,13 @@ export class Relay {
     router.get('/derp/probe', derpRoute);
     router.get('/derp/latency-check', derpRoute);
     router.get('/generate_204', derpRoute);
+    // The relay's fallback resolver, for clients whose DNS fails; only where a relay runs, as in headscale.
+    const bootstrap = new BootstrapDns(() => this.derpMap.map);
+    router.get('/bootstrap-dns', async (ctx) => {
+      if (!this.derp) { ctx.status = 404; ctx.body = 'DERP relay not enabled (derp.server.enabled)\n'; return; }
+      ctx.set('Cache-Control', 'no-store');
+      ctx.body = await bootstrap.answer();
+    });
     // /verify tells anyone whether a node key is registered; it exists only for relays
     // that verify clients (derp.server.verify_clients), and is a 404 otherwise.
     if (this.config.derp.server.verify_clients) {

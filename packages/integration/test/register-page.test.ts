@@ -4,7 +4,7 @@
 // command fully on screen, the inline CSS and script allowed by the CSP (a wrong hash
 // would leave the page unstyled and log a violation), nothing fetched from elsewhere.
 // Screenshots go to .ci-work/screenshots for a person to look at.
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import puppeteer, { type Browser } from 'puppeteer-core';
@@ -13,15 +13,11 @@ import type { AddressInfo } from 'node:net';
 import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from '@headway/control';
 import { TestDevice } from '@headway/testkit';
 import { repoRoot, startTestServer } from '../src/index.js';
+import { CHROMIUM_ARGS, chromiumPath } from '../src/chromium.js';
 
 t.setTimeout(180_000);
 const inCI = process.env.CI === 'true';
 
-/** chromiumPath finds the system Chromium: $CHROMIUM_PATH, then Debian's and other usual names. */
-function chromiumPath(): string | undefined {
-  const candidates = [process.env.CHROMIUM_PATH, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'];
-  return candidates.find((p): p is string => Boolean(p) && existsSync(p!));
-}
 
 t.test('the register page over HTTP: template, headers, command', async (t) => {
   const s = await startTestServer();
@@ -103,7 +99,7 @@ t.test('the register page in headless Chromium at phone and desktop widths', asy
     executablePath,
     headless: true,
     // Root in a container has no user namespaces for the sandbox; the page is our own.
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
+    args: CHROMIUM_ARGS,
   });
   t.teardown(() => browser.close());
 
@@ -190,7 +186,7 @@ t.test('the login pages in headless Chromium at phone width', async (t) => {
   t.match(PAGE_HEADERS['Content-Security-Policy'], /form-action 'none'/, 'other pages may post nowhere');
   const shots = join(repoRoot(), '.ci-work', 'screenshots');
   mkdirSync(shots, { recursive: true });
-  const browser: Browser = await puppeteer.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'] });
+  const browser: Browser = await puppeteer.launch({ executablePath, headless: true, args: CHROMIUM_ARGS });
   t.teardown(() => browser.close());
   for (const path of Object.keys(pages)) {
     const page = await browser.newPage();

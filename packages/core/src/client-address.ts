@@ -95,11 +95,13 @@ function rightmostUntrusted(headers: HeaderBag, trusted: TrustedProxies): IPAddr
  */
 export function clientAddress(peer: string | undefined, headers: HeaderBag, trusted: TrustedProxies): string | undefined {
   if (!peer) return undefined;
+  // No list: no header is read, and the peer's text only loses an IPv4-mapped prefix.
+  if (!trusted.length) return /^::ffff:\d+\.\d+\.\d+\.\d+$/i.test(peer) ? peer.slice(7) : peer;
   const zone = peer.lastIndexOf('%');
   const parsed = parseIP(zone > 0 ? peer.slice(0, zone) : peer);
   if (!parsed) return peer;
   const ip = unmap(parsed);
-  if (!trusted.length || !isTrusted(ip, trusted)) return formatIP(ip);
+  if (!isTrusted(ip, trusted)) return formatIP(ip);
   const forwarded = single(headers, 'true-client-ip') ?? single(headers, 'x-real-ip') ?? rightmostUntrusted(headers, trusted);
   return formatIP(forwarded ?? ip);
 }

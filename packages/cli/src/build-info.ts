@@ -1,6 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** CLI_ROOT is @headway/cli's package directory, two levels above dist/src. */
+export const CLI_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 /** BUILD_INFO_FILE is written into the package by `npm pack` (scripts/build-info.mjs) and removed after. */
 export const BUILD_INFO_FILE = 'build-info.json';

@@ -14,6 +14,7 @@ import type { HostinfoService } from '@headway/core';
 import type { State } from '@headway/core';
 import type { Metrics } from '@headway/core';
 import { closeSilentConnections } from '@headway/core';
+import { clientAddressOf, trustedProxies, type RequestLike } from '@headway/core';
 import { frame } from './frames.js';
 import { H2Session, type H2Stream } from './h2.js';
 import type { Mapper } from './mapper.js';
@@ -84,6 +85,8 @@ export class ControlServer {
   private readonly sourceByMachineKey = new Map<string, string>();
   /** haProber pings the routers of HA subnet routes (undefined: node.routes.ha.probe_interval is 0, or clustered). */
   readonly haProber?: HaProber;
+  /** clientAddress names a request's client: the TCP peer, or what a trusted proxy's headers say (trusted_proxies). */
+  readonly clientAddress: (req: RequestLike) => string | undefined;
 
   constructor(private readonly o: ControlOptions) {
     const { state, config, logger } = o;
@@ -102,6 +105,7 @@ export class ControlServer {
     });
     this.mismatchLog = new HandshakeFailureLog(logger);
     this.haProber = this.makeProber();
+    this.clientAddress = clientAddressOf(trustedProxies(config.trusted_proxies));
   }
 
   /**
@@ -178,6 +182,7 @@ export class ControlServer {
           privateKey: this.o.controlKey.privateKey,
           minCapabilityVersion: MIN_CAPABILITY_VERSION,
           limits: this.limits,
+          clientAddress: this.clientAddress,
           onConnection: (conn, info) => this.serveConnection(conn, info),
           onRefused: (reason, kind) => refusals.note(reason, kind),
         });
@@ -267,7 +272,7 @@ export class ControlServer {
       if (!set.size) { this.conns.delete(info.machineKey); this.sourceByMachineKey.delete(info.machineKey); }
     });
     conn.on('error', () => undefined);
-    this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion });
+    this.o.logger.debug('ts2021 connection', { machine_key: info.machineKey, capver: info.capabilityVersion, remote: info.address });
     let open = 0;
     const session = new H2Session(conn, {
       bodyLimit: H2_BODY_LIMIT,

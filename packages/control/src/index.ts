@@ -18,3 +18,4 @@ export * from './ssh-check.js';
 export * from './ssh-check-pages.js';
 export * from './peerset.js';
 export * from './filter-chunks.js';
+export * from './onboarding.js';

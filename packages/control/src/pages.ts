@@ -25,6 +25,8 @@ main{max-width:42rem;margin:0 auto;padding:1.25rem 1rem 2rem}
 .card{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:1.25rem}
 h1{font-size:1.5rem;line-height:1.25;margin:0 0 .75rem;overflow-wrap:anywhere}
 p{margin:.75rem 0}
+h2{font-size:1.15rem;line-height:1.3;margin:1.75rem 0 .5rem}
+li{margin:.4rem 0}
 .muted{color:var(--muted);font-size:.925rem}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",monospace;font-size:.925em;overflow-wrap:anywhere}
 .command{margin:1rem 0}
@@ -73,8 +75,17 @@ export const PAGE_HEADERS: Readonly<Record<string, string>> = {
   'Cache-Control': 'no-store',
 };
 
-/** renderPage wraps `body` (HTML the caller escaped) in the shared template; `title` is text. */
-export function renderPage(page: { title: string; body: string }): string {
+/** STATIC_PAGE_HEADERS go with a page rendered without the script (`script: false`): its CSP runs no script at all. */
+export const STATIC_PAGE_HEADERS: Readonly<Record<string, string>> = {
+  ...PAGE_HEADERS,
+  'Content-Security-Policy': PAGE_CSP.replace(/script-src [^;]+/, "script-src 'none'"),
+};
+
+/**
+ * renderPage wraps `body` (HTML the caller escaped) in the shared template; `title` is text. `script: false`
+ * leaves the copy-button script out (commands stay selectable with one tap), for STATIC_PAGE_HEADERS.
+ */
+export function renderPage(page: { title: string; body: string; script?: boolean }): string {
   return `<!doctype html>
 <html lang="en">
 <head>
@@ -92,8 +103,7 @@ export function renderPage(page: { title: string; body: string }): string {
 ${page.body}
 </div>
 </main>
-<script>${SCRIPT}</script>
-</body>
+${page.script === false ? '' : `<script>${SCRIPT}</script>\n`}</body>
 </html>
 `;
 }

@@ -44,6 +44,7 @@ export class DerpServer {
   private readonly limits: LoginLimits;
   private readonly routes: Routes;
   private readonly sessions: Sessions;
+  private readonly clientAddress: (req: IncomingMessage) => string | undefined;
   private readonly counters = newStats();
 
   constructor(options: DerpServerOptions) {
@@ -57,6 +58,7 @@ export class DerpServer {
     const privateKey = Buffer.from(options.privateKey);
     this.publicKey = publicKeyFromPrivate(privateKey);
     this.log = options.logger ?? silentLogger;
+    this.clientAddress = options.clientAddress ?? ((req) => req.socket?.remoteAddress);
     this.failures = new HandshakeFailureLog(this.log, options.handshakeLog);
     if (options.meshKey !== undefined && (typeof options.meshKey !== 'string' || options.meshKey.length < 16 || options.meshKey.length > MAX_MESH_KEY_LENGTH)) {
       throw new Error(`DerpServer: meshKey must be a string of 16 to ${MAX_MESH_KEY_LENGTH} characters`);
@@ -190,7 +192,7 @@ export class DerpServer {
     const protocols = String(req.headers['sec-websocket-protocol'] ?? '')
       .split(',')
       .map((p) => p.trim());
-    const remoteAddress = req.socket?.remoteAddress;
+    const remoteAddress = this.clientAddress(req);
     if (this.limits.refuse(remoteAddress)) {
       writeHttpError(socket, 429, 'too many DERP connections from this address that have not logged in; retry later');
       return true;

@@ -1,3 +1,4 @@
+import type { IncomingMessage } from 'node:http';
 import type { HandshakeFailureLogOptions } from './failurelog.js';
 
 /** DerpLogger is the slice of a structured logger the relay writes to; @headway/core's Logger fits. */
@@ -48,6 +49,11 @@ export interface DerpServerOptions {
    */
   loginRate?: number;
   loginBurst?: number;
+  /**
+   * clientAddress names the client of an upgrade request, what per-address limits and logs use (the
+   * server's trusted_proxies); default: the TCP peer.
+   */
+  clientAddress?: (req: IncomingMessage) => string | undefined;
   /** now is the clock of the login rate limit (tests inject one; default Date.now). */
   now?: () => number;
   /**

@@ -18,6 +18,8 @@ export interface Ts2021ConnectionInfo {
   capabilityVersion: number;
   /** source is what per-address limits charge the connection to (IPv4 address or IPv6 /64). */
   source: string;
+  /** address is the client's address (behind a trusted proxy, the one its headers name), for logs. */
+  address?: string;
 }
 
 /** Ts2021ServerOptions configure handleTs2021Upgrade. */
@@ -33,6 +35,8 @@ export interface Ts2021ServerOptions {
   onRefused?: (reason: string, kind: RefusalKind) => void;
   /** limits rate-limits initiations per source, refuses replays and caps unauthenticated sessions. */
   limits?: Ts2021Limits;
+  /** clientAddress names the client of an upgrade request (the server's trusted_proxies); default: the TCP peer. */
+  clientAddress?: (req: IncomingMessage) => string | undefined;
 }
 
 /** RefusalKind classifies why a well-formed upgrade was refused. */
@@ -156,7 +160,8 @@ function handleWebSocketUpgrade(
   }
   const initiation = decodeInitiation(socket, query, 'query parameter');
   if (!initiation) return undefined;
-  const source = sourceOf(remoteAddressOf(socket));
+  const address = clientOf(req, socket, opts);
+  const source = sourceOf(address);
   if (!admitInitiation(socket, initiation, source, opts)) return undefined;
   socket.write(
     `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
@@ -174,7 +179,7 @@ function handleWebSocketUpgrade(
     else ws.end();
     return undefined;
   }
-  const info: Ts2021ConnectionInfo = { machineKey: formatKey('mkey', accepted.machinePublicKey), capabilityVersion: accepted.capabilityVersion, source };
+  const info: Ts2021ConnectionInfo = { machineKey: formatKey('mkey', accepted.machinePublicKey), capabilityVersion: accepted.capabilityVersion, source, address };
   const admitted = admitSession(accepted, info, initiation, opts);
   if (typeof admitted === 'string') {
     ws.end(errorFrame(admitted));
@@ -226,7 +231,8 @@ export function handleTs2021Upgrade(
   }
   const initiation = decodeInitiation(socket, headerValue.trim(), 'header');
   if (!initiation) return undefined;
-  const source = sourceOf(remoteAddressOf(socket));
+  const address = clientOf(req, socket, opts);
+  const source = sourceOf(address);
   if (!admitInitiation(socket, initiation, source, opts)) return undefined;
 
   const switching = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${UPGRADE_PROTOCOL}\r\nConnection: upgrade\r\n\r\n`;
@@ -253,6 +259,7 @@ export function handleTs2021Upgrade(
     machineKey: formatKey('mkey', accepted.machinePublicKey),
     capabilityVersion: accepted.capabilityVersion,
     source,
+    address,
   };
   const admitted = admitSession(accepted, info, initiation, opts);
   if (typeof admitted === 'string') {
@@ -277,7 +284,7 @@ export function handleTs2021Upgrade(
   return conn;
 }
 
-/** remoteAddressOf reads the peer address of a net or TLS socket (other Duplexes have none). */
-function remoteAddressOf(socket: Duplex): string | undefined {
-  return (socket as { remoteAddress?: string }).remoteAddress;
+/** clientOf names the upgrade's client: opts.clientAddress, or the peer address of a net or TLS socket (other Duplexes have none). */
+function clientOf(req: IncomingMessage, socket: Duplex, opts: Ts2021ServerOptions): string | undefined {
+  return opts.clientAddress ? opts.clientAddress(req) : (socket as { remoteAddress?: string }).remoteAddress;
 }

@@ -149,7 +149,7 @@ t.test('handshake, early payload and echo both ways over loopback', async (t) =>
   t.teardown(() => conn.destroy());
   t.same(earlyPayload, { nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32), seenVersion: 145 });
   t.equal(srv.connections.length, 1);
-  t.same(srv.connections[0]!.info, { machineKey: formatKey('mkey', machine.publicKey), capabilityVersion: 145, source: '127.0.0.1' });
+  t.same(srv.connections[0]!.info, { machineKey: formatKey('mkey', machine.publicKey), capabilityVersion: 145, source: '127.0.0.1', address: '127.0.0.1' });
   t.same(srv.connections[0]!.conn.handshakeHash, conn.handshakeHash, 'both sides agree on the handshake hash');
 
   conn.write('hello noise');
@@ -166,6 +166,17 @@ t.test('handshake, early payload and echo both ways over loopback', async (t) =>
     const back = await readExactly(conn, size);
     t.equal(sha(back), sha(big), `${size}-byte write echoed intact`);
   }
+});
+
+t.test('clientAddress names the client a session is charged to and logged as', async (t) => {
+  const machine = generateKeyPair();
+  const srv = await startServer(t, {
+    clientAddress: (req) => (req.url === '/ts2021' ? '2001:db8:1:2:3::9' : undefined),
+    earlyPayload: () => ({ nodeKeyChallenge: 'chalpub:' + 'ab'.repeat(32) }),
+  });
+  const { conn } = await dialTs2021({ url: srv.url, machinePrivateKey: machine.privateKey, controlPublicKey: control.publicKey, capabilityVersion: 145 });
+  t.teardown(() => conn.destroy());
+  t.match(srv.connections[0]!.info, { address: '2001:db8:1:2:3::9', source: '2001:db8:1:2::/64' });
 });
 
 t.test('sealRecords splits into frames of at most 4096 bytes', async (t) => {

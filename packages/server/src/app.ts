@@ -15,6 +15,8 @@ export interface AppOptions {
   metrics: Metrics;
   /** trusted: requests arrive over the local unix socket (file permissions are the auth). */
   trusted: boolean;
+  /** clientAddress names a request's client for the request log (trusted_proxies); default: the TCP peer. */
+  clientAddress?: (req: Context['req']) => string | undefined;
   /** extra mounts routes served outside /api/v1 (control protocol, register page, DERP helpers). */
   extra?: (router: Router) => void;
 }
@@ -37,7 +39,8 @@ export function createApp(opts: AppOptions): Koa {
       metrics.httpRequests.inc({ method: ctx.method, route: String(route), status: String(ctx.status) });
       const seconds = end({ method: ctx.method, route: String(route) });
       // The route pattern, not the path: paths such as /register/:key carry one-time keys.
-      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000) });
+      const remote = opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress;
+      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000), remote });
     }
   });
   // Before the problem middleware, so a listed origin's page can read error answers too.

@@ -4,3 +4,4 @@ export * from './memory.js';
 export * from './server.js';
 export * from './compose.js';
 export * from './relay.js';
+export * from './site.js';

@@ -2,6 +2,7 @@ import type http from 'node:http';
 import type { Socket as UdpSocket } from 'node:dgram';
 import { isIP, type Server as NetServer } from 'node:net';
 import { handOver } from './listeners.js';
+import { BootstrapDns } from './bootstrap-dns.js';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import type Router from '@koa/router';
@@ -9,6 +10,7 @@ import type { Context } from 'koa';
 import { DerpServer, loadOrCreateRelayCertificate, RELAY_CERT_RENEW_BEFORE_MS, RelayListener, StunServer, verifyHandler, type RelayCertificate } from '@headway/derp';
 import type { HeadwayConfig } from '@headway/core';
 import { parseHostPort } from '@headway/core';
+import { clientAddressOf, trustedProxies } from '@headway/core';
 import type { Logger } from '@headway/core';
 import { loadOrCreateKey } from '@headway/core';
 import type { State } from '@headway/core';
@@ -81,6 +83,7 @@ export class Relay {
       maxUnauthenticatedPerAddress: config.derp.server.max_unauthenticated_connections_per_address,
       loginRate: config.derp.server.login_rate,
       loginBurst: config.derp.server.login_burst,
+      clientAddress: clientAddressOf(trustedProxies(config.trusted_proxies)),
       ...(this.meshKey ? { meshKey: this.meshKey } : {}),
     });
     const stunAddr = config.derp.server.stun_listen_addr ? parseHostPort(config.derp.server.stun_listen_addr) : undefined;
@@ -185,6 +188,13 @@ export class Relay {
     router.get('/derp/probe', derpRoute);
     router.get('/derp/latency-check', derpRoute);
     router.get('/generate_204', derpRoute);
+    // The relay's fallback resolver, for clients whose DNS fails; only where a relay runs, as in headscale.
+    const bootstrap = new BootstrapDns(() => this.derpMap.map);
+    router.get('/bootstrap-dns', async (ctx) => {
+      if (!this.derp) { ctx.status = 404; ctx.body = 'DERP relay not enabled (derp.server.enabled)\n'; return; }
+      ctx.set('Cache-Control', 'no-store');
+      ctx.body = await bootstrap.answer();
+    });
     // /verify tells anyone whether a node key is registered; it exists only for relays
     // that verify clients (derp.server.verify_clients), and is a 404 otherwise.
     if (this.config.derp.server.verify_clients) {

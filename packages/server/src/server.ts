@@ -19,6 +19,8 @@ import type { ControlServer } from '@headway/control';
 import type { DerpMapSource } from '@headway/control';
 import type { Registrar, SshChecks } from '@headway/control';
 import { createApp } from './app.js';
+import { mountSite, type BuildInfo } from './site.js';
+import { readFileSync } from 'node:fs';
 import type { DriveService } from '@headway/core';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
@@ -35,6 +37,8 @@ export interface StartOptions {
   /** the config file read, or null for built-in defaults (the caller logs which, once). */
   configSource?: string | null;
   engine?: PolicyEngine;
+  /** build names the running build for /version (the CLI passes its own); default: this package's version, commit unknown. */
+  build?: BuildInfo;
 }
 
 export interface RunningServer {
@@ -166,7 +170,10 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
         ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
 
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, extra: (router) => { login?.routes(router); control.routes(router); relay.routes(router); } });
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, extra: (router) => {
+      login?.routes(router); control.routes(router); relay.routes(router);
+      mountSite(router, { serverUrl: config.server_url, build: opts.build ?? packageBuild() });
+    } });
     const main = bound.main;
     const servers: http.Server[] = [main];
     const sockets = trackSockets(main);
@@ -241,6 +248,12 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
     throw err;
   }
+}
+
+/** packageBuild is @headway/server's own version when the caller names no build. */
+function packageBuild(): BuildInfo {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+  return { version: pkg.version ?? 'unknown', commit: 'unknown' };
 }
 
 function closeServer(server: http.Server, sockets: Set<Socket>): Promise<void> {

@@ -1,5 +1,6 @@
 import { configSearchPath, createLogger, formatProblem, loadConfig, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
+import { buildInfo, CLI_ROOT, type BuildInfo } from '../build-info.js';
 
 /** RunningServer is what startServer resolves to: close() stops listening and flushes state. */
 interface RunningServer {
@@ -7,7 +8,7 @@ interface RunningServer {
   urls?: Record<string, unknown>;
 }
 
-type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource: string | null }) => Promise<RunningServer>;
+type StartServer = (opts: { config: HeadwayConfig; logger: Logger; configSource: string | null; build?: BuildInfo }) => Promise<RunningServer>;
 /** ServerUrlCheck is core's serverUrlReachesThis: does server_url reach this running server? */
 type ServerUrlCheck = (server: RunningServer) => Promise<{ reaches: boolean; why: string }>;
 
@@ -76,7 +77,7 @@ export default class Serve extends HeadwayCommand {
     }
     let server: RunningServer;
     try {
-      server = await core.startServer({ config, logger, configSource: source });
+      server = await core.startServer({ config, logger, configSource: source, build: buildInfo(CLI_ROOT) });
     } catch (e) {
       // A boot failure is reported as one line (no stack): it is usually configuration or environment.
       logger.fatal(e instanceof Error ? e.message : String(e));

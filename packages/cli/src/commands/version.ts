@@ -1,9 +1,5 @@
-import { fileURLToPath } from 'node:url';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
-import { buildInfo } from '../build-info.js';
-
-/** CLI_ROOT is @headway/cli's package directory, two levels above dist/src/commands. */
-const CLI_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+import { buildInfo, CLI_ROOT } from '../build-info.js';
 
 export default class Version extends HeadwayCommand {
   static override summary = 'Print the headway version, the commit it was built from and the runtime';

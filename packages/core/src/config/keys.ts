@@ -1,4 +1,4 @@
-import { addr, bool, cidr, duration, filemode, int, oneOf, origins, params, path, plugins, records, split, ssl, strings, text, url, type KeySpec, type ValueOf } from './kinds.js';
+import { addr, bool, cidr, duration, filemode, int, oneOf, origins, params, path, plugins, proxies, records, split, ssl, strings, text, url, type KeySpec, type ValueOf } from './kinds.js';
 
 /**
  * KEYS is the one table of every configuration key Headway reads: its kind (for
@@ -44,6 +44,7 @@ const TABLE = {
   metrics_listen_addr: addr({ default: '127.0.0.1:9090', empty: true, doc: 'Prometheus /metrics listener; empty disables it' }),
   grpc_listen_addr: addr({ default: '127.0.0.1:50443', empty: true, doc: "headscale's gRPC API (headscale.v1.HeadscaleService, for headscale's CLI in remote mode and gRPC clients; calls need an API key); TLS with tls_cert_path/tls_key_path, plaintext only on a loopback address or with grpc_allow_insecure; empty disables it" }),
   grpc_allow_insecure: bool({ default: false, doc: 'serve the gRPC API without TLS on a non-loopback grpc_listen_addr (TLS terminated in front of Headway); API keys then cross the network in the clear' }),
+  trusted_proxies: proxies({ default: [], doc: 'reverse proxies (addresses or CIDR prefixes such as 127.0.0.1/32) whose True-Client-IP, X-Real-IP and X-Forwarded-For headers name the client; per-address limits and logs then use that client, and the same headers from any other peer are ignored; empty: the TCP peer is the client' }),
   'noise.private_key_path': path({ default: 'noise_private.key', doc: 'the control key (generated on first start); relative to data_dir' }),
   'noise.handshake_timeout': duration({ min: 100, default: 10_000, doc: 'longest time from TCP accept (or from a response on a kept-alive connection) to a complete request or ts2021 upgrade, on listen_addr and metrics_listen_addr, and to a complete request head (the TLS handshake included) on the relay\'s own port (derp.server.tls_listen_addr); 0 disables' }),
   'noise.first_request_timeout': duration({ min: 100, default: 30_000, doc: 'longest time from a finished Noise handshake to its first HTTP/2 request, and for any request body to arrive in full; 0 disables' }),

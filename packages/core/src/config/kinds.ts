@@ -1,6 +1,7 @@
 import { parseIPPrefix, parseIP } from '@headway/policy/ip';
 import type { PluginEntry } from '../ports/adapter.js';
 import { formatDuration, parseDuration } from './duration.js';
+import { parseTrustedProxy } from '../client-address.js';
 import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, type ExtraRecord } from './syntax.js';
 
 /*
@@ -11,7 +12,7 @@ import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, t
 
 export type KeyKind =
   | 'string' | 'bool' | 'int' | 'duration' | 'strings' | 'cidr' | 'addr' | 'url' | 'path'
-  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins' | 'params' | 'origins';
+  | 'enum' | 'split' | 'records' | 'filemode' | 'ssl' | 'plugins' | 'params' | 'origins' | 'proxies';
 
 /** Checked is a value that passed its key's check, or why it did not. */
 export type Checked<T> = { value: T } | { error: string };
@@ -144,6 +145,18 @@ export function cidr(o: Described<string> & MayBeEmpty) {
     if (v === '' && o.empty) return { value: '' };
     return v.includes('/') && parseIPPrefix(v) ? { value: v } : wrong;
   });
+}
+
+/** proxies: addresses or CIDR prefixes of reverse proxies (trusted_proxies); each bad entry is named by its place. */
+export function proxies(o: Described<string[]>) {
+  return spec('proxies', o, (v): Checked<string[]> => {
+    if (!Array.isArray(v)) return { error: `expected a list of addresses or CIDR prefixes such as [127.0.0.1/32], found ${describe(v)}` };
+    const errors = v.map((entry, i) => {
+      const p = typeof entry === 'string' ? parseTrustedProxy(entry) : `expected a string, found ${describe(entry)}`;
+      return typeof p === 'string' ? `[${i}] ${typeof entry === 'string' ? JSON.stringify(entry) : describe(entry)}: ${p}` : undefined;
+    }).filter((e) => e !== undefined);
+    return errors.length ? { error: errors.join('; ') } : { value: v.map((s: string) => s.trim()) };
+  }, asList);
 }
 
 /** addr: a listening address, host:port. */

@@ -31,3 +31,4 @@ export {
 } from '@headway/policy/ip';
 export * from '../backup.js';
 export * from '../secrets.js';
+export * from '../client-address.js';

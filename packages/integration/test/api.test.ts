@@ -114,7 +114,11 @@ t.test('users, nodes, keys and policy through the API', async (t) => {
   t.same((await call('POST', '/api/v1/node/1/tags', { tags: ['tag:web', 'tag:db'] })).json.node.tags, ['tag:db', 'tag:web']);
   t.match((await call('POST', '/api/v1/node/1/tags', { tags: ['web'] })).json, { status: 400, field: 'tags' });
   t.match((await call('POST', '/api/v1/node/1/tags', { tags: 'tag:web' })).json, { status: 400, field: 'tags' });
-  t.same((await call('POST', '/api/v1/node/1/tags', { tags: [] })).json.node.tags, []);
+  const tagged = (await call('GET', '/api/v1/node/1')).json.node;
+  t.equal(tagged.user, null, 'a tagged node has no user');
+  const untag = await call('POST', '/api/v1/node/1/tags', { tags: [] });
+  t.match(untag.json, { status: 400, field: 'tags', detail: /cannot remove all tags from a node/ });
+  t.same((await call('GET', '/api/v1/node/1')).json.node.tags, ['tag:db', 'tag:web'], 'a refused untag changes nothing');
 
   const approved = await call('POST', '/api/v1/node/1/approve_routes', { routes: ['10.0.0.0/24', '::/0'] });
   t.same(approved.json.node.approvedRoutes, ['0.0.0.0/0', '10.0.0.0/24', '::/0']);

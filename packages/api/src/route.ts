@@ -142,7 +142,7 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
   };
 }
 
-/** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
-export function apiNode(deps: ApiDeps, n: Node) {
-  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)));
+/** apiNode is a node as the API answers it, with the primary routes RouteService elected; `listed`: as a node list shows it. */
+export function apiNode(deps: ApiDeps, n: Node, listed = false) {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)), listed);
 }

@@ -175,7 +175,8 @@ t.test('users, nodes, keys and policy through the API', async (t) => {
   t.match(bad.json.detail, /line 1/);
 
   t.same((await call('GET', '/api/v1/health')).json, { databaseConnectivity: true });
-  // headscale refuses to delete a user that owns nodes; ?force is not a way around it.
+  // headscale refuses to delete a user that owns nodes; ?force is not a way around it. (Node 1 is tagged: it is nobody's.)
+  t.equal((await call('POST', '/api/v1/debug/node', { user: 'alicia', name: 'kept' })).status, 200);
   const nodesBefore = s.state.nodes.list().length;
   const refused = await call('DELETE', '/api/v1/user/1?force=true');
   t.equal(refused.status, 409);

@@ -17,11 +17,9 @@ const SCRIPT = { bash: ['bash', 'headway.bash'], zsh: ['zsh', '_headway'], power
 export default class Completion extends Command {
   static override summary = 'Print a shell completion script (bash, zsh, fish or powershell)';
   static override args = { shell: Args.string({ description: 'the shell', options: [...SHELLS], required: true }) };
-  static override examples = [
-    'source <(<%= config.bin %> completion bash)',
-    '<%= config.bin %> completion zsh > "${fpath[1]}/_headway"',
-    '<%= config.bin %> completion fish > ~/.config/fish/completions/headway.fish',
-  ];
+  static override description = 'Load it with `source <(headway completion bash)`, or save it where the shell looks: '
+    + '`headway completion fish > ~/.config/fish/completions/headway.fish`, `headway completion zsh > "${fpath[1]}/_headway"`.';
+  static override examples = ['<%= config.bin %> completion bash', '<%= config.bin %> completion zsh', '<%= config.bin %> completion fish', '<%= config.bin %> completion powershell'];
 
   async run(): Promise<void> {
     const { args } = await this.parse(Completion);

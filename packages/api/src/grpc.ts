@@ -119,9 +119,9 @@ export function apiKeyProto(k: ApiKeyView): Message {
   return { id: k.id, prefix: k.prefix, expiration: timestamp(k.expiration), created_at: timestamp(k.createdAt), last_seen: timestamp(k.lastSeen) };
 }
 
-/** nodesProto answers nodes as the REST API shows them, each with the pre-auth key it registered with. */
-async function nodesProto(deps: ApiDeps, nodes: Node[]): Promise<Message[]> {
-  return (await apiNodesWithKeys(deps, nodes)).map((v) => nodeProto(v, v.preAuthKey));
+/** nodesProto answers nodes as the REST API shows them, each with the pre-auth key it registered with; `listed`: as a node list shows them. */
+async function nodesProto(deps: ApiDeps, nodes: Node[], listed = false): Promise<Message[]> {
+  return (await apiNodesWithKeys(deps, nodes, listed)).map((v) => nodeProto(v, v.preAuthKey));
 }
 
 const oneNode = async (deps: ApiDeps, n: Node) => ({ node: (await nodesProto(deps, [n]))[0] });
@@ -183,7 +183,7 @@ export const HANDLERS: Record<string, Handler> = {
     }));
   },
   GetNode: async (r, deps) => oneNode(deps, deps.state.nodes.require(id(r.node_id, 'node_id'))),
-  // An empty list removes every tag (the node returns to its user), as POST /api/v1/node/:id/tags does.
+  // An empty list is refused (a tagged node keeps a tag), as POST /api/v1/node/:id/tags is.
   SetTags: async (r, deps) => oneNode(deps, await ops.setNodeTags(deps, id(r.node_id, 'node_id'), list(r.tags))),
   SetApprovedRoutes: async (r, deps) => oneNode(deps, await ops.approveNodeRoutes(deps, id(r.node_id, 'node_id'), list(r.routes))),
   RegisterNode: async (r, deps) => oneNode(deps, await ops.registerPendingNode(deps, { user: text(r.user), authId: text(r.key), authIdField: 'key' })),
@@ -192,7 +192,7 @@ export const HANDLERS: Record<string, Handler> = {
     at: time(r.expiry as Timestamp | null, 'expiry'), disable: Boolean(r.disable_expiry),
   })),
   RenameNode: async (r, deps) => oneNode(deps, await deps.state.nodes.rename(id(r.node_id, 'node_id'), text(r.new_name))),
-  ListNodes: async (r, deps) => ({ nodes: await nodesProto(deps, ops.listNodes(deps, text(r.user) || undefined)) }),
+  ListNodes: async (r, deps) => ({ nodes: await nodesProto(deps, ops.listNodes(deps, text(r.user) || undefined), true) }),
   BackfillNodeIPs: async (r, deps) => {
     if (!r.confirmed) throw badField('confirmed', 'must be true: backfilling gives addresses to existing nodes');
     return { changes: await ops.backfillNodeIps(deps) };

@@ -145,17 +145,17 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
   };
 }
 
-/** apiNode is a node as the API answers it, with the primary routes RouteService elected. */
-export function apiNode(deps: ApiDeps, n: Node, preAuthKey?: PreAuthKeyView): NodeView {
-  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)), preAuthKey);
+/** apiNode is a node as the API answers it, with the primary routes RouteService elected; `listed`: as a node list shows it. */
+export function apiNode(deps: ApiDeps, n: Node, preAuthKey?: PreAuthKeyView, listed = false): NodeView {
+  return nodeView(n, deps.state, deps.primaryRoutes && ((x) => deps.primaryRoutes!(x.id)), preAuthKey, listed);
 }
 
 /** apiNodesWithKeys answers nodes each with the pre-auth key it registered with (one key lookup per call), as headscale's node list and get do. */
-export async function apiNodesWithKeys(deps: ApiDeps, nodes: Node[]): Promise<NodeView[]> {
+export async function apiNodesWithKeys(deps: ApiDeps, nodes: Node[], listed = false): Promise<NodeView[]> {
   const keyIds = new Set(nodes.map((n) => n.authKeyId).filter((x): x is number => x !== null));
   const keys = new Map<number, PreAuthKeyView>();
   if (keyIds.size) {
     for (const k of await deps.state.keys.listPreAuthKeys()) if (keyIds.has(k.id)) keys.set(k.id, preAuthKeyView(k, deps.state));
   }
-  return nodes.map((n) => apiNode(deps, n, n.authKeyId !== null ? keys.get(n.authKeyId) : undefined));
+  return nodes.map((n) => apiNode(deps, n, n.authKeyId !== null ? keys.get(n.authKeyId) : undefined, listed));
 }

@@ -89,7 +89,7 @@ export const ROUTES: Route[] = [
     query: userQuery('the nodes'),
     response: z.object({ nodes: z.array(NodeSchema) }), responseDescription: 'The nodes',
     errors: [404],
-    handle: async ({ query }, deps) => ({ nodes: await apiNodesWithKeys(deps, ops.listNodes(deps, query.user)) }),
+    handle: async ({ query }, deps) => ({ nodes: await apiNodesWithKeys(deps, ops.listNodes(deps, query.user), true) }),
   }),
   route({
     method: 'GET', path: '/api/v1/node/:id', operationId: 'getNode', tag: 'Nodes', summary: 'Get a node',

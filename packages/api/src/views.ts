@@ -1,6 +1,6 @@
 import type { ApiKey, Node, PreAuthKey, User } from '@headway/core';
 import type { State } from '@headway/core';
-import { isBcryptHash } from '@headway/core';
+import { isBcryptHash, ownedByTags, ownerIdentity } from '@headway/core';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 
 const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
@@ -11,6 +11,18 @@ export function userView(u: User): UserView {
     provider: u.provider, providerId: u.providerId ?? '', profilePicUrl: u.profilePicUrl, groups: u.groups,
   };
 }
+
+/**
+ * TAGGED_DEVICES is the owner a node list shows for a tagged node, as headscale 0.29's
+ * ListNodes does; one node's answer (get, tag, rename ...) shows none, as there.
+ */
+const TAGGED_DEVICES: UserView = (() => {
+  const o = ownerIdentity({ tags: ['tag:'], userId: null }, undefined);
+  return {
+    id: String(o.id), name: o.loginName, displayName: o.displayName, email: '', createdAt: '0001-01-01T00:00:00.000Z',
+    provider: '', providerId: '', profilePicUrl: '', groups: [],
+  };
+})();
 
 const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
   authkey: 'REGISTER_METHOD_AUTH_KEY',
@@ -25,8 +37,9 @@ const METHOD: Record<Node['registerMethod'], NodeView['registerMethod']> = {
  * lastSeen is when the node last connected (its first map session opened) or, offline, when it disconnected:
  * asking again while it stays connected gives the same time. preAuthKey is the key it registered with, if any.
  */
-export function nodeView(n: Node, state: State, primary?: (n: Node) => string[], preAuthKey?: PreAuthKeyView): NodeView {
+export function nodeView(n: Node, state: State, primary?: (n: Node) => string[], preAuthKey?: PreAuthKeyView, listed = false): NodeView {
   const user = n.userId !== null ? state.users.get(n.userId) : undefined;
+  const owner = user ? userView(user) : listed && ownedByTags(n) ? TAGGED_DEVICES : null;
   const advertised = new Set(n.availableRoutes);
   const online = state.presence.isOnline(n.id);
   return {
@@ -37,7 +50,7 @@ export function nodeView(n: Node, state: State, primary?: (n: Node) => string[],
     ipAddresses: [n.ipv4, n.ipv6].filter((x): x is string => Boolean(x)),
     name: n.hostname,
     givenName: n.givenName,
-    user: user ? userView(user) : null,
+    user: owner,
     lastSeen: iso(n.lastSeen),
     expiry: iso(n.expiry),
     createdAt: n.createdAt.toISOString(),

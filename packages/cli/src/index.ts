@@ -9,3 +9,4 @@ export * from './client.js';
 export * from './format.js';
 export * from './topics.js';
 export type * from './api-types.js';
+export { openConfiguredStorage, readConfig, runningServerPid } from './storage.js';

@@ -170,7 +170,7 @@ t.test('commands send the contract requests and render the answers', async (t) =
     t.same(api.last.body, { tags: ['tag:a', 'tag:b', 'tag:c'] });
     t.same(JSON.parse(r.stdout).tags, ['tag:a', 'tag:b', 'tag:c']);
     await run('nodes', 'tag', '-i', '7', '--tags', '');
-    t.same(api.last.body, { tags: [] }, '--tags "" removes all');
+    t.same(api.last.body, { tags: [] }, '--tags "" is sent as an empty list: the server decides (it refuses)');
 
     await run('nodes', 'approve-routes', '-i', '7', '-r', '10.0.0.0/8,fd00::/64');
     t.same(api.last.body, { routes: ['10.0.0.0/8', 'fd00::/64'] });

@@ -274,9 +274,10 @@ export class Registrar {
   /**
    * approve registers (or re-registers) the machine behind a pending AuthURL, then
    * releases the client's held follow-up request. With a user, the node is (re)assigned
-   * to that user (`auth register`); without one (`auth approve`), only a machine Headway
-   * already knows can be approved, and it keeps its owner (user or tags), because a new
-   * device must not join without someone deciding who owns it.
+   * to that user (`auth register`, a tagged device that advertises no tags is untagged and
+   * becomes that user's; one that advertises tags stays tagged); without one (`auth approve`),
+   * only a machine Headway already knows can be approved, and it keeps its owner (user or
+   * tags), because a new device must not join without someone deciding who owns it.
    */
   async approve(key: string, userId?: number, how: { field?: string; method?: 'cli' | 'oidc'; expiry?: Date } = {}): Promise<number> {
     const field = how.field ?? 'key';
@@ -285,6 +286,7 @@ export class Registrar {
     if (!pending) throw new HeadwayError('not_found', `no pending login with auth ID ${key}: it expired or was already approved or rejected; run tailscale up again on the device for a new one`, field);
     const hostinfo = pending.hostinfo as Hostinfo | null;
     const existing = this.state.nodes.byMachineKey(pending.machineKey);
+    const named = userId !== undefined;
     if (userId === undefined) {
       if (!existing) {
         throw new HeadwayError('conflict', `the login with auth ID ${key} is from a new device, which needs an owner: run headway auth register --auth-id ${key} --user USERNAME`, field);
@@ -296,9 +298,12 @@ export class Registrar {
     const writes = { pendingKey: key };
     let node: Node;
     if (existing) {
+      // A tagged device logging in as a user without advertising tags becomes that user's (headscale 0.29's re-auth).
+      const untag = existing.tags.length > 0 && named && !(hostinfo?.RequestTags?.length);
+      const tagged = existing.tags.length > 0 && !untag;
       node = await this.state.nodes.reRegister(existing.id, {
-        nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: how.expiry ?? this.defaultExpiry(existing.tags.length > 0),
-        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method,
+        nodeKey: pending.nodeKey, userId: userId ?? existing.userId, hostinfo: pending.hostinfo, expiry: how.expiry ?? this.defaultExpiry(tagged),
+        availableRoutes: routesFromHostinfo(hostinfo ?? undefined), registerMethod: method, ...(untag ? { tags: [] } : {}),
       }, writes);
     } else {
       node = await this.state.nodes.create({

@@ -236,7 +236,14 @@ export class Fleet {
     const n = any();
     switch (roll) {
       case 3: await state.nodes.delete(n.id); return `delete ${n.id}`;
-      case 4: { const tags = rng.subset(TAGS); await state.nodes.setTags(n.id, tags); return `tags ${n.id} ${tags}`; }
+      case 4: {
+        const tags = rng.subset(TAGS);
+        if (tags.length) { await state.nodes.setTags(n.id, tags); return `tags ${n.id} ${tags}`; }
+        // Untagging is a user's re-login (Registrar.approve): the node becomes that user's.
+        const u = rng.pick(this.users()).id;
+        await state.nodes.update(n.id, { tags: [], userId: u });
+        return `untag ${n.id} to user ${u}`;
+      }
       case 5: { const r = rng.subset(ROUTES); await state.nodes.approveRoutes(n.id, r); return `approve ${n.id} ${r}`; }
       case 6: { const r = rng.subset(ROUTES); await state.nodes.update(n.id, { availableRoutes: r }); return `advertise ${n.id} ${r}`; }
       case 7: {

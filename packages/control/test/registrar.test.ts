@@ -276,3 +276,28 @@ t.test('a requested expiry beyond node.expiry is capped; a shorter one is kept',
   await register(env, near, { Auth: { AuthKey: secret }, Expiry: asked.toISOString() });
   t.equal(env.state.nodes.byMachineKey(near.machineKey)!.expiry!.getTime(), asked.getTime(), 'shorter is kept');
 });
+
+t.test('re-login of a tagged device: as a user without advertised tags it becomes that user\'s; with tags or unnamed it stays tagged', async (t) => {
+  const env = await start(t);
+  const alice = await env.state.users.create({ name: 'alice' });
+  const bob = await env.state.users.create({ name: 'bob' });
+  const d = device('box');
+  const url = (await register(env, d, {})).AuthURL;
+  const id = await env.registrar.approve(/\/register\/([A-Za-z0-9_-]+)$/.exec(url)![1]!, alice.id);
+  await env.state.nodes.setTags(id, ['tag:web']);
+  t.equal(env.state.nodes.require(id).userId, null);
+
+  const relogin = async (hostinfo: Record<string, unknown>, userId?: number) => {
+    d.nodeKey = nodeKey();
+    const u = (await register(env, d, { Hostinfo: { Hostname: 'box', ...hostinfo } })).AuthURL;
+    return env.registrar.approve(/\/register\/([A-Za-z0-9_-]+)$/.exec(u)![1]!, userId);
+  };
+  t.equal(await relogin({}), id, 'auth approve (no user)');
+  t.same([env.state.nodes.require(id).tags, env.state.nodes.require(id).userId], [['tag:web'], null], 'keeps its tags');
+  await relogin({ RequestTags: ['tag:web'] }, bob.id);
+  t.same([env.state.nodes.require(id).tags, env.state.nodes.require(id).userId], [['tag:web'], null], 'advertising tags: still tagged, no user');
+  await relogin({}, bob.id);
+  const n = env.state.nodes.require(id);
+  t.same([n.tags, n.userId], [[], bob.id], 'no tags advertised: the user who logged it in owns it, not the one who first registered it');
+  t.same((await env.storage.nodes.get(id))?.userId, bob.id, 'stored');
+});

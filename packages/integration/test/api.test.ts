@@ -114,7 +114,11 @@ t.test('users, nodes, keys and policy through the API', async (t) => {
   t.same((await call('POST', '/api/v1/node/1/tags', { tags: ['tag:web', 'tag:db'] })).json.node.tags, ['tag:db', 'tag:web']);
   t.match((await call('POST', '/api/v1/node/1/tags', { tags: ['web'] })).json, { status: 400, field: 'tags' });
   t.match((await call('POST', '/api/v1/node/1/tags', { tags: 'tag:web' })).json, { status: 400, field: 'tags' });
-  t.same((await call('POST', '/api/v1/node/1/tags', { tags: [] })).json.node.tags, []);
+  const tagged = (await call('GET', '/api/v1/node/1')).json.node;
+  t.equal(tagged.user, null, 'a tagged node has no user');
+  const untag = await call('POST', '/api/v1/node/1/tags', { tags: [] });
+  t.match(untag.json, { status: 400, field: 'tags', detail: /cannot remove all tags from a node/ });
+  t.same((await call('GET', '/api/v1/node/1')).json.node.tags, ['tag:db', 'tag:web'], 'a refused untag changes nothing');
 
   const approved = await call('POST', '/api/v1/node/1/approve_routes', { routes: ['10.0.0.0/24', '::/0'] });
   t.same(approved.json.node.approvedRoutes, ['0.0.0.0/0', '10.0.0.0/24', '::/0']);
@@ -171,7 +175,8 @@ t.test('users, nodes, keys and policy through the API', async (t) => {
   t.match(bad.json.detail, /line 1/);
 
   t.same((await call('GET', '/api/v1/health')).json, { databaseConnectivity: true });
-  // headscale refuses to delete a user that owns nodes; ?force is not a way around it.
+  // headscale refuses to delete a user that owns nodes; ?force is not a way around it. (Node 1 is tagged: it is nobody's.)
+  t.equal((await call('POST', '/api/v1/debug/node', { user: 'alicia', name: 'kept' })).status, 200);
   const nodesBefore = s.state.nodes.list().length;
   const refused = await call('DELETE', '/api/v1/user/1?force=true');
   t.equal(refused.status, 409);

@@ -121,8 +121,12 @@ async function restNodes(s: TestServer, filter = ''): Promise<Json[]> {
   });
 }
 
+/** restNode is one node as GET /api/v1/node/:id answers it (a tagged node has no user there; a list shows tagged-devices). */
 async function restNode(s: TestServer, id: number): Promise<Json> {
-  return (await restNodes(s)).find((n) => n.id === id)!;
+  const n = (await localApi(s, 'GET', `/api/v1/node/${id}`)).json.node;
+  const keys = (await localApi(s, 'GET', '/api/v1/preauthkey')).json.preAuthKeys as any[];
+  const keyId = s.state.nodes.get(id)!.authKeyId;
+  return goNode(n, keyId !== null ? keys.find((k) => Number(k.id) === keyId) : undefined);
 }
 
 function makeCert(dir: string): { cert: string; key: string } | undefined {

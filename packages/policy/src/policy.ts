@@ -94,8 +94,9 @@ export interface Policy {
   sshTests: SshPolicyTest[];
   randomizeClientPort: boolean;
   /**
-   * unenforced names conditions the policy sets that Headway does not check (device posture), each a sentence for
-   * policy warnings: a rule with such a condition applies to every device its other parts name.
+   * unenforced names what the policy asks that Headway does not do, each a sentence for policy warnings: conditions
+   * it does not check (device posture: a rule with one applies to every device its other parts name), and node
+   * attributes it does not provide (Funnel, ipPool).
    */
   unenforced?: string[];
 }

@@ -214,4 +214,19 @@ t.test('device posture is not checked, and a policy that sets it says so in its 
   const dflt = parsePolicy('{"defaultSrcPosture":["posture:latest"],"postures":{"posture:latest":[]},"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}');
   tt.match(policyWarnings(dflt, snapshot), [/defaultSrcPosture is set, and Headway does not check device posture/]);
   tt.same(policyWarnings(parsePolicy('{"postures":{"posture:x":[]},"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}]}'), snapshot), [], 'postures defined but not used: nothing to say');
+
+  // Node attributes Headway does not provide are named with their entry and line; the rest are not.
+  const attrs = parsePolicy(`{
+    "acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}],
+    "nodeAttrs": [
+      {"target": ["*"], "attr": ["magicdns"]},
+      {"target": ["*"], "attr": ["funnel"]},
+      {"target": ["*"], "attr": [], "ipPool": ["100.80.0.0/16"]},
+    ],
+  }`);
+  tt.same(policyWarnings(attrs, snapshot), [
+    'nodeAttrs entry 2 (line 5) grants funnel, which Headway does not provide: nothing on the internet reaches these devices through it (the attribute is still sent, as headscale sends it)',
+    'nodeAttrs entry 3 (line 6) has ipPool, which Headway does not apply: its devices keep their addresses from prefixes',
+  ]);
+  tt.same(policyWarnings(parsePolicy('{"acls":[{"action":"accept","src":["*"],"dst":["*:*"]}],"nodeAttrs":[{"target":["*"],"attr":["magicdns"]}]}'), snapshot), [], 'attributes Headway provides: nothing to say');
 });

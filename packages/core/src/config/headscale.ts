@@ -75,7 +75,58 @@ export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
 export const NOT_IMPLEMENTED_KEYS: { readonly [N in ConfigKey]?: NotImplemented & { inert: ConfigValues[N] } } = {
   disable_check_updates: { inert: true, feature: 'update checks', instead: 'Headway never checks for updates' },
   'logtail.enabled': { inert: false, feature: 'client log uploads (logtail)', instead: 'clients are never told to upload logs' },
+  'auto_update.enabled': { inert: false, feature: 'client auto-update (the ClientVersion auto-update nudge)', instead: 'clients keep their own update setting' },
 };
+
+/**
+ * HEADSCALE_DEFAULTS are the keys whose default differs from headscale 0.29's: headscale's
+ * value (what a headscale config without the key ran on) and why Headway's differs. A config
+ * written for headscale (headscaleMarker) that leaves one of these out is warned about, naming
+ * the key and both values, so a moved deployment never changes behaviour without a word.
+ */
+export const HEADSCALE_DEFAULTS: { readonly [N in ConfigKey]?: { headscale: ConfigValues[N]; shown: string; why: string; when?: (v: ConfigValues) => boolean } } = {
+  // headscale refuses to start with override_local_dns true and no global nameservers, so only a config that has them ran with it.
+  'dns.override_local_dns': { headscale: true, shown: 'true', why: 'without global nameservers there is nothing to override with', when: (v) => v['dns.nameservers.global'].length > 0 },
+  'derp.server.enabled': { headscale: false, shown: 'false', why: 'with no DERP map configured (Headway fetches none by default), devices need a relay to come up' },
+  'derp.auto_update_enabled': { headscale: false, shown: 'false', why: 'a DERP map source that changes is re-read without a restart', when: (v) => v['derp.urls'].length + v['derp.paths'].length > 0 },
+  'node.ephemeral.inactivity_timeout': { headscale: 120_000, shown: '120s', why: 'an ephemeral device asleep or on a bad network for a few minutes keeps its node and address' },
+};
+
+/** HEADSCALE_PATH_KEYS are the file paths headscale's own config example places under a `headscale` directory. */
+const HEADSCALE_PATH_KEYS = ['noise.private_key_path', 'database.sqlite.path', 'derp.server.private_key_path', 'unix_socket'] as const;
+
+/**
+ * headscaleMarker says why a config file reads as written for headscale, or undefined: it sets a
+ * key only headscale has (removed, renamed, or one of NOT_IMPLEMENTED_PREFIXES), or keeps its files
+ * under a `headscale` directory (/var/lib/headscale/..., /var/run/headscale/...).
+ */
+export function headscaleMarker(keys: readonly string[], flat: ReadonlyMap<string, { value: unknown }>): string | undefined {
+  const own = keys.find((k) => Object.hasOwn(REMOVED, k) || Object.hasOwn(RENAMED, k) || unimplementedFeature(k) !== undefined);
+  if (own) return `it sets ${own}, a headscale key`;
+  for (const k of HEADSCALE_PATH_KEYS) {
+    const v = flat.get(k)?.value;
+    if (typeof v === 'string' && /(^|\/)headscale(\/|\.sock$)/.test(v)) return `its ${k} is under a headscale directory`;
+  }
+  return undefined;
+}
+
+/** headscaleDefaultProblems warns, for a config written for headscale, about each key left out whose default differs. */
+export function headscaleDefaultProblems(marker: string | undefined, given: (k: ConfigKey) => boolean, values: ConfigValues): ConfigProblem[] {
+  if (!marker) return [];
+  const out: ConfigProblem[] = [];
+  for (const [key, d] of Object.entries(HEADSCALE_DEFAULTS) as Array<[ConfigKey, NonNullable<(typeof HEADSCALE_DEFAULTS)[ConfigKey]>]>) {
+    if (given(key) || (d.when && !d.when(values))) continue;
+    out.push({
+      level: 'warn', key, code: 'headscale_default',
+      message: `absent, so Headway uses its default ${shownDefault(values[key])} where headscale used ${d.shown} (${d.why}); this config reads as written for headscale (${marker}): set ${key} to keep either behaviour and silence this`,
+    });
+  }
+  return out;
+}
+
+function shownDefault(v: unknown): string {
+  return typeof v === 'number' ? `${v / 60_000}m` : String(v);
+}
 
 /** Unimplemented collects the not-implemented keys found, grouped by the feature they configure. */
 export type Unimplemented = Map<string, { spec: NotImplemented; keys: string[] }>;

@@ -11,7 +11,7 @@ import { addr, bool, cidr, duration, filemode, int, oneOf, origins, params, path
  */
 
 export { TIMER_MAX_MS, type KeyKind, type KeySpec } from './kinds.js';
-export { NOT_IMPLEMENTED_KEYS, NOT_IMPLEMENTED_PREFIXES, REMOVED, RENAMED, type NotImplemented } from './headscale.js';
+export { HEADSCALE_DEFAULTS, NOT_IMPLEMENTED_KEYS, NOT_IMPLEMENTED_PREFIXES, REMOVED, RENAMED, type NotImplemented } from './headscale.js';
 
 /** NODE_EXPIRY_MAX_MS (100 years): node.expiry is added to the login time, which must stay a time clients can read. */
 export const NODE_EXPIRY_MAX_MS = 36_500 * 86_400_000;
@@ -116,6 +116,7 @@ const TABLE = {
   plugins: plugins({ default: [], doc: 'extra adapters, each {package, port, options}: port dns (several merge their records in this order) or drive (Taildrive grants beyond the policy, several apply in this order; @headway/drive-db keeps them in the database for headway drive); options are checked by the plugin; storage and policy come from database.type and policy.mode' }),
   unix_socket: path({ default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' }),
   unix_socket_permission: filemode({ default: '0770', doc: 'file mode of the socket (octal)' }),
+  'auto_update.enabled': bool({ default: false, doc: 'accepted for headscale compatibility, not implemented: clients are never told to update themselves; true is a config check warning' }),
   'logtail.enabled': bool({ default: false, doc: 'accepted for headscale compatibility, not implemented: clients are never told to upload logs; true is a config check warning' }),
   'taildrop.enabled': bool({ default: true, doc: 'allow file sharing between a user\'s devices' }),
   'cli.address': text({ default: '', empty: true, doc: 'remote server for the CLI (http[s]://host:port); empty uses the local socket' }),

@@ -6,9 +6,10 @@ export interface ConfigProblem {
   /**
    * code marks a kind of finding: `not_implemented` is a headscale key Headway accepts but does not act on
    * (`config check --strict` fails on it); `server_url_port` is the wrong-port warning of checkServerUrl, which
-   * `headway serve` holds back until it has asked server_url whether it reaches this server.
+   * `headway serve` holds back until it has asked server_url whether it reaches this server; `headscale_default` is a
+   * key a config written for headscale leaves out whose default differs from headscale's.
    */
-  code?: 'not_implemented' | 'server_url_port';
+  code?: 'not_implemented' | 'server_url_port' | 'headscale_default';
 }
 
 /** ConfigError carries every problem found, so a check can print them all at once. */

@@ -1,7 +1,7 @@
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { checkOidc, checkServerUrl, crossCheck } from './checks.js';
-import { NOT_IMPLEMENTED_KEYS, note, unimplementedProblems, type Unimplemented } from './headscale.js';
+import { headscaleDefaultProblems, headscaleMarker, NOT_IMPLEMENTED_KEYS, note, unimplementedProblems, type Unimplemented } from './headscale.js';
 import { CONFIG_KEYS, isConfigKey, KEYS, type ConfigKey, type ConfigValues } from './keys.js';
 import type { ConfigProblem } from './problems.js';
 import type { HeadwayConfig, Nested } from './schema.js';
@@ -34,6 +34,8 @@ export function resolveConfig(
     if (given && values[key] !== spec.inert) note(unimplemented, spec, label(key, given));
   }
   problems.push(...unimplementedProblems(unimplemented));
+  const marker = raw && typeof raw === 'object' && !Array.isArray(raw) ? headscaleMarker(dottedKeys(raw as Record<string, unknown>), flat) : undefined;
+  problems.push(...headscaleDefaultProblems(marker, (k) => flat.has(k), values));
 
   crossCheck(values, problems);
   checkServerUrl(values, problems);
@@ -45,6 +47,14 @@ export function resolveConfig(
   }
   checkOidc(values, problems);
   return { config: nest(values), problems };
+}
+
+/** dottedKeys lists every key a YAML mapping sets, nested ones by dotted name (`dns`, `dns.magic_dns`, ...). */
+function dottedKeys(obj: Record<string, unknown>, prefix = ''): string[] {
+  return Object.entries(obj).flatMap(([k, v]) => {
+    const key = prefix ? `${prefix}.${k}` : k;
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? [key, ...dottedKeys(v as Record<string, unknown>, key)] : [key];
+  });
 }
 
 /** label names a key as given: `key`, or `HEADWAY_KEY (key)` and `old_name (key)` when it came from elsewhere. */

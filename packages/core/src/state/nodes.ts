@@ -15,6 +15,10 @@ import { atomically, conflictError, conflicts, WRITE_ATTEMPTS } from './writes.j
 /** DELETED_IDS_KEPT bounds NodeStore.deletedIds: a write in flight across a deletion resolves within seconds, not thousands of deletions later. */
 const DELETED_IDS_KEPT = 65_536;
 
+/** UNTAG_REFUSED is why an administrator cannot take every tag off a node: only a user's login can own it again. */
+export const UNTAG_REFUSED = 'cannot remove all tags from a node: a tagged node has no user; log the device in again as a user ' +
+  '(tailscale up --force-reauth --advertise-tags=, then headway auth register --user NAME) to make it that user\'s';
+
 export interface NewNodeInput {
   machineKey: string;
   nodeKey: string;
@@ -87,7 +91,21 @@ export class NodeStore {
 
   /** load reads every stored node into memory (start-up), repairing rows that cannot be served as stored. */
   async load(): Promise<void> {
-    for (const stored of await this.storage.nodes.list()) this.rememberStored(await quarantine(this.storage, this.logger, stored));
+    const loaded: Node[] = [];
+    for (const stored of await this.storage.nodes.list()) loaded.push(await quarantine(this.storage, this.logger, stored));
+    // Rows written before the ownership rule (ownedPatch) may hold both tags and a user: the user goes, in one transaction.
+    const both = loaded.filter((n) => n.tags.length > 0 && n.userId !== null);
+    const fixed = new Map<number, Node>();
+    if (both.length) {
+      const rows = await atomically(this.storage, this.logger, async (tx) => {
+        const out: Node[] = [];
+        for (const n of both) { const u = await tx.nodes.update(n.id, { userId: null }); if (u) out.push(u); }
+        return out;
+      });
+      for (const n of rows) fixed.set(n.id, n);
+      this.logger.info('tagged nodes no longer list a user: a node is owned by its tags or by a user', { nodes: both.map((n) => n.id).join(',') });
+    }
+    for (const n of loaded) this.rememberStored(fixed.get(n.id) ?? n);
   }
 
   list(filter: { userId?: number } = {}): Node[] {
@@ -185,7 +203,7 @@ export class NodeStore {
 
   /** routePatch is a patch with the routes the autoApprovers approve for the node as patched (autoApprovedPatch). */
   private routePatch(node: Node, patch: NodePatch): NodePatch {
-    return autoApprovedPatch(this.autoApprovals, node, patch);
+    return autoApprovedPatch(this.autoApprovals, node, ownedPatch(node, patch));
   }
 
   /** update stores a patch and publishes it as a full peer change ('silent': publishes nothing). */
@@ -233,7 +251,8 @@ export class NodeStore {
       const err = checkTag(t);
       if (err) throw badField('tags', err);
     }
-    // A node given tags is owned by its tags; removing every tag returns it to its user.
+    // A tagged node keeps at least one tag: it has no user to fall back to (ownedPatch).
+    if (!clean.length) throw badField('tags', UNTAG_REFUSED);
     return this.update(node.id, { tags: clean.sort() });
   }
 
@@ -352,7 +371,7 @@ function newNodeRow(input: NewNodeInput, givenName: string, ipv4: string | null,
     discoKey: input.discoKey ?? '',
     hostname: input.hostname,
     givenName,
-    userId: input.userId,
+    userId: input.tags?.length ? null : input.userId,
     tags: input.tags ?? [],
     ipv4, ipv6,
     endpoints: [],
@@ -365,4 +384,15 @@ function newNodeRow(input: NewNodeInput, givenName: string, ipv4: string | null,
     ephemeral: input.ephemeral ?? false,
     authKeyId: input.authKeyId ?? null,
   };
+}
+
+/**
+ * ownedPatch is the one ownership rule every node write goes through: a node is
+ * owned by its user or by its tags, never both, so a write that leaves the node
+ * with tags also clears its user (as headscale 0.29 does). Which user an untagged
+ * node returns to is the login's decision (registration), never remembered here.
+ */
+export function ownedPatch(node: Pick<Node, 'tags'>, patch: NodePatch): NodePatch {
+  const tags = patch.tags ?? node.tags;
+  return tags.length > 0 ? { ...patch, userId: null } : patch;
 }

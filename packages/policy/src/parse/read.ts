@@ -109,7 +109,7 @@ export function readPolicy(text: string, opts: ParseOptions): Policy {
   const ssh = section('ssh');
   if (ssh) pol.ssh = readSsh(ssh, opts, names);
   const nodeAttrs = section('nodeAttrs');
-  if (nodeAttrs) pol.nodeAttrs = readNodeAttrs(nodeAttrs, names);
+  if (nodeAttrs) pol.nodeAttrs = readNodeAttrs(nodeAttrs, names, (w) => (pol.unenforced ??= []).push(w));
   const autoApprovers = section('autoApprovers');
   if (autoApprovers) readAutoApprovers(autoApprovers, pol);
   const tests = section('tests');

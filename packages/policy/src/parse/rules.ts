@@ -101,12 +101,18 @@ export function readGrants(grantsNode: JNode, pol: Policy, names: NameChecks): G
   }, []);
 }
 
-export function readNodeAttrs(naNode: JNode, names: NameChecks): NodeAttr[] {
+/**
+ * readNodeAttrs reads nodeAttrs; `unenforced` hears of what an entry asks that Headway does not do
+ * (Funnel, ipPool), each a sentence for policy warnings.
+ */
+export function readNodeAttrs(naNode: JNode, names: NameChecks, unenforced: (warning: string) => void = () => undefined): NodeAttr[] {
   const { checkTag, checkAlias } = names;
   return attempt(() => {
     if (naNode.kind !== 'array') err('nodeAttrs must be a list', naNode.pos);
-    return naNode.items.map((item) => attempt(() => {
+    return naNode.items.map((item, k) => attempt(() => {
       const f = fields(item, 'nodeAttrs entry', ['target', 'attr', 'app', 'ipPool']);
+      const where = `nodeAttrs entry ${k + 1} (line ${item.pos.line})`;
+      if (f.has('ipPool')) unenforced(`${where} has ipPool, which Headway does not apply: its devices keep their addresses from prefixes`);
       for (const pool of strList(f.get('ipPool'), 'ipPool')) {
         attempt(() => {
           const r = parsePrefix(pool);
@@ -121,7 +127,9 @@ export function readNodeAttrs(naNode: JNode, names: NameChecks): NodeAttr[] {
         if (a.kind === 'autogroup' && a.name === 'autogroup:self') err('internal server error', item.pos);
         return a;
       }, null)).filter(present);
-      return { target, attr: strList(f.get('attr'), 'attr'), app: capMap(f.get('app'), 'app') };
+      const attr = strList(f.get('attr'), 'attr');
+      if (attr.includes('funnel')) unenforced(`${where} grants funnel, which Headway does not provide: nothing on the internet reaches these devices through it (the attribute is still sent, as headscale sends it)`);
+      return { target, attr, app: capMap(f.get('app'), 'app') };
     }, null)).filter(present);
   }, []);
 }

@@ -1,12 +1,14 @@
 import { Flags } from '@oclif/core';
 import { HeadwayCommand, serialize, ConnectionError, commandAliases } from '@headway/cli';
 import { PolicyInvalid, asPolicyInvalid, checkPolicyOffline, readPolicyFile, renderPolicyErrors } from '../../policy-check.js';
+import { BYPASS, bypassFlag, withDatabasePolicy } from '../../policy-direct.js';
 
 export default class PolicyCheck extends HeadwayCommand {
   static override summary = 'Check a policy file (against the server, or offline when none is reachable)';
   static override hiddenAliases = commandAliases('policy', 'check');
   static override flags = {
     file: Flags.string({ char: 'f', description: "policy file (HuJSON); default: the server's current policy" }),
+    ...bypassFlag,
   };
 
   static override examples = ['<%= config.bin %> policy check -f policy.hujson', '<%= config.bin %> policy check'];
@@ -16,7 +18,16 @@ export default class PolicyCheck extends HeadwayCommand {
     let warnings: string[];
     let checkedBy: 'server' | 'offline' = 'server';
     try {
-      if (flags.file) {
+      if (flags[BYPASS]) {
+        // Without the server: the file, or the policy stored in the database, checked offline.
+        checkedBy = 'offline';
+        const text = flags.file ? readPolicyFile(flags.file) : await withDatabasePolicy(this.configPath, async (p) => (await p.get())?.text ?? '');
+        if (text === '') {
+          this.print({ valid: true, warnings: [], checked_by: checkedBy, policy_set: false }, 'No policy is set: all traffic between devices is allowed.');
+          return;
+        }
+        warnings = checkPolicyOffline(text, flags.file ?? 'the stored policy');
+      } else if (flags.file) {
         const text = readPolicyFile(flags.file);
         try {
           ({ warnings } = await this.serverCheck(text));

@@ -183,9 +183,12 @@ for (const db of databases) {
     await until('the rename of alice reaches B', () => b.state.users.get(alice.id)?.name === 'alice2');
     t.pass('a user rename on A reached B');
 
+    // The router is owned by its tag since it was tagged: deleting alice with her nodes leaves it.
     await a.state.users.delete(alice.id, { deleteNodes: true });
-    await until('B and C forget the user and its nodes', () => [b, c].every((s) => !s.state.users.get(alice.id) && s.state.nodes.list().length === 0));
-    t.pass('a user deleted with its nodes on A is gone from B and C');
+    await until('B and C forget the user and her node', () => [b, c].every((s) => !s.state.users.get(alice.id)
+      && s.state.nodes.list().map((n) => n.id).join() === String(routerId)));
+    t.same([b, c].map((s) => s.state.nodes.get(routerId)?.userId), [null, null], 'the tagged router, owned by no user, stays on B and C');
+    t.pass('a user deleted with her nodes on A is gone from B and C');
   }));
 
   t.test(`${db.name}: 40 concurrent registrations with 20 single-use keys over two instances: exactly 20 join, every address unique`, (t) => db.run(async (database) => {

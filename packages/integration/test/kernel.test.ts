@@ -49,7 +49,8 @@ async function until(what: string, ok: () => boolean, ms = 5000): Promise<void> 
 const policy = (routes: string[]) => JSON.stringify({
   acls: [{ action: 'accept', src: ['*'], dst: ['*:*'] }],
   tagOwners: { 'tag:web': ['alice@'] },
-  autoApprovers: { routes: Object.fromEntries(routes.map((r) => [r, ['alice@']])) },
+  // tag:web too: once tagged, the router is owned by its tag, not by alice.
+  autoApprovers: { routes: Object.fromEntries(routes.map((r) => [r, ['alice@', 'tag:web']])) },
 });
 
 t.test('policy parsed up to three times per change: PolicyService parses once and the view, auto-approval, tag checks and the API use its result', async (t) => {

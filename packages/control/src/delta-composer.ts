@@ -99,12 +99,9 @@ export class DeltaComposer {
     const patches = this.batch.patches;
     const sent = upsert.length && patches.length ? (upserts!.ids ??= new Set(upsert.map((n) => n.id))) : undefined;
     const mine = patches.filter(({ change, seq }) => newer(seq) && s.peers.has(change.NodeID) && !sent?.has(change.NodeID));
-    if (mine.length && mine.length === patches.length) {
-      // Every patch of the batch (the usual case): the part every such session shares.
-      const all = this.allPatches ??= this.patchPart(mine);
-      m.addShared('PeersChangedPatch', all.key, all.text);
-    } else if (mine.length) {
-      const part = this.patchPart(mine);
+    if (mine.length) {
+      // Every patch of the batch (the usual case) is the part every such session shares, made once.
+      const part = mine.length === patches.length ? (this.allPatches ??= this.patchPart(mine)) : this.patchPart(mine);
       m.addShared('PeersChangedPatch', part.key, part.text);
     }
     // Clients apply profiles and peer changes without rebuilding their netmap, and `tailscale status` shows the

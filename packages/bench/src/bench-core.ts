@@ -13,7 +13,7 @@ import type { MemorySample } from './bench-ipc.js';
  * listener), with `extra` config on top. server_url must carry the real port, which is known only after a
  * first bind, so it binds once to learn a free port and starts again on it.
  */
-export async function startBenchServer(dataDir: string, extra: Record<string, unknown>): Promise<RunningServer> {
+export async function startBenchServer(dataDir: string, extra: Record<string, unknown>, port?: number): Promise<RunningServer> {
   const logger = createLogger({ level: 'warn', write: (line) => process.stderr.write(`[server] ${line}\n`) });
   const base = {
     listen_addr: '127.0.0.1:0', metrics_listen_addr: '', grpc_listen_addr: '', data_dir: dataDir,
@@ -25,10 +25,41 @@ export async function startBenchServer(dataDir: string, extra: Record<string, un
     if (bad.length) throw new Error(`benchmark server config invalid: ${bad.map((p) => `${p.key}: ${p.message}`).join('; ')}`);
     return config;
   };
-  const probe = await startServer({ config: resolve(base), logger, configSource: 'bench' });
-  const url = probe.urls.http;
-  await probe.close();
+  let url = `http://127.0.0.1:${port}`;
+  if (port === undefined) {
+    const probe = await startServer({ config: resolve(base), logger, configSource: 'bench' });
+    url = probe.urls.http;
+    await probe.close();
+  }
   return startServer({ config: resolve({ ...base, listen_addr: `127.0.0.1:${new URL(url).port}`, server_url: url }), logger, configSource: 'bench' });
+}
+
+/** residentBytes reads this process's resident set (VmRSS) as the kernel counts it, with no collection first. */
+export function residentBytes(): number {
+  const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) * 1024 : process.memoryUsage.rss();
+}
+
+/** RSS_SAMPLE_MS: how often the resident set is read for its peak (a join burst's peak lasts seconds). */
+export const RSS_SAMPLE_MS = 500;
+
+/** ResidentPeak is the largest resident set seen every RSS_SAMPLE_MS since the last take(), as the server runs. */
+export class ResidentPeak {
+  private peak = 0;
+  private readonly timer = setInterval(() => this.sample(), RSS_SAMPLE_MS).unref();
+  sample(): number {
+    const now = residentBytes();
+    if (now > this.peak) this.peak = now;
+    return now;
+  }
+  /** take returns the resident set now and the peak since the previous take, and starts a new period. */
+  take(): { live: number; peak: number } {
+    const live = this.sample();
+    const peak = this.peak;
+    this.peak = live;
+    return { live, peak };
+  }
+  stop(): void { clearInterval(this.timer); }
 }
 
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
@@ -43,6 +74,7 @@ loopDelay.enable();
  * would be mostly that transient young generation divided by N; without the trim, the join burst's C memory.
  */
 export function sampleMemory(server?: RunningServer): MemorySample {
+  const rssLive = residentBytes();
   const gc = (globalThis as { gc?: (opts?: { type: string; execution: string; flavor?: string }) => void }).gc;
   if (gc) {
     gc();
@@ -53,7 +85,7 @@ export function sampleMemory(server?: RunningServer): MemorySample {
   const m = process.memoryUsage();
   const cpu = process.cpuUsage();
   const out = {
-    rss: m.rss, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers,
+    rss: m.rss, rssLive, heapUsed: m.heapUsed, heapTotal: m.heapTotal, external: m.external, arrayBuffers: m.arrayBuffers,
     cpuUserMs: cpu.user / 1000, cpuSystemMs: cpu.system / 1000,
     loopDelayP99Ms: loopDelay.percentile(99) / 1e6, loopDelayMaxMs: loopDelay.max / 1e6,
   };

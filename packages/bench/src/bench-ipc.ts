@@ -3,9 +3,11 @@
  * The server runs in its own process so its memoryUsage() is not mixed with the virtual devices' cost.
  */
 
-/** MemorySample is process.memoryUsage() taken right after forced garbage collection, plus CPU time so far. */
+/** MemorySample is process.memoryUsage() taken right after forced garbage collection (and the resident set just before it), plus CPU time so far. */
 export interface MemorySample {
   rss: number;
+  /** rssLive is the resident set read just before the forced collections: what the running server holds. */
+  rssLive: number;
   heapUsed: number;
   heapTotal: number;
   external: number;

@@ -39,6 +39,27 @@ export async function joinDevice(first: TestDevice, register: RegisterOptions): 
   }
 }
 
+/**
+ * redial connects a device that had joined again and opens its map stream, retrying (every RECONNECT_RETRY_MS) a
+ * dial the server refused or dropped while it starts, until `deadline` (performance.now()); returns the retries.
+ */
+export async function redial(d: TestDevice, deadline: number): Promise<number> {
+  for (let retries = 0; ; retries++) {
+    try {
+      await d.close().catch(() => undefined);
+      await d.connect();
+      await d.startMap({ stream: true });
+      return retries;
+    } catch (err) {
+      if (performance.now() > deadline) throw new Error(`reconnect ${d.hostname} failed after ${retries + 1} attempts: ${(err as Error).message}`);
+      await new Promise((r) => setTimeout(r, RECONNECT_RETRY_MS));
+    }
+  }
+}
+
+/** RECONNECT_RETRY_MS: a device whose dial failed during a restart tries again this much later (tailscaled backs off from ~1 s). */
+export const RECONNECT_RETRY_MS = 500;
+
 /** runPool runs `work(i)` for i in [0, count) with at most `limit` in flight; the first failure rejects. */
 export async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {
   let next = 0;

@@ -1,20 +1,20 @@
 /**
  * bench-policy-server is the server child of the realistic benchmark (bench-realistic.ts): the real Headway server
- * (SQLite in a temp dir, policy.mode database, log level warn) with the seeded plan's users, its policy in force
- * and one reusable pre-auth key per user and per tag set the plan uses. It answers the driver over IPC, including
- * the changes the driver times (rename, tag change, policy change). Forked with --expose-gc.
+ * (SQLite in the driver's data directory BENCH_DATA_DIR, policy.mode database, log level warn) with the seeded plan's
+ * users, its policy in force and one reusable pre-auth key per user and per tag set the plan uses. It answers the
+ * driver over IPC, including the changes the driver times (rename, tag change, policy change). Forked with --expose-gc
+ * and the V8 options `headway serve` runs under. With BENCH_RESTART=1 it is the same server started again on a
+ * database that already holds the tailnet (BENCH_PORT, the port the devices know): nothing is created.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
 import { ChangeProfiler } from './bench-profile.js';
 import { writeHeapSnapshot } from 'node:v8';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { sampleMemory, startBenchServer } from './bench-core.js';
+import { ResidentPeak, sampleMemory, startBenchServer } from './bench-core.js';
 import { planKey, planPolicy, planTailnet } from '@headway/testkit';
 
 /** PolicyServerCommand is what the driver asks of this process. */
 export type PolicyServerCommand =
   | { op: 'memory' }
+  | { op: 'rss' }
   | { op: 'cpu' }
   | { op: 'nodeId'; nodeKey: string }
   | { op: 'rename'; nodeId: number; name: string }
@@ -31,8 +31,12 @@ export interface PolicyServerReady {
   type: 'ready';
   url: string;
   baseDomain: string;
-  /** keys maps planKey(device) to a reusable pre-auth key secret. */
+  /** keys maps planKey(device) to a reusable pre-auth key secret (none when started again). */
   keys: Record<string, string>;
+  /** startupMs: from this process's start to ready (Node, modules, opening the database, loading the tailnet, listening). */
+  startupMs: number;
+  /** startServerMs: the part of startupMs in startServer (storage opened and loaded, policy compiled, listeners). */
+  startServerMs: number;
 }
 
 async function main(): Promise<void> {
@@ -40,14 +44,19 @@ async function main(): Promise<void> {
   const size = Number(process.env.BENCH_PLAN_SIZE);
   const seed = Number(process.env.BENCH_PLAN_SEED ?? 1);
   const withPolicy = process.env.BENCH_PLAN_POLICY !== 'none';
-  const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
-  const server = await startBenchServer(dataDir, { policy: { mode: 'database' } });
+  const dataDir = process.env.BENCH_DATA_DIR;
+  if (!dataDir) throw new Error('BENCH_DATA_DIR is not set');
+  const restart = process.env.BENCH_RESTART === '1';
+  const rss = new ResidentPeak();
+  const t0 = performance.now();
+  const server = await startBenchServer(dataDir, { policy: { mode: 'database' } }, process.env.BENCH_PORT ? Number(process.env.BENCH_PORT) : undefined);
+  const startServerMs = performance.now() - t0;
   const plan = planTailnet(size, seed);
   const users = new Map<string, number>();
-  for (const u of plan.users) users.set(u.name, (await server.state.users.create({ name: u.name, email: u.email })).id);
-  if (withPolicy) await server.policy.set(plan.policy);
+  if (!restart) for (const u of plan.users) users.set(u.name, (await server.state.users.create({ name: u.name, email: u.email })).id);
+  if (withPolicy && !restart) await server.policy.set(plan.policy);
   const keys: Record<string, string> = {};
-  for (const d of plan.devices) {
+  for (const d of restart ? [] : plan.devices) {
     const k = planKey(d);
     if (keys[k]) continue;
     const input = d.tags.length ? { userId: null, tags: d.tags, reusable: true } : { userId: users.get(d.user!)!, reusable: true };
@@ -58,8 +67,8 @@ async function main(): Promise<void> {
   const stop = async (): Promise<void> => {
     if (stopping) return;
     stopping = true;
+    rss.stop();
     await server.close();
-    rmSync(dataDir, { recursive: true, force: true });
   };
   // BENCH_CHANGE_PROF: one CPU profile per measured change, from just before it is applied until every affected
   // device has it (the whole run's --cpu-prof mixes a 150 ms change into a minute of joins).
@@ -72,6 +81,7 @@ async function main(): Promise<void> {
   const handle = async (req: PolicyServerCommand): Promise<unknown> => {
     switch (req.op) {
       case 'memory': return sampleMemory(server);
+      case 'rss': return rss.take();
       case 'cpu': { const c = process.cpuUsage(); return (c.user + c.system) / 1000; }
       case 'nodeId': {
         const node = server.state.nodes.byNodeKey(req.nodeKey);
@@ -122,7 +132,12 @@ async function main(): Promise<void> {
     );
   });
   process.on('disconnect', () => { stop().finally(() => process.exit(0)); });
-  const ready: PolicyServerReady = { type: 'ready', url: server.urls.http, baseDomain: server.config.dns.base_domain, keys };
+  // SIGTERM closes the server as `headway serve` does on it (sessions ended, state flushed), then exits.
+  process.once('SIGTERM', () => { stop().finally(() => process.exit(0)); });
+  const ready: PolicyServerReady = {
+    type: 'ready', url: server.urls.http, baseDomain: server.config.dns.base_domain, keys,
+    startupMs: Math.round(performance.now()), startServerMs: Math.round(startServerMs),
+  };
   process.send(ready);
 }
 

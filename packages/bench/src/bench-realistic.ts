@@ -10,8 +10,13 @@
  * The driver's and workers' own CPU is printed next to the server's, so a reader can tell whether the load
  * generator was the bottleneck. Tables go to stdout, then one `BENCH_JSON {...}` line.
  *
+ * The server runs with the V8 options `headway serve` sets (serverNodeFlags). Its resident set is sampled every
+ * 500 ms with no collection forced (before the devices, peak while they join, steady once joined, peak over the
+ * changes) and once more after forced collections; an idle `headway serve` is read first. After the changes the
+ * server is restarted (--restart: SIGTERM, then SIGKILL) and every device dials again (bench-restart.ts).
+ *
  * Usage: node --expose-gc packages/bench/dist/src/bench.js [--policy realistic|none] [--sizes 1000,5000]
- *        [--workers K] [--seed S] [--rounds R]
+ *        [--workers K] [--seed S] [--rounds R] [--restart term,kill|none]
  * Env: BENCH_MAX (largest default size to run, default 1000), BENCH_CONCURRENCY (joins in flight over all
  *      workers, default 20), BENCH_JOIN_BUDGET_S (default 600), BENCH_CHANGE_TIMEOUT_S (default 60),
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof; BENCH_CPU_PROF_INTERVAL_US to sample
@@ -25,9 +30,13 @@
  *      default WORKER_SEMI_SPACE_MB; 0: V8's default).
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { availableParallelism, cpus, totalmem } from 'node:os';
+import { serverNodeFlags } from '@headway/core';
+import { measureIdle, type IdleSample } from './bench-idle.js';
+import { measureRestart, parseRestarts, type RestartResult, type RestartSignal } from './bench-restart.js';
 import type { MemorySample } from './bench-ipc.js';
 import { fileDescriptorLimit, formatTable, kib, mib, parseSizes, round2, skipReason, summarize, type LatencySummary } from './bench-stats.js';
 import { planRetag, planTailnet } from '@headway/testkit';
@@ -54,6 +63,8 @@ export interface RealisticOptions {
   changeTimeoutSeconds: number;
   /** rounds: how many times each change is measured (see ChangeSummary). */
   rounds: number;
+  /** restarts: how the server is restarted after the changes, in order (empty: not restarted). */
+  restarts: RestartSignal[];
 }
 
 function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {
@@ -64,7 +75,7 @@ function envInt(env: NodeJS.ProcessEnv, name: string, fallback: number, min: num
   return n;
 }
 
-const USAGE = 'usage: bench.js [--policy realistic|none] [--sizes 1000,5000,10000] [--workers K] [--seed S] [--rounds R]';
+const USAGE = 'usage: bench.js [--policy realistic|none] [--sizes 1000,5000,10000] [--workers K] [--seed S] [--rounds R] [--restart term,kill|none]';
 
 /** parseRealisticOptions reads the flags (as `--flag value` or `--flag=value`) and BENCH_* variables. */
 export function parseRealisticOptions(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): RealisticOptions {
@@ -72,7 +83,7 @@ export function parseRealisticOptions(argv: readonly string[], env: NodeJS.Proce
     policy: 'realistic', sizes: DEFAULT_SIZES, explicitSizes: false, maxSize: envInt(env, 'BENCH_MAX', 1000, 2),
     workers: Math.max(1, availableParallelism()), seed: 1, concurrency: envInt(env, 'BENCH_CONCURRENCY', 20, 1),
     joinBudgetSeconds: envInt(env, 'BENCH_JOIN_BUDGET_S', 600, 1), changeTimeoutSeconds: envInt(env, 'BENCH_CHANGE_TIMEOUT_S', 60, 1),
-    rounds: 3,
+    rounds: 3, restarts: ['SIGTERM', 'SIGKILL'],
   };
   for (let i = 0; i < argv.length; i++) {
     let arg = argv[i]!;
@@ -100,6 +111,7 @@ export function parseRealisticOptions(argv: readonly string[], env: NodeJS.Proce
       case '--workers': opts.workers = int(1); break;
       case '--seed': opts.seed = int(0); break;
       case '--rounds': opts.rounds = int(1); break;
+      case '--restart': opts.restarts = parseRestarts(take()); break;
       default: throw new Error(`unknown argument "${argv[i]}"; ${USAGE}`);
     }
   }
@@ -148,16 +160,24 @@ class Child<C extends { op: string }> {
   }
 }
 
-function startServer(n: number, opts: RealisticOptions): Promise<{ server: Child<PolicyServerCommand>; ready: PolicyServerReady }> {
+/** ServerRun is where a server child keeps its database, and for a restart the port the devices know. */
+interface ServerRun { dataDir: string; port?: number; restart?: boolean }
+
+function startServer(n: number, opts: RealisticOptions, run: ServerRun): Promise<{ server: Child<PolicyServerCommand>; ready: PolicyServerReady }> {
   const profileDir = process.env.BENCH_CPU_PROF;
   // BENCH_CPU_PROF_INTERVAL_US samples more often than V8's 1 ms default: a single change's flush is ~100 ms.
   const interval = process.env.BENCH_CPU_PROF_INTERVAL_US;
   // BENCH_SERVER_NODE_FLAGS: more flags for the server process alone, space-separated (e.g. --trace-gc).
   const extra = (process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
-  const execArgv = ['--expose-gc', ...extra, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
+  // The options `headway serve` runs the server under, unless BENCH_SERVER_NODE_FLAGS gives its own.
+  const serve = serverNodeFlags({ memory: { heap_limit_mb: 0 } }, extra);
+  const execArgv = ['--expose-gc', ...serve, ...extra, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
   const proc = fork(new URL('./bench-policy-server.js', import.meta.url), [], {
     execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    env: { ...process.env, BENCH_PLAN_SIZE: String(n), BENCH_PLAN_SEED: String(opts.seed), BENCH_PLAN_POLICY: opts.policy },
+    env: {
+      ...process.env, BENCH_PLAN_SIZE: String(n), BENCH_PLAN_SEED: String(opts.seed), BENCH_PLAN_POLICY: opts.policy, BENCH_DATA_DIR: run.dataDir,
+      ...(run.port ? { BENCH_PORT: String(run.port) } : {}), ...(run.restart ? { BENCH_RESTART: '1' } : {}),
+    },
   });
   return new Promise((resolve, reject) => {
     const onMessage = (raw: unknown): void => {
@@ -246,19 +266,25 @@ export interface RealisticResult {
     before: MemorySample;
     after: MemorySample;
     stats: unknown;
+    /** rss: the resident set with no collection forced: before any device, peak over the join, once joined, peak over the changes. */
+    rss: { beforeDevices: number; peakJoin: number; joined: number; peakChanges: number };
   };
+  restarts: RestartResult[];
   bytesPerSessionJoin: number;
   /** changes: per kind, its median round by p99 (see summarizeRounds); changeRounds: every round as measured. */
   changes: ChangeSummary[];
   changeRounds: ChangeResult[];
   driverCpuMs: number;
   workersCpuMs: number;
+  /** workersJoinCpuMs: the workers' CPU over the join and convergence (the server's: server.cpuMsJoinAndConverge). */
+  workersJoinCpuMs: number;
 }
 
 async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResult> {
   const plan = planTailnet(n, opts.seed);
   const driverCpu0 = cpuMs();
-  const { server, ready } = await startServer(n, opts);
+  const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-'));
+  let { server, ready } = await startServer(n, opts, { dataDir });
   const k = Math.min(opts.workers, n);
   const workers: Array<Child<WorkerCommand>> = [];
   try {
@@ -283,6 +309,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       `${plan.devices.filter((d) => d.routes.length).length} subnet routers; peers per device min ${peers.min} mean ${peers.mean} max ${peers.max} of ${n - 1}; ${k} workers`);
     if (opts.policy === 'realistic' && peers.max >= n - 1) log(`  [${n}] note: some device sees the whole tailnet`);
 
+    const rssBefore = await server.request<{ live: number }>({ op: 'rss' });
     const serverBefore = await server.request<MemorySample>({ op: 'memory' });
     const workersBefore = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const perWorker = Math.max(1, Math.ceil(opts.concurrency / k));
@@ -334,6 +361,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     // taken here it would shrink the heap, and the first large flush after it would spend most of its time in the
     // collector regrowing it.
     const cpuAfterJoin = await server.request<number>({ op: 'cpu' });
+    const rssJoin = await server.request<{ live: number; peak: number }>({ op: 'rss' });
     const stats = await server.request({ op: 'stats' });
     const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
@@ -397,6 +425,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       if (opts.policy === 'realistic') await measure(round, { kind: 'policy', variant }, { op: 'setPolicy', variant });
     }
 
+    const rssChanges = await server.request<{ live: number; peak: number }>({ op: 'rss' });
     const serverAfter = await server.request<MemorySample>({ op: 'memory' });
     // BENCH_HEAP_SNAPSHOT=<dir>: the server's heap with every session idle, to see what a session keeps.
     const heapDir = process.env.BENCH_HEAP_SNAPSHOT;
@@ -408,6 +437,21 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
         log(`  [${n}] worker heap snapshot ${await c.request<string>({ op: 'heapSnapshot', file: join(resolve(heapDir), `${n}-worker-${w}.heapsnapshot`) }, 600_000)}`);
       }
     }
+    const restarts: RestartResult[] = [];
+    for (const signal of opts.restarts) {
+      const port = Number(new URL(ready.url).port);
+      const again = await measureRestart(signal, {
+        server, workers, concurrency: perWorker * 10, timeoutMs: Math.max(120_000, n * 60),
+        startAgain: () => startServer(n, opts, { dataDir, port, restart: true }),
+      });
+      server = again.server;
+      const r = again.result;
+      restarts.push(r);
+      log(`  [${n}] restart (${signal}): old server gone in ${r.stopMs} ms; new one listening ${r.startupMs} ms after its start (${r.startServerMs} ms in startServer); ` +
+        `every device back with its full netmap ${(r.backMs / 1000).toFixed(2)} s later (${(r.totalMs / 1000).toFixed(2)} s after the signal), ${r.retries} dials retried; ` +
+        `server CPU ${(r.serverCpuMs / 1000).toFixed(1)} s, workers' ${(r.workersCpuMs / 1000).toFixed(1)} s, peak RSS ${mib(r.peakRss)} MiB` +
+        (r.wrong.length ? `; ${r.wrong.length} devices NOT back correctly, e.g. ${r.wrong.slice(0, 3).join('; ')}` : ''));
+    }
     const closed = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'close' }, 120_000)));
     return {
       devices: n, workers: k, policyRules: opts.policy === 'realistic' ? plan.rules : 0, peers,
@@ -418,13 +462,17 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
         heapPerSessionBytes: Math.round((serverAfter.heapUsed - serverBefore.heapUsed) / n),
         rssPerSessionBytes: Math.round((serverAfter.rss - serverBefore.rss) / n),
         before: serverBefore, after: serverAfter, stats,
+        rss: { beforeDevices: rssBefore.live, peakJoin: rssJoin.peak, joined: rssJoin.live, peakChanges: rssChanges.peak },
       },
+      restarts,
       bytesPerSessionJoin: Math.round(joinBytes / n), changes: summarizeRounds(changes), changeRounds: changes,
+      workersJoinCpuMs: round2(workersAfterJoin.reduce((s, w) => s + w.cpuMs, 0) - workersBefore.reduce((s, w) => s + w.cpuMs, 0)),
       driverCpuMs: round2(cpuMs() - driverCpu0), workersCpuMs: round2(closed.reduce((s, w) => s + w.cpuMs, 0)),
     };
   } finally {
     await Promise.all(workers.map((c) => c.stop()));
     await server.stop({ op: 'stop' });
+    rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
@@ -434,6 +482,8 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
   const fdLimit = fileDescriptorLimit();
   const machine = { nproc: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryMiB: Math.round(totalmem() / 1048576), node: process.version, fdLimit: Number.isFinite(fdLimit) ? fdLimit : String(fdLimit) };
   log(`Headway benchmark (${opts.policy} policy, seed ${opts.seed}) — ${machine.nproc} CPU (${machine.cpuModel}), ${machine.memoryMiB} MiB, node ${machine.node}, ulimit -n ${fdLimit}`);
+  const idle: IdleSample[] = await measureIdle().catch((err: unknown) => { log(`idle server: FAILED: ${(err as Error).message}`); return []; });
+  if (idle.length) log(`idle \`headway serve\` (SQLite, no device): ${idle.map((x) => `${x.atSeconds} s after start RSS ${mib(x.rss)} MiB (anonymous ${mib(x.rssAnon)}, file-backed ${mib(x.rssFile)})`).join('; ')}`);
   const results: RealisticResult[] = [];
   const skipped: Array<{ devices: number; reason: string }> = [];
   const failed: Array<{ devices: number; error: string }> = [];
@@ -471,12 +521,31 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
         String(r.changeRounds.filter((x) => x.kind === c.kind).reduce((a, x) => a + x.wrong, 0)),
         c.serverApplyMs.toFixed(1), c.serverCpuMs.toFixed(0), String(c.bytesPerAffected), String(c.bytesPerSession)])),
     ]));
+    log('');
+    log('Server resident set, MiB (sampled every 500 ms, no collection forced; the last column after forced full collections and a trim), and CPU, s:');
+    log(formatTable([
+      ['N', 'before devices', 'peak join', 'joined', 'peak changes', 'after forced GC', 'join: srv CPU', 'workers CPU', 'workers/srv'],
+      ...results.map((r) => {
+        const workersJoin = r.workersJoinCpuMs / 1000, serverJoin = r.server.cpuMsJoinAndConverge / 1000;
+        return [String(r.devices), mib(r.server.rss.beforeDevices), mib(r.server.rss.peakJoin), mib(r.server.rss.joined), mib(r.server.rss.peakChanges), mib(r.server.after.rss),
+          serverJoin.toFixed(1), workersJoin.toFixed(1), (workersJoin / serverJoin).toFixed(2)];
+      }),
+    ]));
+    if (results.some((r) => r.restarts.length)) {
+      log('');
+      log('Restart (every device connected; the server stopped and started again on the same database):');
+      log(formatTable([
+        ['N', 'signal', 'stop s', 'start-up s', 'in startServer s', 'all back s', 'signal to all back s', 'srv CPU s', 'workers CPU s', 'peak RSS MiB', 'retried dials', 'not back'],
+        ...results.flatMap((r) => r.restarts.map((x) => [String(r.devices), x.signal, (x.stopMs / 1000).toFixed(2), (x.startupMs / 1000).toFixed(2), (x.startServerMs / 1000).toFixed(2),
+          (x.backMs / 1000).toFixed(2), (x.totalMs / 1000).toFixed(2), (x.serverCpuMs / 1000).toFixed(1), (x.workersCpuMs / 1000).toFixed(1), mib(x.peakRss), String(x.retries), String(x.wrong.length)])),
+      ]));
+    }
     for (const r of results) {
       log(`N=${r.devices}: server heap ${mib(r.server.before.heapUsed)} -> ${mib(r.server.after.heapUsed)} MiB, rss ${mib(r.server.before.rss)} -> ${mib(r.server.after.rss)} MiB; ` +
         `driver CPU ${(r.driverCpuMs / 1000).toFixed(1)} s, workers CPU ${(r.workersCpuMs / 1000).toFixed(1)} s (${r.workers} workers); server event-loop delay p99 ${round2(r.server.after.loopDelayP99Ms)} ms, max ${round2(r.server.after.loopDelayMaxMs)} ms; ` +
         `${r.joinRetries} join retries; server ${JSON.stringify(r.server.stats)}`);
     }
   } else log('(no size completed)');
-  log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, sizes: results, skipped, failed }));
-  if (failed.length || results.some((r) => r.convergenceWrong.length || r.changeRounds.some((c) => c.wrong || c.timeouts))) process.exitCode = 1;
+  log('BENCH_JSON ' + JSON.stringify({ machine, options: opts, idle, sizes: results, skipped, failed }));
+  if (failed.length || results.some((r) => r.convergenceWrong.length || r.changeRounds.some((c) => c.wrong || c.timeouts) || r.restarts.some((x) => x.wrong.length))) process.exitCode = 1;
 }

@@ -11,7 +11,7 @@ import {
   bitsCount, bitsHas, expectedPeers, planKey, planTailnet, setFreezeShared, TestDevice,
   type DevicePlan, type FilterRule, type MapResponse, type NetMap, type Node, type TailnetPlan,
 } from '@headway/testkit';
-import { joinDevice, runPool, type JoinPhases } from './bench-join.js';
+import { joinDevice, redial, runPool, type JoinPhases } from './bench-join.js';
 import { MatchingPeers, peersMatch, type Wanted } from './bench-match.js';
 import { ChangeProfiler } from './bench-profile.js';
 
@@ -68,6 +68,7 @@ function keepChecked(msg: MapResponse): MapResponse {
 export type WorkerCommand =
   | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }
   | { op: 'join'; concurrency: number; budgetMs: number }
+  | { op: 'reconnect'; concurrency: number; budgetMs: number }
   | { op: 'keys'; nodeKeys: string[] }
   | { op: 'converge'; timeoutMs: number }
   | { op: 'arm'; change: Change; timeoutMs: number }
@@ -199,6 +200,20 @@ async function join(concurrency: number, budgetMs: number): Promise<JoinResult> 
   return { latencies, retries, doneAt, phases, loopDelay: { p99: delay.percentile(99) / 1e6, max: delay.max / 1e6 } };
 }
 
+/**
+ * reconnect dials every device again once the server is back after a restart, as tailscaled does: the same keys,
+ * no new login, a new Noise connection and map stream (whose first message is the full map). Returns how many
+ * dials were retried.
+ */
+async function reconnect(concurrency: number, budgetMs: number): Promise<{ retries: number }> {
+  let retries = 0;
+  const deadline = performance.now() + budgetMs;
+  await runPool(devices.length, concurrency, async (k) => {
+    retries += await redial(devices[k]!, deadline);
+  });
+  return { retries };
+}
+
 /** converge waits until every device of this worker holds exactly its expected peers; returns when the last did. */
 async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[] }> {
   let lastAt = 0;
@@ -300,6 +315,7 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
       return { nodeKeys: devices.map((d) => d.nodeKeyText), compileCpuMs: cpuMs() - t0, peerCounts: sizes };
     }
     case 'join': return join(cmd.concurrency, cmd.budgetMs);
+    case 'reconnect': return reconnect(cmd.concurrency, cmd.budgetMs);
     case 'keys':
       keyIndex = new Map(cmd.nodeKeys.map((k, i) => [k, i]));
       byNodeId = new Int32Array(0);

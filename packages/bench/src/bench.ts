@@ -272,7 +272,7 @@ class ServerGroup {
     const all = await Promise.all(this.servers.map((s) => s.request<MemorySample>({ op: 'memory' })));
     const sum = (k: keyof MemorySample) => all.reduce((n, m) => n + m[k], 0);
     return {
-      rss: sum('rss'), heapUsed: sum('heapUsed'), heapTotal: sum('heapTotal'), external: sum('external'), arrayBuffers: sum('arrayBuffers'),
+      rss: sum('rss'), rssLive: sum('rssLive'), heapUsed: sum('heapUsed'), heapTotal: sum('heapTotal'), external: sum('external'), arrayBuffers: sum('arrayBuffers'),
       cpuUserMs: sum('cpuUserMs'), cpuSystemMs: sum('cpuSystemMs'),
       loopDelayP99Ms: Math.max(...all.map((m) => m.loopDelayP99Ms)), loopDelayMaxMs: Math.max(...all.map((m) => m.loopDelayMaxMs)),
     };

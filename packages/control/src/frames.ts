@@ -1,5 +1,4 @@
 import { constants, zstdCompressSync } from 'node:zlib';
-import { compressUsingDict, createCCtx, init as initWasmZstd } from '@bokuweb/zstd-wasm';
 import { nativeZstdCompress } from '@headway/noise';
 import { RAW_FRAME_MAX, SHARED_FRAME_MIN, WASM_MAX_INPUT, ZSTD_LEVEL } from './fanout-knobs.js';
 
@@ -16,20 +15,29 @@ export const ZSTD_WASM_READY = Symbol.for('headway.zstd-wasm.ready');
 /** zstdWasmReady instantiates zstd-wasm's module the first time any part of the process asks, and never again. */
 export function zstdWasmReady(): Promise<void> {
   const g = globalThis as unknown as Record<symbol, Promise<void> | undefined>;
-  return (g[ZSTD_WASM_READY] ??= initWasmZstd());
+  return (g[ZSTD_WASM_READY] ??= import('@bokuweb/zstd-wasm').then((m) => m.init()));
 }
 
-// Top-level await: the module is ready before any frame can be asked for.
-await zstdWasmReady();
+/** WasmCodec compresses a frame with zstd-wasm through one context. */
+type WasmCodec = (text: Uint8Array) => Uint8Array;
 
 /**
- * CCTX is one compression context for every WASM frame: ZSTD_compress sets up and frees a context's workspace on
- * each call, a third of a small message's cost, and a flush sends a small message to each of thousands of sessions.
- * zstd-wasm exposes a context only with ZSTD_compress_usingDict; with an empty dictionary it writes the very bytes
- * ZSTD_compress does (frames.test.ts). Calls are synchronous, so one context serves the process.
+ * wasmCodec is made only without the addon (its module's memory is a cost the addon does not need): one compression
+ * context for every WASM frame, since ZSTD_compress sets up and frees a context's workspace on each call, a third of
+ * a small message's cost, and a flush sends a small message to each of thousands of sessions. zstd-wasm exposes a
+ * context only with ZSTD_compress_usingDict; with an empty dictionary it writes the very bytes ZSTD_compress does
+ * (frames.test.ts). Calls are synchronous, so one context serves the process.
  */
-const CCTX = createCCtx();
-const NO_DICT = new Uint8Array(0);
+export async function wasmCodec(): Promise<WasmCodec> {
+  await zstdWasmReady();
+  const { compressUsingDict, createCCtx } = await import('@bokuweb/zstd-wasm');
+  const cctx = createCCtx();
+  const noDict = new Uint8Array(0);
+  return (text) => compressUsingDict(cctx, text, noDict, ZSTD_LEVEL);
+}
+
+// Top-level await: without the addon, the WASM codec is ready before any frame can be asked for.
+const wasmCompress: WasmCodec | undefined = nativeZstdCompress ? undefined : await wasmCodec();
 
 /** RAW_BLOCK_MAX is zstd's largest block (Block_Maximum_Size, 128 KiB; RFC 8878 §3.1.1.2.3). */
 const RAW_BLOCK_MAX = 128 * 1024;
@@ -67,7 +75,7 @@ export function rawFrame(text: Uint8Array): Uint8Array {
 export function compressJson(text: Buffer): Uint8Array {
   if (text.length < RAW_FRAME_MAX) return rawFrame(text);
   if (nativeZstdCompress) return nativeZstdCompress(text, ZSTD_LEVEL);
-  if (text.length <= WASM_MAX_INPUT) return compressUsingDict(CCTX, text, NO_DICT, ZSTD_LEVEL);
+  if (wasmCompress && text.length <= WASM_MAX_INPUT) return wasmCompress(text);
   return zstdCompressSync(text, { params: { [constants.ZSTD_c_compressionLevel]: ZSTD_LEVEL } });
 }
 

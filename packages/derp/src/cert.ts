@@ -2,7 +2,6 @@ import { createHash, createPrivateKey, X509Certificate } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { dirname } from 'node:path';
-import { generate as generateSelfSigned } from 'selfsigned';
 
 const DAY_MS = 24 * 3600_000;
 /** RELAY_CERT_VALIDITY_DAYS matches tailscale's derper: a year (longer is refused by some TLS stacks). */
@@ -89,6 +88,8 @@ async function generateRelayCertificate(hostNames: string[], now: Date): Promise
   const notBefore = new Date(now.getTime() - BACKDATE_MS);
   const notAfter = new Date(now.getTime() + RELAY_CERT_VALIDITY_DAYS * DAY_MS);
   const altNames = hostNames.map((h) => (isIP(h) ? { type: 7 as const, ip: h } : { type: 2 as const, value: h }));
+  // Imported only when a pair is made: its X.509 stack is a few MiB of heap that a start with a stored pair never needs.
+  const { generate: generateSelfSigned } = await import('selfsigned');
   const pems = await generateSelfSigned([{ name: 'commonName', value: hostNames[0]! }], {
     keyType: 'ec',
     curve: 'P-256',

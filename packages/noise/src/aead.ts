@@ -1,4 +1,3 @@
-import { openWasm, sealWasm, WASM_AEAD_MAX } from './aead-wasm.js';
 
 /** KeyHandle is an X25519 private key the addon holds (opaque). */
 export type KeyHandle = object;
@@ -35,8 +34,18 @@ export interface RecordAead {
   readonly openWithAd?: (key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, out: Uint8Array, offset: number, ad: Uint8Array) => boolean;
 }
 
-/** WASM_RECORD_AEAD is libsodium's WASM build (aead-wasm.ts): what records are sealed with when the addon is not there. */
-export const WASM_RECORD_AEAD: RecordAead = { backend: 'wasm', max: WASM_AEAD_MAX, seal: sealWasm, open: openWasm };
+/** RECORD_MAX is the longest plaintext of a transport record, the size both backends must take. */
+export const RECORD_MAX = 4096;
+
+/**
+ * wasmRecordAead is libsodium's WASM build (aead-wasm.ts): what records are sealed with when the addon is not there.
+ * It is imported only then, since instantiating it takes memory of its own the addon does not need.
+ */
+export async function wasmRecordAead(): Promise<RecordAead> {
+  const { openWasm, sealWasm, WASM_AEAD_MAX } = await import('./aead-wasm.js');
+  if (WASM_AEAD_MAX !== RECORD_MAX) throw new Error(`aead-wasm takes records of ${WASM_AEAD_MAX} bytes, not ${RECORD_MAX}`);
+  return { backend: 'wasm', max: WASM_AEAD_MAX, seal: sealWasm, open: openWasm };
+}
 
 /**
  * loadRecordAead picks the addon of @headway/aead (an optional dependency: OpenSSL's ChaCha20 uses the CPU's
@@ -49,10 +58,10 @@ async function loadRecordAead(): Promise<RecordAead> {
   try {
     const loaded = (await import('@headway/aead')).loadAead();
     if (!('unavailable' in loaded)) {
-      if (loaded.max === WASM_AEAD_MAX) {
+      if (loaded.max === RECORD_MAX) {
         return { ...loaded, backend: 'openssl', sealWithAd: loaded.seal, openWithAd: loaded.open };
       }
-      reason = `the aead addon takes records of ${loaded.max} bytes, not ${WASM_AEAD_MAX}`;
+      reason = `the aead addon takes records of ${loaded.max} bytes, not ${RECORD_MAX}`;
     } else {
       reason = loaded.unavailable;
       buildFailed = loaded.buildFailed === true;
@@ -60,7 +69,7 @@ async function loadRecordAead(): Promise<RecordAead> {
   } catch (err) {
     reason = `@headway/aead is not installed (${(err as Error).message})`;
   }
-  return { ...WASM_RECORD_AEAD, unavailable: reason, ...(buildFailed ? { buildFailed } : {}) };
+  return { ...(await wasmRecordAead()), unavailable: reason, ...(buildFailed ? { buildFailed } : {}) };
 }
 
 /** recordAead is what this process seals and opens transport records with (see loadRecordAead). */

@@ -5,7 +5,7 @@ import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { aeadOpen, aeadSeal, CipherState, nodeNoiseHkdf, noiseHkdf, TAG_LENGTH } from '../src/cipher.js';
 import { generateKeyPair, nodeX25519, x25519, ZERO_KEY } from '../src/keys.js';
-import { recordAead, WASM_RECORD_AEAD, type RecordAead } from '../src/aead.js';
+import { recordAead, wasmRecordAead, type RecordAead } from '../src/aead.js';
 import { WASM_AEAD_MAX } from '../src/aead-wasm.js';
 
 const NO_AD = Buffer.alloc(0);
@@ -18,6 +18,7 @@ t.test('records are sealed with the OpenSSL addon where it is built', async (t) 
   t.equal(recordAead.max, WASM_AEAD_MAX, 'both backends take records of the same size');
 });
 
+const WASM_RECORD_AEAD = await wasmRecordAead();
 const backends: RecordAead[] = recordAead.backend === 'openssl' ? [recordAead, WASM_RECORD_AEAD] : [WASM_RECORD_AEAD];
 
 for (const aead of backends) {

@@ -1,4 +1,4 @@
-import { configSearchPath, createLogger, formatProblem, loadConfig, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
+import { configSearchPath, createLogger, formatProblem, loadConfig, NODE_FLAGS_ENV, serverNodeFlags, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 import { buildInfo, CLI_ROOT, type BuildInfo } from '../build-info.js';
 
@@ -36,6 +36,22 @@ async function checkServerUrl(check: ServerUrlCheck | undefined, server: Running
   for (const p of held) logger.warn(`${formatProblem(p)}${result ? ` (${result.why})` : ''}`);
 }
 
+/**
+ * restartWithNodeFlags replaces this process (same PID, so a service manager's signals still reach the server) with
+ * one running the server's V8 options (serverNodeFlags): heap sizes can be set only when a process starts. Nothing
+ * of the server is loaded yet. Returns false when there is nothing to do: the options are in force or given by the
+ * operator, this process was already started again, or the platform cannot replace a process (then the server
+ * runs with Node's defaults).
+ */
+function restartWithNodeFlags(config: HeadwayConfig): boolean {
+  if (process.env[NODE_FLAGS_ENV] !== undefined || typeof process.execve !== 'function') return false;
+  const given = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/).filter(Boolean)];
+  const flags = serverNodeFlags(config, given);
+  if (flags.length === 0) return false;
+  process.execve(process.execPath, [process.execPath, ...process.execArgv, ...flags, ...process.argv.slice(1)], { ...process.env, [NODE_FLAGS_ENV]: flags.join(' ') });
+  return true;
+}
+
 export default class Serve extends HeadwayCommand {
   static override summary = 'Run the coordination server';
   static override examples = [
@@ -67,6 +83,9 @@ export default class Serve extends HeadwayCommand {
     if (source === null) {
       logger.info(`no config file found (looked in ${configSearchPath(loadOpts).join(', ')}); using built-in defaults`);
     }
+
+    if (restartWithNodeFlags(config)) return;
+    if (process.env[NODE_FLAGS_ENV]) logger.debug('running with the server\'s Node options', { flags: process.env[NODE_FLAGS_ENV] });
 
     // Imported lazily so the admin commands never load the server's dependencies.
     const core = (await import('@headway/server')) as unknown as { startServer?: StartServer; serverUrlReachesThis?: ServerUrlCheck };

@@ -32,3 +32,4 @@ export {
 export * from '../backup.js';
 export * from '../secrets.js';
 export * from '../client-address.js';
+export * from '../node-flags.js';

@@ -1,11 +1,10 @@
-import * as grpc from '@grpc/grpc-js';
+import type * as Grpc from '@grpc/grpc-js';
 import type { Server, Socket } from 'node:net';
 import { HandshakeFailureLog } from '@headway/derp';
 import { bindTcp } from '@headway/core';
 import type { HeadwayConfig } from '@headway/core';
 import { grpcPlaintextProblem, isLoopbackHost, parseHostPort } from '@headway/core';
 import type { Logger } from '@headway/core';
-import { GRPC_POLICY_LIMIT, headscaleService } from './grpc.js';
 import type { ApiDeps } from './route.js';
 
 /** GrpcListener is the running gRPC API. */
@@ -34,6 +33,8 @@ export function bindGrpcPort(config: HeadwayConfig, tls?: { cert: Buffer; key: B
  * else plaintext where grpcPlaintextProblem allows it. Messages above the policy
  * limit are refused by grpc-js before any handler runs; smaller caps are per method.
  *
+ * grpc-js, the proto loader and the service are loaded when the first connection arrives (they are several MiB of
+ * a server's memory, and most servers never see a gRPC client); connections wait in the meantime.
  * The port is Headway's own listener (bindGrpcPort), whose connections are handed to grpc-js: grpc-js's own
  * bind prints a raw `E No address added` line on a clash, and its server cannot say that a client spoke TLS
  * to a plaintext port (the headscale CLI without `insecure` does, and sees only "context deadline exceeded").
@@ -46,17 +47,9 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   const hp = parseHostPort(addr);
   if (!hp) throw new Error(`grpc_listen_addr ${addr}: expected host:port`);
   const listener = opts.listener ?? await bindGrpcPort(config, tls);
-  const server = new grpc.Server({
-    'grpc.max_receive_message_length': GRPC_POLICY_LIMIT,
-    // Idle admin connections are not kept forever.
-    'grpc.max_connection_idle_ms': 5 * 60_000,
-  });
-  const { definition, implementation } = headscaleService(opts.deps, logger);
-  server.addService(definition, implementation);
-  const creds = tls
-    ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: tls.cert, private_key: tls.key }], false)
-    : grpc.ServerCredentials.createInsecure();
-  const injector = server.createConnectionInjector(creds);
+  let grpc: GrpcService | undefined;
+  let loading: Promise<GrpcService> | undefined;
+  const load = (): Promise<GrpcService> => (loading ??= loadGrpcService(opts).then((g) => (grpc = g)));
   const host = hp.host.includes(':') ? `[${hp.host}]` : hp.host;
   const port = (listener.address() as { port: number }).port;
   const url = `${tls ? 'grpcs' : 'grpc'}://${host}:${port}`;
@@ -82,21 +75,48 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
         return;
       }
       socket.unshift(chunk);
-      injector.injectConnection(socket);
+      load().then(
+        (g) => { if (!socket.destroyed) g.injector.injectConnection(socket); },
+        (err: unknown) => { logger.error('grpc: the gRPC service failed to load', { err: (err as Error).message }); socket.destroy(); },
+      );
     });
     socket.resume();
   });
   return {
     url,
     port,
-    close: () => new Promise<void>((resolve) => {
+    close: async () => {
       listener.close();
-      injector.drain(2000);
-      // Calls in flight get a moment to finish; then the rest are cut.
-      const done = () => { injector.destroy(); for (const s of sockets) s.destroy(); resolve(); };
-      const force = setTimeout(() => { server.forceShutdown(); done(); }, 2000);
-      force.unref();
-      server.tryShutdown(() => { clearTimeout(force); done(); });
-    }),
+      await loading?.catch(() => undefined);
+      const g = grpc;
+      if (!g) { for (const s of sockets) s.destroy(); return; }
+      await new Promise<void>((resolve) => {
+        g.injector.drain(2000);
+        // Calls in flight get a moment to finish; then the rest are cut.
+        const done = () => { g.injector.destroy(); for (const s of sockets) s.destroy(); resolve(); };
+        const force = setTimeout(() => { g.server.forceShutdown(); done(); }, 2000);
+        force.unref();
+        g.server.tryShutdown(() => { clearTimeout(force); done(); });
+      });
+    },
   };
+}
+
+/** GrpcService is grpc-js's server with headscale's service and the injector connections are handed to. */
+interface GrpcService { server: Grpc.Server; injector: ReturnType<Grpc.Server['createConnectionInjector']> }
+
+async function loadGrpcService(opts: { deps: ApiDeps; logger: Logger; tls?: { cert: Buffer; key: Buffer } }): Promise<GrpcService> {
+  const grpc = await import('@grpc/grpc-js');
+  const { GRPC_POLICY_LIMIT, headscaleService } = await import('./grpc.js');
+  const server = new grpc.Server({
+    'grpc.max_receive_message_length': GRPC_POLICY_LIMIT,
+    // Idle admin connections are not kept forever.
+    'grpc.max_connection_idle_ms': 5 * 60_000,
+  });
+  const { definition, implementation } = headscaleService(opts.deps, opts.logger);
+  server.addService(definition, implementation);
+  const creds = opts.tls
+    ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: opts.tls.cert, private_key: opts.tls.key }], false)
+    : grpc.ServerCredentials.createInsecure();
+  return { server, injector: server.createConnectionInjector(creds) };
 }

@@ -76,8 +76,8 @@ export async function bindListeners(config: HeadwayConfig, tls?: { cert: Buffer;
       opened.push(closing(out.metrics));
     }
     if (config.grpc_listen_addr) {
-      // Loaded on demand: grpc-js and the proto loader add about half a second to every import of the core.
-      const { bindGrpcPort } = await import('@headway/api/grpc');
+      // The listener module is light: grpc-js and the service load when a first gRPC client connects (grpc-listener.ts).
+      const { bindGrpcPort } = await import('@headway/api/grpc-listener');
       out.grpc = await bindGrpcPort(config, tls);
       out.grpc.on('connection', (s: NetSocket) => s.destroy());
       opened.push(closing(out.grpc));

@@ -216,7 +216,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     }
 
     if (bound.grpc) {
-      const { startGrpcServer } = await import('@headway/api/grpc');
+      const { startGrpcServer } = await import('@headway/api/grpc-listener');
       const g = await startGrpcServer({ config, deps, logger, tls, listener: handOver(bound.grpc) });
       cleanups.push(() => g.close());
       urls.grpc = g.url;

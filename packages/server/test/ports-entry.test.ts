@@ -85,4 +85,8 @@ t.test('the server does not load grpc-js (startServer imports it when grpc_liste
   const entry = await loadedBy('@headway/api/grpc');
   t.ok(grpcModules(entry.modules).some((m) => m.includes('/@grpc/grpc-js/')), 'the control: @headway/api/grpc loads grpc-js');
   for (const name of ['startGrpcServer', 'headscaleServiceDefinition', 'HANDLERS']) t.ok(entry.exports.includes(name), `exports ${name}`);
+  // What the server imports to listen: grpc-js and the service wait for a first gRPC client.
+  const listener = await loadedBy('@headway/api/grpc-listener');
+  t.same(grpcModules(listener.modules), [], 'importing @headway/api/grpc-listener loads no @grpc module');
+  for (const name of ['startGrpcServer', 'bindGrpcPort']) t.ok(listener.exports.includes(name), `the listener entry exports ${name}`);
 });

@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { NODE_FLAGS_ENV, SERVER_SEMI_SPACE_MB } from '@headway/core/ports';
 import { RUN, headway, tempDir, writeServeConfig } from './helpers.js';
 
 // Boots the real server (sqlite), so it only runs once the workspace is built.
@@ -62,4 +63,39 @@ t.test('serve: answers the CLI on its socket and stops cleanly on SIGTERM', { sk
   child.kill('SIGTERM');
   t.equal(await exited, 0, 'exit 0 after SIGTERM');
   t.match(stderr, /received SIGTERM, shutting down/);
+});
+
+/** serveAndRead starts `headway serve`, waits for its socket, and returns its command line and environment as the kernel has them. */
+async function serveAndRead(t: Test, extraConfig: string[], env: NodeJS.ProcessEnv = {}): Promise<{ pid: number; argv: string[]; environ: string[] }> {
+  const { dir, cleanup } = tempDir();
+  t.teardown(cleanup);
+  const cfg = writeServeConfig(dir, ['server_url: http://127.0.0.1:18080', 'database:', '  type: sqlite', '  sqlite:', `    path: ${dir}/data/db.sqlite`, ...extraConfig]);
+  const child = spawn(process.execPath, [RUN, 'serve', '-c', cfg], { cwd: dir, env: { ...process.env, HOME: dir, NODE_OPTIONS: '', ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  t.teardown(async () => { if (child.exitCode === null) child.kill('SIGTERM'); await exited; });
+  const socket = `${dir}/data/headway.sock`;
+  for (let i = 0; i < 150 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
+  t.ok(existsSync(socket), `the server listens (stderr: ${stderr})`);
+  const read = (f: string) => readFileSync(`/proc/${child.pid}/${f}`, 'utf8').split('\0').filter(Boolean);
+  return { pid: child.pid!, argv: read('cmdline'), environ: read('environ') };
+}
+
+const procfs = existsSync('/proc/self/cmdline') ? false : 'no /proc here';
+
+t.test('serve: the server runs, in the process that was started, under its V8 options', { skip: skip || procfs }, async (t) => {
+  const { argv, environ } = await serveAndRead(t, []);
+  t.ok(argv.includes(`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`), `the young generation is set: ${argv.join(' ')}`);
+  t.notOk(argv.some((a) => a.startsWith('--max-old-space-size')), 'the old generation is left to Node when memory.heap_limit_mb is 0');
+  t.ok(argv.includes('serve') && argv.includes('-c'), 'with the command line it was given');
+  t.ok(environ.includes(`${NODE_FLAGS_ENV}=--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`), 'marked as started again (never a third time)');
+});
+
+t.test('serve: memory.heap_limit_mb sets the old generation; options the operator gave are kept', { skip: skip || procfs }, async (t) => {
+  const limited = await serveAndRead(t, ['memory:', '  heap_limit_mb: 300']);
+  t.ok(limited.argv.includes('--max-old-space-size=300'), limited.argv.join(' '));
+  const own = await serveAndRead(t, [], { NODE_OPTIONS: '--max-semi-space-size=8' });
+  t.notOk(own.argv.some((a) => a.startsWith('--max-semi-space-size')), `NODE_OPTIONS' semi-space is not overridden: ${own.argv.join(' ')} ${own.environ.filter((e) => e.startsWith('NODE_OPTIONS')).join(' ')}`);
+  t.notOk(own.environ.some((e) => e.startsWith(`${NODE_FLAGS_ENV}=`)), 'nothing to add: the process was not started again');
 });

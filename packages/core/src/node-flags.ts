@@ -25,5 +25,15 @@ export function serverNodeFlags(config: Pick<HeadwayConfig, 'memory'>, given: re
   return wanted.filter((w) => !set.has(w.flag)).map((w) => `${w.flag}=${w.value}`);
 }
 
+/**
+ * nodeOptionsArgs splits NODE_OPTIONS as Node reads it: options separated by spaces, a double-quoted one taken whole
+ * without its quotes (with \" and \\ inside).
+ */
+export function nodeOptionsArgs(text: string | undefined): string[] {
+  const out: string[] = [];
+  for (const m of (text ?? '').matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)) out.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2]!);
+  return out;
+}
+
 /** NODE_FLAGS_ENV marks a server process already started again with its flags, so it is never started a third time. */
 export const NODE_FLAGS_ENV = 'HEADWAY_NODE_FLAGS';

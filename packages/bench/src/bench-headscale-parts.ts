@@ -1,0 +1,204 @@
+/**
+ * The pure parts of `npm run bench:headscale` (bench-headscale.ts): its options, the /proc readings it samples a
+ * server process with, the four-group policy both servers run with the peers it gives each device, and the side by
+ * side table it prints.
+ */
+import { formatTable } from './bench-stats.js';
+
+/** HeadscaleBenchOptions are the knobs of the side-by-side benchmark. */
+export interface HeadscaleBenchOptions {
+  /** sizes: devices per run; 0 measures an idle server alone. */
+  sizes: number[];
+  /** rounds: how many renames are timed per size and server (the table shows the median round). */
+  rounds: number;
+  /** joinTimeoutSeconds bounds joining every device and waiting until each holds its expected peers. */
+  joinTimeoutSeconds: number;
+  /** renameTimeoutSeconds bounds one rename reaching every device. */
+  renameTimeoutSeconds: number;
+  /** servers: which servers run, in this order. */
+  servers: ServerName[];
+}
+
+export type ServerName = 'headway' | 'headscale';
+
+export const HEADSCALE_USAGE = 'usage: bench-headscale.js [--sizes 0,100,300] [--rounds R] [--join-timeout S] [--rename-timeout S] [--servers headway,headscale]';
+
+/** parseHeadscaleBenchOptions reads `--flag value` or `--flag=value` arguments. */
+export function parseHeadscaleBenchOptions(argv: readonly string[]): HeadscaleBenchOptions {
+  const opts: HeadscaleBenchOptions = { sizes: [0, 100, 300], rounds: 3, joinTimeoutSeconds: 300, renameTimeoutSeconds: 60, servers: ['headway', 'headscale'] };
+  for (let i = 0; i < argv.length; i++) {
+    let arg = argv[i]!;
+    let value: string | undefined;
+    const eq = arg.indexOf('=');
+    if (arg.startsWith('--') && eq > 0) { value = arg.slice(eq + 1); arg = arg.slice(0, eq); }
+    const take = (): string => {
+      value ??= argv[++i];
+      if (value === undefined) throw new Error(`${arg} needs a value; ${HEADSCALE_USAGE}`);
+      return value;
+    };
+    const int = (text: string, min: number, what = arg): number => {
+      const n = Number(text.trim());
+      if (text.trim() === '' || !Number.isInteger(n) || n < min) throw new Error(`${what}: "${text}" is not an integer >= ${min}`);
+      return n;
+    };
+    switch (arg) {
+      case '--sizes': {
+        const sizes = take().split(',').filter((s) => s.trim() !== '').map((s) => int(s, 0, '--sizes'));
+        if (!sizes.length) throw new Error('--sizes: empty list; expected e.g. --sizes 0,100');
+        opts.sizes = sizes;
+        break;
+      }
+      case '--rounds': opts.rounds = int(take(), 1); break;
+      case '--join-timeout': opts.joinTimeoutSeconds = int(take(), 1); break;
+      case '--rename-timeout': opts.renameTimeoutSeconds = int(take(), 1); break;
+      case '--servers': {
+        const names = take().split(',').map((s) => s.trim()).filter(Boolean);
+        const bad = names.find((s) => s !== 'headway' && s !== 'headscale');
+        if (bad !== undefined || !names.length) throw new Error(`--servers: "${bad ?? ''}" is not headway or headscale`);
+        opts.servers = [...new Set(names as ServerName[])];
+        break;
+      }
+      default: throw new Error(`unknown argument "${argv[i]}"; ${HEADSCALE_USAGE}`);
+    }
+  }
+  return opts;
+}
+
+/** parseStatusRss reads VmRSS (resident memory now) and VmHWM (its peak so far) from /proc/<pid>/status, in bytes. */
+export function parseStatusRss(status: string): { rss: number; hwm: number } {
+  const field = (name: string): number => {
+    const m = new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status);
+    if (!m) throw new Error(`/proc status has no ${name} line`);
+    return Number(m[1]) * 1024;
+  };
+  return { rss: field('VmRSS'), hwm: field('VmHWM') };
+}
+
+/**
+ * parseStatTicks reads utime + stime (fields 14 and 15, in clock ticks) from /proc/<pid>/stat. The command name
+ * (field 2) is in parentheses and may hold spaces and parentheses itself, so fields are counted after the last `)`.
+ */
+export function parseStatTicks(stat: string): number {
+  const close = stat.lastIndexOf(')');
+  if (close < 0) throw new Error('/proc stat has no command name');
+  const rest = stat.slice(close + 1).trim().split(/\s+/);
+  // rest[0] is field 3 (state): utime is field 14, stime field 15.
+  const utime = Number(rest[11]), stime = Number(rest[12]);
+  if (!Number.isInteger(utime) || !Number.isInteger(stime)) throw new Error('/proc stat: utime/stime are not numbers');
+  return utime + stime;
+}
+
+/** BENCH_DNS is both servers' DNS: MagicDNS on, so a peer's Name is `<given name>.bench.test.` on either. */
+export const BENCH_DNS = { magic_dns: true, base_domain: 'bench.test', override_local_dns: false, nameservers: { global: [] } };
+
+/** GROUP_TAGS are the four tags the devices are split into, device i carrying GROUP_TAGS[i % 4]. */
+export const GROUP_TAGS = ['tag:g0', 'tag:g1', 'tag:g2', 'tag:g3'] as const;
+
+/** REACHES[g] are the groups group g may reach: g0 reaches all, g1 itself, g2 itself and g3, g3 itself. */
+const REACHES: readonly (readonly number[])[] = [[0, 1, 2, 3], [1], [2, 3], [3]];
+
+/**
+ * benchPolicy is the HuJSON policy both servers run: tags only (no user to resolve), owned by nobody (the keys are
+ * made by the administrator), one acl per group.
+ */
+export function benchPolicy(): string {
+  const acls = REACHES.map((to, g) => `    { "action": "accept", "src": ["${GROUP_TAGS[g]}"], "dst": [${to.map((x) => `"${GROUP_TAGS[x]}:*"`).join(', ')}] },`);
+  return [
+    '// npm run bench:headscale: four tagged groups; g0 reaches everyone, g2 reaches g3, each group itself.',
+    '{',
+    `  "tagOwners": { ${GROUP_TAGS.map((t) => `"${t}": []`).join(', ')} },`,
+    '  "acls": [',
+    ...acls,
+    '  ],',
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** groupOf is the group (index into GROUP_TAGS) of device i. */
+export function groupOf(i: number): number {
+  return i % GROUP_TAGS.length;
+}
+
+/** groupsSee says whether a device of group a holds a device of group b as a peer: either may reach the other. */
+export function groupsSee(a: number, b: number): boolean {
+  return REACHES[a]!.includes(b) || REACHES[b]!.includes(a);
+}
+
+/** expectedPeerIndexes lists the devices (by index, of n) that device i must hold as peers under benchPolicy. */
+export function expectedPeerIndexes(i: number, n: number): number[] {
+  const out: number[] = [];
+  for (let j = 0; j < n; j++) if (j !== i && groupsSee(groupOf(i), groupOf(j))) out.push(j);
+  return out;
+}
+
+/** ServerFigures are one server's figures at one size (undefined: not measured at this size, e.g. no devices). */
+export interface ServerFigures {
+  rssIdle: number;
+  rssPeak: number;
+  rssSteady: number;
+  /** hwm is the kernel's own peak RSS of the process (VmHWM) at the end, next to the 0.5 s samples' peak. */
+  hwm: number;
+  /** joinMs: from the first dial until every device held its expected peers; undefined if that never happened. */
+  joinMs?: number;
+  joinTimedOut: boolean;
+  joinFailures: number;
+  serverCpuJoinMs: number;
+  loadCpuJoinMs: number;
+  /** renames: every round; renameMs is the median round's time until the last device had the new name. */
+  renames: RenameRound[];
+  renameMs?: number;
+}
+
+/** RenameRound is one timed rename. */
+export interface RenameRound {
+  /** callMs: how long the CLI/API call took; reachedMs: after it returned, until every device had the new name. */
+  callMs: number;
+  reachedMs?: number;
+  /** reached: devices holding the new name by the end (all of them unless it timed out). */
+  reached: number;
+  devices: number;
+  serverCpuMs: number;
+  loadCpuMs: number;
+}
+
+/** medianRound picks the round with the median reaching time (the lower of an even count); unreached rounds sort last. */
+export function medianRound(rounds: readonly RenameRound[]): RenameRound | undefined {
+  if (!rounds.length) return undefined;
+  const sorted = [...rounds].sort((a, b) => (a.reachedMs ?? Infinity) - (b.reachedMs ?? Infinity));
+  return sorted[Math.floor((sorted.length - 1) / 2)];
+}
+
+const mibText = (b: number): string => (b / 1048576).toFixed(1);
+const secText = (ms: number): string => (ms / 1000).toFixed(2);
+
+/**
+ * sizeTable renders one size's figures with a column per server, in the order given; a server with no figures
+ * (it failed) shows `-`. `renameTimeoutSeconds` words a rename that never reached every device.
+ */
+export function sizeTable(devices: number, servers: ReadonlyArray<{ name: string; figures?: ServerFigures }>, renameTimeoutSeconds: number, joinTimeoutSeconds: number): string {
+  const cell = (f: ServerFigures | undefined, pick: (f: ServerFigures) => string): string => (f ? pick(f) : '-');
+  const rows: string[][] = [[`N=${devices}`, ...servers.map((s) => s.name)]];
+  const row = (label: string, pick: (f: ServerFigures) => string): void => { rows.push([label, ...servers.map((s) => cell(s.figures, pick))]); };
+  row('RSS idle, 10 s after start (MiB)', (f) => mibText(f.rssIdle));
+  row('RSS peak, sampled every 0.5 s (MiB)', (f) => mibText(f.rssPeak));
+  row('RSS peak, kernel VmHWM (MiB)', (f) => mibText(f.hwm));
+  row('RSS steady, 10 s after the join (MiB)', (f) => mibText(f.rssSteady));
+  if (devices > 0) {
+    row('join until all converged (s)', (f) => (f.joinMs !== undefined ? secText(f.joinMs) : f.joinTimedOut ? `did not converge within ${joinTimeoutSeconds}s` : 'failed'));
+    row('devices that failed to join', (f) => String(f.joinFailures));
+    row('server CPU in the join (s)', (f) => secText(f.serverCpuJoinMs));
+    row('load generator CPU in the join (s)', (f) => secText(f.loadCpuJoinMs));
+    const median = (f: ServerFigures) => medianRound(f.renames);
+    row('rename reaching every device (ms, median)', (f) => {
+      const m = median(f);
+      if (!m) return 'not measured';
+      return m.reachedMs !== undefined ? m.reachedMs.toFixed(0) : `did not converge within ${renameTimeoutSeconds}s (${m.reached}/${m.devices})`;
+    });
+    row('rename, every round (ms)', (f) => f.renames.map((r) => (r.reachedMs !== undefined ? r.reachedMs.toFixed(0) : 'timeout')).join(' ') || '-');
+    row('rename CLI/API call (ms, median round)', (f) => { const m = median(f); return m ? m.callMs.toFixed(0) : '-'; });
+    row('server CPU per rename (ms, median round)', (f) => { const m = median(f); return m ? m.serverCpuMs.toFixed(0) : '-'; });
+    row('load generator CPU per rename (ms, median round)', (f) => { const m = median(f); return m ? m.loadCpuMs.toFixed(0) : '-'; });
+  }
+  return formatTable(rows);
+}

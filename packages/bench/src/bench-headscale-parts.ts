@@ -143,6 +143,8 @@ export interface ServerFigures {
   joinMs?: number;
   joinTimedOut: boolean;
   joinFailures: number;
+  /** mapStreamsEnded: map streams of joined devices that ended (the server closed them, or an error) while measured. */
+  mapStreamsEnded: number;
   serverCpuJoinMs: number;
   loadCpuJoinMs: number;
   /** renames: every round; renameMs is the median round's time until the last device had the new name. */
@@ -174,7 +176,8 @@ const secText = (ms: number): string => (ms / 1000).toFixed(2);
 
 /**
  * sizeTable renders one size's figures with a column per server, in the order given; a server with no figures
- * (it failed) shows `-`. `renameTimeoutSeconds` words a rename that never reached every device.
+ * (it failed) shows `-`. The timeouts word a join or rename that never converged. With no devices there is no
+ * join: only the idle reading and the peak since start.
  */
 export function sizeTable(devices: number, servers: ReadonlyArray<{ name: string; figures?: ServerFigures }>, renameTimeoutSeconds: number, joinTimeoutSeconds: number): string {
   const cell = (f: ServerFigures | undefined, pick: (f: ServerFigures) => string): string => (f ? pick(f) : '-');
@@ -183,10 +186,11 @@ export function sizeTable(devices: number, servers: ReadonlyArray<{ name: string
   row('RSS idle, 10 s after start (MiB)', (f) => mibText(f.rssIdle));
   row('RSS peak, sampled every 0.5 s (MiB)', (f) => mibText(f.rssPeak));
   row('RSS peak, kernel VmHWM (MiB)', (f) => mibText(f.hwm));
-  row('RSS steady, 10 s after the join (MiB)', (f) => mibText(f.rssSteady));
   if (devices > 0) {
+    row('RSS steady, 10 s after the join (MiB)', (f) => mibText(f.rssSteady));
     row('join until all converged (s)', (f) => (f.joinMs !== undefined ? secText(f.joinMs) : f.joinTimedOut ? `did not converge within ${joinTimeoutSeconds}s` : 'failed'));
     row('devices that failed to join', (f) => String(f.joinFailures));
+    row('map streams that ended and were polled again', (f) => String(f.mapStreamsEnded));
     row('server CPU in the join (s)', (f) => secText(f.serverCpuJoinMs));
     row('load generator CPU in the join (s)', (f) => secText(f.loadCpuJoinMs));
     const median = (f: ServerFigures) => medianRound(f.renames);

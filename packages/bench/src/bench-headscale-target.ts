@@ -32,6 +32,8 @@ export interface Target {
   /** nodeIds maps node keys (`nodekey:<hex>`) to the server's node ids (null: not registered). */
   nodeIds(nodeKeys: readonly string[]): Promise<Array<number | null>>;
   rename(nodeId: number, name: string): Promise<void>;
+  /** logSummary: what the server logged (warnings and errors) when its log is not already on stderr, or ''. */
+  logSummary(): string;
   stop(): Promise<void>;
 }
 
@@ -115,6 +117,8 @@ export async function startHeadway(policyFile: string): Promise<Target> {
     name: 'headway', pid: proc.pid!, url: ready.url, keys: ready.keys,
     nodeIds: (nodeKeys) => request<Array<number | null>>({ op: 'nodeIds', nodeKeys: [...nodeKeys] }),
     rename: async (nodeId, name) => { await request({ op: 'rename', nodeId, name }); },
+    // The child's log lines go to stderr as they come.
+    logSummary: () => '',
     stop: () => stopChild(proc, async () => { await request({ op: 'stop' }).catch(() => undefined); if (proc.connected) proc.disconnect(); }),
   };
 }
@@ -219,6 +223,10 @@ export async function startHeadscale(bin: string, policyFile: string): Promise<T
         return nodeKeys.map((k) => byKey.get(k) ?? null);
       },
       rename: async (nodeId, name) => { await cli(['nodes', 'rename', '-i', String(nodeId), name]); },
+      logSummary: () => {
+        const lines = readFileSync(logPath, 'utf8').split('\n').filter(Boolean);
+        return lines.length ? `${lines.length} lines logged at warn or above; the last: ${lines.slice(-3).join(' | ')}` : '';
+      },
       stop,
     };
   } catch (err) {

@@ -28,6 +28,10 @@ import { ensureHeadscale, ProcSampler, startHeadscale, startHeadway, type Target
 
 /** SETTLE_MS: idle memory is read this long after the server started, steady memory this long after the join. */
 const SETTLE_MS = 10_000;
+/** PROGRESS_MS: how often a join in progress is reported. */
+const PROGRESS_MS = 20_000;
+/** RECONNECT_MS: how long a device whose map stream ended waits before it polls again. */
+const RECONNECT_MS = 1_000;
 /** JOIN_CONCURRENCY: joins in flight, as `npm run bench` makes them by default. */
 const JOIN_CONCURRENCY = 20;
 
@@ -44,6 +48,10 @@ function log(line: string): void {
 interface Fleet {
   devices: Array<TestDevice | undefined>;
   expected: Array<Set<string>>;
+  /** closing: the run is over; a stream that ends now is not polled again. */
+  closing: boolean;
+  /** mapEndError: how the first map stream that ended did. */
+  mapEndError: string;
 }
 
 /** holdsExpected: the device's peers are exactly the expected node keys. */
@@ -54,9 +62,48 @@ function holdsExpected(d: TestDevice, expected: Set<string>): boolean {
   return true;
 }
 
-/** waitAll waits, up to `deadline`, for `holds` on every device; it returns each one's time it first held (or undefined). */
+/** peerDiff counts the expected peers a device lacks and the peers it holds that it should not. */
+function peerDiff(d: TestDevice, expected: Set<string>): { missing: number; extra: number } {
+  const held = new Set([...d.netmap.peers.values()].map((p) => p.Key ?? ''));
+  return { missing: [...expected].filter((k) => !held.has(k)).length, extra: [...held].filter((k) => !expected.has(k)).length };
+}
+
+/**
+ * waitAll waits, up to `deadline`, for `holds` on every device, checking after every map message; it returns the
+ * time each one first held (undefined: not by the deadline). A map stream that ends is not the end of the wait:
+ * the device polls again (keepPolling) and a fresh map may still bring what it waits for.
+ */
 function waitAll(devices: readonly TestDevice[], holds: (d: TestDevice) => boolean, deadline: number): Promise<Array<number | undefined>> {
-  return Promise.all(devices.map((d) => d.waitFor(() => holds(d), Math.max(1, deadline - now())).then(() => now(), () => undefined)));
+  return Promise.all(devices.map((d) => new Promise<number | undefined>((resolve) => {
+    if (holds(d)) { resolve(now()); return; }
+    const check = (): void => { if (holds(d)) { done(); resolve(now()); } };
+    const timer = setTimeout(() => { done(); resolve(undefined); }, Math.max(1, deadline - now()));
+    const done = (): void => { clearTimeout(timer); d.off('update', check); d.off('keepalive', check); };
+    d.on('update', check);
+    d.on('keepalive', check);
+  })));
+}
+
+/**
+ * keepPolling makes a device poll again RECONNECT_MS after its map stream ended (the server closed it, or it
+ * failed), as tailscaled restarts its map poll, until `fleet.closing`; each end is counted in the figures.
+ */
+function keepPolling(d: TestDevice, fleet: Fleet, fig: ServerFigures): void {
+  let retrying = false;
+  const retry = (): void => {
+    if (fleet.closing) return;
+    d.connect().then(() => d.startMap({ stream: true })).then(
+      () => { retrying = false; },
+      () => { setTimeout(retry, RECONNECT_MS); },
+    );
+  };
+  d.on('mapEnd', (err?: Error) => {
+    if (fleet.closing || retrying) return;
+    fig.mapStreamsEnded++;
+    fleet.mapEndError ||= err?.message ?? 'ended by the server';
+    retrying = true;
+    setTimeout(retry, RECONNECT_MS);
+  });
 }
 
 /** joinFleet joins n devices (device i in group i % 4) and waits until each holds its expected peers. */
@@ -65,6 +112,7 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
   const keys = first.map((d) => d.nodeKeyText);
   const expected = first.map((_, i) => new Set(expectedPeerIndexes(i, n).map((j) => keys[j]!)));
   const devices: Array<TestDevice | undefined> = [];
+  const fleet: Fleet = { devices, expected, closing: false, mapEndError: '' };
   const start = now();
   const deadline = start + opts.joinTimeoutSeconds * 1000;
   let next = 0;
@@ -73,7 +121,9 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
     while (next < n && now() < deadline) {
       const i = next++;
       try {
-        devices[i] = (await joinDevice(first[i]!, { authKey: target.keys[groupOf(i)]! })).device;
+        const d = (await joinDevice(first[i]!, { authKey: target.keys[groupOf(i)]! })).device;
+        keepPolling(d, fleet, fig);
+        devices[i] = d;
       } catch (err) {
         fig.joinFailures++;
         firstError ||= (err as Error).message;
@@ -81,12 +131,24 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
       }
     }
   };
+  const holding = (): Array<[TestDevice, Set<string>]> => devices.flatMap((d, i) => (d ? [[d, expected[i]!] as [TestDevice, Set<string>]] : []));
+  // Progress every PROGRESS_MS, so a slow join shows how far it got.
+  const progress = setInterval(() => {
+    const joined = holding();
+    log(`  [${target.name} ${n}] after ${((now() - start) / 1000).toFixed(0)} s: ${joined.length} joined, ${joined.filter(([d, e]) => holdsExpected(d, e)).length} hold their expected peers`);
+  }, PROGRESS_MS);
   const pool = Promise.all(Array.from({ length: Math.min(JOIN_CONCURRENCY, n) }, lane));
   const poolDone = await Promise.race([pool.then(() => true), sleep(Math.max(1, deadline - now())).then(() => false)]);
   if (firstError) log(`  [${target.name} ${n}] ${fig.joinFailures} devices failed to join, e.g. ${firstError}`);
-  const expectedOf = new Map(devices.flatMap((d, i) => (d ? [[d, expected[i]!] as const] : [])));
+  const expectedOf = new Map(holding());
   const joined = [...expectedOf.keys()];
   const times = poolDone ? await waitAll(joined, (d) => holdsExpected(d, expectedOf.get(d)!), deadline) : [undefined];
+  clearInterval(progress);
+  // Only when the join did not converge: a device that held its peers may be polling again by now.
+  const off = times.every((x) => x !== undefined) ? [] : joined.filter((d) => !holdsExpected(d, expectedOf.get(d)!)).slice(0, 3)
+    .map((d) => { const { missing, extra } = peerDiff(d, expectedOf.get(d)!); return `${d.hostname} lacks ${missing} and holds ${extra} unexpected of ${expectedOf.get(d)!.size}`; });
+  if (off.length) log(`  [${target.name} ${n}] not holding their expected peers, e.g. ${off.join('; ')}`);
+  if (fig.mapStreamsEnded) log(`  [${target.name} ${n}] ${fig.mapStreamsEnded} map streams ended and were polled again, e.g. ${fleet.mapEndError}`);
   if (poolDone && fig.joinFailures === 0 && times.every((t) => t !== undefined)) {
     fig.joinMs = round1(Math.max(start, ...(times as number[])) - start);
   } else {
@@ -94,17 +156,16 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
     const held = times.filter((t) => t !== undefined).length;
     log(`  [${target.name} ${n}] ${poolDone ? `${joined.length} joined, ${held} hold their expected peers` : `${next} of ${n} joins started`}: did not converge within ${opts.joinTimeoutSeconds}s`);
   }
-  return { devices, expected };
+  return fleet;
 }
 
 /** renameRound renames device 0 and times the new name reaching every device that holds it (itself included). */
 async function renameRound(target: Target, fleet: Fleet, nodeId: number, name: string, sampler: ProcSampler, timeoutSeconds: number): Promise<RenameRound> {
   const key0 = fleet.devices[0]!.nodeKeyText;
   const watchers = fleet.devices.flatMap((d, i) => (d && (i === 0 || fleet.expected[i]!.has(key0)) ? [d] : []));
-  const hasName = (d: TestDevice): boolean => {
-    const node = d === fleet.devices[0] ? d.netmap.self : [...d.netmap.peers.values()].find((p) => p.Key === key0);
-    return node?.Name?.split('.')[0] === name;
-  };
+  // What a device holds of device 0: itself for device 0, else its peer.
+  const held = (d: TestDevice) => (d === fleet.devices[0] ? d.netmap.self : [...d.netmap.peers.values()].find((p) => p.Key === key0));
+  const hasName = (d: TestDevice): boolean => held(d)?.Name?.split('.')[0] === name;
   const cpu0 = sampler.cpuMs(), load0 = loadCpuMs();
   const t0 = now();
   // Armed before the call: a device that has the name before the call returns counts as reached at once.
@@ -113,6 +174,11 @@ async function renameRound(target: Target, fleet: Fleet, nodeId: number, name: s
   const returned = now();
   const times = await seen;
   const reached = times.filter((t) => t !== undefined).length;
+  const missed = watchers.filter((_, i) => times[i] === undefined).slice(0, 3).map((d) => {
+    const node = held(d);
+    return `${d.hostname} holds ${node ? `the name ${node.Name}` : 'no such peer'} after ${d.netmap.messages} map messages`;
+  });
+  if (missed.length) log(`  [${target.name}] the rename to ${name} did not reach e.g. ${missed.join('; ')}`);
   return {
     callMs: round1(returned - t0),
     reachedMs: reached === watchers.length ? round1(Math.max(0, ...(times as number[]).map((t) => t - returned))) : undefined,
@@ -128,7 +194,7 @@ async function measure(server: ServerName, n: number, opts: HeadscaleBenchOption
   let fleet: Fleet | undefined;
   try {
     await sleep(startedAt + SETTLE_MS - now());
-    const fig: ServerFigures = { rssIdle: sampler.rss(), rssPeak: 0, rssSteady: 0, hwm: 0, joinTimedOut: false, joinFailures: 0, serverCpuJoinMs: 0, loadCpuJoinMs: 0, renames: [] };
+    const fig: ServerFigures = { rssIdle: sampler.rss(), rssPeak: 0, rssSteady: 0, hwm: 0, joinTimedOut: false, joinFailures: 0, mapStreamsEnded: 0, serverCpuJoinMs: 0, loadCpuJoinMs: 0, renames: [] };
     if (n > 0) {
       sampler.resetPeak();
       const cpu0 = sampler.cpuMs(), load0 = loadCpuMs();
@@ -154,9 +220,13 @@ async function measure(server: ServerName, n: number, opts: HeadscaleBenchOption
     sampler.rss();
     fig.rssPeak = sampler.peak;
     fig.hwm = sampler.hwm();
+    const logged = target.logSummary();
+    if (logged) log(`  [${target.name} ${n}] ${logged}`);
     return fig;
   } finally {
     sampler.stop();
+    // Closing the devices ends their streams: that is not the server's doing.
+    if (fleet) fleet.closing = true;
     await Promise.all((fleet?.devices ?? []).map((d) => d?.close().catch(() => undefined)));
     await target.stop();
   }

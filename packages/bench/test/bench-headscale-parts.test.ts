@@ -59,14 +59,14 @@ t.test('the median rename round: the middle reaching time, an unreached round co
 });
 
 const figures = (extra: Partial<ServerFigures> = {}): ServerFigures => ({
-  rssIdle: 100 * 1048576, rssPeak: 150 * 1048576, rssSteady: 120 * 1048576, hwm: 151 * 1048576, joinMs: 2500, joinTimedOut: false, joinFailures: 0,
+  rssIdle: 100 * 1048576, rssPeak: 150 * 1048576, rssSteady: 120 * 1048576, hwm: 151 * 1048576, joinMs: 2500, joinTimedOut: false, joinFailures: 0, mapStreamsEnded: 0,
   serverCpuJoinMs: 1200, loadCpuJoinMs: 800, renames: [round(40), round(20), round(30, { callMs: 7 })], renameMs: 30, ...extra,
 });
 
 t.test('a size\'s table: one column per server in order, unconverged figures in words, a failed server as -', async (t) => {
   const text = sizeTable(5, [
     { name: 'headway', figures: figures() },
-    { name: 'headscale', figures: figures({ joinMs: undefined, joinTimedOut: true, renames: [round(undefined)], rssIdle: 50 * 1048576 }) },
+    { name: 'headscale', figures: figures({ joinMs: undefined, joinTimedOut: true, mapStreamsEnded: 4, renames: [round(undefined)], rssIdle: 50 * 1048576 }) },
     { name: 'other' },
   ], 60, 300);
   const lines = text.split('\n');
@@ -76,12 +76,13 @@ t.test('a size\'s table: one column per server in order, unconverged figures in 
   t.same(row('RSS idle, 10 s after start (MiB)'), ['100.0', '50.0', '-']);
   t.same(row('RSS peak, sampled every 0.5 s (MiB)'), ['150.0', '150.0', '-']);
   t.same(row('join until all converged (s)'), ['2.50', 'did not converge within 300s', '-']);
+  t.same(row('map streams that ended and were polled again'), ['0', '4', '-']);
   t.same(row('rename reaching every device (ms, median)'), ['30', 'did not converge within 60s (3/5)', '-']);
   t.same(row('rename, every round (ms)'), ['40 20 30', 'timeout', '-']);
   t.same(row('rename CLI/API call (ms, median round)'), ['7', '5', '-']);
   t.equal(new Set(lines.map((l) => l.length)).size, 1, 'columns aligned');
 
   const idle = sizeTable(0, [{ name: 'headway', figures: figures({ renames: [] }) }], 60, 300);
-  t.match(idle, /RSS steady/);
-  t.notMatch(idle, /converged|CPU|rename/, 'no devices: no join or rename rows');
+  t.match(idle, /RSS idle/);
+  t.notMatch(idle, /steady|converged|CPU|rename/, 'no devices: no join, steady or rename rows');
 });

@@ -3,6 +3,7 @@
  * server process with, the four-group policy both servers run with the peers it gives each device, and the side by
  * side table it prints.
  */
+import { parseArgs } from 'node:util';
 import { formatTable } from './bench-stats.js';
 
 /** HeadscaleBenchOptions are the knobs of the side-by-side benchmark. */
@@ -25,43 +26,28 @@ export const HEADSCALE_USAGE = 'usage: bench-headscale.js [--sizes 0,100,300] [-
 
 /** parseHeadscaleBenchOptions reads `--flag value` or `--flag=value` arguments. */
 export function parseHeadscaleBenchOptions(argv: readonly string[]): HeadscaleBenchOptions {
-  const opts: HeadscaleBenchOptions = { sizes: [0, 100, 300], rounds: 3, joinTimeoutSeconds: 300, renameTimeoutSeconds: 60, servers: ['headway', 'headscale'] };
-  for (let i = 0; i < argv.length; i++) {
-    let arg = argv[i]!;
-    let value: string | undefined;
-    const eq = arg.indexOf('=');
-    if (arg.startsWith('--') && eq > 0) { value = arg.slice(eq + 1); arg = arg.slice(0, eq); }
-    const take = (): string => {
-      value ??= argv[++i];
-      if (value === undefined) throw new Error(`${arg} needs a value; ${HEADSCALE_USAGE}`);
-      return value;
-    };
-    const int = (text: string, min: number, what = arg): number => {
-      const n = Number(text.trim());
-      if (text.trim() === '' || !Number.isInteger(n) || n < min) throw new Error(`${what}: "${text}" is not an integer >= ${min}`);
-      return n;
-    };
-    switch (arg) {
-      case '--sizes': {
-        const sizes = take().split(',').filter((s) => s.trim() !== '').map((s) => int(s, 0, '--sizes'));
-        if (!sizes.length) throw new Error('--sizes: empty list; expected e.g. --sizes 0,100');
-        opts.sizes = sizes;
-        break;
-      }
-      case '--rounds': opts.rounds = int(take(), 1); break;
-      case '--join-timeout': opts.joinTimeoutSeconds = int(take(), 1); break;
-      case '--rename-timeout': opts.renameTimeoutSeconds = int(take(), 1); break;
-      case '--servers': {
-        const names = take().split(',').map((s) => s.trim()).filter(Boolean);
-        const bad = names.find((s) => s !== 'headway' && s !== 'headscale');
-        if (bad !== undefined || !names.length) throw new Error(`--servers: "${bad ?? ''}" is not headway or headscale`);
-        opts.servers = [...new Set(names as ServerName[])];
-        break;
-      }
-      default: throw new Error(`unknown argument "${argv[i]}"; ${HEADSCALE_USAGE}`);
-    }
+  const text = { type: 'string' } as const;
+  let values: Record<string, string | undefined>;
+  try {
+    ({ values } = parseArgs({ args: [...argv], options: { sizes: text, rounds: text, 'join-timeout': text, 'rename-timeout': text, servers: text }, strict: true }));
+  } catch (err) {
+    throw new Error(`${(err as Error).message}; ${HEADSCALE_USAGE}`);
   }
-  return opts;
+  const int = (what: string, raw: string, min: number): number => {
+    const n = Number(raw.trim());
+    if (raw.trim() === '' || !Number.isInteger(n) || n < min) throw new Error(`--${what}: "${raw}" is not an integer >= ${min}`);
+    return n;
+  };
+  const opt = (name: string, fallback: number, min: number): number => (values[name] === undefined ? fallback : int(name, values[name]!, min));
+  const sizes = values.sizes === undefined ? [0, 100, 300] : values.sizes.split(',').filter((s) => s.trim() !== '').map((s) => int('sizes', s, 0));
+  if (!sizes.length) throw new Error('--sizes: empty list; expected e.g. --sizes 0,100');
+  const servers = (values.servers ?? 'headway,headscale').split(',').map((s) => s.trim()).filter(Boolean);
+  const bad = servers.find((s) => s !== 'headway' && s !== 'headscale');
+  if (bad !== undefined || !servers.length) throw new Error(`--servers: "${bad ?? ''}" is not headway or headscale`);
+  return {
+    sizes, rounds: opt('rounds', 3, 1), joinTimeoutSeconds: opt('join-timeout', 300, 1), renameTimeoutSeconds: opt('rename-timeout', 60, 1),
+    servers: [...new Set(servers as ServerName[])],
+  };
 }
 
 /** parseStatusRss reads VmRSS (resident memory now) and VmHWM (its peak so far) from /proc/<pid>/status, in bytes. */
@@ -154,7 +140,7 @@ export interface ServerFigures {
 
 /** RenameRound is one timed rename. */
 export interface RenameRound {
-  /** callMs: how long the CLI/API call took; reachedMs: after it returned, until every device had the new name. */
+  /** callMs: how long the API call took; reachedMs: after it returned, until every device had the new name. */
   callMs: number;
   reachedMs?: number;
   /** reached: devices holding the new name by the end (all of them unless it timed out). */
@@ -200,7 +186,7 @@ export function sizeTable(devices: number, servers: ReadonlyArray<{ name: string
       return m.reachedMs !== undefined ? m.reachedMs.toFixed(0) : `did not converge within ${renameTimeoutSeconds}s (${m.reached}/${m.devices})`;
     });
     row('rename, every round (ms)', (f) => f.renames.map((r) => (r.reachedMs !== undefined ? r.reachedMs.toFixed(0) : 'timeout')).join(' ') || '-');
-    row('rename CLI/API call (ms, median round)', (f) => { const m = median(f); return m ? m.callMs.toFixed(0) : '-'; });
+    row('rename API call (ms, median round)', (f) => { const m = median(f); return m ? m.callMs.toFixed(0) : '-'; });
     row('server CPU per rename (ms, median round)', (f) => { const m = median(f); return m ? m.serverCpuMs.toFixed(0) : '-'; });
     row('load generator CPU per rename (ms, median round)', (f) => { const m = median(f); return m ? m.loadCpuMs.toFixed(0) : '-'; });
   }

@@ -1,68 +1,38 @@
 /**
  * bench-headscale-server is Headway's server child of `npm run bench:headscale` (bench-headscale.ts): the real
- * server over a fresh SQLite database in a temp dir, the policy file the driver wrote in force, and one reusable
- * pre-auth key per group tag, made through its own key API. It answers the driver over IPC (node ids, renames) and
- * is started without --expose-gc: nothing forces a collection, as nothing does in a deployed server.
+ * server over a fresh SQLite database in a temp dir, with the policy file the driver wrote in force. It makes an
+ * API key and reports it with its URL; the driver does everything else through the REST API, as it does with
+ * headscale's. Started without --expose-gc: nothing forces a collection, as nothing does in a deployed server.
+ * It ends when the driver disconnects.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startBenchServer } from './bench-core.js';
-import { BENCH_DNS, GROUP_TAGS } from './bench-headscale-parts.js';
+import { BENCH_DNS } from './bench-headscale-parts.js';
 
-/** HeadwayChildCommand is what the driver asks of this process. */
-export type HeadwayChildCommand =
-  | { op: 'nodeIds'; nodeKeys: string[] }
-  | { op: 'rename'; nodeId: number; name: string }
-  | { op: 'stop' };
+/** HeadwayChildMessage is what this process sends: ready with its URL and an API key, or why it could not start. */
+export type HeadwayChildMessage = { type: 'ready'; url: string; apiKey: string } | { type: 'fatal'; error: string };
 
-/** HeadwayChildReady is sent once the server listens with its policy and keys in place. */
-export interface HeadwayChildReady {
-  type: 'ready';
-  url: string;
-  /** keys[g] is a reusable pre-auth key carrying GROUP_TAGS[g]. */
-  keys: string[];
-}
+/** send sends msg, then runs `then` once it is written (exiting before would lose it). */
+const send = (msg: HeadwayChildMessage, then?: () => void): void => { process.send?.(msg, undefined, undefined, () => then?.()); };
 
-async function main(): Promise<void> {
+try {
   if (!process.send) throw new Error('bench-headscale-server must be started with child_process.fork');
   const policyPath = process.env.BENCH_POLICY_FILE;
   if (!policyPath) throw new Error('BENCH_POLICY_FILE is not set');
   const dataDir = mkdtempSync(join(tmpdir(), 'headway-bench-hs-'));
   const server = await startBenchServer(dataDir, { policy: { mode: 'file', path: policyPath }, dns: BENCH_DNS });
-  const keys: string[] = [];
-  for (const tag of GROUP_TAGS) keys.push((await server.state.keys.createPreAuthKey({ userId: null, tags: [tag], reusable: true })).secret);
-
-  let stopping = false;
-  const stop = async (): Promise<void> => {
-    if (stopping) return;
-    stopping = true;
-    await server.close();
-    rmSync(dataDir, { recursive: true, force: true });
-  };
-  const handle = async (req: HeadwayChildCommand): Promise<unknown> => {
-    switch (req.op) {
-      case 'nodeIds': return req.nodeKeys.map((k) => server.state.nodes.byNodeKey(k)?.id ?? null);
-      case 'rename': await server.state.nodes.rename(req.nodeId, req.name); return null;
-      case 'stop': await stop(); return null;
-    }
-  };
-  process.on('message', (raw: unknown) => {
-    const req = raw as HeadwayChildCommand & { id: number };
-    handle(req).then(
-      (result) => process.send?.({ type: 'reply', id: req.id, ok: true, result }, undefined, undefined, () => { if (req.op === 'stop') process.disconnect(); }),
-      (err: unknown) => process.send?.({ type: 'reply', id: req.id, ok: false, error: (err as Error).message ?? String(err) }),
-    );
+  process.once('disconnect', () => {
+    server.close().finally(() => {
+      rmSync(dataDir, { recursive: true, force: true });
+      process.exit(0);
+    });
   });
-  process.on('disconnect', () => { stop().finally(() => process.exit(0)); });
-  const ready: HeadwayChildReady = { type: 'ready', url: server.urls.http, keys };
-  process.send(ready);
+  send({ type: 'ready', url: server.urls.http, apiKey: (await server.state.keys.createApiKey(null)).secret });
+} catch (err) {
+  const error = (err as Error).stack ?? String(err);
+  process.stderr.write(`${error}\n`);
+  if (process.send) send({ type: 'fatal', error }, () => process.exit(1));
+  else process.exit(1);
 }
-
-main().catch((err: unknown) => {
-  const message = (err as Error).stack ?? String(err);
-  if (process.send) process.send({ type: 'fatal', error: message });
-  else process.stderr.write(message + '\n');
-  process.exitCode = 1;
-  setTimeout(() => process.exit(1), 100).unref();
-});

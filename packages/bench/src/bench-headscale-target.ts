@@ -2,8 +2,9 @@
  * The two servers `npm run bench:headscale` measures, behind one interface: Headway forked as its own process
  * (bench-headscale-server.ts) and the real headscale binary, each over a fresh SQLite database with the same
  * policy file, its embedded DERP relay on, logging at warn, and everything else at its defaults. Pre-auth keys,
- * node ids and renames go through each server's own interfaces: Headway's state API in its process, headscale's CLI.
- * ProcSampler reads a server process's resident memory and CPU time from /proc.
+ * node ids and renames go through each server's REST API (`/api/v1`, the same paths on both) with an API key each
+ * server made itself (Headway's key store in its process, `headscale apikeys create`). ProcSampler reads a server
+ * process's resident memory and CPU time from /proc.
  */
 import { execFile, execFileSync, fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -14,7 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { findHeadscale, headscaleHome, HEADSCALE_VERSION } from '@headway/integration';
 import { BENCH_DNS, GROUP_TAGS, parseStatTicks, parseStatusRss, type ServerName } from './bench-headscale-parts.js';
-import type { HeadwayChildCommand, HeadwayChildReady } from './bench-headscale-server.js';
+import type { HeadwayChildMessage } from './bench-headscale-server.js';
 
 /** START_TIMEOUT_MS bounds a server's start (headscale's first start creates its keys and database). */
 const START_TIMEOUT_MS = 30_000;
@@ -27,11 +28,8 @@ export interface Target {
   /** pid of the server process itself (the one sampled). */
   pid: number;
   url: string;
-  /** keys[g] is a reusable pre-auth key carrying GROUP_TAGS[g]. */
-  keys: string[];
-  /** nodeIds maps node keys (`nodekey:<hex>`) to the server's node ids (null: not registered). */
-  nodeIds(nodeKeys: readonly string[]): Promise<Array<number | null>>;
-  rename(nodeId: number, name: string): Promise<void>;
+  /** apiKey authorizes the REST API calls (see admin). */
+  apiKey: string;
   /** logSummary: what the server logged (warnings and errors) when its log is not already on stderr, or ''. */
   logSummary(): string;
   stop(): Promise<void>;
@@ -85,49 +83,31 @@ export async function startHeadway(policyFile: string): Promise<Target> {
   const proc = fork(new URL('./bench-headscale-server.js', import.meta.url), [], {
     execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
   });
-  const ready = await new Promise<HeadwayChildReady>((resolve, reject) => {
+  const ready = await new Promise<{ url: string; apiKey: string }>((resolve, reject) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`Headway did not start within ${START_TIMEOUT_MS} ms`)); }, START_TIMEOUT_MS);
     const done = (): void => { clearTimeout(timer); proc.off('message', onMessage); proc.off('exit', onExit); };
-    const onMessage = (raw: unknown): void => {
-      const m = raw as { type?: string; error?: string };
-      if (m?.type === 'ready') { done(); resolve(raw as HeadwayChildReady); }
-      else if (m?.type === 'fatal') { done(); reject(new Error(`Headway failed to start: ${m.error}`)); }
+    const onMessage = (m: HeadwayChildMessage): void => {
+      done();
+      if (m.type === 'ready') resolve(m);
+      else reject(new Error(`Headway failed to start: ${m.error}`));
     };
     const onExit = (code: number | null): void => { done(); reject(new Error(`Headway exited with code ${code} before it was ready`)); };
     proc.on('message', onMessage);
     proc.on('exit', onExit);
   });
-  let nextId = 1;
-  const request = <T>(cmd: HeadwayChildCommand): Promise<T> => new Promise<T>((resolve, reject) => {
-    const id = nextId++;
-    const onMessage = (raw: unknown): void => {
-      const m = raw as { type?: string; id?: number; ok?: boolean; result?: unknown; error?: string };
-      if (m?.type !== 'reply' || m.id !== id) return;
-      cleanup();
-      if (m.ok) resolve(m.result as T);
-      else reject(new Error(`Headway ${cmd.op}: ${m.error}`));
-    };
-    const onExit = (): void => { cleanup(); reject(new Error(`Headway exited during ${cmd.op}`)); };
-    const cleanup = (): void => { proc.off('message', onMessage); proc.off('exit', onExit); };
-    proc.on('message', onMessage);
-    proc.on('exit', onExit);
-    proc.send({ ...cmd, id });
-  });
   return {
-    name: 'headway', pid: proc.pid!, url: ready.url, keys: ready.keys,
-    nodeIds: (nodeKeys) => request<Array<number | null>>({ op: 'nodeIds', nodeKeys: [...nodeKeys] }),
-    rename: async (nodeId, name) => { await request({ op: 'rename', nodeId, name }); },
+    name: 'headway', pid: proc.pid!, url: ready.url, apiKey: ready.apiKey,
     // The child's log lines go to stderr as they come.
     logSummary: () => '',
-    stop: () => stopChild(proc, async () => { await request({ op: 'stop' }).catch(() => undefined); if (proc.connected) proc.disconnect(); }),
+    stop: () => stopChild(proc, () => { if (proc.connected) proc.disconnect(); }),
   };
 }
 
 /** stopChild asks a child to end (`ask`), and kills it if it has not exited 15 s later. */
-async function stopChild(proc: ChildProcess, ask: () => Promise<void> | void): Promise<void> {
+async function stopChild(proc: ChildProcess, ask: () => void): Promise<void> {
   if (proc.exitCode !== null || proc.signalCode !== null) return;
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  await ask();
+  ask();
   const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
   await exited;
   clearTimeout(timer);
@@ -160,7 +140,7 @@ function freePort(kind: 'tcp' | 'udp'): Promise<number> {
   });
 }
 
-/** startHeadscale runs `headscale serve` on loopback with the policy file and makes one tagged key per group. */
+/** startHeadscale runs `headscale serve` on loopback with the policy file and makes an API key with its CLI. */
 export async function startHeadscale(bin: string, policyFile: string): Promise<Target> {
   const dir = mkdtempSync(join(tmpdir(), 'headscale-bench-'));
   const [port, metrics, grpc, stun] = [await freePort('tcp'), await freePort('tcp'), await freePort('tcp'), await freePort('udp')];
@@ -213,16 +193,9 @@ export async function startHeadscale(bin: string, policyFile: string): Promise<T
       if (Date.now() > deadline) throw new Error(`headscale did not answer /health within ${START_TIMEOUT_MS} ms:\n${logTail()}`);
       await new Promise((r) => setTimeout(r, 200));
     }
-    const keys: string[] = [];
-    for (const tag of GROUP_TAGS) keys.push((JSON.parse(await cli(['preauthkeys', 'create', '--tags', tag, '--reusable', '-o', 'json'])) as { key: string }).key);
+    const apiKey = JSON.parse(await cli(['apikeys', 'create', '-o', 'json'])) as string;
     return {
-      name: 'headscale', pid: child.pid!, url, keys,
-      nodeIds: async (nodeKeys) => {
-        const listed = JSON.parse(await cli(['nodes', 'list', '-o', 'json'])) as Array<{ id: string | number; node_key: string }> | null;
-        const byKey = new Map((listed ?? []).map((n) => [n.node_key, Number(n.id)]));
-        return nodeKeys.map((k) => byKey.get(k) ?? null);
-      },
-      rename: async (nodeId, name) => { await cli(['nodes', 'rename', '-i', String(nodeId), name]); },
+      name: 'headscale', pid: child.pid!, url, apiKey,
       logSummary: () => {
         const lines = readFileSync(logPath, 'utf8').split('\n').filter(Boolean);
         return lines.length ? `${lines.length} lines logged at warn or above; the last: ${lines.slice(-3).join(' | ')}` : '';
@@ -233,4 +206,42 @@ export async function startHeadscale(bin: string, policyFile: string): Promise<T
     await stop();
     throw err;
   }
+}
+
+/** admin calls a server's REST API with its API key and returns the JSON answer; anything but 200 is an error. */
+export async function admin(target: Target, method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
+  const res = await fetch(target.url + path, {
+    method, body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { authorization: `Bearer ${target.apiKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    signal: AbortSignal.timeout(60_000),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`${target.name} ${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+/** KEY_LIFETIME_MS: how long the pre-auth keys stay valid (headscale's API takes a key without an expiration as expired). */
+const KEY_LIFETIME_MS = 24 * 3600_000;
+
+/** makeKeys makes one reusable pre-auth key per group, keys[g] carrying GROUP_TAGS[g] and no user. */
+export async function makeKeys(target: Target): Promise<string[]> {
+  const keys: string[] = [];
+  const expiration = new Date(Date.now() + KEY_LIFETIME_MS).toISOString();
+  for (const tag of GROUP_TAGS) {
+    const answer = await admin(target, 'POST', '/api/v1/preauthkey', { reusable: true, aclTags: [tag], expiration }) as { preAuthKey: { key: string } };
+    keys.push(answer.preAuthKey.key);
+  }
+  return keys;
+}
+
+/** nodeIdOf is the server's id of the node with this node key (`nodekey:<hex>`), or undefined. */
+export async function nodeIdOf(target: Target, nodeKey: string): Promise<number | undefined> {
+  const { nodes } = (await admin(target, 'GET', '/api/v1/node')) as { nodes?: Array<{ id: string | number; nodeKey: string }> };
+  const id = nodes?.find((n) => n.nodeKey === nodeKey)?.id;
+  return id === undefined ? undefined : Number(id);
+}
+
+/** rename gives a node a new name through the REST API. */
+export async function rename(target: Target, nodeId: number, name: string): Promise<void> {
+  await admin(target, 'POST', `/api/v1/node/${nodeId}/rename/${encodeURIComponent(name)}`);
 }

@@ -2,13 +2,13 @@
  * bench-headscale is `npm run bench:headscale`: Headway and headscale v0.29.2 measured side by side by one run.
  * For each size, each server in turn starts over a fresh SQLite database with the same four-group policy
  * (bench-headscale-parts.ts), N virtual devices (@headway/testkit, speaking ts2021 to either server) join with
- * tagged pre-auth keys made through the server's own interface, and the run waits until every device holds
+ * tagged pre-auth keys made through the server's REST API, and the run waits until every device holds
  * exactly the peers the policy gives it. It reports the server's resident memory (10 s after start, the peak
  * sampled from /proc every 0.5 s while devices join and stay connected, and 10 s after the join; nothing forces
  * a collection), the join's wall time and server CPU, a rename reaching every device (--rounds times), and the
  * load generator's own CPU (the devices live in this process) next to the server's. One table per size, then
  * one `BENCH_JSON {...}` line. A server that is slow or never converges is reported, not an error; the exit
- * status is non-zero only when the harness itself failed (a server that would not start, a CLI call that failed).
+ * status is non-zero only when the harness itself failed (a server that would not start, an API call that failed).
  *
  * Usage: node packages/bench/dist/src/bench-headscale.js [--sizes 0,100,300] [--rounds R] [--join-timeout S]
  *        [--rename-timeout S] [--servers headway,headscale]
@@ -24,7 +24,7 @@ import {
   benchPolicy, expectedPeerIndexes, groupOf, medianRound, parseHeadscaleBenchOptions, sizeTable,
   type HeadscaleBenchOptions, type RenameRound, type ServerFigures, type ServerName,
 } from './bench-headscale-parts.js';
-import { ensureHeadscale, ProcSampler, startHeadscale, startHeadway, type Target } from './bench-headscale-target.js';
+import { ensureHeadscale, makeKeys, nodeIdOf, ProcSampler, rename, startHeadscale, startHeadway, type Target } from './bench-headscale-target.js';
 
 /** SETTLE_MS: idle memory is read this long after the server started, steady memory this long after the join. */
 const SETTLE_MS = 10_000;
@@ -107,10 +107,10 @@ function keepPolling(d: TestDevice, fleet: Fleet, fig: ServerFigures): void {
 }
 
 /** joinFleet joins n devices (device i in group i % 4) and waits until each holds its expected peers. */
-async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions, fig: ServerFigures): Promise<Fleet> {
+async function joinFleet(target: Target, keys: readonly string[], n: number, opts: HeadscaleBenchOptions, fig: ServerFigures): Promise<Fleet> {
   const first = Array.from({ length: n }, (_, i) => new TestDevice({ serverUrl: target.url, hostname: `bench-${i}` }));
-  const keys = first.map((d) => d.nodeKeyText);
-  const expected = first.map((_, i) => new Set(expectedPeerIndexes(i, n).map((j) => keys[j]!)));
+  const nodeKeys = first.map((d) => d.nodeKeyText);
+  const expected = first.map((_, i) => new Set(expectedPeerIndexes(i, n).map((j) => nodeKeys[j]!)));
   const devices: Array<TestDevice | undefined> = [];
   const fleet: Fleet = { devices, expected, closing: false, mapEndError: '' };
   const start = now();
@@ -121,7 +121,7 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
     while (next < n && now() < deadline) {
       const i = next++;
       try {
-        const d = (await joinDevice(first[i]!, { authKey: target.keys[groupOf(i)]! })).device;
+        const d = (await joinDevice(first[i]!, { authKey: keys[groupOf(i)]! })).device;
         keepPolling(d, fleet, fig);
         devices[i] = d;
       } catch (err) {
@@ -140,6 +140,8 @@ async function joinFleet(target: Target, n: number, opts: HeadscaleBenchOptions,
   const pool = Promise.all(Array.from({ length: Math.min(JOIN_CONCURRENCY, n) }, lane));
   const poolDone = await Promise.race([pool.then(() => true), sleep(Math.max(1, deadline - now())).then(() => false)]);
   if (firstError) log(`  [${target.name} ${n}] ${fig.joinFailures} devices failed to join, e.g. ${firstError}`);
+  // Not one device in: the harness's set-up is wrong (a key the server refuses), not the server slow.
+  if (poolDone && fig.joinFailures === n) throw new Error(`no device could join: ${firstError}`);
   const expectedOf = new Map(holding());
   const joined = [...expectedOf.keys()];
   const times = poolDone ? await waitAll(joined, (d) => holdsExpected(d, expectedOf.get(d)!), deadline) : [undefined];
@@ -170,7 +172,7 @@ async function renameRound(target: Target, fleet: Fleet, nodeId: number, name: s
   const t0 = now();
   // Armed before the call: a device that has the name before the call returns counts as reached at once.
   const seen = waitAll(watchers, hasName, t0 + timeoutSeconds * 1000);
-  await target.rename(nodeId, name);
+  await rename(target, nodeId, name);
   const returned = now();
   const times = await seen;
   const reached = times.filter((t) => t !== undefined).length;
@@ -193,12 +195,13 @@ async function measure(server: ServerName, n: number, opts: HeadscaleBenchOption
   const sampler = new ProcSampler(target.pid);
   let fleet: Fleet | undefined;
   try {
+    const keys = await makeKeys(target);
     await sleep(startedAt + SETTLE_MS - now());
     const fig: ServerFigures = { rssIdle: sampler.rss(), rssPeak: 0, rssSteady: 0, hwm: 0, joinTimedOut: false, joinFailures: 0, mapStreamsEnded: 0, serverCpuJoinMs: 0, loadCpuJoinMs: 0, renames: [] };
     if (n > 0) {
       sampler.resetPeak();
       const cpu0 = sampler.cpuMs(), load0 = loadCpuMs();
-      fleet = await joinFleet(target, n, opts, fig);
+      fleet = await joinFleet(target, keys, n, opts, fig);
       fig.serverCpuJoinMs = round1(sampler.cpuMs() - cpu0);
       fig.loadCpuJoinMs = round1(loadCpuMs() - load0);
       log(`  [${target.name} ${n}] join ${fig.joinMs !== undefined ? `converged in ${(fig.joinMs / 1000).toFixed(2)} s` : 'did not converge'}, server CPU ${(fig.serverCpuJoinMs / 1000).toFixed(2)} s, load generator CPU ${(fig.loadCpuJoinMs / 1000).toFixed(2)} s`);
@@ -206,8 +209,8 @@ async function measure(server: ServerName, n: number, opts: HeadscaleBenchOption
     }
     fig.rssSteady = sampler.rss();
     const d0 = fleet?.devices[0];
-    const [nodeId] = d0 ? await target.nodeIds([d0.nodeKeyText]) : [null];
-    if (fleet && nodeId != null) {
+    const nodeId = d0 ? await nodeIdOf(target, d0.nodeKeyText) : undefined;
+    if (fleet && nodeId !== undefined) {
       for (let r = 0; r < opts.rounds; r++) {
         const round = await renameRound(target, fleet, nodeId, `renamed-${r}`, sampler, opts.renameTimeoutSeconds);
         fig.renames.push(round);

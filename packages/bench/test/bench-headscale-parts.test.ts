@@ -13,9 +13,10 @@ t.test('options: defaults, both spellings of a value, and refusals', async (t) =
   t.throws(() => parseHeadscaleBenchOptions(['--sizes', 'x']), /--sizes: "x"/);
   t.throws(() => parseHeadscaleBenchOptions(['--sizes', ',']), /empty list/);
   t.throws(() => parseHeadscaleBenchOptions(['--rounds', '0']), /--rounds: "0" is not an integer >= 1/);
-  t.throws(() => parseHeadscaleBenchOptions(['--rounds']), /--rounds needs a value/);
+  t.throws(() => parseHeadscaleBenchOptions(['--rounds']), /--rounds.*argument missing/);
   t.throws(() => parseHeadscaleBenchOptions(['--servers', 'tailscale']), /"tailscale" is not headway or headscale/);
-  t.throws(() => parseHeadscaleBenchOptions(['--workers', '2']), /unknown argument "--workers"/);
+  t.throws(() => parseHeadscaleBenchOptions(['--workers', '2']), /Unknown option '--workers'.*usage:/);
+  t.throws(() => parseHeadscaleBenchOptions(['100']), /Unexpected argument '100'/);
 });
 
 t.test('/proc/<pid>/status: VmRSS and VmHWM in bytes; a missing line is an error', async (t) => {
@@ -79,7 +80,7 @@ t.test('a size\'s table: one column per server in order, unconverged figures in 
   t.same(row('map streams that ended and were polled again'), ['0', '4', '-']);
   t.same(row('rename reaching every device (ms, median)'), ['30', 'did not converge within 60s (3/5)', '-']);
   t.same(row('rename, every round (ms)'), ['40 20 30', 'timeout', '-']);
-  t.same(row('rename CLI/API call (ms, median round)'), ['7', '5', '-']);
+  t.same(row('rename API call (ms, median round)'), ['7', '5', '-']);
   t.equal(new Set(lines.map((l) => l.length)).size, 1, 'columns aligned');
 
   const idle = sizeTable(0, [{ name: 'headway', figures: figures({ renames: [] }) }], 60, 300);

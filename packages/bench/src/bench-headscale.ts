@@ -8,7 +8,8 @@
  * a collection), the join's wall time and server CPU, a rename reaching every device (--rounds times), and the
  * load generator's own CPU (the devices live in this process) next to the server's. One table per size, then
  * one `BENCH_JSON {...}` line. A server that is slow or never converges is reported, not an error; the exit
- * status is non-zero only when the harness itself failed (a server that would not start, an API call that failed).
+ * status is non-zero only when the harness itself failed (a server that would not start, an API call that failed,
+ * not one device able to join).
  *
  * Usage: node packages/bench/dist/src/bench-headscale.js [--sizes 0,100,300] [--rounds R] [--join-timeout S]
  *        [--rename-timeout S] [--servers headway,headscale]

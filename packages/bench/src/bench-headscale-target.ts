@@ -1,0 +1,247 @@
+/**
+ * The two servers `npm run bench:headscale` measures, behind one interface: Headway forked as its own process
+ * (bench-headscale-server.ts) and the real headscale binary, each over a fresh SQLite database with the same
+ * policy file, its embedded DERP relay on, logging at warn, and everything else at its defaults. Pre-auth keys,
+ * node ids and renames go through each server's REST API (`/api/v1`, the same paths on both) with an API key each
+ * server made itself (Headway's key store in its process, `headscale apikeys create`). ProcSampler reads a server
+ * process's resident memory and CPU time from /proc.
+ */
+import { execFile, execFileSync, fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { createSocket } from 'node:dgram';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { findHeadscale, headscaleHome, HEADSCALE_VERSION } from '@headway/integration';
+import { BENCH_DNS, GROUP_TAGS, parseStatTicks, parseStatusRss, type ServerName } from './bench-headscale-parts.js';
+import type { HeadwayChildMessage } from './bench-headscale-server.js';
+
+/** START_TIMEOUT_MS bounds a server's start (headscale's first start creates its keys and database). */
+const START_TIMEOUT_MS = 30_000;
+/** SAMPLE_INTERVAL_MS is how often ProcSampler reads resident memory. */
+export const SAMPLE_INTERVAL_MS = 500;
+
+/** Target is one running server as the benchmark drives it. */
+export interface Target {
+  name: ServerName;
+  /** pid of the server process itself (the one sampled). */
+  pid: number;
+  url: string;
+  /** apiKey authorizes the REST API calls (see admin). */
+  apiKey: string;
+  /** logSummary: what the server logged (warnings and errors) when its log is not already on stderr, or ''. */
+  logSummary(): string;
+  stop(): Promise<void>;
+}
+
+/** ProcSampler samples a process's VmRSS every SAMPLE_INTERVAL_MS and keeps the peak since the last reset. */
+export class ProcSampler {
+  peak = 0;
+  private readonly timer: NodeJS.Timeout;
+  private static clockTicks: number | undefined;
+  constructor(readonly pid: number) {
+    this.timer = setInterval(() => { try { this.rss(); } catch { /* the process is gone: stop() follows */ } }, SAMPLE_INTERVAL_MS);
+  }
+  /** rss reads the current VmRSS (and counts it towards the peak). */
+  rss(): number {
+    const { rss } = parseStatusRss(readFileSync(`/proc/${this.pid}/status`, 'utf8'));
+    this.peak = Math.max(this.peak, rss);
+    return rss;
+  }
+  /** hwm is the kernel's peak RSS of the process (VmHWM). */
+  hwm(): number {
+    return parseStatusRss(readFileSync(`/proc/${this.pid}/status`, 'utf8')).hwm;
+  }
+  /** resetPeak starts a new peak from the current reading. */
+  resetPeak(): void {
+    this.peak = 0;
+    this.rss();
+  }
+  /** cpuMs is the process's user + system CPU time so far. */
+  cpuMs(): number {
+    ProcSampler.clockTicks ??= clockTicks();
+    return (parseStatTicks(readFileSync(`/proc/${this.pid}/stat`, 'utf8')) * 1000) / ProcSampler.clockTicks;
+  }
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}
+
+/** clockTicks is the kernel's USER_HZ (the unit of /proc/<pid>/stat times): 100 on Linux unless getconf says otherwise. */
+function clockTicks(): number {
+  try {
+    const n = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+    return Number.isInteger(n) && n > 0 ? n : 100;
+  } catch {
+    return 100;
+  }
+}
+
+/** startHeadway forks bench-headscale-server.js with the policy file and waits until it is ready. */
+export async function startHeadway(policyFile: string): Promise<Target> {
+  const proc = fork(new URL('./bench-headscale-server.js', import.meta.url), [], {
+    execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
+  });
+  const ready = await new Promise<{ url: string; apiKey: string }>((resolve, reject) => {
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`Headway did not start within ${START_TIMEOUT_MS} ms`)); }, START_TIMEOUT_MS);
+    const done = (): void => { clearTimeout(timer); proc.off('message', onMessage); proc.off('exit', onExit); };
+    const onMessage = (m: HeadwayChildMessage): void => {
+      done();
+      if (m.type === 'ready') resolve(m);
+      else reject(new Error(`Headway failed to start: ${m.error}`));
+    };
+    const onExit = (code: number | null): void => { done(); reject(new Error(`Headway exited with code ${code} before it was ready`)); };
+    proc.on('message', onMessage);
+    proc.on('exit', onExit);
+  });
+  return {
+    name: 'headway', pid: proc.pid!, url: ready.url, apiKey: ready.apiKey,
+    // The child's log lines go to stderr as they come.
+    logSummary: () => '',
+    stop: () => stopChild(proc, () => { if (proc.connected) proc.disconnect(); }),
+  };
+}
+
+/** stopChild asks a child to end (`ask`), and kills it if it has not exited 15 s later. */
+async function stopChild(proc: ChildProcess, ask: () => void): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  ask();
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 15_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** ensureHeadscale returns the headscale binary, building it with .ci/install-headscale.sh when it is missing. */
+export function ensureHeadscale(log: (line: string) => void): string {
+  const found = findHeadscale();
+  if (found) return found;
+  const script = fileURLToPath(new URL('../../../../.ci/install-headscale.sh', import.meta.url));
+  log(`no headscale ${HEADSCALE_VERSION} under ${headscaleHome()}: building it with ${script} (this takes minutes)`);
+  const r = spawnSync('bash', [script], { stdio: ['ignore', 'inherit', 'inherit'] });
+  const built = findHeadscale();
+  if (r.status !== 0 || !built) throw new Error(`${script} failed (exit ${r.status}); headscale ${HEADSCALE_VERSION} is needed`);
+  return built;
+}
+
+/** freePort asks the kernel for a free loopback port of the kind given. */
+function freePort(kind: 'tcp' | 'udp'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    if (kind === 'udp') {
+      const s = createSocket('udp4');
+      s.once('error', reject);
+      s.bind(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+      return;
+    }
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => { const a = s.address(); s.close(() => resolve(typeof a === 'object' && a ? a.port : 0)); });
+  });
+}
+
+/** startHeadscale runs `headscale serve` on loopback with the policy file and makes an API key with its CLI. */
+export async function startHeadscale(bin: string, policyFile: string): Promise<Target> {
+  const dir = mkdtempSync(join(tmpdir(), 'headscale-bench-'));
+  const [port, metrics, grpc, stun] = [await freePort('tcp'), await freePort('tcp'), await freePort('tcp'), await freePort('udp')];
+  const url = `http://127.0.0.1:${port}`;
+  const config = join(dir, 'config.yaml');
+  const socket = join(dir, 'headscale.sock');
+  // YAML reads JSON. The listeners headscale always opens (metrics, gRPC) are kept on loopback.
+  writeFileSync(config, JSON.stringify({
+    server_url: url, listen_addr: `127.0.0.1:${port}`, metrics_listen_addr: `127.0.0.1:${metrics}`, grpc_listen_addr: `127.0.0.1:${grpc}`,
+    noise: { private_key_path: join(dir, 'noise_private.key') },
+    prefixes: { v4: '100.64.0.0/10', v6: 'fd7a:115c:a1e0::/48', allocation: 'sequential' },
+    derp: {
+      server: { enabled: true, region_id: 999, region_code: 'bench', region_name: 'bench', stun_listen_addr: `127.0.0.1:${stun}`,
+        private_key_path: join(dir, 'derp_server_private.key'), automatically_add_embedded_derp_region: true, ipv4: '127.0.0.1' },
+      urls: [], paths: [], auto_update_enabled: false,
+    },
+    disable_check_updates: true,
+    database: { type: 'sqlite', sqlite: { path: join(dir, 'db.sqlite'), write_ahead_log: true } },
+    log: { level: 'warn', format: 'text' },
+    policy: { mode: 'file', path: policyFile },
+    dns: BENCH_DNS,
+    unix_socket: socket, unix_socket_permission: '0770',
+    logtail: { enabled: false },
+  }));
+  const logPath = join(dir, 'headscale.log');
+  const logFd = openSync(logPath, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(bin, ['serve', '-c', config], { stdio: ['ignore', logFd, logFd], env: { ...process.env, HOME: dir } });
+  } finally {
+    closeSync(logFd);
+  }
+  const logTail = (): string => { try { return readFileSync(logPath, 'utf8').slice(-3000); } catch { return ''; } };
+  const cli = (args: string[]): Promise<string> => new Promise((resolve, reject) => {
+    execFile(bin, ['-c', config, ...args], { timeout: 60_000, env: { ...process.env, HOME: dir } }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`headscale ${args.join(' ')}: ${err.message}\n${stderr}${stdout}`));
+      else resolve(String(stdout));
+    });
+  });
+  const stop = async (): Promise<void> => {
+    await stopChild(child, () => { child.kill('SIGTERM'); });
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`headscale exited during start (${child.exitCode}):\n${logTail()}`);
+      const up = await fetch(`${url}/health`).then((r) => r.ok, () => false);
+      if (up && existsSync(socket)) break;
+      if (Date.now() > deadline) throw new Error(`headscale did not answer /health within ${START_TIMEOUT_MS} ms:\n${logTail()}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const apiKey = JSON.parse(await cli(['apikeys', 'create', '-o', 'json'])) as string;
+    return {
+      name: 'headscale', pid: child.pid!, url, apiKey,
+      logSummary: () => {
+        const lines = readFileSync(logPath, 'utf8').split('\n').filter(Boolean);
+        return lines.length ? `${lines.length} lines logged at warn or above; the last: ${lines.slice(-3).join(' | ')}` : '';
+      },
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+/** admin calls a server's REST API with its API key and returns the JSON answer; anything but 200 is an error. */
+export async function admin(target: Target, method: 'GET' | 'POST', path: string, body?: unknown): Promise<unknown> {
+  const res = await fetch(target.url + path, {
+    method, body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { authorization: `Bearer ${target.apiKey}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    signal: AbortSignal.timeout(60_000),
+  });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`${target.name} ${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+/** KEY_LIFETIME_MS: how long the pre-auth keys stay valid (headscale's API takes a key without an expiration as expired). */
+const KEY_LIFETIME_MS = 24 * 3600_000;
+
+/** makeKeys makes one reusable pre-auth key per group, keys[g] carrying GROUP_TAGS[g] and no user. */
+export async function makeKeys(target: Target): Promise<string[]> {
+  const keys: string[] = [];
+  const expiration = new Date(Date.now() + KEY_LIFETIME_MS).toISOString();
+  for (const tag of GROUP_TAGS) {
+    const answer = await admin(target, 'POST', '/api/v1/preauthkey', { reusable: true, aclTags: [tag], expiration }) as { preAuthKey: { key: string } };
+    keys.push(answer.preAuthKey.key);
+  }
+  return keys;
+}
+
+/** nodeIdOf is the server's id of the node with this node key (`nodekey:<hex>`), or undefined. */
+export async function nodeIdOf(target: Target, nodeKey: string): Promise<number | undefined> {
+  const { nodes } = (await admin(target, 'GET', '/api/v1/node')) as { nodes?: Array<{ id: string | number; nodeKey: string }> };
+  const id = nodes?.find((n) => n.nodeKey === nodeKey)?.id;
+  return id === undefined ? undefined : Number(id);
+}
+
+/** rename gives a node a new name through the REST API. */
+export async function rename(target: Target, nodeId: number, name: string): Promise<void> {
+  await admin(target, 'POST', `/api/v1/node/${nodeId}/rename/${encodeURIComponent(name)}`);
+}

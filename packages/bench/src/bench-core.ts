@@ -7,6 +7,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createLogger, resolveConfig } from '@headway/core';
 import { startServer, type RunningServer } from '@headway/server';
 import type { MemorySample } from './bench-ipc.js';
+import { statusBytes } from './bench-stats.js';
 
 /**
  * startBenchServer starts the real server over SQLite in `dataDir` (log level warn, no metrics or gRPC
@@ -36,8 +37,7 @@ export async function startBenchServer(dataDir: string, extra: Record<string, un
 
 /** residentBytes reads this process's resident set (VmRSS) as the kernel counts it, with no collection first. */
 export function residentBytes(): number {
-  const m = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
-  return m ? Number(m[1]) * 1024 : process.memoryUsage.rss();
+  return statusBytes(readFileSync('/proc/self/status', 'utf8'), 'VmRSS');
 }
 
 /** RSS_SAMPLE_MS: how often the resident set is read for its peak (a join burst's peak lasts seconds). */

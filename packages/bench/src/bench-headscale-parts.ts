@@ -4,7 +4,7 @@
  * side table it prints.
  */
 import { parseArgs } from 'node:util';
-import { formatTable } from './bench-stats.js';
+import { formatTable, statusBytes } from './bench-stats.js';
 
 /** HeadscaleBenchOptions are the knobs of the side-by-side benchmark. */
 export interface HeadscaleBenchOptions {
@@ -52,12 +52,7 @@ export function parseHeadscaleBenchOptions(argv: readonly string[]): HeadscaleBe
 
 /** parseStatusRss reads VmRSS (resident memory now) and VmHWM (its peak so far) from /proc/<pid>/status, in bytes. */
 export function parseStatusRss(status: string): { rss: number; hwm: number } {
-  const field = (name: string): number => {
-    const m = new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status);
-    if (!m) throw new Error(`/proc status has no ${name} line`);
-    return Number(m[1]) * 1024;
-  };
-  return { rss: field('VmRSS'), hwm: field('VmHWM') };
+  return { rss: statusBytes(status, 'VmRSS'), hwm: statusBytes(status, 'VmHWM') };
 }
 
 /**

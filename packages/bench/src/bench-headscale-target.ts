@@ -13,6 +13,7 @@ import { createSocket } from 'node:dgram';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { serverNodeFlags } from '@headway/core';
 import { findHeadscale, headscaleHome, HEADSCALE_VERSION } from '@headway/integration';
 import { BENCH_DNS, GROUP_TAGS, parseStatTicks, parseStatusRss, type ServerName } from './bench-headscale-parts.js';
 import type { HeadwayChildMessage } from './bench-headscale-server.js';
@@ -81,7 +82,7 @@ function clockTicks(): number {
 /** startHeadway forks bench-headscale-server.js with the policy file and waits until it is ready. */
 export async function startHeadway(policyFile: string): Promise<Target> {
   const proc = fork(new URL('./bench-headscale-server.js', import.meta.url), [], {
-    execArgv: [], stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
+    execArgv: serverNodeFlags({ memory: { heap_limit_mb: 0 } }, []), stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
   });
   const ready = await new Promise<{ url: string; apiKey: string }>((resolve, reject) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`Headway did not start within ${START_TIMEOUT_MS} ms`)); }, START_TIMEOUT_MS);

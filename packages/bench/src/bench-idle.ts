@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { statusBytes } from './bench-stats.js';
 
 /** IdleSample is the server's resident set `atSeconds` after it was started. */
 export interface IdleSample { atSeconds: number; rss: number; rssAnon: number; rssFile: number }
@@ -17,10 +18,9 @@ export interface IdleSample { atSeconds: number; rss: number; rssAnon: number; r
 /** IDLE_SAMPLE_SECONDS: when the idle server is read (after start-up settles, and once the collector has had time to shrink). */
 export const IDLE_SAMPLE_SECONDS = [10, 30];
 
-/** readStatus reads VmRSS, RssAnon and RssFile (bytes) of a process from /proc/<pid>/status text. */
+/** parseStatus reads VmRSS, RssAnon and RssFile (bytes) of a process from /proc/<pid>/status text. */
 export function parseStatus(text: string): { rss: number; rssAnon: number; rssFile: number } {
-  const kb = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? NaN) * 1024;
-  return { rss: kb('VmRSS'), rssAnon: kb('RssAnon'), rssFile: kb('RssFile') };
+  return { rss: statusBytes(text, 'VmRSS'), rssAnon: statusBytes(text, 'RssAnon'), rssFile: statusBytes(text, 'RssFile') };
 }
 
 const CLI = fileURLToPath(new URL('../../../cli/bin/run.js', import.meta.url));

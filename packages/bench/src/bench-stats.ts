@@ -86,3 +86,10 @@ export function skipReason(n: number, opts: { explicitSizes: boolean; maxSize: n
   else if (fdLimit < needed) return `needs about ${needed} file descriptors per process but ulimit -n is ${fdLimit}; raise it (ulimit -n ${needed * 2}) to run this size`;
   return undefined;
 }
+
+/** statusBytes reads one `Name: N kB` line of /proc/<pid>/status, in bytes. */
+export function statusBytes(status: string, name: string): number {
+  const m = new RegExp(`^${name}:\\s+(\\d+) kB$`, 'm').exec(status);
+  if (!m) throw new Error(`/proc status has no ${name} line`);
+  return Number(m[1]) * 1024;
+}

@@ -46,18 +46,21 @@ export const RSS_SAMPLE_MS = 500;
 /** ResidentPeak is the largest resident set seen every RSS_SAMPLE_MS since the last take(), as the server runs. */
 export class ResidentPeak {
   private peak = 0;
+  /** heapAtPeak: V8's heap (committed) when the peak was read, to tell the JavaScript heap from the C allocator's part. */
+  private heapAtPeak = 0;
   private readonly timer = setInterval(() => this.sample(), RSS_SAMPLE_MS).unref();
   sample(): number {
     const now = residentBytes();
-    if (now > this.peak) this.peak = now;
+    if (now > this.peak) { this.peak = now; this.heapAtPeak = process.memoryUsage().heapTotal; }
     return now;
   }
-  /** take returns the resident set now and the peak since the previous take, and starts a new period. */
-  take(): { live: number; peak: number } {
+  /** take returns the resident set now and the peak since the previous take (with the heap then), and starts a new period. */
+  take(): { live: number; peak: number; heapAtPeak: number } {
     const live = this.sample();
-    const peak = this.peak;
+    const { peak, heapAtPeak } = this;
     this.peak = live;
-    return { live, peak };
+    this.heapAtPeak = process.memoryUsage().heapTotal;
+    return { live, peak, heapAtPeak };
   }
   stop(): void { clearInterval(this.timer); }
 }

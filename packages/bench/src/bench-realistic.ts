@@ -22,6 +22,7 @@
  *      BENCH_CPU_PROF (a directory: profile the server process with --cpu-prof; BENCH_CPU_PROF_INTERVAL_US to sample
  *      more often than every 1,000 µs),
  *      BENCH_SERVER_NODE_FLAGS (more Node flags for the server alone, e.g. --trace-gc),
+ *      BENCH_IDLE_S (when the idle `headway serve` is read, seconds after start: default 10,30; 0 skips it),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
  *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, and one per worker,
  *      <devices>-<change>-<round>-worker<w>.cpuprofile, until every affected device has it; sampled every 100 µs),
@@ -361,7 +362,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     // taken here it would shrink the heap, and the first large flush after it would spend most of its time in the
     // collector regrowing it.
     const cpuAfterJoin = await server.request<number>({ op: 'cpu' });
-    const rssJoin = await server.request<{ live: number; peak: number }>({ op: 'rss' });
+    const rssJoin = await server.request<{ live: number; peak: number; heapAtPeak: number }>({ op: 'rss' });
     const stats = await server.request({ op: 'stats' });
     const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
@@ -425,7 +426,9 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       if (opts.policy === 'realistic') await measure(round, { kind: 'policy', variant }, { op: 'setPolicy', variant });
     }
 
-    const rssChanges = await server.request<{ live: number; peak: number }>({ op: 'rss' });
+    const rssChanges = await server.request<{ live: number; peak: number; heapAtPeak: number }>({ op: 'rss' });
+    log(`  [${n}] server RSS (no collection forced): ${mib(rssBefore.live)} MiB before the devices, peak ${mib(rssJoin.peak)} over the join (V8 heap ${mib(rssJoin.heapAtPeak)} then), ` +
+      `${mib(rssJoin.live)} once joined, peak ${mib(rssChanges.peak)} over the changes (V8 heap ${mib(rssChanges.heapAtPeak)} then)`);
     const serverAfter = await server.request<MemorySample>({ op: 'memory' });
     // BENCH_HEAP_SNAPSHOT=<dir>: the server's heap with every session idle, to see what a session keeps.
     const heapDir = process.env.BENCH_HEAP_SNAPSHOT;
@@ -482,7 +485,9 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
   const fdLimit = fileDescriptorLimit();
   const machine = { nproc: cpus().length, cpuModel: cpus()[0]?.model ?? 'unknown', memoryMiB: Math.round(totalmem() / 1048576), node: process.version, fdLimit: Number.isFinite(fdLimit) ? fdLimit : String(fdLimit) };
   log(`Headway benchmark (${opts.policy} policy, seed ${opts.seed}) — ${machine.nproc} CPU (${machine.cpuModel}), ${machine.memoryMiB} MiB, node ${machine.node}, ulimit -n ${fdLimit}`);
-  const idle: IdleSample[] = await measureIdle().catch((err: unknown) => { log(`idle server: FAILED: ${(err as Error).message}`); return []; });
+  // BENCH_IDLE_S: when the idle server is read, seconds after its start (comma-separated; 0 skips it).
+  const idleAt = (process.env.BENCH_IDLE_S ?? '').split(',').filter(Boolean).map(Number);
+  const idle: IdleSample[] = idleAt[0] === 0 ? [] : await measureIdle(idleAt.length ? idleAt : undefined).catch((err: unknown) => { log(`idle server: FAILED: ${(err as Error).message}`); return []; });
   if (idle.length) log(`idle \`headway serve\` (SQLite, no device): ${idle.map((x) => `${x.atSeconds} s after start RSS ${mib(x.rss)} MiB (anonymous ${mib(x.rssAnon)}, file-backed ${mib(x.rssFile)})`).join('; ')}`);
   const results: RealisticResult[] = [];
   const skipped: Array<{ devices: number; reason: string }> = [];

@@ -114,6 +114,8 @@ const TABLE = {
   'dns.search_domains': strings({ default: [], doc: 'extra search domains' }),
   'dns.extra_records': records({ default: [], doc: 'extra A/AAAA records ({name, type, value})' }),
   'dns.extra_records_path': path({ default: '', empty: true, doc: 'JSON file of extra records, re-read when it changes' }),
+  'dns.certificates.enabled': bool({ default: false, doc: 'device HTTPS certificates (`tailscale cert`, `tailscale serve`): each device may publish the ACME DNS-01 TXT record of its own MagicDNS name through a dns plugin that publishes TXT records (setTxt/removeTxt); needs dns.magic_dns and dns.base_domain' }),
+  'dns.certificates.txt_lifetime': duration({ min: 10_000, default: 10 * 60_000, doc: 'how long a published _acme-challenge TXT value stays before it is removed (an ACME CA validates within seconds of the device\'s request)' }),
   plugins: plugins({ default: [], doc: 'extra adapters, each {package, port, options}: port dns (several merge their records in this order) or drive (Taildrive grants beyond the policy, several apply in this order; @headway/drive-db keeps them in the database for headway drive); options are checked by the plugin; storage and policy come from database.type and policy.mode' }),
   unix_socket: path({ default: 'headway.sock', doc: 'local API socket for the CLI; relative to data_dir' }),
   unix_socket_permission: filemode({ default: '0770', doc: 'file mode of the socket (octal)' }),

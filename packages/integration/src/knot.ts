@@ -1,9 +1,10 @@
 import { execFile, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { running } from './pebble.js';
 import { freePort } from './ports.js';
 
 /**
@@ -54,25 +55,16 @@ export async function startKnot(opts: { zone: string; keyName?: string }): Promi
     'zone:', `  - domain: ${zone}.`, `    storage: "${work}"`, `    file: "${zone}.zone"`, '    acl: acme-update', '    zonefile-sync: -1', '',
   ].join('\n'));
   const child = spawn('knotd', ['-c', join(work, 'knot.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  child.stdout!.on('data', (c: Buffer) => { output += c.toString(); });
-  child.stderr!.on('data', (c: Buffer) => { output += c.toString(); });
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-    await exited;
-    rmSync(work, { recursive: true, force: true });
-  };
+  const { stop } = await running(child, port, work, 'knotd');
   const txt = async (name: string): Promise<string[]> => {
     const { stdout } = await promisify(execFile)('kdig', ['+tcp', '+short', '+time=2', '+retry=0', `@127.0.0.1`, '-p', String(port), name, 'TXT']);
     return stdout.split('\n').filter(Boolean).map((line) => line.replace(/^"|"$/g, ''));
   };
-  // Ready once the zone answers its SOA.
+  // Listening comes before the zone is loaded: ready once the zone answers its SOA.
   for (let i = 0; ; i++) {
-    if (child.exitCode !== null) { await stop(); throw new Error(`knotd exited: ${output.trim()}`); }
     const soa = await promisify(execFile)('kdig', ['+tcp', '+short', '+time=1', '+retry=0', '@127.0.0.1', '-p', String(port), `${zone}.`, 'SOA']).then((r) => r.stdout, () => '');
     if (soa.includes(`ns.${zone}.`)) break;
-    if (i >= 100) { await stop(); throw new Error(`knotd did not serve ${zone} on port ${port}: ${output.trim()}`); }
+    if (i >= 100) { await stop(); throw new Error(`knotd did not serve ${zone} on port ${port}`); }
     await new Promise((r) => setTimeout(r, 50));
   }
   return { address: `127.0.0.1:${port}`, host: '127.0.0.1', port, zone, key: { name: keyName, algorithm: 'hmac-sha256', secret }, txt, stop };

@@ -7,6 +7,13 @@ const ACME_PREFIX = '_acme-challenge.';
 /** MAX_VALUES_PER_NAME: TXT values kept at one name at once; a device retrying an order replaces its oldest. */
 const MAX_VALUES_PER_NAME = 4;
 
+/**
+ * REQUESTS_PER_WINDOW set-dns requests are taken per name in any REQUEST_WINDOW_MS: each one is a DNS update, and an
+ * ACME order needs one or two (a retrying client a few more), so a device cannot make Headway flood the DNS primary.
+ */
+const REQUESTS_PER_WINDOW = 10;
+const REQUEST_WINDOW_MS = 60_000;
+
 /** ACME_VALUE is an ACME key-authorization digest: base64url without padding (43 characters for SHA-256). */
 const ACME_VALUE = /^[A-Za-z0-9_-]{16,128}$/;
 
@@ -39,6 +46,8 @@ export interface AcmeDnsOptions {
 export class AcmeDns {
   private readonly live = new Map<string, Live[]>();
   private readonly queues = new Map<string, Promise<void>>();
+  /** recent: the clock times of the requests taken per name within the last REQUEST_WINDOW_MS. */
+  private readonly recent = new Map<string, number[]>();
   private readonly clock: Clock;
   private readonly now: () => number;
 
@@ -55,8 +64,8 @@ export class AcmeDns {
   /**
    * handle checks a SetDNSRequest from `node` (already matched to the request's machine key)
    * and publishes its value: 403 when certificates are off, for another name, or for an
-   * expired node; 400 for another record type or a value that is not an ACME digest; 502
-   * when the DNS provider fails.
+   * expired node; 400 for another record type or a value that is not an ACME digest; 429
+   * beyond REQUESTS_PER_WINDOW a minute for one name; 502 when the DNS provider fails.
    */
   async handle(node: Node, req: SetDNSRequest): Promise<SetDnsAnswer> {
     const { publisher } = this.o;
@@ -73,6 +82,7 @@ export class AcmeDns {
       return { status: 403, text: `name ${JSON.stringify(req.Name.slice(0, 255))} is not allowed: this device may set only ${own}` };
     }
     if (!ACME_VALUE.test(req.Value)) return { status: 400, text: 'Value must be an ACME DNS-01 digest (base64url, 16 to 128 characters)' };
+    if (!this.take(name)) return { status: 429, text: `too many set-dns requests for ${name}: at most ${REQUESTS_PER_WINDOW} a minute` };
     try {
       await this.change(name, (list) => {
         const kept = list.filter((l) => l.value !== req.Value).slice(-(MAX_VALUES_PER_NAME - 1));
@@ -86,6 +96,18 @@ export class AcmeDns {
     }
     this.o.logger.info('ACME challenge record published', { name, node: node.id });
     return { status: 200 };
+  }
+
+  /** take counts a request for `name`, or says no when the window already holds REQUESTS_PER_WINDOW of them. */
+  private take(name: string): boolean {
+    const now = this.clock.now();
+    const times = (this.recent.get(name) ?? []).filter((at) => now - at < REQUEST_WINDOW_MS);
+    if (times.length >= REQUESTS_PER_WINDOW) { this.recent.set(name, times); return false; }
+    times.push(now);
+    this.recent.set(name, times);
+    // Forget names whose window has passed, so the map holds only names asked for in the last minute.
+    for (const [n, list] of this.recent) if (!list.some((at) => now - at < REQUEST_WINDOW_MS)) this.recent.delete(n);
+    return true;
   }
 
   /** close withdraws every record this instance published. */

@@ -119,3 +119,14 @@ t.test('close removes every record this instance published', async (t) => {
   t.equal(clock.pending, 0);
   t.same(acme.published(), {});
 });
+
+t.test('more than ten requests a minute for one name get a 429 and reach no DNS server', async (t) => {
+  const { acme, clock, zone } = setup();
+  for (let i = 0; i < 10; i++) t.equal((await acme.handle(node(1, 'web'), req({ Value: V(String(i)) }))).status, 200);
+  t.same(await acme.handle(node(1, 'web'), req({ Value: V('z') })),
+    { status: 429, text: `too many set-dns requests for _acme-challenge.web.${BASE}: at most 10 a minute` });
+  t.equal(zone.calls.length, 10, 'the eleventh never reached the plugin');
+  t.equal((await acme.handle(node(2, 'db'), req({ Name: `_acme-challenge.db.${BASE}` }))).status, 200, 'another name has its own count');
+  clock.advance(60_000);
+  t.equal((await acme.handle(node(1, 'web'), req({ Value: V('z') }))).status, 200, 'a minute later it is taken again');
+});

@@ -3,6 +3,7 @@
 // error that says which.
 import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer, connect, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { knotMissing, startKnot, unmet, type Knot } from '@headway/integration';
@@ -78,4 +79,27 @@ t.test('options: every problem named, the secret never echoed; a key file in BIN
     [{ option: 'key_secret_path', message: /cannot read .*missing: ENOENT/ }]);
   t.same(await descriptor.validate!({ server: '127.0.0.1:53', zone: ZONE, key_name: 'k', key_secret: secret, key_algorithm: 'hmac-md5' }),
     [{ option: 'key_algorithm', message: 'expected one of hmac-sha256, hmac-sha384, hmac-sha512, hmac-sha224' }]);
+});
+
+t.test('a reply whose TSIG does not verify is an error (a relay flips one byte of Knot\'s MAC)', async (t) => {
+  const k = await knot(t);
+  if (!k) return;
+  // The last 6 bytes of a TSIG RR are original id, error and other length; the MAC (32 bytes) ends just before.
+  const relay = createServer((client) => {
+    const upstream = connect(k.port, k.host);
+    client.pipe(upstream);
+    let reply = Buffer.alloc(0);
+    upstream.on('data', (c: Buffer) => {
+      reply = Buffer.concat([reply, c]);
+      if (reply.length < 2 || reply.length < 2 + reply.readUInt16BE(0)) return;
+      reply[reply.length - 7]! ^= 0xff;
+      client.end(reply);
+    });
+    upstream.on('error', () => client.destroy());
+  });
+  await new Promise<void>((r) => relay.listen(0, '127.0.0.1', r));
+  t.teardown(() => relay.close());
+  const port = (relay.address() as AddressInfo).port;
+  const c = new UpdateClient({ host: '127.0.0.1', port, zone: ZONE, ttl: 60, timeoutMs: 5000, key: { name: k.key.name, algorithm: 'hmac-sha256', secret: Buffer.from(k.key.secret, 'base64') } });
+  await t.rejects(c.setTxt(NAME, ['relayed']), /the DNS server at 127\.0\.0\.1:\d+ signed its reply with another key: the reply's TSIG does not verify/);
 });

@@ -25,7 +25,8 @@ import type { SessionHub } from './sessions.js';
 import { HaProber } from './ha-prober.js';
 import { sshCheckPage, sshCheckGonePage } from './ssh-check-pages.js';
 import type { SshChecks } from './ssh-check.js';
-import { parseMapRequest, parseRegisterRequest } from '@headway/core';
+import type { AcmeDns } from './acme-dns.js';
+import { parseMapRequest, parseRegisterRequest, parseSetDNSRequest, type SetDNSRequest } from '@headway/core';
 import { MIN_CAPABILITY_VERSION, type MapRequest } from '@headway/core';
 
 const H2_BODY_LIMIT = 1024 * 1024;
@@ -44,6 +45,8 @@ export interface ControlOptions {
   hostinfo: HostinfoService;
   /** sshChecks answers /machine/ssh/action (SSH `check` rules) and backs the /auth/<id> page. */
   sshChecks: SshChecks;
+  /** acmeDns answers /machine/set-dns (the ACME DNS-01 records of device certificates). */
+  acmeDns: AcmeDns;
   /** relay takes /derp upgrades on the main listener (the embedded relay, when enabled). */
   relay: { handleUpgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean };
 }
@@ -305,7 +308,7 @@ export class ControlServer {
    */
   private async handle(stream: H2Stream, method: string, path: string, info: { machineKey: string }): Promise<void> {
     if (method === 'GET' && path.startsWith('/machine/ssh/action/')) return this.sshAction(stream, info.machineKey);
-    if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map')) {
+    if (method !== 'POST' || (path !== '/machine/register' && path !== '/machine/map' && path !== '/machine/set-dns')) {
       return stream.reply(501, `${method} ${path} is not implemented by Headway`);
     }
     let parsed: unknown;
@@ -333,6 +336,7 @@ export class ControlServer {
         stream.end(JSON.stringify(out));
         return;
       }
+      if (path === '/machine/set-dns') return await this.setDns(parseSetDNSRequest(parsed), stream, info.machineKey);
       return await this.map(parseMapRequest(parsed), stream, info.machineKey);
     } catch (err) {
       if (err instanceof HeadwayError && err.status < 500) {
@@ -353,6 +357,16 @@ export class ControlServer {
     if (answer.status !== 200) return stream.reply(answer.status, 'text' in answer ? answer.text : '');
     stream.respond(200, 'application/json; charset=utf-8');
     stream.end(JSON.stringify('action' in answer ? answer.action : {}));
+  }
+
+  /** setDns publishes a device's ACME DNS-01 record (AcmeDns); the node key must be this machine's. */
+  private async setDns(req: SetDNSRequest, stream: H2Stream, machineKey: string): Promise<void> {
+    const found = await this.o.state.cluster.findStoredNode(req.NodeKey);
+    if (!found || found.machineKey !== machineKey) return stream.reply(404, 'node not found');
+    const answer = await this.o.acmeDns.handle(found, req);
+    if (answer.status !== 200) return stream.reply(answer.status, 'text' in answer ? answer.text : '');
+    stream.respond(200, 'application/json');
+    stream.end('{}');
   }
 
   private async map(mr: MapRequest, stream: H2Stream, machineKey: string): Promise<void> {
@@ -437,6 +451,7 @@ export class ControlServer {
   /** close ends every map stream and Noise connection. */
   async close(): Promise<void> {
     this.haProber?.stop();
+    await this.o.acmeDns.close();
     for (const set of this.streams.values()) for (const stream of set) stream.end();
     for (const set of this.conns.values()) for (const c of set) c.destroy();
   }

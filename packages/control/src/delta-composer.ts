@@ -86,6 +86,11 @@ export class DeltaComposer {
     const newer = (seq: number | undefined): boolean => seq !== undefined && seq > s.renderedAt;
     const selfChanged = newer(this.batch.self.get(s.nodeId));
     if (selfChanged) m.add('Node', mapper.selfNode(me, s.capVersion));
+    // A renamed node's certificate name changes with it: the client reads CertDomains from DNSConfig only.
+    if (selfChanged && mapper.certDomain(me) !== s.certDomain) {
+      s.certDomain = mapper.certDomain(me);
+      m.add('DNSConfig', encode(mapper.dnsConfig(me)));
+    }
     const { gone, upsert, ups, removed } = this.batch.structural ? this.visibility(s, m, newer) : this.contentOnly(s, newer);
     if (gone.length) m.addMember('PeersRemoved', removed ?? removedMember(gone));
     let upserts = ups;

@@ -89,7 +89,7 @@ export class DnsConfigSource {
       });
       return list.map((r: DnsRecord) => ({ name: r.name, type: r.type, value: r.value }));
     };
-    const out = check(await plugin.records(), 'records');
+    const out = plugin.records ? check(await plugin.records(), 'records') : [];
     if (plugin.tailnetRecords) {
       const base = this.dns.base_domain.replace(/\.$/, '');
       const local = check(await plugin.tailnetRecords(), 'tailnetRecords');
@@ -164,6 +164,22 @@ export class DnsConfigSource {
     if (d.magic_dns && d.base_domain) cfg.CertDomains = [];
     this.cached = cfg;
     return cfg;
+  }
+
+  /**
+   * certDomain is the one name a node may get a certificate for, its MagicDNS name
+   * (`<given name>.<base_domain>`, no trailing dot), when dns.certificates.enabled.
+   */
+  certDomain(givenName: string): string | undefined {
+    const d = this.dns;
+    if (!d.certificates.enabled || !d.magic_dns || !d.base_domain) return undefined;
+    return `${givenName}.${d.base_domain.replace(/\.$/, '')}`.toLowerCase();
+  }
+
+  /** configFor is config() with the node's own CertDomains (a copy; config() stays shared). */
+  configFor(givenName: string): Record<string, unknown> {
+    const domain = this.certDomain(givenName);
+    return domain ? { ...this.config(), CertDomains: [domain] } : this.config();
   }
 
   close(): void {

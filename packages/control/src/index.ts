@@ -19,3 +19,4 @@ export * from './ssh-check-pages.js';
 export * from './peerset.js';
 export * from './filter-chunks.js';
 export * from './onboarding.js';
+export * from './acme-dns.js';

@@ -31,6 +31,8 @@ export class MapSession {
   filterRules: readonly FilterRule[] = [];
   filterNames: readonly string[] | undefined = undefined;
   ssh = '';
+  /** certDomain is the CertDomains name the client was last sent (see Mapper.certDomain). */
+  certDomain: string | undefined;
   /**
    * renderedAt is the number of the last change published when this session's full map was rendered: a pending
    * change numbered at or below it is already in that map and is not sent to it again.

@@ -41,6 +41,9 @@ export const LOGGED_OUT_EXPIRY = '1970-01-01T00:02:03Z';
 /** FILE_SHARING_CAP lets a node send files to its owner's other devices (Taildrop); taildrop.enabled: false withholds it. */
 const FILE_SHARING_CAP = 'https://tailscale.com/cap/file-sharing';
 
+/** HTTPS_CAP (tailcfg.CapabilityHTTPS) tells a client it may get certificates for its CertDomains (`tailscale serve` checks it). */
+const HTTPS_CAP = 'https';
+
 /** Capabilities every node receives about itself, whatever the policy says. */
 const BASE_SELF_CAPS: Record<string, unknown[]> = {
   'https://tailscale.com/cap/is-admin': [],
@@ -73,13 +76,20 @@ export class Mapper {
 
   forget(id: number): void { this.peerJson.delete(id); this.peerBytes.delete(id); }
 
-  /** selfCaps are BASE_SELF_CAPS, without file sharing when taildrop.enabled is false (headscale drops the capability too). */
+  /**
+   * selfCaps are BASE_SELF_CAPS, without file sharing when taildrop.enabled is false (headscale drops the capability
+   * too), and with HTTPS_CAP when dns.certificates.enabled.
+   */
   private selfCaps(): Record<string, unknown[]> {
-    if (this.config.taildrop?.enabled !== false) return BASE_SELF_CAPS;
-    const { [FILE_SHARING_CAP]: _off, ...rest } = BASE_SELF_CAPS;
+    const caps = this.config.dns.certificates.enabled ? { ...BASE_SELF_CAPS, [HTTPS_CAP]: [] } : BASE_SELF_CAPS;
+    if (this.config.taildrop?.enabled !== false) return caps;
+    const { [FILE_SHARING_CAP]: _off, ...rest } = caps;
     return rest;
   }
-  dnsConfig(): DNSConfig { return this.dns.config(); }
+  /** dnsConfig is the DNSConfig a node receives: the shared one (no node given), with the node's own CertDomains when certificates are on. */
+  dnsConfig(node?: Node): DNSConfig { return node ? this.dns.configFor(node.givenName) : this.dns.config(); }
+  /** certDomain is the name `node` may get a certificate for (undefined: certificates are off). */
+  certDomain(node: Node): string | undefined { return this.dns.certDomain(node.givenName); }
   /** derpMapJson is the DERP map for a client's capability version (older clients cannot pin the relay certificate). */
   derpMapJson(capVersion: number | undefined): Json<DERPMap> { return encoded<DERPMap>(this.derp.jsonFor(capVersion)); }
   forgetAll(): void { this.peerJson.clear(); this.peerBytes.clear(); }
@@ -330,7 +340,7 @@ export class Mapper {
       member('Domain', encode(this.domain())),
       member('CollectServices', encode(false)),
       member('Debug', encode(debug)),
-      member('DNSConfig', encode(this.dnsConfig())),
+      member('DNSConfig', encode(this.dnsConfig(node))),
       member('SSHPolicy', this.sshJson(node.id)),
       member('UserProfiles', this.profilesFor([node, ...peers])),
       member('PacketFilters', encoded<Record<string, WireFilterRule[] | null>>(filterChunksJson(compiled.packetFilter))),

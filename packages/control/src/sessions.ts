@@ -271,6 +271,7 @@ export class SessionHub {
     const current = this.state.nodes.get(node.id) ?? node;
     // Everything published so far is in this map: the pending batch sends the session only what comes after.
     session.renderedAt = this.batch.seq;
+    session.certDomain = this.mapper.certDomain(current);
     this.batch.sessionOpened();
     writeFull(current);
     this.open(session, current);
@@ -328,8 +329,12 @@ export class SessionHub {
         break;
       case 'dns-changed': {
         this.scheduler.flushNow();
-        const text = mapResponse([member('DNSConfig', encode<DNSConfig>(this.mapper.dnsConfig()))]);
-        return this.broadcast(() => text);
+        const shared = mapResponse([member('DNSConfig', encode<DNSConfig>(this.mapper.dnsConfig()))]);
+        return this.broadcast((s) => {
+          const node = this.state.nodes.get(s.nodeId);
+          s.certDomain = node && this.mapper.certDomain(node);
+          return s.certDomain ? mapResponse([member('DNSConfig', encode<DNSConfig>(this.mapper.dnsConfig(node)))]) : shared;
+        });
       }
       case 'derp-changed':
         this.scheduler.flushNow();

@@ -37,7 +37,7 @@ export * from './metrics-headscale.js';
 export * from './wire/wire.js';
 export type * from './wire/map-response.js';
 export * from './policy/netview.js';
-export { parseRegisterRequest, parseMapRequest } from './wire/validate.js';
+export { parseRegisterRequest, parseMapRequest, parseSetDNSRequest, type SetDNSRequest } from './wire/validate.js';
 export * from './ports/drive.js';
 export * from './drive/service.js';
 export * from './kernel/ports.js';

@@ -42,8 +42,8 @@ t.test('several DNS plugins load in the listed order, each with its own options 
   const c = ctx();
   const loaded = await loadPlugins({ plugins: [dnsEntry({ name: 'b.lab' }), dnsEntry({ name: 'a.lab', address: '10.1.1.1' })] }, c);
   t.equal(loaded.dns.length, 2);
-  t.same(await loaded.dns[0]!.records(), [{ name: 'b.lab', type: 'A', value: '10.9.9.9' }], 'the schema default filled in');
-  t.same(await loaded.dns[1]!.records(), [{ name: 'a.lab', type: 'A', value: '10.1.1.1' }]);
+  t.same(await loaded.dns[0]!.records!(), [{ name: 'b.lab', type: 'A', value: '10.9.9.9' }], 'the schema default filled in');
+  t.same(await loaded.dns[1]!.records!(), [{ name: 'a.lab', type: 'A', value: '10.1.1.1' }]);
   t.equal(c.container.resolve<DnsPort[]>('dnsAdapters'), loaded.dns, 'the list is in the container');
 });
 

@@ -4,3 +4,6 @@ export * from './cli.js';
 export * from './headscale-cli.js';
 export * from './cluster.js';
 export * from './until.js';
+export * from './knot.js';
+export * from './pebble.js';
+export * from './unmet.js';

@@ -126,7 +126,8 @@ export async function startChallTestSrv(): Promise<PebbleChallTestSrv> {
   };
 }
 
-async function running(child: ChildProcess, port: number, work: string | undefined, name: string): Promise<{ stop(): Promise<void> }> {
+/** running waits for a child server to listen on 127.0.0.1:port; its stop ends it and removes `work`. */
+export async function running(child: ChildProcess, port: number, work: string | undefined, name: string): Promise<{ stop(): Promise<void> }> {
   let output = '';
   child.stdout!.on('data', (c: Buffer) => { output += c.toString(); });
   child.stderr!.on('data', (c: Buffer) => { output += c.toString(); });

@@ -2,7 +2,7 @@ import { asFunction, asValue, type AwilixContainer } from 'awilix';
 import type { HeadwayConfig } from '@headway/core';
 import type { Logger } from '@headway/core';
 import type { ApiDeps } from '@headway/api';
-import { ControlServer } from '@headway/control';
+import { AcmeDns, ControlServer } from '@headway/control';
 import { DerpMapSource } from '@headway/control';
 import { DnsConfigSource } from '@headway/control';
 import { Mapper } from '@headway/control';
@@ -10,7 +10,7 @@ import { NetworkView } from '@headway/core';
 import { Registrar } from '@headway/control';
 import { SessionHub } from '@headway/control';
 import { PolicyService, type PolicyEngine } from '@headway/core';
-import type { DnsPort } from '@headway/core';
+import { publishesTxt, type AcmeTxtPublisher, type DnsPort } from '@headway/core';
 import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
 import type { PolicySourcePort } from '@headway/core';
@@ -61,6 +61,8 @@ export interface KernelCradle {
   hostinfo: HostinfoService;
   nodeGc: NodeGc;
   relay: Relay;
+  /** acmeDns publishes devices' ACME DNS-01 records through the DNS plugin that can (dns.certificates.enabled). */
+  acmeDns: AcmeDns;
   controlServer: ControlServer;
   /** loginFlow serves the identity provider's pages (null without a login method). */
   loginFlow: LoginFlow | null;
@@ -70,6 +72,19 @@ export interface KernelCradle {
   /** instanceId names this running server on its /health answers (server/reach.ts). */
   instanceId: string;
   apiDeps: ApiDeps;
+}
+
+/**
+ * acmePublisher is the one DNS plugin that publishes TXT records, when dns.certificates.enabled
+ * (undefined otherwise); none, or more than one, stops the server naming the key.
+ */
+export function acmePublisher(config: HeadwayConfig, adapters: DnsPort[]): AcmeTxtPublisher | undefined {
+  if (!config.dns.certificates.enabled) return undefined;
+  const publishers = adapters.filter(publishesTxt);
+  if (publishers.length === 1) return publishers[0];
+  throw new Error(publishers.length
+    ? `dns.certificates.enabled: ${publishers.length} dns plugins publish TXT records (setTxt/removeTxt); list exactly one`
+    : 'dns.certificates.enabled: no dns plugin under plugins: publishes TXT records (setTxt/removeTxt), such as @headway/dns-rfc2136');
 }
 
 /** HEALTH_TIMEOUT_MS bounds how long /health waits for the database. */
@@ -140,8 +155,12 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     }),
     relay: c(({ state, config, logger, derpMap, controlKey }) => new Relay(state, config, logger, derpMap,
       config.cluster?.enabled ? derpMeshKey(controlKey.privateKey) : undefined, opts.relayPorts)),
-    controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay, sshChecks }) => new ControlServer({
-      state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay, sshChecks,
+    acmeDns: c(({ config, logger, dnsAdapters, mapper }) => new AcmeDns({
+      publisher: acmePublisher(config, dnsAdapters), certDomainOf: (node) => mapper.certDomain(node),
+      lifetimeMs: config.dns.certificates.txt_lifetime, logger: logger.child({ component: 'acme-dns' }),
+    })),
+    controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay, sshChecks, acmeDns }) => new ControlServer({
+      state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay, sshChecks, acmeDns,
     })),
     loginFlow: c(({ loginMethod, state, registrar, config, logger, sshChecks }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger, sshChecks }) : null)),
     health: c(({ storage, cluster }) => async () => {

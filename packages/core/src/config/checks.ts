@@ -43,6 +43,12 @@ export function crossCheck(values: Values, problems: ConfigProblem[]): void {
       err('dns.base_domain', `server_url host ${host} must not be inside the MagicDNS domain ${base}: devices would resolve the server through MagicDNS`);
     }
   } catch { /* server_url already reported */ }
+  if (values['dns.certificates.enabled']) {
+    if (!values['dns.magic_dns'] || !base) err('dns.certificates.enabled', 'needs dns.magic_dns: true and dns.base_domain set: a certificate names a device by its MagicDNS name');
+    if (!values.plugins.some((p) => p.port === 'dns')) {
+      err('dns.certificates.enabled', 'needs a plugins: entry with port dns that publishes TXT records (such as @headway/dns-rfc2136) for the ACME DNS-01 challenge');
+    }
+  }
   if (values['dns.extra_records'].length && values['dns.extra_records_path']) {
     err('dns.extra_records', 'cannot be used together with dns.extra_records_path; keep one');
   }

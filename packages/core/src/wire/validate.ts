@@ -263,6 +263,17 @@ export const MapRequestSchema = goObject({
 
 export type MapRequest = z.output<typeof MapRequestSchema>;
 
+/** SetDNSRequestSchema is tailcfg.SetDNSRequest: a device asks for a DNS record (the ACME DNS-01 TXT record). */
+export const SetDNSRequestSchema = goObject({
+  Version: optional(capabilityVersion),
+  NodeKey: hexKey('nodekey'),
+  Name: text(255),
+  Type: text(16),
+  Value: text(255),
+});
+
+export type SetDNSRequest = z.output<typeof SetDNSRequestSchema>;
+
 /** fieldPath spells an issue's path the way the protocol doc does: Hostinfo.RoutableIPs[2]. */
 function fieldPath(path: PropertyKey[]): string {
   let out = '';
@@ -293,6 +304,11 @@ export function parseRegisterRequest(body: unknown): RegisterRequest {
 /** parseMapRequest validates a /machine/map body (see MapRequestSchema). */
 export function parseMapRequest(body: unknown): MapRequest {
   return parse(MapRequestSchema, 'MapRequest', body);
+}
+
+/** parseSetDNSRequest validates a /machine/set-dns body (see SetDNSRequestSchema). */
+export function parseSetDNSRequest(body: unknown): SetDNSRequest {
+  return parse(SetDNSRequestSchema, 'SetDNSRequest', body);
 }
 
 /** isHostinfo tells whether a stored value is a Hostinfo this server would accept today. */

@@ -46,21 +46,31 @@ export const RSS_SAMPLE_MS = 500;
 /** ResidentPeak is the largest resident set seen every RSS_SAMPLE_MS since the last take(), as the server runs. */
 export class ResidentPeak {
   private peak = 0;
-  /** heapAtPeak: V8's heap (committed) when the peak was read, to tell the JavaScript heap from the C allocator's part. */
+  /**
+   * heapAtPeak / externalAtPeak: V8's heap (committed) and the memory outside it that JavaScript objects hold
+   * (buffers: frames queued for a socket, messages being built) when the peak was read; the rest is the C allocator's
+   * own and the code.
+   */
   private heapAtPeak = 0;
+  private externalAtPeak = 0;
   private readonly timer = setInterval(() => this.sample(), RSS_SAMPLE_MS).unref();
   sample(): number {
     const now = residentBytes();
-    if (now > this.peak) { this.peak = now; this.heapAtPeak = process.memoryUsage().heapTotal; }
+    if (now > this.peak) this.atPeak(now);
     return now;
   }
   /** take returns the resident set now and the peak since the previous take (with the heap then), and starts a new period. */
-  take(): { live: number; peak: number; heapAtPeak: number } {
+  take(): { live: number; peak: number; heapAtPeak: number; externalAtPeak: number } {
     const live = this.sample();
-    const { peak, heapAtPeak } = this;
-    this.peak = live;
-    this.heapAtPeak = process.memoryUsage().heapTotal;
-    return { live, peak, heapAtPeak };
+    const { peak, heapAtPeak, externalAtPeak } = this;
+    this.atPeak(live);
+    return { live, peak, heapAtPeak, externalAtPeak };
+  }
+  private atPeak(rss: number): void {
+    const m = process.memoryUsage();
+    this.peak = rss;
+    this.heapAtPeak = m.heapTotal;
+    this.externalAtPeak = m.external;
   }
   stop(): void { clearInterval(this.timer); }
 }

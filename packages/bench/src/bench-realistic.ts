@@ -362,7 +362,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     // taken here it would shrink the heap, and the first large flush after it would spend most of its time in the
     // collector regrowing it.
     const cpuAfterJoin = await server.request<number>({ op: 'cpu' });
-    const rssJoin = await server.request<{ live: number; peak: number; heapAtPeak: number }>({ op: 'rss' });
+    const rssJoin = await server.request<{ live: number; peak: number; heapAtPeak: number; externalAtPeak: number }>({ op: 'rss' });
     const stats = await server.request({ op: 'stats' });
     const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
@@ -426,9 +426,9 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       if (opts.policy === 'realistic') await measure(round, { kind: 'policy', variant }, { op: 'setPolicy', variant });
     }
 
-    const rssChanges = await server.request<{ live: number; peak: number; heapAtPeak: number }>({ op: 'rss' });
-    log(`  [${n}] server RSS (no collection forced): ${mib(rssBefore.live)} MiB before the devices, peak ${mib(rssJoin.peak)} over the join (V8 heap ${mib(rssJoin.heapAtPeak)} then), ` +
-      `${mib(rssJoin.live)} once joined, peak ${mib(rssChanges.peak)} over the changes (V8 heap ${mib(rssChanges.heapAtPeak)} then)`);
+    const rssChanges = await server.request<{ live: number; peak: number; heapAtPeak: number; externalAtPeak: number }>({ op: 'rss' });
+    log(`  [${n}] server RSS (no collection forced): ${mib(rssBefore.live)} MiB before the devices, peak ${mib(rssJoin.peak)} over the join (V8 heap ${mib(rssJoin.heapAtPeak)}, external ${mib(rssJoin.externalAtPeak)} then), ` +
+      `${mib(rssJoin.live)} once joined, peak ${mib(rssChanges.peak)} over the changes (V8 heap ${mib(rssChanges.heapAtPeak)}, external ${mib(rssChanges.externalAtPeak)} then)`);
     const serverAfter = await server.request<MemorySample>({ op: 'memory' });
     // BENCH_HEAP_SNAPSHOT=<dir>: the server's heap with every session idle, to see what a session keeps.
     const heapDir = process.env.BENCH_HEAP_SNAPSHOT;

@@ -8,8 +8,8 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
 import {
-  applyMapResponse, bitsCount, bitsHas, emptyNetMap, expectedPeers, planKey, planTailnet, setFreezeShared, TestDevice,
-  type DevicePlan, type FilterRule, type MapResponse, type NetMap, type Node, type NodeID, type TailnetPlan,
+  applyMapResponse, bitsCount, bitsHas, emptyNetMap, expectedPeers, planKey, planTailnet, setFreezeShared, setSkippedMembers, TestDevice,
+  type DevicePlan, type NetMap, type Node, type NodeID, type TailnetPlan,
 } from '@headway/testkit';
 import { joinDevice, redial, runPool, type JoinPhases } from './bench-join.js';
 import { CompactPeers, PeerDirectory } from './bench-compact.js';
@@ -18,20 +18,8 @@ import { ChangeProfiler } from './bench-profile.js';
 
 // The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.
 setFreezeShared(false);
-
-/** NO_RULES stands for a packet filter list the worker does not check (the chunk names are kept). */
-const NO_RULES: FilterRule[] = [];
-/**
- * keepChecked is what a device keeps of a message: all but its packet filter's rules, which the worker does not
- * check (each device's own would otherwise stay on the heap for as long as the run).
- */
-function keepChecked(msg: MapResponse): MapResponse {
-  if (!msg.PacketFilter && !msg.PacketFilters) return msg;
-  const out: MapResponse = { ...msg };
-  if (msg.PacketFilter) out.PacketFilter = NO_RULES;
-  if (msg.PacketFilters) out.PacketFilters = Object.fromEntries(Object.entries(msg.PacketFilters).map(([k, v]) => [k, v && NO_RULES]));
-  return out;
-}
+// The devices never read their packet filter: the decoder leaves it out, unparsed (most of a device's own text).
+setSkippedMembers(['PacketFilter', 'PacketFilters']);
 
 export type WorkerCommand =
   | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }
@@ -152,10 +140,10 @@ function checkDevice(k: number, want: Wanted): string | undefined {
 /** newDevice makes plan device i, compact or sampled (see FULL_SAMPLE_EVERY). */
 function newDevice(k: number, i: number, keys?: Pick<TestDevice, 'machineKey' | 'nodeKey' | 'discoKey'>): TestDevice {
   const base = { serverUrl: url, hostname: plan.devices[i]!.hostname, ...(keys ? { machineKey: keys.machineKey, nodeKey: keys.nodeKey, discoKey: keys.discoKey } : {}) };
-  if (k % FULL_SAMPLE_EVERY !== 0) return new TestDevice({ ...base, keep: keepChecked, peers: () => new CompactPeers(directory) });
+  if (k % FULL_SAMPLE_EVERY !== 0) return new TestDevice({ ...base, peers: () => new CompactPeers(directory) });
   return new TestDevice({
     ...base,
-    keep: (msg) => { applyMapResponse(shadows.get(k)!, msg); return keepChecked(msg); },
+    keep: (msg) => { applyMapResponse(shadows.get(k)!, msg); return msg; },
     // Each map session starts both from nothing.
     peers: () => { shadows.set(k, emptyNetMap(new CompactPeers(directory))); return new Map(); },
   });

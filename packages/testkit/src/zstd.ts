@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { constants, zstdCompressSync, zstdDecompressSync } from 'node:zlib';
 import { decompress as wasmDecompress, init as initWasmZstd } from '@bokuweb/zstd-wasm';
 import { OwnText, withoutMembers, type JsonScan } from './own-text.js';
@@ -229,7 +230,6 @@ const MEMBERS_MIN_FRAME = 256;
 const membersCache = new Map<number, { frame: Buffer; members: Record<string, unknown> }>();
 /** textCache: large frames that are not member lists (a block of a filter rule's sources many messages hold). */
 const textCache = new Map<number, { frame: Buffer; text: string }>();
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /**
  * cacheKey is a 32-bit FNV-1a hash of a body's length, middle and last bytes (see DECODED_CACHE_KEY_TAIL), made
@@ -259,7 +259,12 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
   const known = large ? textCache.get(key) : undefined;
   if (known && known.frame.equals(frame)) return { text: known.text };
   let text: string;
-  try { text = strictUtf8.decode(zstdDecompressOne(frame)); } catch { return undefined; }
+  // isUtf8 and toString are native calls without TextDecoder's per-call cost, which a device's many small frames feel.
+  try {
+    const bytes = zstdDecompressOne(frame);
+    if (!isUtf8(bytes)) return undefined;
+    text = bytes.toString('utf8');
+  } catch { return undefined; }
   if (large && !text.startsWith('"')) remember(textCache, key, { frame: Buffer.from(frame), text });
   if (!large || !text.startsWith('"')) return { text };
   let members: Record<string, unknown>;

@@ -11,10 +11,13 @@ export interface JoinPhases { connectMs: number; registerMs: number; firstMapMs:
  * joinDevice connects, registers and opens the map stream of a benchmark device. A dial that
  * timed out under load is retried, as tailscaled does, with the device's identity kept (a new
  * TestDevice with the same keys) so a register that did land is not counted as a second node.
+ * remake makes that replacement (by default a device with the same keys and `keep`).
  * Returns the device that joined (the original or its replacement), how many retries it took and where the time of
  * its last attempt went.
  */
-export async function joinDevice(first: TestDevice, register: RegisterOptions): Promise<{ device: TestDevice; retries: number; phases: JoinPhases }> {
+export async function joinDevice(
+  first: TestDevice, register: RegisterOptions, remake: (d: TestDevice) => TestDevice = sameKeys,
+): Promise<{ device: TestDevice; retries: number; phases: JoinPhases }> {
   let d = first;
   for (let attempt = 1; ; attempt++) {
     try {
@@ -33,7 +36,7 @@ export async function joinDevice(first: TestDevice, register: RegisterOptions): 
         throw new Error(`join ${d.hostname} failed (attempt ${attempt}): ${message}`);
       }
       await d.close().catch(() => undefined);
-      d = new TestDevice({ serverUrl: d.serverUrl, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey, ...(d.keep ? { keep: d.keep } : {}) });
+      d = remake(d);
       await new Promise((r) => setTimeout(r, 250 * attempt));
     }
   }
@@ -59,6 +62,10 @@ export async function redial(d: TestDevice, deadline: number): Promise<number> {
 
 /** RECONNECT_RETRY_MS: a device whose dial failed during a restart tries again this much later (tailscaled backs off from ~1 s). */
 export const RECONNECT_RETRY_MS = 500;
+
+function sameKeys(d: TestDevice): TestDevice {
+  return new TestDevice({ serverUrl: d.serverUrl, hostname: d.hostname, machineKey: d.machineKey, nodeKey: d.nodeKey, discoKey: d.discoKey, ...(d.keep ? { keep: d.keep } : {}) });
+}
 
 /** runPool runs `work(i)` for i in [0, count) with at most `limit` in flight; the first failure rejects. */
 export async function runPool(count: number, limit: number, work: (i: number) => Promise<void>): Promise<void> {

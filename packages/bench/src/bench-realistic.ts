@@ -281,6 +281,9 @@ export interface RealisticResult {
   workersJoinCpuMs: number;
 }
 
+/** cpuRatio is the load generator's CPU as a multiple of the server's over the same phase. */
+const cpuRatio = (workersMs: number, serverMs: number): string => (serverMs > 0 ? (workersMs / serverMs).toFixed(2) : '-');
+
 async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResult> {
   const plan = planTailnet(n, opts.seed);
   const driverCpu0 = cpuMs();
@@ -406,7 +409,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
       };
       changes.push(r);
       log(`  [${n}] ${r.kind}${opts.rounds > 1 ? ` (round ${round + 1})` : ''}: ${r.affected} devices affected, p50 ${r.latency.p50} ms, p99 ${r.latency.p99} ms, max ${r.latency.max} ms, ` +
-        `${r.timeouts} timeouts, ${r.wrong} wrong afterwards, server apply ${r.serverApplyMs} ms, server CPU ${r.serverCpuMs} ms, workers' CPU ${r.workersCpuMs} ms, ${r.bytesPerAffected} B per affected device`);
+        `${r.timeouts} timeouts, ${r.wrong} wrong afterwards, server apply ${r.serverApplyMs} ms, server CPU ${r.serverCpuMs} ms, workers' CPU ${r.workersCpuMs} ms (${cpuRatio(r.workersCpuMs, r.serverCpuMs)} x the server's), ${r.bytesPerAffected} B per affected device`);
     };
     const nodeIdOf = (i: number): Promise<number> => server.request<number>({ op: 'nodeId', nodeKey: nodeKeys[i]! });
     // Rename a user's device (device 0 belongs to a user in every plan).
@@ -518,13 +521,13 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
     ]));
     log('');
     log(formatTable([
-      ['N', 'change', 'affected', 'p50 ms', 'p99 ms', 'max ms', 'p99 of rounds ms', 'timeouts', 'wrong', 'srv apply ms', 'srv CPU ms', 'B/affected', 'B/session'],
+      ['N', 'change', 'affected', 'p50 ms', 'p99 ms', 'max ms', 'p99 of rounds ms', 'timeouts', 'wrong', 'srv apply ms', 'srv CPU ms', 'wrk CPU ms', 'wrk/srv', 'B/affected', 'B/session'],
       ...results.flatMap((r) => r.changes.map((c) => [String(r.devices), c.kind, String(c.affected), c.latency.p50.toFixed(1), c.latency.p99.toFixed(1), c.latency.max.toFixed(1),
         c.p99Rounds.map((x) => x.toFixed(0)).join(' '),
         // Timeouts and wrong devices of every round: a fault in any round is a fault.
         String(r.changeRounds.filter((x) => x.kind === c.kind).reduce((a, x) => a + x.timeouts, 0)),
         String(r.changeRounds.filter((x) => x.kind === c.kind).reduce((a, x) => a + x.wrong, 0)),
-        c.serverApplyMs.toFixed(1), c.serverCpuMs.toFixed(0), String(c.bytesPerAffected), String(c.bytesPerSession)])),
+        c.serverApplyMs.toFixed(1), c.serverCpuMs.toFixed(0), c.workersCpuMs.toFixed(0), cpuRatio(c.workersCpuMs, c.serverCpuMs), String(c.bytesPerAffected), String(c.bytesPerSession)])),
     ]));
     log('');
     log('Server resident set, MiB (sampled every 500 ms, no collection forced; the last column after forced full collections and a trim), and CPU, s:');

@@ -8,62 +8,18 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { writeHeapSnapshot } from 'node:v8';
 import {
-  bitsCount, bitsHas, expectedPeers, planKey, planTailnet, setFreezeShared, TestDevice,
-  type DevicePlan, type FilterRule, type MapResponse, type NetMap, type Node, type TailnetPlan,
+  applyMapResponse, bitsCount, bitsHas, emptyNetMap, expectedPeers, planKey, planTailnet, setFreezeShared, setSkippedMembers, TestDevice,
+  type DevicePlan, type NetMap, type Node, type NodeID, type TailnetPlan,
 } from '@headway/testkit';
 import { joinDevice, redial, runPool, type JoinPhases } from './bench-join.js';
-import { MatchingPeers, peersMatch, type Wanted } from './bench-match.js';
+import { CompactPeers, PeerDirectory } from './bench-compact.js';
+import { peersMatch, type Wanted } from './bench-match.js';
 import { ChangeProfiler } from './bench-profile.js';
 
 // The tests check that netmap code never edits a shared message (frozen there); here freezing only costs CPU.
 setFreezeShared(false);
-
-/**
- * slimPeers: of each peer a device keeps what the worker checks (ID, node key, name, tags), one object per distinct
- * such peer shared by every device of the worker. Every message is still decoded and applied whole by the client
- * model; only what it retains is smaller. At 5,000 devices each saw ~2,000 peers: 2,500 devices per worker held five
- * million whole peers (addresses, endpoints, Hostinfo, CapMap), and marking them over and over made the workers'
- * garbage collector use twice the server's CPU on the shared two cores.
- */
-const slimPeers = new Map<number, Node[]>();
-/** sameTags: both peers have the same tags (or none). */
-function sameTags(a: readonly string[] | undefined, b: readonly string[] | undefined): boolean {
-  if (!a?.length || !b?.length) return !a?.length && !b?.length;
-  return a.length === b.length && a.every((t, k) => t === b[k]);
-}
-/**
- * slimPeer finds the slim form among the peer's forms seen so far (a rename or a tag change makes another), by its
- * id, cheaper than a key string made of the four fields for every peer of every first map.
- */
-function slimPeer(n: Node): Node {
-  let forms = slimPeers.get(n.ID);
-  if (!forms) slimPeers.set(n.ID, forms = []);
-  for (const s of forms) if (s.Key === n.Key && s.Name === n.Name && sameTags(s.Tags, n.Tags)) return s;
-  const s: Node = n.Tags ? { ID: n.ID, Key: n.Key, Name: n.Name, Tags: n.Tags } : { ID: n.ID, Key: n.Key, Name: n.Name };
-  forms.push(s);
-  return s;
-}
-/**
- * slimLists: a peer list many devices received as one shared frame is one parsed array (the decoder shares it, see
- * decodeFrame in zstd.ts), slimmed once for all of them.
- */
-const slimLists = new WeakMap<readonly Node[], Node[]>();
-function slimList(list: readonly Node[]): Node[] {
-  let out = slimLists.get(list);
-  if (!out) { out = list.map(slimPeer); slimLists.set(list, out); }
-  return out;
-}
-/** NO_RULES stands for a packet filter list the worker does not check (the chunk names are kept). */
-const NO_RULES: FilterRule[] = [];
-function keepChecked(msg: MapResponse): MapResponse {
-  if (!msg.Peers && !msg.PeersChanged && !msg.PacketFilter && !msg.PacketFilters) return msg;
-  const out: MapResponse = { ...msg };
-  if (msg.Peers) out.Peers = msg.Peers.map(slimPeer);
-  if (msg.PeersChanged) out.PeersChanged = slimList(msg.PeersChanged);
-  if (msg.PacketFilter) out.PacketFilter = NO_RULES;
-  if (msg.PacketFilters) out.PacketFilters = Object.fromEntries(Object.entries(msg.PacketFilters).map(([k, v]) => [k, v && NO_RULES]));
-  return out;
-}
+// The devices never read their packet filter: the decoder leaves it out, unparsed (most of a device's own text).
+setSkippedMembers(['PacketFilter', 'PacketFilters']);
 
 export type WorkerCommand =
   | { op: 'init'; url: string; seed: number; size: number; from: number; to: number; keys: Record<string, string>; policy: boolean }
@@ -139,36 +95,64 @@ function sameWanted(a: Wanted, b: Wanted): boolean {
 }
 
 /**
- * byNodeId caches, per node id, 1 + the device index its node key names (0: not looked up yet). peersMatch runs
- * after every message of every watched device, over all its peers: a string-keyed lookup per peer would be the
- * largest part of the workers' CPU in a change (a device keeps its node key and id through a run).
+ * FULL_SAMPLE_EVERY: every this many devices of a worker (its first included) keep whole nodes, as a real client
+ * does, next to a compact copy fed the same messages; the rest keep only the compact peer state.
  */
-let byNodeId = new Int32Array(0);
+const FULL_SAMPLE_EVERY = 25;
 
-/** indexOfPeer is the plan index of a peer, by its node id, looked up by key the first time (undefined: not a plan device). */
-function indexOfPeer(p: Node): number | undefined {
-  if (p.ID >= byNodeId.length) {
-    const grown = new Int32Array(Math.max(p.ID + 1, byNodeId.length * 2));
-    grown.set(byNodeId);
-    byNodeId = grown;
-  }
-  const cached = byNodeId[p.ID]!;
-  if (cached > 0) return cached - 1;
-  const i = keyIndex.get(p.Key ?? '');
-  if (i !== undefined) byNodeId[p.ID] = i + 1;
-  return i;
+/** directory pairs node ids with plan devices for every device of this worker (see PeerDirectory). */
+let directory = new PeerDirectory(0);
+/** shadows[k]: the compact peer state of sampled device k, fed every message its whole netmap is (see sampled). */
+const shadows = new Map<number, NetMap>();
+
+/** indexOfKey is the plan index of a peer by its node key alone (undefined: not a plan device). */
+function indexOfKey(p: Node): number | undefined {
+  return keyIndex.get(p.Key ?? '');
 }
 
-/** holdsExactly: the netmap holds exactly the expected device indices (peers are identified by node key), by a scan
- * of every peer: the independent check once a change or the join is over (see watching for the one per message). */
+/**
+ * holdsExactly: the netmap holds exactly the expected device indices, checked in full apart from any running count:
+ * a compact state bit by bit, a whole one by a scan of every peer's node key.
+ */
 function holdsExactly(nm: NetMap, want: Wanted): boolean {
-  return peersMatch(nm.peers, want, indexOfPeer);
+  return nm.peers instanceof CompactPeers ? nm.peers.exactly(want) : peersMatch(nm.peers, want, indexOfKey);
 }
 
-/** watching makes the device's peer map count the wanted peers as it is edited; its predicate is then O(1) per message. */
+/** sameIds: two peer maps hold the same node ids under the same node keys. */
+function sameIds(a: ReadonlyMap<NodeID, Node>, b: ReadonlyMap<NodeID, Node>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [id, p] of a) if (b.get(id)?.Key !== p.Key) return false;
+  return true;
+}
+
+/**
+ * checkDevice is the full check of device k: its peers are exactly want and, for a sampled device, its compact
+ * copy holds the same peers as its whole netmap. Undefined when it holds, else what is wrong.
+ */
+function checkDevice(k: number, want: Wanted): string | undefined {
+  const d = devices[k]!;
+  if (!holdsExactly(d.netmap, want)) return `${d.hostname}: its peers are not exactly the expected ones`;
+  const shadow = shadows.get(k);
+  if (shadow && !(sameIds(shadow.peers, d.netmap.peers) && holdsExactly(shadow, want))) return `${d.hostname}: its compact peer state differs from its whole netmap`;
+  return undefined;
+}
+
+/** newDevice makes plan device i, compact or sampled (see FULL_SAMPLE_EVERY). */
+function newDevice(k: number, i: number, keys?: Pick<TestDevice, 'machineKey' | 'nodeKey' | 'discoKey'>): TestDevice {
+  const base = { serverUrl: url, hostname: plan.devices[i]!.hostname, ...(keys ? { machineKey: keys.machineKey, nodeKey: keys.nodeKey, discoKey: keys.discoKey } : {}) };
+  if (k % FULL_SAMPLE_EVERY !== 0) return new TestDevice({ ...base, peers: () => new CompactPeers(directory) });
+  return new TestDevice({
+    ...base,
+    keep: (msg) => { applyMapResponse(shadows.get(k)!, msg); return msg; },
+    // Each map session starts both from nothing.
+    peers: () => { shadows.set(k, emptyNetMap(new CompactPeers(directory))); return new Map(); },
+  });
+}
+
+/** watching makes a compact peer map count the wanted peers as it is edited; its predicate is then O(1) per message. */
 function watching(d: TestDevice, want: Wanted): (nm: NetMap) => boolean {
   const peers = d.netmap.peers;
-  if (!(peers instanceof MatchingPeers)) return (nm) => holdsExactly(nm, want);
+  if (!(peers instanceof CompactPeers)) return (nm) => holdsExactly(nm, want);
   peers.watch(want);
   // A new map session has a new peer map: the counting one only judges the session it was watching.
   return (nm) => (nm.peers === peers ? peers.matches() : holdsExactly(nm, want));
@@ -190,7 +174,7 @@ async function join(concurrency: number, budgetMs: number): Promise<JoinResult> 
     if (performance.now() > deadline) throw new Error(`join budget used up: ${latencies.length}/${devices.length} devices of this worker joined`);
     const t0 = performance.now();
     const d0 = plan.devices[from + k]!;
-    const joined = await joinDevice(devices[k]!, { authKey: keys[planKey(d0)]!, ...(d0.routes.length ? { routes: d0.routes } : {}) });
+    const joined = await joinDevice(devices[k]!, { authKey: keys[planKey(d0)]!, ...(d0.routes.length ? { routes: d0.routes } : {}) }, (d) => newDevice(k, from + k, d));
     devices[k] = joined.device;
     retries += joined.retries;
     latencies.push(performance.now() - t0);
@@ -218,13 +202,13 @@ async function reconnect(concurrency: number, budgetMs: number): Promise<{ retri
 async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[] }> {
   let lastAt = 0;
   const wrong: string[] = [];
-  const matched: Array<{ d: TestDevice; want: Wanted }> = [];
+  const matched: Array<{ k: number; want: Wanted }> = [];
   await Promise.all(devices.map((d, k) => {
     const want = expected?.[k] ?? allOthers(k);
     return d.waitFor(watching(d, want), timeoutMs).then(
-      () => { lastAt = Math.max(lastAt, epochNow()); matched.push({ d, want }); },
+      () => { lastAt = Math.max(lastAt, epochNow()); matched.push({ k, want }); },
       () => {
-        const have = [...d.netmap.peers.values()].map((p) => keyIndex.get(p.Key ?? "") ?? -1);
+        const have = [...d.netmap.peers.values()].map((p) => indexOfKey(p) ?? -1);
         const haveSet = new Set(have);
         const missing: number[] = [];
         for (let i = 0; i < plan.devices.length; i++) if (bitsHas(want.bits, i) && !haveSet.has(i)) missing.push(i);
@@ -233,9 +217,10 @@ async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: str
       },
     );
   }));
-  // Once every device is in, outside the measured convergence: each counted match agrees with a scan of the peers.
-  for (const { d, want } of matched) {
-    if (!holdsExactly(d.netmap, want)) wrong.push(`${d.hostname}: the counted match disagrees with a scan of its peers`);
+  // Once every device is in, outside the measured convergence: each counted match agrees with the full check.
+  for (const { k, want } of matched) {
+    const why = checkDevice(k, want);
+    if (why) wrong.push(`${why} (its counted match said it held them)`);
   }
   return { lastAt, wrong };
 }
@@ -247,6 +232,8 @@ async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: str
  */
 async function arm(change: Change, timeoutMs: number): Promise<void> {
   let after: Wanted[] | undefined = expected;
+  // The checks below read the target's name and tags: from now on every device keeps that peer whole.
+  if (change.kind !== 'policy') directory.followed.add(change.nodeId);
   if (change.kind === 'tags') {
     const d = plan.devices[change.index]!;
     const next: DevicePlan = { ...d, tags: [...change.tags].sort(), user: d.user };
@@ -289,13 +276,13 @@ async function arm(change: Change, timeoutMs: number): Promise<void> {
 }
 
 /**
- * verify counts the devices, affected or not, not holding exactly what the policy lets them see, by a scan of every
- * peer of every device. The driver asks once every worker has reported its times, so the scan shares the two cores
+ * verify counts the devices, affected or not, not holding exactly what the policy lets them see, by the full check
+ * of every device (checkDevice). The driver asks once every worker has reported its times, so the scan shares the two cores
  * with no measured change.
  */
 function verify(): number {
   let wrong = 0;
-  devices.forEach((d, k) => { if (!holdsExactly(d.netmap, expected?.[k] ?? allOthers(k))) wrong++; });
+  devices.forEach((_, k) => { if (checkDevice(k, expected?.[k] ?? allOthers(k))) wrong++; });
   return wrong;
 }
 
@@ -307,7 +294,9 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
       url = cmd.url;
       keys = cmd.keys;
       withPolicy = cmd.policy;
-      devices = plan.devices.slice(cmd.from, cmd.to).map((d) => new TestDevice({ serverUrl: cmd.url, hostname: d.hostname, keep: keepChecked, peers: () => new MatchingPeers(indexOfPeer) }));
+      directory = new PeerDirectory(plan.devices.length);
+      shadows.clear();
+      devices = Array.from({ length: cmd.to - cmd.from }, (_, k) => newDevice(k, cmd.from + k));
       const t0 = cpuMs();
       variant = 0;
       expected = withPolicy ? expectedSets(0) : undefined;
@@ -318,7 +307,7 @@ async function handle(cmd: WorkerCommand): Promise<unknown> {
     case 'reconnect': return reconnect(cmd.concurrency, cmd.budgetMs);
     case 'keys':
       keyIndex = new Map(cmd.nodeKeys.map((k, i) => [k, i]));
-      byNodeId = new Int32Array(0);
+      directory.reset((key) => keyIndex.get(key));
       return null;
     case 'converge': return converge(cmd.timeoutMs);
     case 'arm': await arm(cmd.change, cmd.timeoutMs); return null;

@@ -26,12 +26,11 @@ export interface TestDeviceOptions {
   machineKey?: KeyPair;
   nodeKey?: KeyPair;
   /**
-   * keep is what the device keeps of each MapResponse it applies (all of it by default). The benchmark's workers
-   * keep of peers only what they check: thousands of devices each holding thousands of whole peers would make the load
-   * generator's garbage collector, not the server, the bottleneck (see bench-worker.ts in @headway/bench).
+   * keep is what the device keeps of each MapResponse it applies (all of it by default). It sees every message,
+   * keep-alives included, before it is applied (the benchmark's workers feed a second, compact netmap from it).
    */
   keep?: (msg: MapResponse) => MapResponse;
-  /** peers makes the peer map of each map session's netmap (a plain Map by default; see bench-match.ts in @headway/bench). */
+  /** peers makes the peer map of each map session's netmap (a plain Map by default; see bench-compact.ts in @headway/bench). */
   peers?: () => Map<NodeID, Node>;
   discoKey?: KeyPair;
 }

@@ -26,7 +26,7 @@ export interface NetMap {
  */
 const FILTER_STALE = Symbol('filterStale');
 
-/** emptyNetMap is the state before the first MapResponse; peers may be a Map of the caller's (bench-match.ts in @headway/bench). */
+/** emptyNetMap is the state before the first MapResponse; peers may be a Map of the caller's (bench-compact.ts in @headway/bench). */
 export function emptyNetMap(peers: Map<NodeID, Node> = new Map()): NetMap {
   let filter: FilterRule[] = [];
   let stale = false;

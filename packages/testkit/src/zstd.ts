@@ -1,5 +1,7 @@
+import { isUtf8 } from 'node:buffer';
 import { constants, zstdCompressSync, zstdDecompressSync } from 'node:zlib';
 import { decompress as wasmDecompress, init as initWasmZstd } from '@bokuweb/zstd-wasm';
+import { OwnText, withoutMembers, type JsonScan } from './own-text.js';
 
 /**
  * WASM_MAX_BODY: frames up to this size are decoded with @bokuweb/zstd-wasm, larger ones with node:zlib. node:zlib
@@ -148,16 +150,16 @@ const DECODED_CACHE_ENTRIES = 512;
 /** DECODED_CACHE_MAX_BODY: larger bodies (full maps, unique per device) are not worth keeping. */
 const DECODED_CACHE_MAX_BODY = 16 * 1024;
 /**
- * DECODED_CACHE_KEY_TAIL: a body is looked up by its length, its middle bytes and its last bytes, then compared whole
- * (hashing it all cost more). The middle matters for a body of several frames: its last frame is often a session's
+ * DECODED_CACHE_KEY_TAIL: a body is looked up by a hash of its length, its middle bytes and its last bytes, then
+ * compared whole (hashing it all cost more). The middle matters for a body of several frames: its last frame is often a session's
  * few own bytes ('}'), the same in every message of a flush, and keys of length and tail alone would collide and
  * evict each other, costing the workers far more CPU in a policy change.
  */
 const DECODED_CACHE_KEY_TAIL = 24;
-const decodedCache = new Map<string, { body: Buffer; value: unknown }>();
+const decodedCache = new Map<number, { body: Buffer; value: unknown }>();
 
 /** remember puts an entry in one of the decoder's caches, dropping its oldest at DECODED_CACHE_ENTRIES. */
-function remember<V>(cache: Map<string, V>, key: string, value: V): void {
+function remember<V>(cache: Map<number, V>, key: number, value: V): void {
   if (cache.size >= DECODED_CACHE_ENTRIES) cache.delete(cache.keys().next().value!);
   cache.set(key, value);
 }
@@ -172,6 +174,25 @@ let freezeShared = true;
  */
 export function setFreezeShared(on: boolean): void {
   freezeShared = on;
+}
+
+/** skipped: top-level members of a message the decoder leaves out (see setSkippedMembers). */
+let skipped: ReadonlySet<string> = new Set();
+
+/**
+ * setSkippedMembers makes the decoder leave out a message's top-level members of these names without building them
+ * (none by default). The benchmark's workers skip the packet filter, which their devices never read: it is most of
+ * the text a device receives in a join or a policy change.
+ */
+export function setSkippedMembers(names: readonly string[]): void {
+  skipped = new Set(names);
+}
+
+/** skipMembers is a message's text without the skipped members (and the value marks those held, see VALUE_MARK). */
+function skipMembers(text: string): { text: string; marks: number } {
+  const cut = skipped.size ? withoutMembers(text, skipped) : undefined;
+  if (!cut || cut.dropped.some((d) => d.includes(RUN_MARK))) return { text, marks: 0 };
+  return { text: cut.text, marks: cut.dropped.reduce((n, d) => n + d.split(VALUE_MARK).length - 1, 0) };
 }
 
 function deepFreeze<T>(v: T): T {
@@ -192,7 +213,7 @@ function parseBody(body: Buffer): unknown {
     throw new Error(`map frame is not valid zstd: ${(err as Error).message}`);
   }
   try {
-    return JSON.parse(json);
+    return JSON.parse(skipMembers(json).text);
   } catch (err) {
     throw new Error(`map frame is not valid JSON: ${(err as Error).message}`);
   }
@@ -206,16 +227,20 @@ function parseBody(body: Buffer): unknown {
  * benchmark's workers spend on a join burst's messages.
  */
 const MEMBERS_MIN_FRAME = 256;
-const membersCache = new Map<string, { frame: Buffer; members: Record<string, unknown> }>();
+const membersCache = new Map<number, { frame: Buffer; members: Record<string, unknown> }>();
 /** textCache: large frames that are not member lists (a block of a filter rule's sources many messages hold). */
-const textCache = new Map<string, { frame: Buffer; text: string }>();
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+const textCache = new Map<number, { frame: Buffer; text: string }>();
 
-/** cacheKey is a body's length, middle and last bytes (see DECODED_CACHE_KEY_TAIL). */
-function cacheKey(body: Uint8Array): string {
-  const b = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-  const mid = b.length >> 1;
-  return `${b.length}:${b.toString('latin1', mid, mid + DECODED_CACHE_KEY_TAIL)}:${b.toString('latin1', Math.max(0, b.length - DECODED_CACHE_KEY_TAIL))}`;
+/**
+ * cacheKey is a 32-bit FNV-1a hash of a body's length, middle and last bytes (see DECODED_CACHE_KEY_TAIL), made
+ * without an allocation: every frame of every message is looked up. Entries are compared whole on a hit.
+ */
+function cacheKey(body: Uint8Array): number {
+  let h = Math.imul(0x811c9dc5 ^ body.length, 0x01000193);
+  const mid = body.length >> 1;
+  for (let i = mid, end = Math.min(body.length, mid + DECODED_CACHE_KEY_TAIL); i < end; i++) h = Math.imul(h ^ body[i]!, 0x01000193);
+  for (let i = Math.max(0, body.length - DECODED_CACHE_KEY_TAIL); i < body.length; i++) h = Math.imul(h ^ body[i]!, 0x01000193);
+  return h;
 }
 
 /**
@@ -226,7 +251,7 @@ function cacheKey(body: Uint8Array): string {
  */
 function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | { text: string } | undefined {
   const large = frame.length >= MEMBERS_MIN_FRAME;
-  const key = large ? cacheKey(frame) : '';
+  const key = large ? cacheKey(frame) : 0;
   const hit = large ? membersCache.get(key) : undefined;
   if (hit && hit.frame.equals(frame)) return { members: hit.members };
   // A large frame that is not a member list but a piece of text many messages hold (a block of a filter rule's
@@ -234,7 +259,12 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
   const known = large ? textCache.get(key) : undefined;
   if (known && known.frame.equals(frame)) return { text: known.text };
   let text: string;
-  try { text = strictUtf8.decode(zstdDecompressOne(frame)); } catch { return undefined; }
+  // isUtf8 and toString are native calls without TextDecoder's per-call cost, which a device's many small frames feel.
+  try {
+    const bytes = zstdDecompressOne(frame);
+    if (!isUtf8(bytes)) return undefined;
+    text = bytes.toString('utf8');
+  } catch { return undefined; }
   if (large && !text.startsWith('"')) remember(textCache, key, { frame: Buffer.from(frame), text });
   if (!large || !text.startsWith('"')) return { text };
   let members: Record<string, unknown>;
@@ -248,7 +278,7 @@ function decodeFrame(frame: Uint8Array): { members: Record<string, unknown> } | 
  * runsCache: large frames holding a run of array elements (`{…},{…}`: a block of a full map's peers, which the server
  * compresses once for every joiner holding it), parsed once and shared (frozen) by every message holding the frame.
  */
-const runsCache = new Map<string, { frame: Buffer; elements: unknown[] }>();
+const runsCache = new Map<number, { frame: Buffer; elements: unknown[] }>();
 
 /** runOf is a frame's text parsed as array elements (cached), or undefined when it is not a run of objects. */
 function runOf(frame: Uint8Array, text: string): unknown[] | undefined {
@@ -269,7 +299,7 @@ function runOf(frame: Uint8Array, text: string): unknown[] | undefined {
  * once and shared (frozen) by every message holding the frame. Parsing those blocks again inside each device's own
  * text would be most of what the benchmark's workers spend on a join burst's filter updates.
  */
-const valuesCache = new Map<string, { frame: Buffer; value: unknown[] }>();
+const valuesCache = new Map<number, { frame: Buffer; value: unknown[] }>();
 
 /**
  * VALUE_MIN_TEXT: a whole array this long or longer is parsed once (valueOf); VALUE_MIN_FRAME: frames this long or
@@ -336,25 +366,6 @@ function spliceValues(v: unknown, values: unknown[][], found: { n: number }): bo
 const RUN_MARK = '\\u0000headway-run:';
 const RUN_VALUE = '\u0000headway-run:';
 
-/**
- * JsonScan follows JSON text fed in pieces (a piece may end inside a string): the open containers ('{' or '['),
- * whether it is inside a string or just after a backslash in one, and whether it ever closed more than it opened.
- */
-interface JsonScan { open: number[]; inString: boolean; escaped: boolean; overclosed: boolean }
-
-function scanJson(st: JsonScan, text: string): void {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (st.inString) {
-      if (st.escaped) st.escaped = false;
-      else if (c === 0x5c) st.escaped = true;
-      else if (c === 0x22) st.inString = false;
-    } else if (c === 0x22) st.inString = true;
-    else if (c === 0x7b || c === 0x5b) st.open.push(c);
-    else if (c === 0x7d || c === 0x5d) { if (st.open.pop() === undefined) st.overclosed = true; }
-  }
-}
-
 /** spliceRuns replaces every run mark in the top-level arrays of `out` by its run's elements; false if a mark is missing or misplaced. */
 function spliceRuns(out: Record<string, unknown>, runs: unknown[][]): boolean {
   let found = 0;
@@ -381,20 +392,13 @@ function spliceRuns(out: Record<string, unknown>, runs: unknown[][]): boolean {
  * body is not cut that way (parseBody decodes it whole then, and names what is wrong).
  */
 function parseSegmented(frames: Uint8Array[]): unknown {
-  let own = '';
+  const own = new OwnText();
   const lists: Array<Record<string, unknown>> = [];
   const runs: unknown[][] = [];
   // The own text is scanned only as far as a run's or a member list's place must be checked, and each part of it
   // once: a policy change's messages are hundreds of KB of own text with no run in them, and scanning each device's
-  // cost the workers seconds. A member list's cut (below) only takes off a comma and blanks appended after the last
-  // scan (the text of the piece scanned for comes before them).
-  const scan: JsonScan = { open: [], inString: false, escaped: false, overclosed: false };
-  let scanned = 0;
-  const scanOwn = (): JsonScan => {
-    scanJson(scan, own.slice(scanned));
-    scanned = own.length;
-    return scan;
-  };
+  // cost the workers seconds.
+  const scanOwn = (): JsonScan => own.scan();
   let hole = false; // a list was cut out right before the next own text
   let needMember = false; // a comma after `{` was taken out: a member must come next
   let afterRun = false; // a run of elements was cut out right before the next own text
@@ -402,13 +406,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   let afterValue = false; // a member's value was cut out right before the next own text
   /** valueHere: own text so far ends with `"name":` in an object, where a member's whole value may be cut out. */
   const valueHere = (): boolean => {
-    if (hole || needMember || afterRun || afterValue || !/:\s*$/.test(own.slice(-16))) return false;
+    if (hole || needMember || afterRun || afterValue || !/:\s*$/.test(own.tail)) return false;
     const at = scanOwn();
     return !at.inString && !at.overclosed && at.open.at(-1) === 0x7b;
   };
   const takeValue = (value: unknown[]): void => {
-    own += `"${VALUE_MARK}${values.length}"`;
-    scanned = own.length; // a whole string: the scan's state is unchanged
+    own.append(`"${VALUE_MARK}${values.length}"`, true);
     values.push(value);
     afterValue = true;
   };
@@ -420,12 +423,11 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if (!piece) return undefined;
     // A run of objects right after `[` or `,` in a top-level array (a block of a full map's peers): parsed once.
     if ('text' in piece && f.length >= MEMBERS_MIN_FRAME && !hole && !needMember && !afterRun && piece.text.startsWith('{')
-      && /[[,]\s*$/.test(own.slice(-64))) {
+      && /[[,]\s*$/.test(own.tail)) {
       const at = scanOwn();
       const elements = !at.inString && !at.overclosed && at.open.length === 2 && at.open[0] === 0x7b && at.open[1] === 0x5b ? runOf(f, piece.text) : undefined;
       if (elements) {
-        own += `"${RUN_MARK}${runs.length}"`;
-        scanned = own.length; // a whole string: the scan's state is unchanged
+        own.append(`"${RUN_MARK}${runs.length}"`, true);
         runs.push(elements);
         afterRun = true;
         continue;
@@ -439,12 +441,12 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     if ('members' in piece) {
       // A list follows `{`, or a value and `,`, at depth 1: its comma is taken out (the list keeps the next one).
       if (hole || afterRun || afterValue) return undefined;
-      const last = own.trimEnd();
-      if (last.endsWith(',')) {
-        own = last.slice(0, -1).trimEnd();
+      own.trimEnd();
+      if (own.endsWith(',')) {
+        own.trimEnd(1);
+        own.trimEnd();
         if (own.endsWith('{') || own.endsWith(',') || needMember) return undefined;
-      } else if (last.endsWith('{')) own = last;
-      else return undefined;
+      } else if (!own.endsWith('{')) return undefined;
       const at = scanOwn();
       if (at.inString || at.overclosed || at.open.length !== 1) return undefined;
       lists.push(piece.members);
@@ -472,16 +474,17 @@ function parseSegmented(frames: Uint8Array[]): unknown {
     }
     if (runs.length && text.includes(RUN_MARK)) return undefined;
     if (values.length && text.includes(VALUE_MARK)) return undefined;
-    own += text;
+    own.append(text);
   }
   if (hole || needMember || afterRun || afterValue) return undefined;
   let value: unknown;
   // With no member list or run among the frames, `own` is every frame's text as it came: the whole message.
-  try { value = JSON.parse(own); } catch { return undefined; }
+  const { text, marks } = skipMembers(own.text());
+  try { value = JSON.parse(text); } catch { return undefined; }
   if (values.length) {
     // Before the runs and lists go in: only the own text's values are walked, not the shared ones.
     const found = { n: 0 };
-    if (!spliceValues(value, values, found) || found.n !== values.length) return undefined;
+    if (!spliceValues(value, values, found) || found.n !== values.length - marks) return undefined;
   }
   if (!lists.length && !runs.length) return value;
   if (!value || typeof value !== 'object' || Array.isArray(value)) return undefined;
@@ -490,7 +493,7 @@ function parseSegmented(frames: Uint8Array[]): unknown {
   for (const members of lists) {
     for (const k of Object.keys(members)) {
       if (Object.hasOwn(out, k)) return undefined;
-      out[k] = members[k];
+      if (!skipped.has(k)) out[k] = members[k];
     }
   }
   return out;

@@ -4,7 +4,7 @@
 import t, { type Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { constants, zstdCompressSync } from 'node:zlib';
-import { MapFrameDecoder, PlanRng, zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
+import { MapFrameDecoder, PlanRng, setSkippedMembers, zstdDecompress, zstdDecompressText, zstdFrameLength } from '../src/index.js';
 
 const compress = (data: Buffer, params: Record<number, number> = {}): Buffer =>
   zstdCompressSync(data, { params: { [constants.ZSTD_c_compressionLevel]: 1, ...params } });
@@ -368,4 +368,43 @@ t.test('a policy change\'s long message, hundreds of blocks between own pieces s
     if (got.PacketFilters[`r${blocks.length - 1}`]![0]!.SrcIPs === again.PacketFilters.x![0]!.SrcIPs) cut++;
   }
   t.equal(cut, total, 'the last block of every message was cut out and shared');
+});
+
+t.test('skipped members are left out of what is decoded, with the shared blocks they held, and the rest is as parsed whole', async (t) => {
+  setSkippedMembers(['PacketFilters', 'PacketFilter']);
+  t.teardown(() => setSkippedMembers([]));
+  let checked = 0;
+  for (let seed = 1; seed <= 120; seed++) {
+    const rng = new PlanRng(seed);
+    const blocks = Array.from({ length: 1 + rng.int(3) }, () => compress(Buffer.from(JSON.stringify(
+      Array.from({ length: 5 + rng.int(60) }, () => `100.64.${rng.int(4)}.${rng.int(256)}`)))));
+    const frames: Buffer[] = [];
+    // The filter sits first, last or between other members; some messages hold a shared peer list too.
+    const where = rng.int(3);
+    const list = rng.chance(0.5) ? peerList(rng, 'PeersChanged') : '';
+    let text = where === 0 ? '{' : `{"Domain":"x\\"}{[","Node":{"ID":${seed}},`;
+    text += '"PacketFilters":{';
+    blocks.forEach((block, k) => {
+      text += `${k ? ',' : ''}"r${k}":[{"SrcIPs":`;
+      frames.push(...cutText(rng, text));
+      frames.push(block);
+      text = `,"DstPorts":[{"IP":"100.64.9.${k}","Ports":{"First":22,"Last":22}}]}]`;
+    });
+    text += '}';
+    if (where !== 2) text += ',"ControlTime":"2026-11-27T00:00:00Z","PacketFilter":[{"SrcIPs":["*"]}]';
+    if (list) {
+      text += ',';
+      frames.push(...cutText(rng, text));
+      frames.push(compress(Buffer.from(list)));
+      text = '';
+    }
+    text += '}';
+    frames.push(...cutText(rng, text));
+    const expected = JSON.parse(wholeOf(frames)) as Record<string, unknown>;
+    delete expected.PacketFilters;
+    delete expected.PacketFilter;
+    t.same(decodeOne(frames), expected, `seed ${seed}: ${frames.length} frames`);
+    checked++;
+  }
+  t.equal(checked, 120);
 });

@@ -23,6 +23,8 @@
  *      more often than every 1,000 µs),
  *      BENCH_SERVER_NODE_FLAGS (more Node flags for the server alone, e.g. --trace-gc),
  *      BENCH_IDLE_S (when the idle `headway serve` is read, seconds after start: default 10,30; 0 skips it),
+ *      BENCH_SETTLE_S (how long the joined tailnet is left quiet before its resident set is read as settled, default
+ *      SETTLE_S),
  *      BENCH_WORKER_CPU_PROF (a directory: profile the load generator's workers), BENCH_CHANGE_PROF (a directory:
  *      one server profile per measured change, <devices>-<change>-<round>.cpuprofile, and one per worker,
  *      <devices>-<change>-<round>-worker<w>.cpuprofile, until every affected device has it; sampled every 100 µs),
@@ -45,6 +47,11 @@ import type { PolicyServerCommand, PolicyServerReady } from './bench-policy-serv
 import type { Change, JoinResult, WorkerCommand, WorkerStats } from './bench-worker.js';
 
 const DEFAULT_SIZES = [1000, 5000, 10000];
+/**
+ * SETTLE_S: the joined tailnet is left quiet this long before its resident set is read again: V8 gives the pages of
+ * a burst's garbage back by memory-reducing collections of its own about 15 s after the allocation rate drops.
+ */
+const SETTLE_S = 20;
 /**
  * WORKER_SEMI_SPACE_MB is each device worker's young-generation semi-space (--max-semi-space-size): larger than
  * V8's default, so fewer of a worker's short-lived parsed messages are promoted (see the worker fork below).
@@ -268,7 +275,7 @@ export interface RealisticResult {
     after: MemorySample;
     stats: unknown;
     /** rss: the resident set with no collection forced: before any device, peak over the join, once joined, peak over the changes. */
-    rss: { beforeDevices: number; peakJoin: number; joined: number; peakChanges: number };
+    rss: { beforeDevices: number; peakJoin: number; joined: number; settled: number; peakChanges: number };
   };
   restarts: RestartResult[];
   bytesPerSessionJoin: number;
@@ -366,6 +373,8 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
     // collector regrowing it.
     const cpuAfterJoin = await server.request<number>({ op: 'cpu' });
     const rssJoin = await server.request<{ live: number; peak: number; heapAtPeak: number; externalAtPeak: number }>({ op: 'rss' });
+    await new Promise((r) => setTimeout(r, envInt(process.env, 'BENCH_SETTLE_S', SETTLE_S, 0) * 1000));
+    const rssSettled = await server.request<{ live: number }>({ op: 'rss' });
     const stats = await server.request({ op: 'stats' });
     const workersAfterJoin = await Promise.all(workers.map((c) => c.request<WorkerStats>({ op: 'stats' })));
     const joinBytes = workersAfterJoin.reduce((s, w) => s + w.mapBytes, 0) - workersBefore.reduce((s, w) => s + w.mapBytes, 0);
@@ -431,7 +440,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
 
     const rssChanges = await server.request<{ live: number; peak: number; heapAtPeak: number; externalAtPeak: number }>({ op: 'rss' });
     log(`  [${n}] server RSS (no collection forced): ${mib(rssBefore.live)} MiB before the devices, peak ${mib(rssJoin.peak)} over the join (V8 heap ${mib(rssJoin.heapAtPeak)}, external ${mib(rssJoin.externalAtPeak)} then), ` +
-      `${mib(rssJoin.live)} once joined, peak ${mib(rssChanges.peak)} over the changes (V8 heap ${mib(rssChanges.heapAtPeak)}, external ${mib(rssChanges.externalAtPeak)} then)`);
+      `${mib(rssJoin.live)} once joined, ${mib(rssSettled.live)} after it settled, peak ${mib(rssChanges.peak)} over the changes (V8 heap ${mib(rssChanges.heapAtPeak)}, external ${mib(rssChanges.externalAtPeak)} then)`);
     const serverAfter = await server.request<MemorySample>({ op: 'memory' });
     // BENCH_HEAP_SNAPSHOT=<dir>: the server's heap with every session idle, to see what a session keeps.
     const heapDir = process.env.BENCH_HEAP_SNAPSHOT;
@@ -468,7 +477,7 @@ async function runSize(n: number, opts: RealisticOptions): Promise<RealisticResu
         heapPerSessionBytes: Math.round((serverAfter.heapUsed - serverBefore.heapUsed) / n),
         rssPerSessionBytes: Math.round((serverAfter.rss - serverBefore.rss) / n),
         before: serverBefore, after: serverAfter, stats,
-        rss: { beforeDevices: rssBefore.live, peakJoin: rssJoin.peak, joined: rssJoin.live, peakChanges: rssChanges.peak },
+        rss: { beforeDevices: rssBefore.live, peakJoin: rssJoin.peak, joined: rssJoin.live, settled: rssSettled.live, peakChanges: rssChanges.peak },
       },
       restarts,
       bytesPerSessionJoin: Math.round(joinBytes / n), changes: summarizeRounds(changes), changeRounds: changes,
@@ -532,10 +541,10 @@ export async function runRealistic(argv: readonly string[]): Promise<void> {
     log('');
     log('Server resident set, MiB (sampled every 500 ms, no collection forced; the last column after forced full collections and a trim), and CPU, s:');
     log(formatTable([
-      ['N', 'before devices', 'peak join', 'joined', 'peak changes', 'after forced GC', 'join: srv CPU', 'workers CPU', 'workers/srv'],
+      ['N', 'before devices', 'peak join', 'joined', 'settled', 'peak changes', 'after forced GC', 'join: srv CPU', 'workers CPU', 'workers/srv'],
       ...results.map((r) => {
         const workersJoin = r.workersJoinCpuMs / 1000, serverJoin = r.server.cpuMsJoinAndConverge / 1000;
-        return [String(r.devices), mib(r.server.rss.beforeDevices), mib(r.server.rss.peakJoin), mib(r.server.rss.joined), mib(r.server.rss.peakChanges), mib(r.server.after.rss),
+        return [String(r.devices), mib(r.server.rss.beforeDevices), mib(r.server.rss.peakJoin), mib(r.server.rss.joined), mib(r.server.rss.settled), mib(r.server.rss.peakChanges), mib(r.server.after.rss),
           serverJoin.toFixed(1), workersJoin.toFixed(1), (workersJoin / serverJoin).toFixed(2)];
       }),
     ]));

@@ -10,7 +10,7 @@ const BENCH = fileURLToPath(new URL('../src/bench.js', import.meta.url));
 
 t.test('a 30-device run restarts the server twice and every device comes back with a correct netmap', async (t) => {
   const child = spawn(process.execPath, ['--expose-gc', BENCH, '--sizes', '30', '--rounds', '1', '--workers', '1', '--restart', 'term,kill'], {
-    env: { ...process.env, BENCH_IDLE_S: '2' }, stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, BENCH_IDLE_S: '2', BENCH_SETTLE_S: '1' }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
   child.stdout.on('data', (c: Buffer) => { out += c.toString(); });

@@ -11,6 +11,7 @@ import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, wri
 import { createServer } from 'node:net';
 import { createSocket } from 'node:dgram';
 import { tmpdir } from 'node:os';
+import { getHeapStatistics } from 'node:v8';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serverNodeFlags } from '@headway/core';
@@ -82,7 +83,7 @@ function clockTicks(): number {
 /** startHeadway forks bench-headscale-server.js with the policy file and waits until it is ready. */
 export async function startHeadway(policyFile: string): Promise<Target> {
   const proc = fork(new URL('./bench-headscale-server.js', import.meta.url), [], {
-    execArgv: serverNodeFlags({ memory: { heap_limit_mb: 0 } }, []), stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
+    execArgv: serverNodeFlags({ memory: { heap_limit_mb: 0 } }, [], getHeapStatistics().heap_size_limit / 2 ** 20), stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, BENCH_POLICY_FILE: policyFile },
   });
   const ready = await new Promise<{ url: string; apiKey: string }>((resolve, reject) => {
     const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`Headway did not start within ${START_TIMEOUT_MS} ms`)); }, START_TIMEOUT_MS);

@@ -33,6 +33,7 @@
  *      default WORKER_SEMI_SPACE_MB; 0: V8's default).
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { getHeapStatistics } from 'node:v8';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -178,7 +179,7 @@ function startServer(n: number, opts: RealisticOptions, run: ServerRun): Promise
   // BENCH_SERVER_NODE_FLAGS: more flags for the server process alone, space-separated (e.g. --trace-gc).
   const extra = (process.env.BENCH_SERVER_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
   // The options `headway serve` runs the server under, unless BENCH_SERVER_NODE_FLAGS gives its own.
-  const serve = serverNodeFlags({ memory: { heap_limit_mb: 0 } }, extra);
+  const serve = serverNodeFlags({ memory: { heap_limit_mb: 0 } }, extra, getHeapStatistics().heap_size_limit / 2 ** 20);
   const execArgv = ['--expose-gc', ...serve, ...extra, ...(profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...(interval ? [`--cpu-prof-interval=${interval}`] : [])] : [])];
   const proc = fork(new URL('./bench-policy-server.js', import.meta.url), [], {
     execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'],

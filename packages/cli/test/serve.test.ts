@@ -2,7 +2,8 @@ import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import t, { type Test } from 'tap';
-import { NODE_FLAGS_ENV, SERVER_SEMI_SPACE_MB } from '@headway/core/ports';
+import { getHeapStatistics } from 'node:v8';
+import { NODE_FLAGS_ENV, SERVER_HEAP_LIMIT_MB, SERVER_SEMI_SPACE_MB } from '@headway/core/ports';
 import { RUN, headway, tempDir, writeServeConfig } from './helpers.js';
 
 // Boots the real server (sqlite), so it only runs once the workspace is built.
@@ -87,15 +88,17 @@ const procfs = existsSync('/proc/self/cmdline') ? false : 'no /proc here';
 t.test('serve: the server runs, in the process that was started, under its V8 options', { skip: skip || procfs }, async (t) => {
   const { argv, environ } = await serveAndRead(t, []);
   t.ok(argv.includes(`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`), `the young generation is set: ${argv.join(' ')}`);
-  t.notOk(argv.some((a) => a.startsWith('--max-old-space-size')), 'the old generation is left to Node when memory.heap_limit_mb is 0');
+  const nodeLimit = getHeapStatistics().heap_size_limit / 2 ** 20;
+  const old = nodeLimit > SERVER_HEAP_LIMIT_MB ? [`--max-old-space-size=${SERVER_HEAP_LIMIT_MB}`] : [];
+  t.same(argv.filter((a) => a.startsWith('--max-old-space-size')), old, `the old generation: at most ${SERVER_HEAP_LIMIT_MB} MiB (Node's here: ${nodeLimit})`);
   t.ok(argv.includes('serve') && argv.includes('-c'), 'with the command line it was given');
-  t.ok(environ.includes(`${NODE_FLAGS_ENV}=--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`), 'marked as started again (never a third time)');
+  t.ok(environ.includes(`${NODE_FLAGS_ENV}=${[`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`, ...old].join(' ')}`), 'marked as started again (never a third time)');
 });
 
 t.test('serve: memory.heap_limit_mb sets the old generation; options the operator gave are kept', { skip: skip || procfs }, async (t) => {
   const limited = await serveAndRead(t, ['memory:', '  heap_limit_mb: 300']);
   t.ok(limited.argv.includes('--max-old-space-size=300'), limited.argv.join(' '));
-  const own = await serveAndRead(t, [], { NODE_OPTIONS: '--max-semi-space-size=8' });
+  const own = await serveAndRead(t, [], { NODE_OPTIONS: '--max-semi-space-size=8 --max-old-space-size=2000' });
   t.notOk(own.argv.some((a) => a.startsWith('--max-semi-space-size')), `NODE_OPTIONS' semi-space is not overridden: ${own.argv.join(' ')} ${own.environ.filter((e) => e.startsWith('NODE_OPTIONS')).join(' ')}`);
   t.notOk(own.environ.some((e) => e.startsWith(`${NODE_FLAGS_ENV}=`)), 'nothing to add: the process was not started again');
 });

@@ -1,18 +1,22 @@
 import t from 'tap';
 import { resolveConfig } from '../src/config/load.js';
-import { nodeOptionsArgs, SERVER_SEMI_SPACE_MB, serverNodeFlags } from '../src/node-flags.js';
+import { nodeOptionsArgs, SERVER_HEAP_LIMIT_MB, SERVER_SEMI_SPACE_MB, serverNodeFlags } from '../src/node-flags.js';
 
 const memory = (heap_limit_mb: number) => ({ memory: { heap_limit_mb } });
 
-t.test('the server gets its semi-space, and the old generation only when memory.heap_limit_mb is set', async (t) => {
-  t.same(serverNodeFlags(memory(0), []), [`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`]);
-  t.same(serverNodeFlags(memory(512), []), [`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`, '--max-old-space-size=512']);
+const semi = `--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`;
+
+t.test('the server gets its semi-space and an old generation of memory.heap_limit_mb, or at most SERVER_HEAP_LIMIT_MB', async (t) => {
+  t.same(serverNodeFlags(memory(0), [], 4096), [semi, `--max-old-space-size=${SERVER_HEAP_LIMIT_MB}`], 'a large host: the limit is brought down');
+  t.same(serverNodeFlags(memory(0), [], SERVER_HEAP_LIMIT_MB / 2), [semi], 'a small host or container: Node\'s own, smaller limit stays');
+  t.same(serverNodeFlags(memory(512), [], 4096), [semi, '--max-old-space-size=512']);
+  t.same(serverNodeFlags(memory(3000), [], 256), [semi, '--max-old-space-size=3000'], 'the configured limit wins either way');
 });
 
 t.test('an option the operator gave is left alone, however it is spelled', async (t) => {
-  t.same(serverNodeFlags(memory(512), ['--max-semi-space-size=16']), ['--max-old-space-size=512']);
-  t.same(serverNodeFlags(memory(512), ['--max_old_space_size=1024', '--inspect']), [`--max-semi-space-size=${SERVER_SEMI_SPACE_MB}`]);
-  t.same(serverNodeFlags(memory(512), ['--max-semi-space-size=4', '--max-old-space-size=99']), [], 'nothing to add');
+  t.same(serverNodeFlags(memory(512), ['--max-semi-space-size=16'], 4096), ['--max-old-space-size=512']);
+  t.same(serverNodeFlags(memory(0), ['--max_old_space_size=2048', '--inspect'], 4096), [semi]);
+  t.same(serverNodeFlags(memory(512), ['--max-semi-space-size=4', '--max-old-space-size=99'], 4096), [], 'nothing to add');
 });
 
 t.test('memory.heap_limit_mb: a number of MiB, 0 by default; anything else is an error naming the key', async (t) => {

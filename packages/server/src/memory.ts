@@ -1,4 +1,5 @@
 import { constants, PerformanceObserver } from 'node:perf_hooks';
+import { getHeapStatistics } from 'node:v8';
 import type { Logger } from '@headway/core';
 import type { Metrics } from '@headway/core';
 
@@ -93,6 +94,28 @@ export class MemoryTrimmer {
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
     this.timer = undefined;
   }
+}
+
+/** SESSION_HEAP_BYTES: the live JavaScript heap one connected device takes (about 23-30 KiB measured; docs/performance.md). */
+export const SESSION_HEAP_BYTES = 32 * 1024;
+
+/**
+ * heapHeadroomWarning says when the heap's limit leaves less than twice what the stored tailnet needs live with every
+ * node connected (bursts of joins and changes hold more for a while): the server would stop with V8's out-of-memory
+ * error at the next large burst. `heapUsed` is the heap in use now, with the tailnet loaded and no session yet.
+ */
+export function heapHeadroomWarning(nodes: number, heapUsed: number, heapLimit: number): string | undefined {
+  const need = heapUsed + nodes * SESSION_HEAP_BYTES;
+  if (need * 2 <= heapLimit) return undefined;
+  const mib = (b: number) => Math.round(b / 2 ** 20);
+  return `the JavaScript heap's limit is ${mib(heapLimit)} MiB; with its ${nodes} nodes connected the server holds about ${mib(need)} MiB live and more in bursts: ` +
+    `raise memory.heap_limit_mb (to ${Math.ceil((need * 3) / 2 ** 20 / 256) * 256} or more)`;
+}
+
+/** warnHeapHeadroom logs heapHeadroomWarning for this process, once the tailnet is loaded. */
+export function warnHeapHeadroom(logger: Logger, nodes: number): void {
+  const warning = heapHeadroomWarning(nodes, process.memoryUsage().heapUsed, getHeapStatistics().heap_size_limit);
+  if (warning) logger.warn(warning);
 }
 
 /**

@@ -23,7 +23,7 @@ import { mountSite, type BuildInfo } from './site.js';
 import { readFileSync } from 'node:fs';
 import type { DriveService } from '@headway/core';
 import { bootKernel, composeKernel } from './compose.js';
-import { startMemoryTrimmer, type MemoryTrimmer } from './memory.js';
+import { startMemoryTrimmer, warnHeapHeadroom, type MemoryTrimmer } from './memory.js';
 import { closeSilentConnections } from '@headway/core';
 import { bindListeners, handOver, serveRequests } from './listeners.js';
 import { recordAead } from '@headway/noise';
@@ -169,6 +169,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       ...(config.database.type === 'sqlite' && config.database.sqlite.path !== ':memory:'
         ? ['', '-wal', '-shm', '-journal'].map((x) => config.database.sqlite.path + x) : []),
     ]));
+
+    warnHeapHeadroom(logger, state.nodes.list().length);
 
     const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, extra: (router) => {
       login?.routes(router); control.routes(router); relay.routes(router);

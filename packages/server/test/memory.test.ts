@@ -5,6 +5,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { createLogger } from '@headway/core';
 import { MemoryTrimmer, type TrimClock } from '../src/index.js';
+import { heapHeadroomWarning } from '../src/memory.js';
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
@@ -139,4 +140,15 @@ t.test('trimNow reports what the trim gave back', async (t) => {
   const released = trimmer.trimNow();
   t.ok(released >= 0, 'a byte count');
   t.equal((await m.memoryTrimmedBytes.get()).values[0]?.value, released, 'counted');
+});
+
+t.test('the heap limit is checked against the stored tailnet at start', async (t) => {
+  const MiB = 2 ** 20;
+  t.equal(heapHeadroomWarning(1000, 40 * MiB, 1024 * MiB), undefined, '1,000 nodes fit a 1 GiB heap with room for bursts');
+  t.equal(heapHeadroomWarning(0, 40 * MiB, 128 * MiB), undefined, 'an empty tailnet fits a small heap');
+  const tight = heapHeadroomWarning(20_000, 300 * MiB, 1024 * MiB);
+  t.match(tight, /limit is 1024 MiB; with its 20000 nodes connected the server holds about 925 MiB live/);
+  t.match(tight, /raise memory\.heap_limit_mb \(to 2816 or more\)/, 'names the key and a limit with room');
+  t.equal(heapHeadroomWarning(15_000, 40 * MiB, 1024 * MiB), undefined, '15,000 nodes: just twice what they hold live');
+  t.ok(heapHeadroomWarning(16_000, 40 * MiB, 1024 * MiB), '16,000: less than twice');
 });

@@ -1,4 +1,5 @@
 import { configSearchPath, createLogger, formatProblem, loadConfig, NODE_FLAGS_ENV, nodeOptionsArgs, serverNodeFlags, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
+import { getHeapStatistics } from 'node:v8';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 import { buildInfo, CLI_ROOT, type BuildInfo } from '../build-info.js';
 
@@ -46,7 +47,7 @@ async function checkServerUrl(check: ServerUrlCheck | undefined, server: Running
 function restartWithNodeFlags(config: HeadwayConfig): boolean {
   if (process.env[NODE_FLAGS_ENV] !== undefined || typeof process.execve !== 'function') return false;
   const given = [...process.execArgv, ...nodeOptionsArgs(process.env.NODE_OPTIONS)];
-  const flags = serverNodeFlags(config, given);
+  const flags = serverNodeFlags(config, given, getHeapStatistics().heap_size_limit / 2 ** 20);
   if (flags.length === 0) return false;
   process.execve(process.execPath, [process.execPath, ...process.execArgv, ...flags, ...process.argv.slice(1)], { ...process.env, [NODE_FLAGS_ENV]: flags.join(' ') });
   return true;

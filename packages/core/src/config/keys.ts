@@ -101,7 +101,7 @@ const TABLE = {
   'cluster.change_retention': duration({ default: 10 * 60_000, doc: 'MySQL/MariaDB: how long change-log rows are kept before they are pruned' }),
   tls_cert_path: path({ default: '', empty: true, doc: 'PEM certificate: serve HTTPS on listen_addr' }),
   tls_key_path: path({ default: '', empty: true, doc: 'PEM private key for tls_cert_path' }),
-  'memory.heap_limit_mb': int({ default: 0, min: 0, max: 1_048_576, doc: "the JavaScript heap's limit in MiB (V8's old generation, --max-old-space-size); 0: Node sizes it from the machine's or the container's memory" }),
+  'memory.heap_limit_mb': int({ default: 0, min: 0, max: 1_048_576, doc: "the JavaScript heap's limit in MiB (V8's old generation, --max-old-space-size); 0: 1024, or less where Node sizes it smaller from the machine's or the container's memory; about 30 KiB per connected device are live, so raise it past ~20,000 devices" }),
   'log.level': oneOf({ values: ['trace', 'debug', 'info', 'warn', 'error'], default: 'info', doc: 'log level' }),
   'log.format': oneOf({ values: ['text', 'json'], default: 'text', doc: 'log format' }),
   'policy.mode': text({ default: 'file', doc: 'file | database | an npm package name providing a policy source' }),

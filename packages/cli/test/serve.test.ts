@@ -79,6 +79,7 @@ async function serveAndRead(t: Test, extraConfig: string[], env: NodeJS.ProcessE
   const socket = `${dir}/data/headway.sock`;
   for (let i = 0; i < 150 && !existsSync(socket); i++) await new Promise((r) => setTimeout(r, 100));
   t.ok(existsSync(socket), `the server listens (stderr: ${stderr})`);
+  t.equal(stderr.split('config file loaded').length - 1, 1, 'the start is logged once, not again by the process started again');
   const read = (f: string) => readFileSync(`/proc/${child.pid}/${f}`, 'utf8').split('\0').filter(Boolean);
   return { pid: child.pid!, argv: read('cmdline'), environ: read('environ') };
 }

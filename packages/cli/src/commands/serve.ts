@@ -66,6 +66,8 @@ export default class Serve extends HeadwayCommand {
     await this.parse(Serve);
     const loadOpts = this.configPath ? { path: this.configPath } : {};
     const { config, source, problems } = loadConfig(loadOpts);
+    // Before anything is logged, so the process started again says it once.
+    if (!problems.some((p) => p.level !== 'warn') && restartWithNodeFlags(config)) return;
     const logger = createLogger({ level: config.log.level, format: config.log.format, write: logWriter(config.log.format) });
     // The warning that server_url names another port of this machine waits until the server listens:
     // a proxy or balancer there forwarding to this server is the intended address, not a mistake.
@@ -85,7 +87,6 @@ export default class Serve extends HeadwayCommand {
       logger.info(`no config file found (looked in ${configSearchPath(loadOpts).join(', ')}); using built-in defaults`);
     }
 
-    if (restartWithNodeFlags(config)) return;
     if (process.env[NODE_FLAGS_ENV]) logger.debug('running with the server\'s Node options', { flags: process.env[NODE_FLAGS_ENV] });
 
     // Imported lazily so the admin commands never load the server's dependencies.

@@ -53,16 +53,11 @@ export interface NotImplemented {
   instead: string;
 }
 
-const LETS_ENCRYPT: NotImplemented = { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' };
-
 /**
  * NOT_IMPLEMENTED_PREFIXES: keys not in KEYS whose name starts with one of these are
- * accepted and reported (`tls_letsencrypt_` covers every `tls_letsencrypt_*` key). A key listed in KEYS or REMOVED is never matched here.
+ * accepted and reported (`database.gorm` covers every `database.gorm.*` key). A key listed in KEYS or REMOVED is never matched here.
  */
 export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
-  tls_letsencrypt_: LETS_ENCRYPT,
-  acme_url: LETS_ENCRYPT,
-  acme_email: LETS_ENCRYPT,
   'database.gorm': { feature: 'gorm (headscale\'s ORM) tuning', instead: 'Headway does not use gorm; database.debug logs SQL' },
   'dns.use_username_in_magic_dns': { feature: 'user names in MagicDNS names', instead: 'node names never include the user name' },
   'policy.v1': { feature: 'the version 1 policy format', instead: 'Headway reads the current Tailscale policy format only' },

@@ -123,7 +123,7 @@ t.test('unknown keys warn; headscale keys accepted but not implemented warn nami
     ['warn', 'database.gorm.prepare_stmt, database.gorm.skip_err_record_not_found'],
     ['warn', 'policy.v1.x'],
   ], 'disable_check_updates true is what Headway does anyway');
-  t.match(unimplemented[1]!.message, /not implemented: the version 1 policy format \(these keys are ignored\)/);
+  t.match(unimplemented[1]!.message, /not implemented: the version 1 policy format \(this key is ignored\)/);
   t.same(resolveConfig({ logtail: { enabled: true } }).problems.map((p) => p.key), ['logtail.enabled']);
   t.same(resolveConfig({ oidc: { expiry: '1d' } }).problems.filter((p) => p.code !== 'headscale_default').map((p) => p.level), ['fatal'], 'a removed oidc key still stops the server');
 });

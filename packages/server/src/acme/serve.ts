@@ -1,0 +1,78 @@
+import type http from 'node:http';
+import type https from 'node:https';
+import type { HeadwayConfig, Logger } from '@headway/core';
+import { serveRequests } from '../listeners.js';
+import { http01Handler, type AnswerSlot } from './listen.js';
+import { CertificateManager, type Clock } from './manager.js';
+import type { Certificate } from './material.js';
+import type { Orderer } from './order.js';
+import { DirectoryStore, type CertificateStore } from './store.js';
+
+/*
+ * Let's Encrypt in a running server: the certificate manager wired to the listeners bound for it.
+ */
+
+export interface CertificateOptions {
+  config: HeadwayConfig;
+  logger: Logger;
+  /** slot is what the listeners were bound with (bindListeners): the manager answers through it. */
+  slot: AnswerSlot;
+  main: https.Server;
+  acmeHttp?: http.Server;
+  /** store: where the certificate is shared (the database, in a cluster); default tls_letsencrypt_cache_dir. */
+  store?: CertificateStore;
+  holder?: string;
+  clock?: Clock;
+  order?: Orderer;
+}
+
+/** pemPair is a certificate as the TLS listeners take it. */
+export function pemPair(c: Certificate): { cert: Buffer; key: Buffer } {
+  return { cert: Buffer.from(c.certPem), key: Buffer.from(c.keyPem) };
+}
+
+/**
+ * startCertificates answers validations on the bound listeners, serves each certificate the manager gets on the main
+ * listener (setSecureContext: open connections keep theirs, new ones get it), and waits for the first attempt.
+ */
+export async function startCertificates(opts: CertificateOptions): Promise<CertificateManager> {
+  const { config, logger } = opts;
+  const hostname = config.tls_letsencrypt_hostname.toLowerCase();
+  let store = opts.store;
+  if (!store) {
+    const dir = new DirectoryStore(config.tls_letsencrypt_cache_dir, hostname);
+    dir.check();
+    store = dir;
+  }
+  const manager = new CertificateManager({
+    hostname, directoryUrl: config.acme_url, email: config.acme_email,
+    challenge: config.tls_letsencrypt_challenge_type === 'TLS-ALPN-01' ? 'tls-alpn-01' : 'http-01',
+    store, logger, holder: opts.holder, clock: opts.clock, order: opts.order,
+  });
+  opts.slot.target = manager;
+  if (opts.acmeHttp) serveRequests(opts.acmeHttp, http01Handler(manager, config.server_url));
+  manager.on('certificate', (c) => opts.main.setSecureContext(pemPair(c)));
+  await manager.start();
+  return manager;
+}
+
+/** withCertificate calls `fn` with the manager's certificate now or, without one yet, when it comes; then `next` on each renewal. */
+export function withCertificate(manager: CertificateManager, fn: (c: Certificate) => unknown, next: (c: Certificate) => void): void {
+  let started = false;
+  const begin = (c: Certificate) => { started = true; void Promise.resolve(fn(c)); };
+  if (manager.current) begin(manager.current);
+  manager.on('certificate', (c) => { if (started) next(c); else begin(c); });
+}
+
+/** acmeHealth is /health's `tls:certificate` component: the served certificate's expiry, and the last renewal failure. */
+export function acmeHealth(manager: CertificateManager): () => Record<string, unknown[]> {
+  return () => {
+    const h = manager.health();
+    return {
+      'tls:certificate': [{
+        componentType: 'system', status: h.status, observedUnit: 'notAfter', observedValue: h.notAfter ?? null,
+        ...(h.serial ? { serial: h.serial } : {}), ...(h.lastError ? { output: h.lastError } : {}),
+      }],
+    };
+  };
+}

@@ -26,7 +26,7 @@ export function checkLetsEncrypt(values: Readonly<ConfigValues>, problems: Confi
   if (!parseLetsEncryptListen(listen)) err('tls_letsencrypt_listen', `expected host:port (:http, :80, 0.0.0.0:80), found ${JSON.stringify(listen)}`);
   const host = values.tls_letsencrypt_hostname;
   if (!host) return;
-  if (!isDomainName(host) || host.endsWith('.') || !host.includes('.') || host.includes('_') || host.includes('*')) {
+  if (!isDomainName(host) || host.endsWith('.') || host.includes('_') || host.includes('*')) {
     err('tls_letsencrypt_hostname', `expected the server's DNS name such as headway.example.com (no wildcard, no IP address), found ${JSON.stringify(host)}`);
   }
   if (values.tls_cert_path || values.tls_key_path) {

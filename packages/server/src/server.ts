@@ -137,7 +137,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('database ready', { database: storage.describe() });
     let certificates: CertificateManager | undefined;
     if (acmeSlot) {
-      certificates = await startCertificates({ config, logger, slot: acmeSlot, main: bound.main as https.Server, acmeHttp: bound.acmeHttp });
+      certificates = await startCertificates({ config, logger, slot: acmeSlot, main: bound.main as https.Server, acmeHttp: bound.acmeHttp, cluster: storage.cluster });
       const c = certificates;
       cleanups.push(() => c.close());
     }

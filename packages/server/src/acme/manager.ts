@@ -19,8 +19,8 @@ export const RETRY_MAX_MS = 3_600_000;
 const TIMER_STEP_MS = 86_400_000;
 /** LEASE_MS: how long an instance may order before another one may try (an order takes seconds). */
 const LEASE_MS = 10 * 60_000;
-/** CLUSTER_POLL_MS: how often an instance that does not hold the lease looks for the certificate another one ordered. */
-const CLUSTER_POLL_MS = 30_000;
+/** CLUSTER_POLL_MS: how often an instance that does not hold the lease looks for the certificate another one is ordering. */
+const CLUSTER_POLL_MS = 5000;
 
 /** Clock is time and timers, injected so tests move time themselves. */
 export interface Clock {
@@ -212,18 +212,43 @@ export class CertificateManager extends EventEmitter implements Challenges {
     return { status, ...(c ? { notAfter: new Date(c.notAfter).toISOString(), serial: c.serial } : {}), ...(this.lastError ? { lastError: this.lastError } : {}) };
   }
 
-  // Challenges: filled while an order is validated.
-  setHttp(token: string, keyAuthorization: string): void { this.http.set(token, keyAuthorization); }
-  clearHttp(token: string): void { this.http.delete(token); }
-  setAlpn(host: string, certPem: string, keyPem: string): void {
-    this.alpn.set(host.toLowerCase(), createSecureContext({ cert: certPem, key: keyPem }));
+  // Challenges: filled while an order is validated, and put in a shared store for the other instances to answer.
+  async setHttp(token: string, keyAuthorization: string): Promise<void> {
+    this.http.set(token, keyAuthorization);
+    await this.opts.store.putAnswer?.(`http-01:${token}`, keyAuthorization);
   }
-  clearAlpn(host: string): void { this.alpn.delete(host.toLowerCase()); }
+  async clearHttp(token: string): Promise<void> {
+    this.http.delete(token);
+    await this.opts.store.putAnswer?.(`http-01:${token}`, undefined);
+  }
+  async setAlpn(host: string, certPem: string, keyPem: string): Promise<void> {
+    this.alpn.set(host.toLowerCase(), createSecureContext({ cert: certPem, key: keyPem }));
+    await this.opts.store.putAnswer?.(`tls-alpn-01:${host.toLowerCase()}`, JSON.stringify({ certPem, keyPem }));
+  }
+  async clearAlpn(host: string): Promise<void> {
+    this.alpn.delete(host.toLowerCase());
+    await this.opts.store.putAnswer?.(`tls-alpn-01:${host.toLowerCase()}`, undefined);
+  }
 
-  /** httpAnswer is the key authorization for an HTTP-01 token being validated, if any. */
-  httpAnswer(token: string): string | undefined { return this.http.get(token); }
+  /** httpAnswer is the key authorization for an HTTP-01 token being validated here or, in a cluster, on another instance. */
+  async httpAnswer(token: string): Promise<string | undefined> {
+    return this.http.get(token) ?? await this.opts.store.getAnswer?.(`http-01:${token}`);
+  }
+
+  /** alpnOffered says whether an acme-tls/1 connection for `host` may be answered: a validation runs here, or may run on another instance. */
+  alpnOffered(host: string): boolean {
+    return this.alpn.has(host.toLowerCase()) || (this.opts.store.getAnswer !== undefined && host.toLowerCase() === this.opts.hostname);
+  }
+
   /** alpnContext is the acmeIdentifier certificate for a TLS-ALPN-01 validation of `host`, if one is running. */
-  alpnContext(host: string): SecureContext | undefined { return this.alpn.get(host.toLowerCase()); }
+  async alpnContext(host: string): Promise<SecureContext | undefined> {
+    const local = this.alpn.get(host.toLowerCase());
+    if (local) return local;
+    const shared = await this.opts.store.getAnswer?.(`tls-alpn-01:${host.toLowerCase()}`);
+    if (!shared) return undefined;
+    const { certPem, keyPem } = JSON.parse(shared) as { certPem: string; keyPem: string };
+    return createSecureContext({ cert: certPem, key: keyPem });
+  }
 
   async close(): Promise<void> {
     this.closed = true;

@@ -12,11 +12,11 @@ export type ChallengeType = 'http-01' | 'tls-alpn-01';
 
 /** Challenges is where an order puts the answers the CA asks for while it validates, and takes them back. */
 export interface Challenges {
-  setHttp(token: string, keyAuthorization: string): void;
-  clearHttp(token: string): void;
+  setHttp(token: string, keyAuthorization: string): Promise<void>;
+  clearHttp(token: string): Promise<void>;
   /** setAlpn serves `certPem` (the acmeIdentifier certificate, RFC 8737) to acme-tls/1 connections for `host`. */
-  setAlpn(host: string, certPem: string, keyPem: string): void;
-  clearAlpn(host: string): void;
+  setAlpn(host: string, certPem: string, keyPem: string): Promise<void>;
+  clearAlpn(host: string): Promise<void>;
 }
 
 export interface OrderRequest {
@@ -73,16 +73,16 @@ export const acmeOrder: Orderer = async (req, challenges) => {
     challengeCreateFn: async (authz, challenge, keyAuthorization) => {
       const type: string = challenge.type;
       if (type !== req.challenge) throw new Error(`the CA offered no ${req.challenge.toUpperCase()} challenge for ${authz.identifier.value}`);
-      if (type === 'http-01') challenges.setHttp(challenge.token, keyAuthorization);
+      if (type === 'http-01') await challenges.setHttp(challenge.token, keyAuthorization);
       else {
         const [alpnKey, alpnCert] = await acme.crypto.createAlpnCertificate(authz, keyAuthorization);
-        challenges.setAlpn(authz.identifier.value, alpnCert.toString(), alpnKey.toString());
+        await challenges.setAlpn(authz.identifier.value, alpnCert.toString(), alpnKey.toString());
       }
     },
     challengeRemoveFn: async (authz, challenge) => {
       const type: string = challenge.type;
-      if (type === 'http-01') challenges.clearHttp(challenge.token);
-      else if (type === 'tls-alpn-01') challenges.clearAlpn(authz.identifier.value);
+      if (type === 'http-01') await challenges.clearHttp(challenge.token);
+      else if (type === 'tls-alpn-01') await challenges.clearAlpn(authz.identifier.value);
     },
   });
   return { certPem, keyPem: keyPem.toString() };

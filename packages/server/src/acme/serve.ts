@@ -7,6 +7,9 @@ import { CertificateManager, type Clock } from './manager.js';
 import type { Certificate } from './material.js';
 import type { Orderer } from './order.js';
 import { DirectoryStore, type CertificateStore } from './store.js';
+import { DatabaseStore, sharedValues } from './store-db.js';
+import { randomUUID } from 'node:crypto';
+import type { ClusterPort } from '@headway/core';
 
 /*
  * Let's Encrypt in a running server: the certificate manager wired to the listeners bound for it.
@@ -19,9 +22,8 @@ export interface CertificateOptions {
   slot: AnswerSlot;
   main: https.Server;
   acmeHttp?: http.Server;
-  /** store: where the certificate is shared (the database, in a cluster); default tls_letsencrypt_cache_dir. */
-  store?: CertificateStore;
-  holder?: string;
+  /** cluster: with cluster.enabled, the database port that shares the certificate between the instances. */
+  cluster?: ClusterPort;
   clock?: Clock;
   order?: Orderer;
 }
@@ -38,8 +40,10 @@ export function pemPair(c: Certificate): { cert: Buffer; key: Buffer } {
 export async function startCertificates(opts: CertificateOptions): Promise<CertificateManager> {
   const { config, logger } = opts;
   const hostname = config.tls_letsencrypt_hostname.toLowerCase();
-  let store = opts.store;
-  if (!store) {
+  const shared = config.cluster.enabled ? sharedValues(opts.cluster) : undefined;
+  let store: CertificateStore;
+  if (shared) store = new DatabaseStore(shared, hostname, config.acme_url);
+  else {
     const dir = new DirectoryStore(config.tls_letsencrypt_cache_dir, hostname);
     dir.check();
     store = dir;
@@ -47,11 +51,12 @@ export async function startCertificates(opts: CertificateOptions): Promise<Certi
   const manager = new CertificateManager({
     hostname, directoryUrl: config.acme_url, email: config.acme_email,
     challenge: config.tls_letsencrypt_challenge_type === 'TLS-ALPN-01' ? 'tls-alpn-01' : 'http-01',
-    store, logger, holder: opts.holder, clock: opts.clock, order: opts.order,
+    store, logger, holder: randomUUID(), clock: opts.clock, order: opts.order,
   });
   opts.slot.target = manager;
   if (opts.acmeHttp) serveRequests(opts.acmeHttp, http01Handler(manager, config.server_url));
   manager.on('certificate', (c) => opts.main.setSecureContext(pemPair(c)));
+  if (shared) logger.info('the TLS certificate is shared through the database', { host: hostname });
   await manager.start();
   return manager;
 }

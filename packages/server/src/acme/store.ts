@@ -23,6 +23,12 @@ export interface CertificateStore {
    */
   lease(holder: string, ms: number): Promise<boolean>;
   release(holder: string): Promise<void>;
+  /**
+   * shared stores (a cluster's) also carry the answers to a running validation, so that whichever instance the CA
+   * reaches answers it: putAnswer with undefined deletes.
+   */
+  putAnswer?(name: string, value: string | undefined): Promise<void>;
+  getAnswer?(name: string): Promise<string | undefined>;
 }
 
 /** FILE_MODE: the keys are secrets; the certificate is kept with its key. */

@@ -21,6 +21,8 @@ const TIMER_STEP_MS = 86_400_000;
 const LEASE_MS = 10 * 60_000;
 /** CLUSTER_POLL_MS: how often an instance that does not hold the lease looks for the certificate another one is ordering. */
 const CLUSTER_POLL_MS = 5000;
+/** SHARED_CHECK_MS: how often an instance of a cluster looks for a certificate another instance renewed (one row read). */
+export const SHARED_CHECK_MS = 60_000;
 
 /** Clock is time and timers, injected so tests move time themselves. */
 export interface Clock {
@@ -64,6 +66,7 @@ export class CertificateManager extends EventEmitter implements Challenges {
   private readonly http = new Map<string, string>();
   private readonly alpn = new Map<string, SecureContext>();
   private timer?: unknown;
+  private checkTimer?: unknown;
   private running?: Promise<void>;
   private closed = false;
   private orders?: Counter<'result'>;
@@ -100,6 +103,7 @@ export class CertificateManager extends EventEmitter implements Challenges {
    * A cache that cannot be read or written stops the start.
    */
   async start(): Promise<void> {
+    if (this.opts.store.shared) this.watchStore();
     const cached = await this.opts.store.load();
     if (cached) {
       const c = readCertificate(cached.certPem, cached.keyPem, this.opts.hostname);
@@ -151,6 +155,21 @@ export class CertificateManager extends EventEmitter implements Challenges {
     } finally {
       await store.release(holder).catch(() => undefined);
     }
+  }
+
+  /** watchStore looks for another instance's renewal every SHARED_CHECK_MS. */
+  private watchStore(): void {
+    const tick = () => {
+      this.checkTimer = undefined;
+      void this.refresh().catch(() => undefined).finally(() => { if (!this.closed) this.checkTimer = this.clock.setTimeout(tick, SHARED_CHECK_MS); });
+    };
+    this.checkTimer = this.clock.setTimeout(tick, SHARED_CHECK_MS);
+  }
+
+  /** refresh serves a newer certificate another instance stored (cluster); true when it did. */
+  async refresh(): Promise<boolean> {
+    if (this.running || this.closed) return false;
+    return this.adoptStored();
   }
 
   /** adoptStored installs a certificate in the store newer than the one served and not yet due (another instance's order). */
@@ -253,6 +272,7 @@ export class CertificateManager extends EventEmitter implements Challenges {
   async close(): Promise<void> {
     this.closed = true;
     if (this.timer !== undefined) this.clock.clearTimeout(this.timer);
+    if (this.checkTimer !== undefined) this.clock.clearTimeout(this.checkTimer);
     this.timer = undefined;
     await this.running?.catch(() => undefined);
   }

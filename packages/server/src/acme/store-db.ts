@@ -23,6 +23,7 @@ function fit(name: string, max: number): string {
 
 export class DatabaseStore implements CertificateStore {
   readonly where = 'the database';
+  readonly shared = true;
   private readonly account: string;
   constructor(private readonly db: SharedValues, private readonly host: string, directoryUrl: string) {
     this.account = fit(`acme:account:${directoryUrl}`, 255);

@@ -13,6 +13,8 @@ export interface CachedCertificate { certPem: string; keyPem: string }
 export interface CertificateStore {
   /** where names the store in log lines and errors. */
   readonly where: string;
+  /** shared: several instances use the store (a cluster's database), so one may renew for all. */
+  readonly shared?: boolean;
   loadAccountKey(): Promise<string | undefined>;
   saveAccountKey(pem: string): Promise<void>;
   load(): Promise<CachedCertificate | undefined>;

@@ -43,3 +43,11 @@ t.test('TLS-ALPN-01 away from port 443 is a warning; the gRPC API takes the cert
   t.match(problems, [{ level: 'warn', key: 'listen_addr', message: /port 443/ }]);
   t.same(errorsOf({ ...base, grpc_listen_addr: '0.0.0.0:50443' }), [], 'gRPC on every interface with the ACME certificate');
 });
+
+t.test('a headscale config with a Let\'s Encrypt host name and no cache directory is told headscale\'s default differed', async (t) => {
+  const headscale = { ...base, database: { gorm: { prepare_stmt: true } }, derp: { server: { enabled: true } }, node: { ephemeral: { inactivity_timeout: '30m' } } };
+  const warned = (raw: Record<string, unknown>) => resolveConfig(raw, { env: {} }).problems.filter((p) => p.code === 'headscale_default').map((p) => [p.key, p.message]);
+  t.match(warned(headscale), [['tls_letsencrypt_cache_dir', /headscale used \/var\/www\/\.cache/]]);
+  t.same(warned({ ...headscale, tls_letsencrypt_cache_dir: '/var/lib/headscale/cache' }), []);
+  t.same(warned({ ...headscale, tls_letsencrypt_hostname: '', server_url: 'https://hw.example.com' }), [], 'no host name: the directory was never used');
+});

@@ -158,3 +158,21 @@ t.test('a cached certificate for another host or with a key that is not its own 
   t.equal(m.current, undefined);
   t.ok(logs.some((l) => /the cached TLS certificate is not used.*does not name hw\.example\.com/.test(l)));
 });
+
+t.test('the cache directory headscale used (Go autocert\'s one file per host: key, then chain) is read', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'hw-acme-hs-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const pems = await generate([{ name: 'commonName', value: 'hw.example.com' }], { keyType: 'ec', curve: 'P-256', extensions: [{ name: 'subjectAltName', altNames: [{ type: 2, value: 'hw.example.com' }] }] });
+  const { writeFileSync } = await import('node:fs');
+  writeFileSync(join(dir, 'hw.example.com'), `${pems.private.trim()}\n${pems.cert.trim()}\n`);
+  const logs: string[] = [];
+  const m = new CertificateManager({
+    hostname: 'hw.example.com', directoryUrl: 'http://127.0.0.1:1/dir', email: '', challenge: 'http-01',
+    store: new DirectoryStore(dir, 'hw.example.com'), logger: createLogger({ level: 'debug', write: (l) => logs.push(l) }), clock: new FakeClock(),
+    order: async () => { throw new Error('no order expected'); },
+  });
+  t.teardown(() => m.close());
+  await m.start();
+  t.ok(m.current, 'headscale\'s certificate is served');
+  t.equal(m.ordered.ok + m.ordered.failed, 0, 'without an order');
+});

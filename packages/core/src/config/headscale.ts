@@ -85,6 +85,8 @@ export const HEADSCALE_DEFAULTS: { readonly [N in ConfigKey]?: { headscale: Conf
   'derp.server.enabled': { headscale: false, shown: 'false', why: 'with no DERP map configured (Headway fetches none by default), devices need a relay to come up' },
   'derp.auto_update_enabled': { headscale: false, shown: 'false', why: 'a DERP map source that changes is re-read without a restart', when: (v) => v['derp.urls'].length + v['derp.paths'].length > 0 },
   'node.ephemeral.inactivity_timeout': { headscale: 120_000, shown: '120s', why: 'an ephemeral device asleep or on a bad network for a few minutes keeps its node and address' },
+  // Only a config with a Let's Encrypt host name used the directory; without headscale's cache a new certificate is ordered once.
+  tls_letsencrypt_cache_dir: { headscale: '/var/www/.cache', shown: '/var/www/.cache', why: 'the server\'s files stay under data_dir', when: (v) => v.tls_letsencrypt_hostname !== '' },
 };
 
 /** HEADSCALE_PATH_KEYS are the file paths headscale's own config example places under a `headscale` directory. */

@@ -80,7 +80,18 @@ export class DirectoryStore implements CertificateStore {
   async load(): Promise<CachedCertificate | undefined> {
     const certPem = this.read(`${this.host}.crt`);
     const keyPem = this.read(`${this.host}.key`);
-    return certPem && keyPem ? { certPem, keyPem } : undefined;
+    if (certPem && keyPem) return { certPem, keyPem };
+    return this.loadHeadscale();
+  }
+
+  /** loadHeadscale reads the file headscale's cache (Go's autocert) keeps for the host: the key, then the chain. */
+  private loadHeadscale(): CachedCertificate | undefined {
+    const text = this.read(this.host);
+    if (!text) return undefined;
+    const blocks = text.match(/-----BEGIN ([A-Z ]+)-----[\s\S]+?-----END \1-----/g) ?? [];
+    const keyPem = blocks.find((b) => /^-----BEGIN [A-Z ]*PRIVATE KEY-----/.test(b));
+    const certs = blocks.filter((b) => b.startsWith('-----BEGIN CERTIFICATE-----'));
+    return keyPem && certs.length ? { keyPem: `${keyPem}\n`, certPem: `${certs.join('\n')}\n` } : undefined;
   }
 
   async save(cert: CachedCertificate): Promise<void> {

@@ -54,10 +54,10 @@ export async function startAcmeRig(opts: { validitySeconds?: number } = {}): Pro
   }
 }
 
-/** servedCertificate is the certificate a TLS client verifying against `ca` gets from 127.0.0.1:port for `servername`. */
-export function servedCertificate(port: number, servername: string, ca: string): Promise<PeerCertificate> {
+/** servedCertificate is the certificate a TLS client verifying against `ca` gets from 127.0.0.1:port for `servername` (h2 for gRPC). */
+export function servedCertificate(port: number, servername: string, ca: string, alpn = 'http/1.1'): Promise<PeerCertificate> {
   return new Promise((resolve, reject) => {
-    const s = connect({ host: '127.0.0.1', port, servername, ca, ALPNProtocols: ['http/1.1'] }, () => {
+    const s = connect({ host: '127.0.0.1', port, servername, ca, ALPNProtocols: [alpn] }, () => {
       const cert = s.getPeerCertificate();
       s.end();
       resolve(cert);

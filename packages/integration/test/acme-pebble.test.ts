@@ -66,8 +66,8 @@ else {
     t.equal(readFileSync(join(cache, 'account.key'), 'utf8').includes('PRIVATE KEY'), true);
   });
 
-  t.test('HTTP-01: validated on tls_letsencrypt_listen, which redirects everything else to server_url', async (t) => {
-    const s = await startTestServer(rig.config('HTTP-01'));
+  t.test('HTTP-01: validated on tls_letsencrypt_listen, which redirects everything else to server_url; a renewal reaches the gRPC port too', async (t) => {
+    const s = await startTestServer({ ...rig.config('HTTP-01'), grpc_listen_addr: '127.0.0.1:0' });
     t.teardown(() => s.stop());
     const root = await rig.pebble.issuerRootPem();
     t.equal(s.certificates!.ordered.ok, 1);
@@ -79,5 +79,15 @@ else {
     t.equal(redirect.headers.get('location'), `https://localhost:${rig.mainPort}/register/abc?x=1`);
     const unknown = await fetch(`http://127.0.0.1:${rig.httpPort}/.well-known/acme-challenge/nope`);
     t.equal(unknown.status, 404, 'a token not being validated is not answered');
+
+    const grpcPort = Number(new URL(s.urls.grpc!).port);
+    t.match(s.urls.grpc, /^grpcs:\/\//, 'the gRPC API takes the certificate');
+    t.equal((await servedCertificate(grpcPort, rig.host, root, 'h2')).serialNumber.toLowerCase(), s.certificates!.current!.serial);
+    const first = s.certificates!.current!.serial;
+    await s.certificates!.renew();
+    const renewed = s.certificates!.current!.serial;
+    t.not(renewed, first, 'a renewal');
+    t.equal((await servedCertificate(rig.mainPort, rig.host, root)).serialNumber.toLowerCase(), renewed, 'listen_addr serves the renewed certificate');
+    t.equal((await servedCertificate(grpcPort, rig.host, root, 'h2')).serialNumber.toLowerCase(), renewed, 'and so does the gRPC port');
   });
 }

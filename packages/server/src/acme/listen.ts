@@ -35,7 +35,8 @@ type Marked = TLSSocket & { [VALIDATING]?: boolean };
  * Node calls both callbacks with the connection's TLSSocket as `this`. The ALPN choice comes first when the CA
  * speaks TLS 1.3 (as Let's Encrypt's and pebble's validators do), so the connection is marked there and its
  * certificate picked when the SNI callback runs (read from the cluster's store when another instance ordered);
- * everything else gets the served certificate.
+ * everything else gets the served certificate. Under TLS 1.2 OpenSSL picks the certificate before the protocol, so
+ * a validator limited to TLS 1.2 would get the served certificate and fail.
  */
 export function acmeTlsOptions(answers: ChallengeAnswers): { ALPNCallback: (this: TLSSocket, a: { servername: string; protocols: string[] }) => string | undefined; SNICallback: (this: TLSSocket, name: string, cb: (err: Error | null, ctx?: SecureContext) => void) => void } {
   return {

@@ -1,6 +1,7 @@
 import type http from 'node:http';
 import type https from 'node:https';
 import type { HeadwayConfig, Logger } from '@headway/core';
+import { closeSilentConnections } from '@headway/core';
 import { serveRequests } from '../listeners.js';
 import { http01Handler, type AnswerSlot } from './listen.js';
 import { CertificateManager, type Clock } from './manager.js';
@@ -54,7 +55,11 @@ export async function startCertificates(opts: CertificateOptions): Promise<Certi
     store, logger, holder: randomUUID(), clock: opts.clock, order: opts.order,
   });
   opts.slot.target = manager;
-  if (opts.acmeHttp) serveRequests(opts.acmeHttp, http01Handler(manager, config.server_url));
+  if (opts.acmeHttp) {
+    serveRequests(opts.acmeHttp, http01Handler(manager, config.server_url));
+    // The main listener's deadline for a connection that sends no complete request.
+    closeSilentConnections(opts.acmeHttp, config.noise.handshake_timeout);
+  }
   manager.on('certificate', (c) => opts.main.setSecureContext(pemPair(c)));
   if (shared) logger.info('the TLS certificate is shared through the database', { host: hostname });
   await manager.start();

@@ -242,9 +242,11 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       if (!certificates) await startGrpc(tls);
       else {
         // The gRPC port shares the certificate: it starts once there is one and takes each renewal.
-        let grpc: Promise<{ setTls(t: { cert: Buffer; key: Buffer }): void }> | undefined;
-        withCertificate(certificates, (c) => { grpc = startGrpc(pemPair(c)); return grpc; }, (c) => { void grpc?.then((g) => g.setTls(pemPair(c))); });
-        if (grpc) await grpc;
+        let grpc: ReturnType<typeof startGrpc> | undefined;
+        const now = withCertificate(certificates, logger, 'the gRPC API', (c) => (grpc = startGrpc(pemPair(c))), (c) => {
+          void grpc?.then((g) => g.setTls(pemPair(c)), () => undefined);
+        });
+        if (now) await now;
       }
     }
 

@@ -66,12 +66,19 @@ export async function startCertificates(opts: CertificateOptions): Promise<Certi
   return manager;
 }
 
-/** withCertificate calls `fn` with the manager's certificate now or, without one yet, when it comes; then `next` on each renewal. */
-export function withCertificate(manager: CertificateManager, fn: (c: Certificate) => unknown, next: (c: Certificate) => void): void {
-  let started = false;
-  const begin = (c: Certificate) => { started = true; void Promise.resolve(fn(c)); };
-  if (manager.current) begin(manager.current);
+/**
+ * withCertificate calls `fn` with the manager's certificate now or, without one yet, when it comes; then `next` on
+ * each renewal. A failure of `fn` is logged (`what` names it).
+ */
+export function withCertificate(manager: CertificateManager, logger: Logger, what: string, fn: (c: Certificate) => Promise<unknown>, next: (c: Certificate) => void): Promise<unknown> | undefined {
+  let started: Promise<unknown> | undefined;
+  const begin = (c: Certificate) => {
+    started = fn(c);
+    started.catch((err: unknown) => logger.error(`${what} did not start with the TLS certificate`, { error: (err as Error).message }));
+    return started;
+  };
   manager.on('certificate', (c) => { if (started) next(c); else begin(c); });
+  return manager.current ? begin(manager.current) : undefined;
 }
 
 /** acmeHealth is /health's `tls:certificate` component: the served certificate's expiry, and the last renewal failure. */

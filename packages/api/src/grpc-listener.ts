@@ -12,6 +12,11 @@ export interface GrpcListener {
   /** url is grpcs://host:port or grpc://host:port with the bound port. */
   url: string;
   port: number;
+  /**
+   * setTls serves a new certificate (a renewed ACME one) to connections accepted from now on; open ones keep theirs.
+   * Only for a listener started with TLS.
+   */
+  setTls(tls: { cert: Buffer; key: Buffer }): void;
   close(): Promise<void>;
 }
 
@@ -49,7 +54,8 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   const listener = opts.listener ?? await bindGrpcPort(config, tls);
   let grpc: GrpcService | undefined;
   let loading: Promise<GrpcService> | undefined;
-  const load = (): Promise<GrpcService> => (loading ??= loadGrpcService(opts).then((g) => (grpc = g)));
+  let currentTls = tls;
+  const load = (): Promise<GrpcService> => (loading ??= loadGrpcService({ ...opts, tls: currentTls }).then((g) => (grpc = g)));
   const host = hp.host.includes(':') ? `[${hp.host}]` : hp.host;
   const port = (listener.address() as { port: number }).port;
   const url = `${tls ? 'grpcs' : 'grpc'}://${host}:${port}`;
@@ -76,7 +82,7 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
       }
       socket.unshift(chunk);
       load().then(
-        (g) => { if (!socket.destroyed) g.injector.injectConnection(socket); },
+        (g) => { if (!socket.destroyed) g.injectors.at(-1)!.injectConnection(socket); },
         (err: unknown) => { logger.error('grpc: the gRPC service failed to load', { err: (err as Error).message }); socket.destroy(); },
       );
     });
@@ -85,15 +91,20 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   return {
     url,
     port,
+    setTls(next) {
+      if (!tls) throw new Error('the gRPC listener runs without TLS');
+      currentTls = next;
+      void loading?.then((g) => g.add(next), () => undefined);
+    },
     close: async () => {
       listener.close();
       await loading?.catch(() => undefined);
       const g = grpc;
       if (!g) { for (const s of sockets) s.destroy(); return; }
       await new Promise<void>((resolve) => {
-        g.injector.drain(2000);
+        for (const i of g.injectors) i.drain(2000);
         // Calls in flight get a moment to finish; then the rest are cut.
-        const done = () => { g.injector.destroy(); for (const s of sockets) s.destroy(); resolve(); };
+        const done = () => { for (const i of g.injectors) i.destroy(); for (const s of sockets) s.destroy(); resolve(); };
         const force = setTimeout(() => { g.server.forceShutdown(); done(); }, 2000);
         force.unref();
         g.server.tryShutdown(() => { clearTimeout(force); done(); });
@@ -102,8 +113,15 @@ export async function startGrpcServer(opts: { config: HeadwayConfig; deps: ApiDe
   };
 }
 
-/** GrpcService is grpc-js's server with headscale's service and the injector connections are handed to. */
-interface GrpcService { server: Grpc.Server; injector: ReturnType<Grpc.Server['createConnectionInjector']> }
+/**
+ * GrpcService is grpc-js's server with headscale's service and the injectors connections are handed to: one per
+ * certificate, the last for new connections (add: a renewed certificate), the earlier ones keeping theirs.
+ */
+interface GrpcService {
+  server: Grpc.Server;
+  injectors: Array<ReturnType<Grpc.Server['createConnectionInjector']>>;
+  add(tls: { cert: Buffer; key: Buffer }): void;
+}
 
 async function loadGrpcService(opts: { deps: ApiDeps; logger: Logger; tls?: { cert: Buffer; key: Buffer } }): Promise<GrpcService> {
   const grpc = await import('@grpc/grpc-js');
@@ -115,8 +133,9 @@ async function loadGrpcService(opts: { deps: ApiDeps; logger: Logger; tls?: { ce
   });
   const { definition, implementation } = headscaleService(opts.deps, opts.logger);
   server.addService(definition, implementation);
-  const creds = opts.tls
-    ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: opts.tls.cert, private_key: opts.tls.key }], false)
-    : grpc.ServerCredentials.createInsecure();
-  return { server, injector: server.createConnectionInjector(creds) };
+  const credentials = (t?: { cert: Buffer; key: Buffer }) => (t
+    ? grpc.ServerCredentials.createSsl(null, [{ cert_chain: t.cert, private_key: t.key }], false)
+    : grpc.ServerCredentials.createInsecure());
+  const injectors = [server.createConnectionInjector(credentials(opts.tls))];
+  return { server, injectors, add: (t) => { injectors.push(server.createConnectionInjector(credentials(t))); } };
 }

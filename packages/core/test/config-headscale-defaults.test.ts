@@ -44,11 +44,11 @@ t.test('a config with no headscale marker is not warned about', async (t) => {
 });
 
 t.test('a headscale-only key marks the config too; a key whose headscale default needed other keys is skipped without them', async (t) => {
-  const { problems } = resolveConfig({ tls_letsencrypt_hostname: '', database: { gorm: { prepare_stmt: true } } }, { env: {} });
+  const { problems } = resolveConfig({ database: { gorm: { prepare_stmt: true } } }, { env: {} });
   const found = defaults(problems);
   // headscale would not start with override_local_dns and no nameservers; no DERP sources means nothing to re-read.
   t.same(found.map((p) => p.key), ['derp.server.enabled', 'node.ephemeral.inactivity_timeout']);
-  t.match(found[0]!.message, /it sets tls_letsencrypt_hostname, a headscale key/);
+  t.match(found[0]!.message, /it sets database\.gorm, a headscale key/);
 });
 
 t.test('auto_update.enabled: headscale\'s key is accepted; false is what Headway does, true is a not-implemented warning', async (t) => {

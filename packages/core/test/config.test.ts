@@ -112,19 +112,18 @@ t.test('conflicting keys', async (t) => {
   t.match(errors(e.problems)[0], { key: 'dns.extra_records', message: /record 1: value must be an IPv4 address/ });
 });
 
-// config check must not pass keys Headway ignores (tls_letsencrypt_*, say) as valid.
+// config check must not pass keys Headway ignores (database.gorm.*, say) as valid.
 t.test('unknown keys warn; headscale keys accepted but not implemented warn naming each key, grouped by feature', async (t) => {
   const { problems } = resolveConfig({
-    colour: 'blue', database: { gorm: { prepare_stmt: true } },
-    tls_letsencrypt_hostname: 'hw.example.com', acme_url: 'https://acme', disable_check_updates: true,
+    colour: 'blue', database: { gorm: { prepare_stmt: true, skip_err_record_not_found: true } }, policy: { v1: { x: 1 } }, disable_check_updates: true,
   });
   t.same(problems.filter((p) => !p.code), [{ level: 'warn', key: 'colour', message: 'unknown key (ignored)' }]);
   const unimplemented = problems.filter((p) => p.code === 'not_implemented');
   t.same(unimplemented.map((p) => [p.level, p.key]), [
-    ['warn', 'database.gorm.prepare_stmt'],
-    ['warn', 'tls_letsencrypt_hostname, acme_url'],
+    ['warn', 'database.gorm.prepare_stmt, database.gorm.skip_err_record_not_found'],
+    ['warn', 'policy.v1.x'],
   ], 'disable_check_updates true is what Headway does anyway');
-  t.match(unimplemented[1]!.message, /not implemented: Let's Encrypt certificates \(these keys are ignored\); set tls_cert_path and tls_key_path/);
+  t.match(unimplemented[1]!.message, /not implemented: the version 1 policy format \(this key is ignored\)/);
   t.same(resolveConfig({ logtail: { enabled: true } }).problems.map((p) => p.key), ['logtail.enabled']);
   t.same(resolveConfig({ oidc: { expiry: '1d' } }).problems.filter((p) => p.code !== 'headscale_default').map((p) => p.level), ['fatal'], 'a removed oidc key still stops the server');
 });

@@ -62,8 +62,9 @@ export class TcpBalancer {
     this.server = net.createServer((client) => this.route(client));
   }
 
-  async listen(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
+  /** listen binds 127.0.0.1:port (default: a free one) and returns the balancer's URL. */
+  async listen(at = 0): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(at, '127.0.0.1', resolve));
     const { port } = this.server.address() as net.AddressInfo;
     return `http://127.0.0.1:${port}`;
   }

@@ -17,6 +17,8 @@ export interface AppOptions {
   trusted: boolean;
   /** clientAddress names a request's client for the request log (trusted_proxies); default: the TCP peer. */
   clientAddress?: (req: Context['req']) => string | undefined;
+  /** healthDetails adds components to /health's body (`details`, as application/health+json names them): the TLS certificate's expiry. */
+  healthDetails?: () => Record<string, unknown[]>;
   /** extra mounts routes served outside /api/v1 (control protocol, register page, DERP helpers). */
   extra?: (router: Router) => void;
 }
@@ -68,7 +70,8 @@ export function createApp(opts: AppOptions): Koa {
     ctx.status = ok ? 200 : 500;
     ctx.type = 'application/health+json';
     if (deps.instanceId) ctx.set(INSTANCE_HEADER, deps.instanceId);
-    ctx.body = { status: ok ? 'pass' : 'fail' };
+    const details = opts.healthDetails?.();
+    ctx.body = details ? { status: ok ? 'pass' : 'fail', details } : { status: ok ? 'pass' : 'fail' };
   });
   // /v1/metrics on the main listener reveals counts of users, nodes and keys, so it takes an API key unless
   // metrics.require_api_key opens it (headscale has no such path; its metrics live on metrics_listen_addr only).

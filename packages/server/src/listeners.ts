@@ -3,7 +3,8 @@ import http from 'node:http';
 import https from 'node:https';
 import { isIPv6, type Server as NetServer, type Socket as NetSocket } from 'node:net';
 import type { HeadwayConfig } from '@headway/core';
-import { parseHostPort } from '@headway/core';
+import { parseHostPort, parseLetsEncryptListen } from '@headway/core';
+import { acmeTlsOptions, type ChallengeAnswers } from './acme/listen.js';
 import { bindError, bindTcp } from '@headway/core';
 import { relayNeedsOwnTls } from '@headway/control';
 
@@ -18,6 +19,8 @@ export interface BoundListeners {
   grpc?: NetServer;
   stun?: UdpSocket;
   relayTls?: NetServer;
+  /** acmeHttp is the HTTP-01 listener (tls_letsencrypt_listen) when Let's Encrypt validates over HTTP. */
+  acmeHttp?: http.Server;
   /** close releases every port (a start that failed later). */
   close(): Promise<void>;
 }
@@ -60,16 +63,28 @@ function bindUdp(key: string, addr: string): Promise<UdpSocket> {
   });
 }
 
-/** bindListeners binds every configured port, in the order a start reports them; on a failure it releases the ones bound. */
-export async function bindListeners(config: HeadwayConfig, tls?: { cert: Buffer; key: Buffer }): Promise<BoundListeners> {
+/**
+ * bindListeners binds every configured port, in the order a start reports them; on a failure it releases the ones bound.
+ * With tls_letsencrypt_hostname, `acme` answers the CA's validations: on listen_addr (TLS-ALPN-01, which serves no
+ * certificate until the manager sets one) or on tls_letsencrypt_listen (HTTP-01).
+ */
+export async function bindListeners(config: HeadwayConfig, tls?: { cert: Buffer; key: Buffer }, acme?: ChallengeAnswers): Promise<BoundListeners> {
   const opened: Array<() => Promise<void>> = [];
   const closeAll = async () => { for (const c of opened.reverse()) await c().catch(() => undefined); };
   const closing = (s: { close(cb: () => void): unknown }) => () => new Promise<void>((r) => { s.close(() => r()); });
   try {
-    const main = tls ? https.createServer(tls, starting) : http.createServer(starting);
+    const main = tls ? https.createServer(tls, starting)
+      : acme ? https.createServer(acmeTlsOptions(acme), starting)
+        : http.createServer(starting);
     await listenHttp(main, 'listen_addr', config.listen_addr);
     opened.push(closing(main));
     const out: BoundListeners = { main, close: closeAll };
+    if (acme && config.tls_letsencrypt_challenge_type === 'HTTP-01') {
+      const hp = parseLetsEncryptListen(config.tls_letsencrypt_listen)!;
+      out.acmeHttp = http.createServer(starting);
+      await listenHttp(out.acmeHttp, 'tls_letsencrypt_listen', `${hp.host.includes(':') ? `[${hp.host}]` : hp.host}:${hp.port}`);
+      opened.push(closing(out.acmeHttp));
+    }
     if (config.metrics_listen_addr) {
       out.metrics = http.createServer(starting);
       await listenHttp(out.metrics, 'metrics_listen_addr', config.metrics_listen_addr);

@@ -1,6 +1,7 @@
 import { createContainer, asValue, InjectionMode, type AwilixContainer } from 'awilix';
 import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import http from 'node:http';
+import type https from 'node:https';
 import { dirname } from 'node:path';
 import type { AddressInfo, Socket } from 'node:net';
 import type { HeadwayConfig } from '@headway/core';
@@ -30,6 +31,9 @@ import { recordAead } from '@headway/noise';
 import type { Metrics } from '@headway/core';
 import type { Relay } from './relay.js';
 import { assertIdentityPort, IDENTITY, type IdentityPort } from '@headway/core';
+import { AnswerSlot } from './acme/listen.js';
+import type { CertificateManager } from './acme/manager.js';
+import { acmeHealth, pemPair, startCertificates, withCertificate } from './acme/serve.js';
 
 export interface StartOptions {
   config: HeadwayConfig;
@@ -60,6 +64,8 @@ export interface RunningServer {
   /** identity is the login method for interactive logins (oidc.issuer or an identity plugin), if any. */
   identity?: IdentityPort;
   controlPublicKey: Buffer;
+  /** certificates keeps the Let's Encrypt certificate (tls_letsencrypt_hostname). */
+  certificates?: CertificateManager;
   /** memoryTrimmer gives the C heap's free pages back after collections; absent without @headway/memtrim or glibc. */
   memoryTrimmer?: MemoryTrimmer;
   /** urls: where each listener is; grpc is grpcs://host:port (TLS) or grpc://host:port. */
@@ -97,7 +103,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const { config, logger } = opts;
   const { tls } = preflight(config);
   // Every port first: a start that cannot have them writes nothing (no data directory, database or key).
-  const bound = await bindListeners(config, tls);
+  const acmeSlot = config.tls_letsencrypt_hostname ? new AnswerSlot() : undefined;
+  const bound = await bindListeners(config, tls, acmeSlot);
   let unlock: () => void;
   try {
     prepareDataDir(config.data_dir);
@@ -128,6 +135,12 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
   const cleanups: Array<() => Promise<void> | void> = [unlock, () => storage.close(), () => bound.close()];
   try {
     logger.info('database ready', { database: storage.describe() });
+    let certificates: CertificateManager | undefined;
+    if (acmeSlot) {
+      certificates = await startCertificates({ config, logger, slot: acmeSlot, main: bound.main as https.Server, acmeHttp: bound.acmeHttp, cluster: storage.cluster });
+      const c = certificates;
+      cleanups.push(() => c.close());
+    }
     await loadAdapter('policy', config.policy.mode, ctx, 'policy.mode');
     const source = container.resolve<PolicySourcePort>(POLICY);
     assertPolicySourcePort(source, config.policy.mode);
@@ -172,7 +185,9 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     warnHeapHeadroom(logger, state.nodes.list().length);
 
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, extra: (router) => {
+    certificates?.registerMetrics(metrics.registry);
+    const healthDetails = certificates ? acmeHealth(certificates) : undefined;
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, extra: (router) => {
       login?.routes(router); control.routes(router); relay.routes(router);
       mountSite(router, { serverUrl: config.server_url, build: opts.build ?? packageBuild() });
     } });
@@ -182,7 +197,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     control.attach(main);
     serveRequests(main, tcpApp.callback());
     cleanups.splice(cleanups.length - 1, 0, () => closeServer(main, sockets));
-    const urls: RunningServer['urls'] = { http: urlOf(main, tls ? 'https' : 'http') };
+    const urls: RunningServer['urls'] = { http: urlOf(main, tls || certificates ? 'https' : 'http') };
     // Without cluster.advertise_addr an instance is listed at the address it really listens on (port 0 resolved).
     if (kernel.cradle.cluster && !config.cluster.advertise_addr) kernel.cradle.cluster.address = urls.http;
 
@@ -209,7 +224,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       const path = config.unix_socket;
       makeDirectory(dirname(path), 'unix_socket');
       if (existsSync(path)) unlinkSync(path);
-      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true }).callback());
+      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true, healthDetails }).callback());
       const ls = trackSockets(local);
       await listenOnPath(local, path);
       chmodSync(path, parseInt(config.unix_socket_permission, 8));
@@ -219,9 +234,22 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     if (bound.grpc) {
       const { startGrpcServer } = await import('@headway/api/grpc-listener');
-      const g = await startGrpcServer({ config, deps, logger, tls, listener: handOver(bound.grpc) });
-      cleanups.push(() => g.close());
-      urls.grpc = g.url;
+      const grpcPort = bound.grpc;
+      const startGrpc = async (grpcTls?: { cert: Buffer; key: Buffer }) => {
+        const g = await startGrpcServer({ config, deps, logger, tls: grpcTls, listener: handOver(grpcPort) });
+        cleanups.push(() => g.close());
+        urls.grpc = g.url;
+        return g;
+      };
+      if (!certificates) await startGrpc(tls);
+      else {
+        // The gRPC port shares the certificate: it starts once there is one and takes each renewal.
+        let grpc: ReturnType<typeof startGrpc> | undefined;
+        const now = withCertificate(certificates, logger, 'the gRPC API', (c) => (grpc = startGrpc(pemPair(c))), (c) => {
+          void grpc?.then((g) => g.setTls(pemPair(c)), () => undefined);
+        });
+        if (now) await now;
+      }
     }
 
     const trimmer = await startMemoryTrimmer(logger, metrics);
@@ -235,7 +263,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     logger.info('listening', { http: urls.http, metrics: urls.metrics ?? 'off', socket: urls.socket ?? 'off', grpc: urls.grpc ?? 'off' });
     let closed = false;
     return {
-      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity, memoryTrimmer: trimmer,
+      config, state, policy, storage, metrics, control, controlPublicKey: noiseKey.publicKey, urls, container, identity, memoryTrimmer: trimmer, certificates,
       registrar: kernel.cradle.registrar, sshChecks: kernel.cradle.sshChecks, routes: kernel.cradle.routeService, relay, derpMap: kernel.cradle.derpMap, drive: kernel.cradle.driveService,
       async close() {
         if (closed) return;

@@ -78,6 +78,14 @@ t.test('the recorder catches the server when its barrel is imported (control)', 
   console.log(`# @headway/server loads ${modules.length} modules`);
 });
 
+// What a server uses only in some configurations is imported when it is used: each is MiBs of every server's heap.
+t.test('the server does not load Let\'s Encrypt\'s client or the X.509 generator until they are used', async (t) => {
+  const { modules } = await loadedBy('@headway/server');
+  for (const pkg of ['acme-client', 'node-forge', 'axios', 'selfsigned', '@peculiar/x509']) {
+    t.same(modules.filter((m) => m.includes(`/node_modules/${pkg}/`)), [], `importing @headway/server loads nothing of ${pkg}`);
+  }
+});
+
 // grpc-js and the proto loader take about half a second to load: only the gRPC listener needs them.
 t.test('the server does not load grpc-js (startServer imports it when grpc_listen_addr is set); @headway/api/grpc does', async (t) => {
   const grpcModules = (modules: string[]) => modules.filter((m) => /\/node_modules\/@grpc\//.test(m));

@@ -144,6 +144,14 @@ export function createClusterPort(knex: Knex, dialect: Exclude<SqlDialect, 'sqli
       const row = await knex('cluster_leases').where({ name }).andWhere('expires_at', '>=', new Date()).first('holder') as { holder: string } | undefined;
       return row?.holder;
     },
+    async getValue(name) {
+      const row = await knex('cluster_values').where({ name }).first('value') as { value: string } | undefined;
+      return row?.value;
+    },
+    async setValue(name, value) {
+      if (value === undefined) await knex('cluster_values').where({ name }).delete();
+      else await knex('cluster_values').insert({ name, value, updated_at: new Date() }).onConflict('name').merge(['value', 'updated_at']);
+    },
     async setSession(instanceId, nodeId, online, since) {
       if (online) await knex('cluster_sessions').insert({ instance_id: instanceId, node_id: nodeId, since: since ?? new Date() }).onConflict(['instance_id', 'node_id']).ignore();
       else await knex('cluster_sessions').where({ instance_id: instanceId, node_id: nodeId }).delete();

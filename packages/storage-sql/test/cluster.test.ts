@@ -70,6 +70,14 @@ async function clusterSuite(t: Test, name: string, open: ServerOpen): Promise<vo
   t.equal(await holder.leaseHolder!('jobs'), undefined, 'a released lease has no holder');
   t.equal(await holder.acquireLease('jobs', holderId, 60_000), true, 'a released lease is free at once');
 
+  // Shared values: what one instance writes the other reads; a second write replaces it; undefined deletes.
+  t.equal(await b.getValue!('acme:cert:hw.example.com'), undefined);
+  await a.setValue!('acme:cert:hw.example.com', 'first');
+  await a.setValue!('acme:cert:hw.example.com', 'x'.repeat(70_000));
+  t.equal(await b.getValue!('acme:cert:hw.example.com'), 'x'.repeat(70_000), `${name}: the other instance reads the latest value (longer than a TEXT column)`);
+  await b.setValue!('acme:cert:hw.example.com', undefined);
+  t.equal(await a.getValue!('acme:cert:hw.example.com'), undefined, 'deleted');
+
   // Change feed: what one storage announces reaches a follower on the other, in order.
   const seen: ClusterMessage[] = [];
   const follower = await b.follow({ message: (m) => seen.push(m), gap: () => undefined, error: () => undefined });

@@ -16,11 +16,11 @@ type Values = Readonly<ConfigValues>;
  * grpcPlaintextProblem says why grpc_listen_addr may not serve plaintext: API keys
  * would cross the network in the clear. Plaintext is fine on a loopback address or
  * when grpc_allow_insecure says so (TLS terminated in front, a trusted network);
- * with tls_cert_path set the listener uses TLS and there is no problem.
+ * with tls_cert_path or tls_letsencrypt_hostname set the listener uses TLS and there is no problem.
  */
-export function grpcPlaintextProblem(values: { grpc_listen_addr: string; grpc_allow_insecure: boolean; tls_cert_path: string }): string | undefined {
+export function grpcPlaintextProblem(values: { grpc_listen_addr: string; grpc_allow_insecure: boolean; tls_cert_path: string; tls_letsencrypt_hostname?: string }): string | undefined {
   const addr = values.grpc_listen_addr;
-  if (!addr || values.tls_cert_path || values.grpc_allow_insecure) return undefined;
+  if (!addr || values.tls_cert_path || values.tls_letsencrypt_hostname || values.grpc_allow_insecure) return undefined;
   const hp = parseHostPort(addr);
   if (!hp || isLoopbackHost(hp.host)) return undefined;
   return `${addr} is not a loopback address and no TLS is configured: gRPC would carry API keys in the clear. `

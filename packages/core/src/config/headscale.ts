@@ -53,16 +53,11 @@ export interface NotImplemented {
   instead: string;
 }
 
-const LETS_ENCRYPT: NotImplemented = { feature: 'Let\'s Encrypt certificates', instead: 'set tls_cert_path and tls_key_path, or put Headway behind a proxy that terminates TLS' };
-
 /**
  * NOT_IMPLEMENTED_PREFIXES: keys not in KEYS whose name starts with one of these are
- * accepted and reported (`tls_letsencrypt_` covers every `tls_letsencrypt_*` key). A key listed in KEYS or REMOVED is never matched here.
+ * accepted and reported (`database.gorm` covers every `database.gorm.*` key). A key listed in KEYS or REMOVED is never matched here.
  */
 export const NOT_IMPLEMENTED_PREFIXES: Record<string, NotImplemented> = {
-  tls_letsencrypt_: LETS_ENCRYPT,
-  acme_url: LETS_ENCRYPT,
-  acme_email: LETS_ENCRYPT,
   'database.gorm': { feature: 'gorm (headscale\'s ORM) tuning', instead: 'Headway does not use gorm; database.debug logs SQL' },
   'dns.use_username_in_magic_dns': { feature: 'user names in MagicDNS names', instead: 'node names never include the user name' },
   'policy.v1': { feature: 'the version 1 policy format', instead: 'Headway reads the current Tailscale policy format only' },
@@ -90,6 +85,8 @@ export const HEADSCALE_DEFAULTS: { readonly [N in ConfigKey]?: { headscale: Conf
   'derp.server.enabled': { headscale: false, shown: 'false', why: 'with no DERP map configured (Headway fetches none by default), devices need a relay to come up' },
   'derp.auto_update_enabled': { headscale: false, shown: 'false', why: 'a DERP map source that changes is re-read without a restart', when: (v) => v['derp.urls'].length + v['derp.paths'].length > 0 },
   'node.ephemeral.inactivity_timeout': { headscale: 120_000, shown: '120s', why: 'an ephemeral device asleep or on a bad network for a few minutes keeps its node and address' },
+  // Only a config with a Let's Encrypt host name used the directory; without headscale's cache a new certificate is ordered once.
+  tls_letsencrypt_cache_dir: { headscale: '/var/www/.cache', shown: '/var/www/.cache', why: 'the server\'s files stay under data_dir', when: (v) => v.tls_letsencrypt_hostname !== '' },
 };
 
 /** HEADSCALE_PATH_KEYS are the file paths headscale's own config example places under a `headscale` directory. */

@@ -14,6 +14,7 @@ export { ConfigError, formatProblem, type ConfigProblem } from './problems.js';
 export { defaultConfig, resolveConfig } from './resolve.js';
 export { envName, suggestKey } from './sources.js';
 export { grpcPlaintextProblem } from './checks.js';
+export { parseLetsEncryptListen } from './letsencrypt.js';
 export { checkPluginEntry, checkRecord, isDomainName, isLoopbackHost, parseHostPort } from './syntax.js';
 
 export interface LoadedConfig {

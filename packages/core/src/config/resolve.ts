@@ -1,6 +1,7 @@
 import { homedir } from 'node:os';
 import { isAbsolute, join, resolve } from 'node:path';
 import { checkOidc, checkServerUrl, crossCheck } from './checks.js';
+import { checkLetsEncrypt } from './letsencrypt.js';
 import { headscaleDefaultProblems, headscaleMarker, NOT_IMPLEMENTED_KEYS, note, unimplementedProblems, type Unimplemented } from './headscale.js';
 import { CONFIG_KEYS, isConfigKey, KEYS, type ConfigKey, type ConfigValues } from './keys.js';
 import type { ConfigProblem } from './problems.js';
@@ -39,6 +40,7 @@ export function resolveConfig(
 
   crossCheck(values, problems);
   checkServerUrl(values, problems);
+  checkLetsEncrypt(values, problems);
   resolvePaths(values, opts.baseDir ?? process.cwd(), opts.home ?? homedir(), env);
   const socket = values.unix_socket;
   // sun_path holds 108 bytes with the final NUL: a longer path would fail at start-up with a bare "listen EINVAL".
@@ -73,7 +75,7 @@ function value<N extends ConfigKey>(key: N, given: Given | undefined, problems: 
 }
 
 /** DATA_DIR_KEYS are paths relative to data_dir; FILE_KEYS are relative to the config file's directory. */
-const DATA_DIR_KEYS = ['noise.private_key_path', 'derp.server.private_key_path', 'database.sqlite.path', 'unix_socket'] as const;
+const DATA_DIR_KEYS = ['noise.private_key_path', 'derp.server.private_key_path', 'database.sqlite.path', 'unix_socket', 'tls_letsencrypt_cache_dir'] as const;
 const FILE_KEYS = ['policy.path', 'tls_cert_path', 'tls_key_path', 'dns.extra_records_path', 'oidc.client_secret_path'] as const;
 
 function resolvePaths(values: ConfigValues, baseDir: string, home: string, env: NodeJS.ProcessEnv): void {

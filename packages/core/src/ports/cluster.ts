@@ -102,6 +102,13 @@ export interface ClusterPort {
    * adapters written before it; without it an instance knows only whether it holds the lease.
    */
   leaseHolder?(name: string): Promise<string | undefined>;
+  /**
+   * getValue and setValue keep small named texts every instance reads (the Let's Encrypt account key, certificate
+   * and challenge answers); setValue with undefined deletes. Optional for adapters written before them; without
+   * them each instance keeps its certificate in its own tls_letsencrypt_cache_dir.
+   */
+  getValue?(name: string): Promise<string | undefined>;
+  setValue?(name: string, value: string | undefined): Promise<void>;
   /** setSession records (online, opened at `since`) or clears a node's map session on an instance. */
   setSession(instanceId: string, nodeId: number, online: boolean, since?: Date): Promise<void>;
   /** sessions lists every recorded map session: which node is online on which instance, since when. */

@@ -3,7 +3,7 @@ import { GLOBAL_FLAGS, HeadwayCommand, boolFlag } from '../../base.js';
 
 export default class ConfigCheck extends HeadwayCommand {
   static override summary = 'Check the config file and environment (no server needed)';
-  static override description = 'Errors exit 1. A headscale key Headway accepts but does not implement (tls_letsencrypt_*, logtail.enabled, ...) is a warning naming it; with --strict it is an error.';
+  static override description = 'Errors exit 1. A headscale key Headway accepts but does not implement (database.gorm.*, logtail.enabled, ...) is a warning naming it; with --strict it is an error.';
   static override hiddenAliases = ['configtest'];
   static override examples = ['<%= config.bin %> config check', '<%= config.bin %> config check -c /etc/headway/config.yaml', '<%= config.bin %> config check --strict', '<%= config.bin %> config check -o json'];
   static override baseFlags = { config: GLOBAL_FLAGS.config, output: GLOBAL_FLAGS.output };

@@ -22,6 +22,7 @@ export class Metrics {
   /** memoryTrim* measure the C heap trims after garbage collections (server/memory.ts). */
   readonly memoryTrimSeconds: Histogram;
   readonly memoryTrimmedBytes: Counter;
+  readonly heapReductions: Counter;
 
   readonly #aliases: Registry | undefined;
 
@@ -49,6 +50,7 @@ export class Metrics {
       registers: [this.registry], buckets: [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1],
     });
     this.memoryTrimmedBytes = new Counter({ name: 'headway_memory_trimmed_bytes_total', help: 'Resident memory given back to the system by C heap trims', registers: [this.registry] });
+    this.heapReductions = new Counter({ name: 'headway_heap_reductions_total', help: 'Memory-reducing collections run once the server was quiet after a burst', registers: [this.registry] });
     this.watch('headway_users', 'Users', () => state.users.list().length);
     this.watch('headway_nodes', 'Nodes', () => state.nodes.list().length);
     this.watch('headway_nodes_online', 'Nodes with a live map session', () => state.presence.onlineCount());

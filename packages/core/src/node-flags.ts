@@ -1,13 +1,13 @@
 import type { HeadwayConfig } from './config/schema.js';
 
 /**
- * SERVER_SEMI_SPACE_MB is the young generation's semi-space of `headway serve` (--max-semi-space-size). V8 sizes
- * it from the machine's memory (up to 32 MiB each on a large host, 64 MiB of new space once grown) and a burst
- * of joins grows it to that size for good; a small one keeps an idle server small, and the server's short-lived
- * garbage (a flush's messages) is collected as often at this size without a measurable cost per change
- * (docs/performance.md, "Memory").
+ * SERVER_SEMI_SPACE_MB is the young generation's semi-space of `headway serve` (--max-semi-space-size). V8 sizes it
+ * from the machine's memory (64 MiB of new space on a large host once a burst has grown it). Smaller holds less
+ * after a burst, but a join's short-lived maps then outlive their scavenge and are promoted: at 2 MiB a
+ * 10,000-device join cost 13-20% more server CPU than at 16 or 32, which cost the same (docs/performance.md,
+ * "Memory"). The young generation a burst grew is given back by the server's heap reducer once it is quiet.
  */
-export const SERVER_SEMI_SPACE_MB = 2;
+export const SERVER_SEMI_SPACE_MB = 16;
 
 /**
  * SERVER_HEAP_LIMIT_MB is the old generation's limit when memory.heap_limit_mb is 0 and Node would allow more (it

@@ -25,6 +25,7 @@ import { readFileSync } from 'node:fs';
 import type { DriveService } from '@headway/core';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, warnHeapHeadroom, type MemoryTrimmer } from './memory.js';
+import { startHeapReducer } from './heap-reducer.js';
 import { closeSilentConnections } from '@headway/core';
 import { bindListeners, handOver, serveRequests } from './listeners.js';
 import { recordAead } from '@headway/noise';
@@ -254,6 +255,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     const trimmer = await startMemoryTrimmer(logger, metrics);
     if (trimmer) cleanups.push(() => trimmer.stop());
+    const reducer = startHeapReducer(logger, metrics);
+    cleanups.push(() => reducer.stop());
     // @headway/aead is optional too: without it Noise records are sealed in WASM (the same bytes, slower). A build
     // that failed at install is a warning, with its reason: the operator can fix it.
     if (recordAead.unavailable) {

@@ -101,10 +101,7 @@ const TABLE = {
   'cluster.change_retention': duration({ default: 10 * 60_000, doc: 'MySQL/MariaDB: how long change-log rows are kept before they are pruned' }),
   tls_cert_path: path({ default: '', empty: true, doc: 'PEM certificate: serve HTTPS on listen_addr' }),
   tls_key_path: path({ default: '', empty: true, doc: 'PEM private key for tls_cert_path' }),
-<<<<<<< HEAD
   'memory.heap_limit_mb': int({ default: 0, min: 0, max: 1_048_576, doc: "the JavaScript heap's limit in MiB (V8's old generation, --max-old-space-size); 0: 1024, or less where Node sizes it smaller from the machine's or the container's memory; about 30 KiB per connected device are live, so raise it past ~20,000 devices" }),
-=======
-  'memory.heap_limit_mb': int({ default: 0, min: 0, max: 1_048_576, doc: "the JavaScript heap's limit in MiB (V8's old generation, --max-old-space-size); 0: Node sizes it from the machine's or the container's memory" }),
   // Let's Encrypt (ACME) for listen_addr's own certificate: headscale's keys, on when tls_letsencrypt_hostname is set.
   tls_letsencrypt_hostname: text({ default: '', empty: true, doc: 'obtain and renew the TLS certificate for this host name from an ACME CA (Let\'s Encrypt by default) and serve HTTPS on listen_addr with it; server_url must be https:// with this host; exclusive with tls_cert_path' }),
   tls_letsencrypt_cache_dir: path({ default: 'cache', doc: 'directory for the ACME account key, the certificate and its key (files 0600); relative to data_dir' }),
@@ -112,7 +109,6 @@ const TABLE = {
   tls_letsencrypt_listen: text({ default: ':http', doc: 'HTTP-01 listener (host:port; :http is port 80): answers /.well-known/acme-challenge/ and redirects every other request to server_url' }),
   acme_url: url({ default: 'https://acme-v02.api.letsencrypt.org/directory', doc: 'the ACME directory URL (used only with tls_letsencrypt_hostname); its HTTPS certificate is checked against the system roots plus NODE_EXTRA_CA_CERTS' }),
   acme_email: text({ default: '', empty: true, doc: 'contact e-mail address given to the CA with the account (expiry notices); empty registers without one' }),
->>>>>>> h/acme
   'log.level': oneOf({ values: ['trace', 'debug', 'info', 'warn', 'error'], default: 'info', doc: 'log level' }),
   'log.format': oneOf({ values: ['text', 'json'], default: 'text', doc: 'log format' }),
   'policy.mode': text({ default: 'file', doc: 'file | database | an npm package name providing a policy source' }),

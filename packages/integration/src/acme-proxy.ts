@@ -8,7 +8,7 @@ import { pebbleDir, type Pebble } from './pebble.js';
  * FinalizeLocationProxy sits between an ACME client and pebble and adds the order's
  * URL as the Location header of a finalize answer. Go's ACME client (x/crypto/acme,
  * which tailscaled uses) polls that header's URL while the CA is still issuing;
- * Let's Encrypt sends it, pebble answers `processing` without it, and the client
+ * pebble answers `processing` without it, and the client
  * then fails with `Post "": unsupported protocol scheme ""`. Everything else passes
  * through unchanged, Host header included, so the URLs pebble writes (built from the
  * Host it was asked on) and the URLs the client signs all name the proxy.

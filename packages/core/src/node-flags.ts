@@ -46,6 +46,3 @@ export function nodeOptionsArgs(text: string | undefined): string[] {
   for (const m of (text ?? '').matchAll(/"((?:[^"\\]|\\.)*)"|(\S+)/g)) out.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, '$1') : m[2]!);
   return out;
 }
-
-/** NODE_FLAGS_ENV marks a server process already started again with its flags, so it is never started a third time. */
-export const NODE_FLAGS_ENV = 'HEADWAY_NODE_FLAGS';

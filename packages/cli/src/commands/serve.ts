@@ -1,4 +1,4 @@
-import { configSearchPath, createLogger, formatProblem, loadConfig, NODE_FLAGS_ENV, nodeOptionsArgs, serverNodeFlags, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
+import { configSearchPath, createLogger, formatProblem, loadConfig, nodeOptionsArgs, serverNodeFlags, type ConfigProblem, type HeadwayConfig, type Logger } from '@headway/core/ports';
 import { getHeapStatistics } from 'node:v8';
 import { GLOBAL_FLAGS, HeadwayCommand } from '../base.js';
 import { buildInfo, CLI_ROOT, type BuildInfo } from '../build-info.js';
@@ -40,16 +40,16 @@ async function checkServerUrl(check: ServerUrlCheck | undefined, server: Running
 /**
  * restartWithNodeFlags replaces this process (same PID, so a service manager's signals still reach the server) with
  * one running the server's V8 options (serverNodeFlags): heap sizes can be set only when a process starts. Nothing
- * of the server is loaded yet. Returns false when there is nothing to do: the options are in force or given by the
- * operator, this process was already started again, or the platform cannot replace a process (then the server
- * runs with Node's defaults).
+ * of the server is loaded yet. Returns false when there is nothing to do: the options are in force (the process
+ * started again has them on its command line, so it is never started a third time) or given by the operator, or
+ * the platform cannot replace a process (then the server runs with Node's defaults).
  */
 function restartWithNodeFlags(config: HeadwayConfig): boolean {
-  if (process.env[NODE_FLAGS_ENV] !== undefined || typeof process.execve !== 'function') return false;
+  if (typeof process.execve !== 'function') return false;
   const given = [...process.execArgv, ...nodeOptionsArgs(process.env.NODE_OPTIONS)];
   const flags = serverNodeFlags(config, given, getHeapStatistics().heap_size_limit / 2 ** 20);
   if (flags.length === 0) return false;
-  process.execve(process.execPath, [process.execPath, ...process.execArgv, ...flags, ...process.argv.slice(1)], { ...process.env, [NODE_FLAGS_ENV]: flags.join(' ') });
+  process.execve(process.execPath, [process.execPath, ...process.execArgv, ...flags, ...process.argv.slice(1)], process.env);
   return true;
 }
 
@@ -87,7 +87,7 @@ export default class Serve extends HeadwayCommand {
       logger.info(`no config file found (looked in ${configSearchPath(loadOpts).join(', ')}); using built-in defaults`);
     }
 
-    if (process.env[NODE_FLAGS_ENV]) logger.debug('running with the server\'s Node options', { flags: process.env[NODE_FLAGS_ENV] });
+    logger.debug('Node options', { flags: process.execArgv.join(' ') });
 
     // Imported lazily so the admin commands never load the server's dependencies.
     const core = (await import('@headway/server')) as unknown as { startServer?: StartServer; serverUrlReachesThis?: ServerUrlCheck };

@@ -19,8 +19,8 @@ export const SERVER_SEMI_SPACE_MB = 16;
  */
 export const SERVER_HEAP_LIMIT_MB = 1024;
 
-/** NodeFlag is one V8 option the server sets at start, and the config key or knob it comes from. */
-export interface NodeFlag { flag: string; value: number; from: string }
+/** NodeFlag is one V8 option the server sets at start. */
+interface NodeFlag { flag: string; value: number }
 
 /**
  * serverNodeFlags are the V8 options `headway serve` runs under: the semi-space above, and the old generation's
@@ -29,9 +29,9 @@ export interface NodeFlag { flag: string; value: number; from: string }
  * command line or in NODE_OPTIONS, `given`) is left alone.
  */
 export function serverNodeFlags(config: Pick<HeadwayConfig, 'memory'>, given: readonly string[], nodeLimitMb: number): string[] {
-  const wanted: NodeFlag[] = [{ flag: '--max-semi-space-size', value: SERVER_SEMI_SPACE_MB, from: 'SERVER_SEMI_SPACE_MB' }];
-  if (config.memory.heap_limit_mb > 0) wanted.push({ flag: '--max-old-space-size', value: config.memory.heap_limit_mb, from: 'memory.heap_limit_mb' });
-  else if (nodeLimitMb > SERVER_HEAP_LIMIT_MB) wanted.push({ flag: '--max-old-space-size', value: SERVER_HEAP_LIMIT_MB, from: 'SERVER_HEAP_LIMIT_MB' });
+  const wanted: NodeFlag[] = [{ flag: '--max-semi-space-size', value: SERVER_SEMI_SPACE_MB }];
+  if (config.memory.heap_limit_mb > 0) wanted.push({ flag: '--max-old-space-size', value: config.memory.heap_limit_mb });
+  else if (nodeLimitMb > SERVER_HEAP_LIMIT_MB) wanted.push({ flag: '--max-old-space-size', value: SERVER_HEAP_LIMIT_MB });
   const named = (arg: string) => arg.split('=')[0]!.replaceAll('_', '-');
   const set = new Set(given.map(named));
   return wanted.filter((w) => !set.has(w.flag)).map((w) => `${w.flag}=${w.value}`);

@@ -2,6 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import type { Logger, Metrics } from '@headway/core';
+import { eventLoopMeter } from '@headway/control';
 
 /** REDUCE_CHECK_MS: how often the event loop's utilization and the heap's size are read. */
 export const REDUCE_CHECK_MS = 1_000;
@@ -93,15 +94,15 @@ export function memoryReducingGc(): () => void {
 
 /** startHeapReducer runs a HeapReducer on this process's heap and event loop. */
 export function startHeapReducer(logger: Logger, metrics: Metrics): HeapReducer {
-  let last = performance.eventLoopUtilization();
+  // The scheduler's meter of how busy the loop was, read from one check to the next.
+  let mark = eventLoopMeter.mark();
   return new HeapReducer({
     collect: memoryReducingGc(),
     heapCommitted: () => process.memoryUsage().heapTotal,
     utilization: () => {
-      const now = performance.eventLoopUtilization();
-      const u = performance.eventLoopUtilization(now, last).utilization;
-      last = now;
-      return u;
+      const busy = eventLoopMeter.since(mark);
+      mark = eventLoopMeter.mark();
+      return busy;
     },
     logger, metrics,
   });

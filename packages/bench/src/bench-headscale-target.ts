@@ -6,20 +6,18 @@
  * server made itself (Headway's key store in its process, `headscale apikeys create`). ProcSampler reads a server
  * process's resident memory and CPU time from /proc.
  */
-import { execFile, execFileSync, fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { createSocket } from 'node:dgram';
+import { execFileSync, fork, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { getHeapStatistics } from 'node:v8';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serverNodeFlags } from '@headway/core';
-import { findHeadscale, headscaleHome, HEADSCALE_VERSION } from '@headway/integration';
+import { findHeadscale, headscaleHome, HeadscaleServer, HEADSCALE_VERSION } from '@headway/integration';
 import { BENCH_DNS, GROUP_TAGS, parseStatTicks, parseStatusRss, type ServerName } from './bench-headscale-parts.js';
 import type { HeadwayChildMessage } from './bench-headscale-server.js';
 
-/** START_TIMEOUT_MS bounds a server's start (headscale's first start creates its keys and database). */
+/** START_TIMEOUT_MS bounds Headway's start (headscale's is HeadscaleServer.start's, the same 30 s). */
 const START_TIMEOUT_MS = 30_000;
 /** SAMPLE_INTERVAL_MS is how often ProcSampler reads resident memory. */
 export const SAMPLE_INTERVAL_MS = 500;
@@ -127,77 +125,20 @@ export function ensureHeadscale(log: (line: string) => void): string {
   return built;
 }
 
-/** freePort asks the kernel for a free loopback port of the kind given. */
-function freePort(kind: 'tcp' | 'udp'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    if (kind === 'udp') {
-      const s = createSocket('udp4');
-      s.once('error', reject);
-      s.bind(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-      return;
-    }
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => { const a = s.address(); s.close(() => resolve(typeof a === 'object' && a ? a.port : 0)); });
-  });
-}
-
 /** startHeadscale runs `headscale serve` on loopback with the policy file and makes an API key with its CLI. */
 export async function startHeadscale(bin: string, policyFile: string): Promise<Target> {
   const dir = mkdtempSync(join(tmpdir(), 'headscale-bench-'));
-  const [port, metrics, grpc, stun] = [await freePort('tcp'), await freePort('tcp'), await freePort('tcp'), await freePort('udp')];
-  const url = `http://127.0.0.1:${port}`;
-  const config = join(dir, 'config.yaml');
-  const socket = join(dir, 'headscale.sock');
-  // YAML reads JSON. The listeners headscale always opens (metrics, gRPC) are kept on loopback.
-  writeFileSync(config, JSON.stringify({
-    server_url: url, listen_addr: `127.0.0.1:${port}`, metrics_listen_addr: `127.0.0.1:${metrics}`, grpc_listen_addr: `127.0.0.1:${grpc}`,
-    noise: { private_key_path: join(dir, 'noise_private.key') },
-    prefixes: { v4: '100.64.0.0/10', v6: 'fd7a:115c:a1e0::/48', allocation: 'sequential' },
-    derp: {
-      server: { enabled: true, region_id: 999, region_code: 'bench', region_name: 'bench', stun_listen_addr: `127.0.0.1:${stun}`,
-        private_key_path: join(dir, 'derp_server_private.key'), automatically_add_embedded_derp_region: true, ipv4: '127.0.0.1' },
-      urls: [], paths: [], auto_update_enabled: false,
-    },
-    disable_check_updates: true,
-    database: { type: 'sqlite', sqlite: { path: join(dir, 'db.sqlite'), write_ahead_log: true } },
-    log: { level: 'warn', format: 'text' },
-    policy: { mode: 'file', path: policyFile },
-    dns: BENCH_DNS,
-    unix_socket: socket, unix_socket_permission: '0770',
-    logtail: { enabled: false },
-  }));
-  const logPath = join(dir, 'headscale.log');
-  const logFd = openSync(logPath, 'a');
-  let child: ChildProcess;
-  try {
-    child = spawn(bin, ['serve', '-c', config], { stdio: ['ignore', logFd, logFd], env: { ...process.env, HOME: dir } });
-  } finally {
-    closeSync(logFd);
-  }
-  const logTail = (): string => { try { return readFileSync(logPath, 'utf8').slice(-3000); } catch { return ''; } };
-  const cli = (args: string[]): Promise<string> => new Promise((resolve, reject) => {
-    execFile(bin, ['-c', config, ...args], { timeout: 60_000, env: { ...process.env, HOME: dir } }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`headscale ${args.join(' ')}: ${err.message}\n${stderr}${stdout}`));
-      else resolve(String(stdout));
-    });
-  });
+  let hs: HeadscaleServer | undefined;
   const stop = async (): Promise<void> => {
-    await stopChild(child, () => { child.kill('SIGTERM'); });
+    await hs?.stop();
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    for (;;) {
-      if (child.exitCode !== null) throw new Error(`headscale exited during start (${child.exitCode}):\n${logTail()}`);
-      const up = await fetch(`${url}/health`).then((r) => r.ok, () => false);
-      if (up && existsSync(socket)) break;
-      if (Date.now() > deadline) throw new Error(`headscale did not answer /health within ${START_TIMEOUT_MS} ms:\n${logTail()}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-    const apiKey = JSON.parse(await cli(['apikeys', 'create', '-o', 'json'])) as string;
+    hs = await HeadscaleServer.start(bin, dir, { policyFile, logLevel: 'warn', dns: BENCH_DNS });
+    const apiKey = JSON.parse(await hs.cli(['apikeys', 'create', '-o', 'json'], 60_000)) as string;
+    const logPath = hs.logPath;
     return {
-      name: 'headscale', pid: child.pid!, url, apiKey,
+      name: 'headscale', pid: hs.pid!, url: hs.url, apiKey,
       logSummary: () => {
         const lines = readFileSync(logPath, 'utf8').split('\n').filter(Boolean);
         return lines.length ? `${lines.length} lines logged at warn or above; the last: ${lines.slice(-3).join(' | ')}` : '';

@@ -63,10 +63,11 @@ export class HeadscaleServer {
 
   /**
    * start writes a config (SQLite, loopback listeners on free ports, the embedded DERP
-   * server as the only relay so nothing reaches the internet, policy in the database) and
-   * runs `headscale serve` until its /health answers.
+   * server as the only relay so nothing reaches the internet, policy in the database unless
+   * `opts.policyFile` names a file) and runs `headscale serve` until its /health answers.
+   * `opts.logLevel` and `opts.dns` replace the log level and the `dns` section.
    */
-  static async start(bin: string, dir: string): Promise<HeadscaleServer> {
+  static async start(bin: string, dir: string, opts: { policyFile?: string; logLevel?: string; dns?: object } = {}): Promise<HeadscaleServer> {
     const [port, metrics, grpc, stun] = [await freePort(), await freePort(), await freePort(), await freePort('udp')];
     const hs = new HeadscaleServer(bin, dir, port);
     hs.metricsUrl = `http://127.0.0.1:${metrics}`;
@@ -89,9 +90,9 @@ export class HeadscaleServer {
       },
       disable_check_updates: true,
       database: { type: 'sqlite', sqlite: { path: hs.dbPath, write_ahead_log: true } },
-      log: { level: 'info', format: 'text' },
-      policy: { mode: 'database' },
-      dns: { magic_dns: false, base_domain: 'hs.test', override_local_dns: false, nameservers: { global: [] } },
+      log: { level: opts.logLevel ?? 'info', format: 'text' },
+      policy: opts.policyFile ? { mode: 'file', path: opts.policyFile } : { mode: 'database' },
+      dns: opts.dns ?? { magic_dns: false, base_domain: 'hs.test', override_local_dns: false, nameservers: { global: [] } },
       unix_socket: join(dir, 'headscale.sock'),
       unix_socket_permission: '0770',
       logtail: { enabled: false },
@@ -122,10 +123,15 @@ export class HeadscaleServer {
     try { return readFileSync(this.logPath, 'utf8').slice(-chars); } catch { return ''; }
   }
 
-  /** cli runs `headscale -c <config> <args>` and returns stdout; it throws with the output unless it exits 0. */
-  cli(args: string[]): Promise<string> {
+  /** pid is the running `headscale serve` process's. */
+  get pid(): number | undefined {
+    return this.#child?.pid;
+  }
+
+  /** cli runs `headscale -c <config> <args>` and returns stdout; it throws with the output unless it exits 0 within timeoutMs. */
+  cli(args: string[], timeoutMs = 30_000): Promise<string> {
     return new Promise((resolve, reject) => {
-      execFile(this.bin, ['-c', this.configPath, ...args], { timeout: 30_000, env: { ...process.env, HOME: this.dir } }, (err, stdout, stderr) => {
+      execFile(this.bin, ['-c', this.configPath, ...args], { timeout: timeoutMs, env: { ...process.env, HOME: this.dir } }, (err, stdout, stderr) => {
         if (err) reject(new Error(`headscale ${args.join(' ')}: ${err.message}\n${stderr}${stdout}`));
         else resolve(String(stdout));
       });

@@ -2,6 +2,7 @@ export * from './server.js';
 export * from './tailscale.js';
 export * from './cli.js';
 export * from './headscale-cli.js';
+export { HeadscaleServer } from './headscale-server.js';
 export * from './cluster.js';
 export * from './until.js';
 export * from './knot.js';

@@ -240,6 +240,8 @@ const STATUS: Record<ErrorCode, grpc.status> = {
   invalid_policy: grpc.status.INVALID_ARGUMENT,
   unsupported_media_type: grpc.status.INVALID_ARGUMENT,
   policy_read_only: grpc.status.FAILED_PRECONDITION,
+  precondition_failed: grpc.status.FAILED_PRECONDITION,
+  not_implemented: grpc.status.UNIMPLEMENTED,
   unauthorized: grpc.status.UNAUTHENTICATED,
   forbidden: grpc.status.PERMISSION_DENIED,
   not_found: grpc.status.NOT_FOUND,

@@ -8,3 +8,7 @@ export * from './docs.js';
 export * from './route.js';
 export * from './operations.js';
 export * from './cors.js';
+export * from './v2/routes.js';
+export * from './v2/auth.js';
+export * from './v2/scopes.js';
+export * from './v2/tailnet.js';

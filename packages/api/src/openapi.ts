@@ -37,6 +37,9 @@ const PROBLEMS = {
   401: problemResponse('Unauthorized', 'No API key, or one that is invalid, expired or revoked', {
     missing: problemExample('unauthorized', 'missing API key (Authorization: Bearer <API key>)'),
   }),
+  403: problemResponse('Forbidden', "The credential is valid but may not do this (an OAuth token's scopes or tags)", {
+    scope: problemExample('forbidden', "this token's scopes (devices:core:read) do not include auth_keys"),
+  }),
   404: problemResponse('NotFound', 'Something the request names does not exist', {
     notFound: problemExample('not_found', 'node 42 not found'),
   }),
@@ -44,11 +47,17 @@ const PROBLEMS = {
     nameTaken: problemExample('name_taken', 'user alice already exists', 'name'),
     userHasNodes: problemExample('user_has_nodes', 'user alice still owns 2 nodes; delete them first'),
   }),
+  412: problemResponse('PreconditionFailed', 'If-Match names a version that is no longer current', {
+    stale: problemExample('precondition_failed', 'the policy changed since the version in If-Match'),
+  }),
   413: problemResponse('PayloadTooLarge', 'The body exceeds the size limit', {
     tooLarge: problemExample('payload_too_large', 'request body exceeds the 1048576-byte limit'),
   }),
   500: problemResponse('InternalError', 'An unexpected failure; the server log has the details', {
     internal: problemExample('internal', 'internal error; see the server log'),
+  }),
+  501: problemResponse('NotImplemented', 'A part of the Tailscale API this server does not have', {
+    notServed: problemExample('not_implemented', 'webhooks are not available on a Headway server'),
   }),
   503: problemResponse('Unavailable', 'A service the call needs is not available', {
     unavailable: problemExample('unavailable', 'interactive registration is not available'),

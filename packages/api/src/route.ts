@@ -10,6 +10,8 @@ import type { NodeView, PreAuthKeyView } from './schemas.js';
 import type { Node } from '@headway/core';
 import type { PendingLogins, SshCheckApprovals } from './lifecycle.js';
 import type { DriveService } from '@headway/core';
+import type { OAuthTokens } from './v2/auth.js';
+import type { Scope } from './v2/scopes.js';
 
 /*
  * route.ts holds the route table's machinery (ApiDeps, the typed route() builder) apart
@@ -38,6 +40,8 @@ export interface ApiDeps {
   cluster?: () => Promise<import('@headway/core').ClusterInstanceView[]>;
   /** instanceId names this running server on /health answers (server/reach.ts); absent in tests that build the API alone. */
   instanceId?: string;
+  /** oauth verifies /api/v2 access tokens of OAuth clients; absent: only API keys authenticate /api/v2. */
+  oauth?: OAuthTokens;
 }
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -54,13 +58,24 @@ export const TAGS = {
   Cluster: 'Instances sharing one database (cluster.enabled)',
   Debug: 'Helpers for tests and demos',
 } as const;
-export type Tag = keyof typeof TAGS;
+/** V2_TAGS group /api/v2's operations (Tailscale's API) in its own document. */
+export const V2_TAGS = {
+  Devices: 'Devices in the tailnet',
+  Keys: 'Auth keys and API keys',
+  'OAuth': 'OAuth clients and access tokens',
+  'Policy File': 'The access policy',
+  DNS: 'MagicDNS, nameservers, search paths, split DNS',
+  Users: 'Users',
+  'Tailnet Settings': 'Settings of the tailnet',
+  'Not served': 'Parts of the Tailscale API Headway does not have',
+} as const;
+export type Tag = keyof typeof TAGS | `v2:${keyof typeof V2_TAGS}`;
 
 /**
  * Statuses a route may answer with a problem besides 401 and 500 (every route) and the
  * ones its inputs imply (400 for any input, 413 for a body): list them in `errors`.
  */
-export type ErrorStatus = 400 | 404 | 409 | 503;
+export type ErrorStatus = 400 | 403 | 404 | 409 | 412 | 501 | 503;
 
 type Parsed<S> = S extends z.ZodType ? z.output<S> : Record<string, never>;
 
@@ -94,6 +109,8 @@ export interface RouteSpec<P extends z.ZodObject | undefined, Q extends z.ZodObj
   /** also: another status that answers with the same schema (health's 503). */
   also?: { status: 503; description: string };
   errors?: ErrorStatus[];
+  /** scope: what an /api/v2 route needs of an OAuth token ('public': no credential, the token endpoint). */
+  scope?: Scope | 'public';
   handle: (input: RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps: ApiDeps, ctx: Context) => Promise<z.input<R>>;
 }
 
@@ -113,6 +130,7 @@ export interface Route {
   responseDescription: string;
   also?: { status: 503; description: string };
   errors: ErrorStatus[];
+  scope?: Scope | 'public';
   /** handler validates the request against the schemas (400 naming the field) and runs the route. */
   handler: (ctx: Context, deps: ApiDeps) => Promise<unknown>;
 }

@@ -17,9 +17,11 @@ export const ERRORS = {
   name_taken: { status: 409, title: 'Name already in use' },
   user_has_nodes: { status: 409, title: 'User still owns nodes' },
   key_used: { status: 409, title: 'Key already used' },
+  precondition_failed: { status: 412, title: 'Precondition failed' },
   payload_too_large: { status: 413, title: 'Body too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported content type' },
   rate_limited: { status: 429, title: 'Too many requests' },
+  not_implemented: { status: 501, title: 'Not implemented' },
   unavailable: { status: 503, title: 'Service unavailable' },
   internal: { status: 500, title: 'Internal error' },
 } as const;

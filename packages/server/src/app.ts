@@ -1,10 +1,10 @@
 import Router from '@koa/router';
 import Koa, { type Context } from 'koa';
 import type { Logger } from '@headway/core';
-import { corsMiddleware, problem, problemMiddleware } from '@headway/api';
+import { corsMiddleware, credential, problem, problemMiddleware } from '@headway/api';
 import { mountApiDocs } from '@headway/api';
 import { openApiDocument } from '@headway/api';
-import { ROUTES, type ApiDeps } from '@headway/api';
+import { ROUTES, mountV2, type ApiDeps } from '@headway/api';
 import type { Metrics } from '@headway/core';
 import { INSTANCE_HEADER } from './reach.js';
 import { homePage, PAGE_HEADERS } from '@headway/control';
@@ -93,6 +93,7 @@ export function createApp(opts: AppOptions): Koa {
       ctx.body = body;
     });
   }
+  mountV2(router, deps, opts.trusted);
   opts.extra?.(router);
 
   app.use(router.routes());
@@ -102,7 +103,7 @@ export function createApp(opts: AppOptions): Koa {
     if (ctx.status === 404 && ctx.body === undefined) {
       if (ctx.path.startsWith('/api/')) {
         // Unknown API paths answer 401 to the unauthenticated, so the route table is not probeable.
-        if (!opts.trusted && !/^Bearer\s+\S+$/i.test(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
+        if (!opts.trusted && !credential(ctx.get('authorization'))) return problem(ctx, 401, 'unauthorized', 'missing API key (Authorization: Bearer <API key>)');
       }
       const allowed = allowedMethods(router, ctx.path);
       if (allowed.length && (ctx.method === 'OPTIONS' || !allowed.includes(ctx.method))) {

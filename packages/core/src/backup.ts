@@ -35,9 +35,9 @@ export class BackupFormatError extends Error {
 }
 
 /** TABLES lists the record arrays in the order a restore writes them (referenced rows first). */
-const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations', 'driveGrants'] as const;
-/** OPTIONAL_TABLES may be missing from a file (a storage without drive grants, or a backup from before they existed). */
-const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants']);
+const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations', 'driveGrants', 'oauthClients'] as const;
+/** OPTIONAL_TABLES may be missing from a file (a storage without drive grants or OAuth clients, or a backup from before they existed). */
+const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants', 'oauthClients']);
 type TableName = (typeof TABLES)[number];
 
 type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod' | 'driveEnd' | 'access';
@@ -60,6 +60,9 @@ const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
     key: 'string', machineKey: 'string', nodeKey: 'string', hostinfo: 'object?', expiresAt: 'date', createdAt: 'date',
   },
   driveGrants: { id: 'int', src: 'driveEnd', dst: 'driveEnd', shares: 'strings', access: 'access', createdAt: 'date' },
+  oauthClients: {
+    id: 'int', clientId: 'string', hash: 'string', description: 'string', scopes: 'strings', tags: 'strings', createdAt: 'date', lastUsed: 'date?',
+  },
   policy: { text: 'string', updatedAt: 'date' },
 };
 

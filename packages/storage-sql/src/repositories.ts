@@ -41,7 +41,7 @@ export async function runTransaction<T>(db: Executor, dialect: SqlDialect, fn: (
 const POLICY_ROW_ID = 1;
 
 /** writableDate rejects Invalid Date before it reaches a driver that would store garbage or NULL. */
-function writableDate(value: Date, field: string): Date {
+export function writableDate(value: Date, field: string): Date {
   if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
     throw new TypeError(`storage: ${field} must be a valid Date`);
   }
@@ -57,7 +57,7 @@ function writableDateOrNull(value: Date | null | undefined, field: string): Date
  * difference in the package: PostgreSQL needs RETURNING to report the id, while
  * MySQL (no RETURNING) and SQLite answer with the insert id.
  */
-async function insertId(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<number> {
+export async function insertId(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<number> {
   if (dialect === 'postgres') {
     const rows: Array<{ id: unknown }> = await db(table).insert(row).returning('id');
     return Number(rows[0]!.id);
@@ -90,7 +90,7 @@ async function updateRow(db: Executor, dialect: SqlDialect, table: string, id: n
   return changed === 0 ? undefined : ((await db(table).where({ id }).first()) as Row | undefined);
 }
 
-async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
+export async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
   try {
     return await work();
   } catch (err) {

@@ -5,6 +5,7 @@ import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
 import { createRepositories, driveGrantRepository, runTransaction, type SqlDialect } from './repositories.js';
+import { oauthClientRepository } from './oauth.js';
 
 export interface SqlStorageOptions {
   dialect: SqlDialect;
@@ -30,6 +31,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
   return {
     ...repositories,
     driveGrants: driveGrantRepository(knex, dialect),
+    oauthClients: oauthClientRepository(knex, dialect),
     ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),
     async migrate() {
       const version = await runMigrations(knex, migrations);

@@ -15,6 +15,7 @@ import * as ops from './operations.js';
 export * from './route.js';
 import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
+import { OAUTH_CLIENT_ROUTES } from './oauth-clients.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -308,4 +309,5 @@ export const ROUTES: Route[] = [
     handle: async (_input, { cluster }) => ({ enabled: Boolean(cluster), instances: cluster ? await cluster() : [] }),
   }),
   ...DRIVE_ROUTES,
+  ...OAUTH_CLIENT_ROUTES,
 ];

@@ -24,6 +24,10 @@ const dump: StorageDump = {
     { id: 4, src: { kind: 'user', id: 3 }, dst: { kind: 'node', id: 12 }, shares: ['docs'], access: 'ro', createdAt: new Date('2026-01-06T00:00:00.000Z') },
     { id: 5, src: { kind: 'group', name: 'group:eng' }, dst: { kind: 'tag', name: 'tag:nas' }, shares: ['*'], access: 'rw', createdAt: new Date('2026-01-07T00:00:00.000Z') },
   ],
+  oauthClients: [{
+    id: 2, clientId: 'k3x9q2w7e1r5', hash: 'c'.repeat(64), description: 'terraform', scopes: ['auth_keys', 'devices:core:read'],
+    tags: ['tag:ci'], createdAt: new Date('2026-01-08T00:00:00.000Z'), lastUsed: null,
+  }],
   policy: { text: '// p\n{"acls": []}', updatedAt: new Date('2026-01-05T00:00:00.000Z') },
 };
 
@@ -37,7 +41,7 @@ t.test('encode then decode gives back the same records', async (t) => {
   t.same(header, {
     format: 'headway-backup', formatVersion: BACKUP_FORMAT_VERSION, createdAt: '2026-06-01T00:00:00.000Z',
     source: { kind: 'postgres', schemaVersion: 1 },
-    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2 },
+    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2, oauthClients: 1 },
   });
   t.ok(text.split('\n').some((l) => l.trim().startsWith('{"id":12,')), 'one record per line');
   const damaged = { ...dump, nodes: [{ ...dump.nodes[0]!, damaged: ['hostinfo'] }] };

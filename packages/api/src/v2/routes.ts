@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import type { ApiDeps, Route } from '../route.js';
 import { authenticateV2, requireScope } from './auth.js';
 import { USER_ROUTES } from './users.js';
+import { OAUTH_ROUTES } from './oauth.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -13,6 +14,7 @@ import { USER_ROUTES } from './users.js';
 /** V2_ROUTES is /api/v2's route table. */
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
+  ...OAUTH_ROUTES,
 ];
 
 /** mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first. */

@@ -4,6 +4,7 @@ import type { ApiDeps, Route } from '../route.js';
 import { authenticateV2, requireScope } from './auth.js';
 import { USER_ROUTES } from './users.js';
 import { OAUTH_ROUTES } from './oauth.js';
+import { KEY_ROUTES } from './keys.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -15,6 +16,7 @@ import { OAUTH_ROUTES } from './oauth.js';
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
   ...OAUTH_ROUTES,
+  ...KEY_ROUTES,
 ];
 
 /** mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first. */

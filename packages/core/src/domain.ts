@@ -96,13 +96,15 @@ export interface PreAuthKey {
   used: boolean;
   expiration: Date | null;
   tags: string[];
+  /** description says what the key is for (set through /api/v2; empty otherwise). */
+  description: string;
   /** prefix is the public, readable part of the key; the secret is kept only as `hash`. */
   prefix: string;
   hash: string;
   createdAt: Date;
 }
 
-export type NewPreAuthKey = Omit<PreAuthKey, 'id' | 'createdAt' | 'used'>;
+export type NewPreAuthKey = Omit<PreAuthKey, 'id' | 'createdAt' | 'used' | 'description'> & { description?: string };
 
 export interface ApiKey {
   id: number;

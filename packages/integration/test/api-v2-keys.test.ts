@@ -88,9 +88,12 @@ t.test('keys list, get and delete auth keys, API keys and OAuth clients, as keys
   t.equal(listed.status, 200);
   const byType = Object.fromEntries((listed.json.keys as Array<{ keyType: string; id: string }>).map((k) => [k.keyType, k.id]));
   t.same(byType, { auth: auth.id, api: api.prefix, client: client.json.id }, 'one of each, by id');
+  t.equal(listed.json.keys.length, 3);
   t.notOk(JSON.stringify(listed.json).includes(auth.key.slice(-43)), 'no secret in the list');
   t.notOk((listed.json.keys as Array<Record<string, unknown>>).some((k) => 'key' in k), 'no key field at all');
 
+  const described = (await call(s, apiKey, 'POST', '/api/v2/tailnet/-/keys', authKeyRequest(['tag:ci'], { description: 'terraform runner' }))).json;
+  t.equal((await call(s, apiKey, 'GET', `/api/v2/tailnet/-/keys/${described.id}`)).json.description, 'terraform runner', 'the description reads back (Terraform compares it)');
   const got = await call(s, apiKey, 'GET', `/api/v2/tailnet/-/keys/${auth.id}`);
   t.match(got.json, { id: auth.id, keyType: 'auth', invalid: false, capabilities: { devices: { create: { reusable: true, tags: ['tag:ci'] } } } });
   t.notOk('key' in got.json);

@@ -5,10 +5,16 @@ import { StorageConflictError, type StoragePort } from '@headway/core/ports';
  * oauthClientContract checks the OAuth client repository: clients and tokens round-trip with
  * their lists and dates, client ids and token prefixes are unique, a token needs its client,
  * deleting a client takes its tokens, and the expiry sweep removes exactly the expired tokens.
- * It leaves one client with one token behind, so the dump-and-restore check that runs after it
+ * Pre-auth keys (same schema step) keep a description. It leaves one client with one token behind, so the dump-and-restore check that runs after it
  * carries an OAuth client through a backup (and a replacing restore clears the token first).
  */
 export async function oauthClientContract(t: Test, storage: StoragePort, unique: (label: string) => string): Promise<void> {
+  const described = await storage.preAuthKeys.create({ userId: null, reusable: false, ephemeral: false, expiration: null, tags: ['tag:ci'], description: 'CI runner Ü', prefix: unique('desc'), hash: 'h' });
+  t.equal(described.description, 'CI runner Ü', 'a pre-auth key keeps its description');
+  const plain = await storage.preAuthKeys.create({ userId: null, reusable: false, ephemeral: false, expiration: null, tags: ['tag:ci'], prefix: unique('desc'), hash: 'h' });
+  t.equal(plain.description, '', 'and has an empty one without');
+  await storage.preAuthKeys.delete(described.id);
+  await storage.preAuthKeys.delete(plain.id);
   const repo = storage.oauthClients;
   if (!repo) {
     t.comment('this adapter keeps no OAuth clients: /api/v2 takes API keys only');

@@ -93,7 +93,7 @@ function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> 
     pre_auth_keys: dump.preAuthKeys.map((k) => ({
       id: k.id, user_id: k.userId, reusable: k.reusable, ephemeral: k.ephemeral, used: k.used,
       expiration: dateOrNull(k.expiration, `preAuthKeys[${k.id}].expiration`), tags: stringArrayText(k.tags, 'pre_auth_keys.tags'),
-      prefix: k.prefix, hash: k.hash, created_at: date(k.createdAt, `preAuthKeys[${k.id}].createdAt`),
+      description: k.description ?? '', prefix: k.prefix, hash: k.hash, created_at: date(k.createdAt, `preAuthKeys[${k.id}].createdAt`),
     })),
     nodes: dump.nodes.map((n) => {
       const row: Row = { id: n.id };

@@ -232,6 +232,7 @@ function preAuthKeyRepository(db: Executor, dialect: SqlDialect): PreAuthKeyRepo
         used: false,
         expiration: writableDateOrNull(key.expiration, 'expiration'),
         tags: jsonText(key.tags ?? []),
+        description: key.description ?? '',
         prefix: key.prefix,
         hash: key.hash,
         created_at: new Date(),

@@ -181,6 +181,7 @@ export function preAuthKeyFromRow(r: Row): PreAuthKey {
     used: toBool(r.used),
     expiration: toDateOrNull(r.expiration, 'pre_auth_keys.expiration'),
     tags: toStringArray(r.tags, 'pre_auth_keys.tags'),
+    description: typeof r.description === 'string' ? r.description : '',
     prefix: toText(r.prefix),
     hash: toText(r.hash),
     createdAt: toDate(r.created_at, 'pre_auth_keys.created_at'),

@@ -53,7 +53,7 @@ const lifetime = (created: Date, expires: Date | null) => (expires ? { expires: 
 function authKeyView(k: PreAuthKey, secret?: string): V2KeyView {
   const expired = k.expiration !== null && k.expiration.getTime() <= Date.now();
   return {
-    id: k.prefix, keyType: 'auth', ...(secret ? { key: secret } : {}), description: '', created: iso(k.createdAt), updated: iso(k.createdAt),
+    id: k.prefix, keyType: 'auth', ...(secret ? { key: secret } : {}), description: k.description, created: iso(k.createdAt), updated: iso(k.createdAt),
     ...lifetime(k.createdAt, k.expiration), invalid: expired || (!k.reusable && k.used),
     capabilities: { devices: { create: { reusable: k.reusable, ephemeral: k.ephemeral, preauthorized: true, tags: k.tags } } },
     userId: k.userId === null ? '' : String(k.userId),
@@ -157,8 +157,9 @@ export const KEY_ROUTES: Route[] = [
       const seconds = body.expirySeconds || AUTH_KEY_DEFAULT_EXPIRY_S;
       const { key, secret } = await ops.createPreAuthKey(deps, {
         user: null, reusable: want?.reusable, ephemeral: want?.ephemeral, expiration: new Date(Date.now() + seconds * 1000), tags,
+        description: body.description?.trim(),
       });
-      return { ...authKeyView(key, secret), description: body.description ?? '' };
+      return authKeyView(key, secret);
     },
   }),
   route({

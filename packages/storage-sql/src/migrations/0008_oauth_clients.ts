@@ -4,8 +4,9 @@ import type { SqlMigration } from './types.js';
 /**
  * oauthClientsMigration adds the OAuth clients of /api/v2 (`oauth_clients`: public client id,
  * hash of the secret, description, scopes, the tags its keys may carry) and the access tokens
- * they were issued (`oauth_tokens`, an hour each). A token's row goes with its client (ON DELETE
- * CASCADE), and the repository deletes them together as well.
+ * they were issued (`oauth_tokens`, an hour each), and gives pre-auth keys the `description`
+ * /api/v2 sets. A token's row goes with its client (ON DELETE CASCADE), and the repository
+ * deletes them together as well.
  */
 export const oauthClientsMigration: SqlMigration = {
   version: 8,
@@ -43,8 +44,14 @@ export const oauthClientsMigration: SqlMigration = {
       t.index(['client_id'], 'oauth_tokens_client_id_index');
       t.index(['expires_at'], 'oauth_tokens_expires_at_index');
     });
+    await knex.schema.alterTable('pre_auth_keys', (t) => {
+      t.string('description', 255).notNullable().defaultTo('');
+    });
   },
   async down(knex) {
+    await knex.schema.alterTable('pre_auth_keys', (t) => {
+      t.dropColumn('description');
+    });
     await knex.schema.dropTableIfExists('oauth_tokens');
     await knex.schema.dropTableIfExists('oauth_clients');
   },

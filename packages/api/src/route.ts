@@ -2,7 +2,7 @@ import type { Context } from 'koa';
 import { z } from 'zod';
 import type { HeadwayConfig } from '@headway/core';
 import type { State } from '@headway/core';
-import type { PolicyService } from '@headway/core';
+import type { DnsSettingsService, PolicyService } from '@headway/core';
 import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import { nodeView, preAuthKeyView } from './views.js';
@@ -40,6 +40,8 @@ export interface ApiDeps {
   cluster?: () => Promise<import('@headway/core').ClusterInstanceView[]>;
   /** instanceId names this running server on /health answers (server/reach.ts); absent in tests that build the API alone. */
   instanceId?: string;
+  /** dns holds the DNS settings in force and changes them (dns.mode: database); absent in tests that build the API alone. */
+  dns?: DnsSettingsService;
   /** oauth verifies /api/v2 access tokens of OAuth clients; absent: only API keys authenticate /api/v2. */
   oauth?: OAuthTokens;
 }

@@ -4,7 +4,7 @@ import type { DnsConfig } from '@headway/core';
 import { checkRecord } from '@headway/core';
 import { parsePrefix, type Prefix } from '@headway/core';
 import type { Logger } from '@headway/core';
-import type { DnsPort, DnsRecord } from '@headway/core';
+import type { DnsPort, DnsRecord, DnsSettings } from '@headway/core';
 
 interface Resolver { Addr: string }
 
@@ -41,12 +41,26 @@ export class DnsConfigSource {
   private cached?: Record<string, unknown>;
 
   constructor(
-    private readonly dns: DnsConfig,
+    private readonly file: DnsConfig,
     private readonly prefixes: string[],
     private readonly logger: Logger,
     private readonly onChange: () => void,
     private readonly plugins: readonly DnsPort[] = [],
+    private readonly settings?: () => DnsSettings,
   ) {}
+
+  /** dns is the config file's dns block with the settings in force (dns.mode: database keeps them in storage). */
+  private get dns(): DnsConfig {
+    const s = this.settings?.();
+    if (!s) return this.file;
+    return {
+      ...this.file, magic_dns: s.magicDns, override_local_dns: s.overrideLocalDns, search_domains: s.searchDomains,
+      nameservers: { global: s.nameservers, split: s.split },
+    };
+  }
+
+  /** settingsChanged rebuilds the DNS config after the DNS settings in force changed, and tells every device. */
+  settingsChanged(): void { this.changed(); }
 
   async init(): Promise<void> {
     if (this.dns.extra_records_path) {

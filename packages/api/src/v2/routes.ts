@@ -3,6 +3,8 @@ import type { Context } from 'koa';
 import type { ApiDeps, Route } from '../route.js';
 import { authenticateV2, requireScope } from './auth.js';
 import { USER_ROUTES } from './users.js';
+import { POLICY_ROUTES } from './policy.js';
+import { DNS_ROUTES } from './dns.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -13,12 +15,14 @@ import { USER_ROUTES } from './users.js';
 /** V2_ROUTES is /api/v2's route table. */
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
+  ...POLICY_ROUTES,
+  ...DNS_ROUTES,
 ];
 
 /** mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first. */
 export function mountV2(router: Router, deps: ApiDeps, trusted: boolean): void {
   for (const r of V2_ROUTES) {
-    const method = r.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
+    const method = r.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete';
     router[method](r.path, async (ctx: Context) => {
       if (r.scope !== 'public') {
         const principal = await authenticateV2(ctx, deps, trusted);

@@ -38,7 +38,7 @@ export function policyVersion(text: string | undefined): string {
 
 /** PolicySetOptions: `ifVersion` sets the text only if the stored text is still that version (else 412 precondition_failed). */
 export interface PolicySetOptions {
-  ifVersion?: string;
+  ifVersion?: string | readonly string[];
 }
 
 /**
@@ -139,11 +139,12 @@ export class PolicyService {
         + 'Set policy.mode: database to manage it with `headway policy set`, or write it to the file named by policy.path and send SIGHUP');
     }
     const { policy, warnings } = this.compileChecked(text);
-    const want = opts.ifVersion;
+    const want = typeof opts.ifVersion === 'string' ? [opts.ifVersion] : opts.ifVersion;
     await this.source.save(text, want === undefined ? undefined : {
       check: (current) => {
-        if (policyVersion(current) !== want) {
-          throw new HeadwayError('precondition_failed', `the policy changed since version ${JSON.stringify(want.slice(0, 80))}: read it again (its version is the ETag) and apply your change to that`);
+        if (!want.includes(policyVersion(current))) {
+          const named = want.map((v) => JSON.stringify(v.slice(0, 80))).join(', ');
+          throw new HeadwayError('precondition_failed', `the policy is no longer version ${named}: read it again (its version is the ETag) and apply your change to that`);
         }
       },
     });

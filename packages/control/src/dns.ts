@@ -39,6 +39,7 @@ export class DnsConfigSource {
   private watcher?: FSWatcher;
   private unwatchPlugins: Array<() => void> = [];
   private cached?: Record<string, unknown>;
+  private effective?: DnsConfig;
 
   constructor(
     private readonly file: DnsConfig,
@@ -49,18 +50,22 @@ export class DnsConfigSource {
     private readonly settings?: () => DnsSettings,
   ) {}
 
-  /** dns is the config file's dns block with the settings in force (dns.mode: database keeps them in storage). */
+  /** dns is the config file's dns block with the settings in force (dns.mode: database keeps them in storage), built once per change. */
   private get dns(): DnsConfig {
+    if (this.effective) return this.effective;
     const s = this.settings?.();
-    if (!s) return this.file;
-    return {
+    this.effective = !s ? this.file : {
       ...this.file, magic_dns: s.magicDns, override_local_dns: s.overrideLocalDns, search_domains: s.searchDomains,
       nameservers: { global: s.nameservers, split: s.split },
     };
+    return this.effective;
   }
 
   /** settingsChanged rebuilds the DNS config after the DNS settings in force changed, and tells every device. */
-  settingsChanged(): void { this.changed(); }
+  settingsChanged(): void {
+    this.effective = undefined;
+    this.changed();
+  }
 
   async init(): Promise<void> {
     if (this.dns.extra_records_path) {

@@ -57,8 +57,8 @@ t.test('GET answers HuJSON by default and JSON on Accept: application/json, with
   t.match(noneTag, /^"[0-9a-f]{64}"$/, 'the ETag is quoted, as the Go client sends it back in If-Match');
   t.match(await none.text(), /"\*:\*"/, 'no policy reads as the policy meaning the same: everything allowed');
 
-  const set = await a.call('POST', '/api/v2/tailnet/-/acl', { body: POLICY, headers: { 'content-type': 'application/hujson', 'if-match': noneTag } });
-  t.equal(set.status, 200, 'If-Match with the current version sets the policy');
+  const set = await a.call('POST', '/api/v2/tailnet/-/acl', { body: POLICY, headers: { 'content-type': 'application/hujson', 'if-match': '"ts-default"' } });
+  t.equal(set.status, 200, 'If-Match "ts-default" sets the policy while none was ever set');
   const v1 = set.headers.get('etag')!;
   t.not(v1, noneTag, 'a new version has a new ETag');
   t.equal(await set.text(), POLICY, 'a HuJSON set answers the text as stored');
@@ -77,6 +77,8 @@ t.test('GET answers HuJSON by default and JSON on Accept: application/json, with
   const stale = await a.call('POST', '/api/v2/tailnet/-/acl', { body: '{"acls": []}', headers: { 'content-type': 'application/json', 'if-match': noneTag } });
   t.equal(stale.status, 412, 'a stale If-Match is refused');
   t.match(await stale.json(), { message: /no longer version/ });
+  const notDefault = await a.call('POST', '/api/v2/tailnet/-/acl', { body: '{"acls": []}', headers: { 'content-type': 'application/json', 'if-match': '"ts-default"' } });
+  t.equal(notDefault.status, 412, '"ts-default" once a policy is set is stale too');
   t.equal(s.policy.policyText, POLICY, 'and nothing changed');
 
   // The Go client's SetAndGet: a JSON ACL body, no Accept; the answer is JSON with the new ETag.

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { HeadwayError, InvalidPolicyError, snapshotOf } from '@headway/core';
+import { HeadwayError, InvalidPolicyError, policyVersion, snapshotOf } from '@headway/core';
 import { parseHuJSON, parseIpPort, PolicyError, previewMatches, toPlain, type MatchQuery } from '@headway/policy';
 import { POLICY_LIMIT, readText } from '../http.js';
 import { route, type ApiDeps, type Route, type TextBody } from '../route.js';
@@ -23,10 +23,14 @@ const POLICY_BODY: TextBody = {
 /** etag quotes a version as an ETag header carries it. */
 const etag = (version: string) => `"${version}"`;
 
-/** ifMatchVersions reads If-Match: the versions it names (quotes and W/ dropped), or undefined when absent or `*`. */
+/**
+ * ifMatchVersions reads If-Match: the versions it names (quotes and W/ dropped), or undefined when absent or `*`.
+ * `ts-default` (Tailscale's name for a policy never set) is the version of no policy.
+ */
 export function ifMatchVersions(header: string): string[] | undefined {
   const values = header.split(',').map((v) => v.trim().replace(/^W\//, '').replace(/^"(.*)"$/, '$1')).filter(Boolean);
-  return values.length && !values.includes('*') ? values : undefined;
+  if (!values.length || values.includes('*')) return undefined;
+  return values.map((v) => (v === 'ts-default' ? policyVersion(undefined) : v));
 }
 
 /** wantsJson: the answer is JSON when Accept asks for it, else when Accept names nothing of ours and the request body was JSON. */
@@ -102,7 +106,7 @@ export const POLICY_ROUTES: Route[] = [
   route({
     method: 'GET', path: '/api/v2/tailnet/:tailnet/acl', operationId: 'v2GetPolicyFile', tag: 'v2:Policy File', summary: 'Get the policy file',
     description: 'The policy in force: HuJSON as stored (comments kept) by default or with `Accept: application/hujson`; JSON with `Accept: application/json`. '
-      + 'The `ETag` header names this version (quoted); send it back as `If-Match` to set the policy only if nobody changed it since. '
+      + 'The `ETag` header names this version (quoted); send it back as `If-Match` to set the policy only if nobody changed it since (`ts-default`: only if no policy was ever set). '
       + 'With `details=1`: `{acl, warnings, errors}`. While no policy is set the answer is the policy that means the same (everything allowed).',
     params: z.object({ tailnet: Tailnet }),
     query: z.object({ details: z.enum(['0', '1', 'true', 'false']).optional() }),

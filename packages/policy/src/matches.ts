@@ -33,13 +33,10 @@ function ruleNodes(root: JNode): JNode[] {
   return acls?.kind === 'array' ? acls.items : [];
 }
 
-function words(rule: JNode, ...keys: string[]): string[] {
-  if (rule.kind !== 'object') return [];
-  for (const k of keys) {
-    const v = rule.entries.find((e) => e.key === k)?.value;
-    if (v) return ((toPlain(v) as unknown[]) ?? []).map(String);
-  }
-  return [];
+/** words are the strings of a rule's list field as written. */
+function words(rule: JNode, key: string): string[] {
+  const v = rule.kind === 'object' ? rule.entries.find((e) => e.key === key)?.value : undefined;
+  return v?.kind === 'array' ? v.items.map((i) => String(toPlain(i))) : [];
 }
 
 const inPorts = (ports: PortRange[], port: number | null) => port === null || ports.some((p) => p.First <= port && port <= p.Last);
@@ -70,7 +67,7 @@ export function previewMatches(text: string, snapshot: Snapshot, query: MatchQue
       : rule.dst.some((d) => covers(d.alias, addrs) && inPorts(d.ports, query.port));
     if (!hit) return;
     const node = nodes[i];
-    out.push({ users: node ? words(node, 'src', 'users') : [], ports: node ? words(node, 'dst', 'ports') : [], lineNumber: node?.pos.line ?? 0 });
+    out.push({ users: node ? words(node, 'src') : [], ports: node ? words(node, 'dst') : [], lineNumber: node?.pos.line ?? 0 });
   });
   return out;
 }

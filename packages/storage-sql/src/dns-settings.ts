@@ -1,11 +1,10 @@
 import type { DnsSettings, DnsSettingsRecord, DnsSettingsRepository } from '@headway/core/ports';
 import { lockRow, runTransaction, type Executor, type SqlDialect } from './repositories.js';
 import { toDate, toText, type Row } from './rows.js';
+import { DNS_SETTINGS_LOCK } from './migrations/0009_dns_settings.js';
 
 /** DNS_SETTINGS_ROW_ID is the id of the single row of `dns_settings` (schema 0009). */
 const DNS_SETTINGS_ROW_ID = 1;
-/** DNS_SETTINGS_LOCK names the `storage_locks` row an update holds: the first seed has no row to lock. */
-const DNS_SETTINGS_LOCK = 'dns_settings';
 
 /** settingsText checks a DnsSettings value's shape before it is written (the meaning is checked above storage). */
 function settingsText(s: DnsSettings): string {

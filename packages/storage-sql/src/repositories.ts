@@ -8,6 +8,7 @@ import {
 } from '@headway/core/ports';
 import { isRetryableError, toStorageError } from './errors.js';
 import { PENDING_QUOTA_LOCK } from './migrations/0006_pending_quota.js';
+import { POLICY_LOCK } from './migrations/0009_dns_settings.js';
 import {
   NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
   preAuthKeyFromRow, stringArrayText, toDate, userFromRow, type Row,
@@ -316,7 +317,7 @@ async function lockPendingQuota(trx: Knex.Transaction): Promise<void> {
 export async function lockRow(trx: Knex.Transaction, name: string): Promise<void> {
   const take = () => trx('storage_locks').where({ name }).update({ turn: trx.raw('turn + 1') });
   if (await take() > 0) return;
-  // A row not seeded (or deleted by hand) is put in (the insert waits on a concurrent one).
+  // The migrations seed the rows; one deleted by hand is put back (the insert waits on a concurrent one).
   await trx('storage_locks').insert({ name, turn: 0 }).onConflict('name').ignore();
   await take();
 }
@@ -385,9 +386,6 @@ function pendingRegistrationRepository(db: Executor, dialect: SqlDialect): Pendi
     },
   };
 }
-
-/** POLICY_LOCK names the `storage_locks` row a conditional policy write holds (see lockRow). */
-export const POLICY_LOCK = 'policy';
 
 function policyRepository(db: Executor, dialect: SqlDialect): PolicyRepository {
   const read = async (ex: Executor) => {

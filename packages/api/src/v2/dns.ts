@@ -60,6 +60,30 @@ function configuration(s: DnsSettings): z.input<typeof Configuration> {
 
 const WRITES = 'With dns.mode: file a write is a 400 naming the config keys to edit. A bad value is a 400 naming it, and nothing changes.';
 
+/**
+ * fieldRoutes are the GET and POST of a path holding one setting as `{field: value}` (preferences, search paths):
+ * GET answers it, POST replaces it and answers what is now in force.
+ */
+function fieldRoutes<K extends 'magicDns' | 'searchDomains'>(f: {
+  path: string; field: string; setting: K; schema: z.ZodType<DnsSettings[K]>; name: string; what: string; read: string; write: string;
+}): Route[] {
+  const shape = z.object({ [f.field]: f.schema });
+  const answer = (s: DnsSettings) => ({ [f.field]: s[f.setting] });
+  return [
+    route({
+      method: 'GET', path: `/api/v2/tailnet/:tailnet/dns/${f.path}`, operationId: `v2Get${f.name}`, tag: 'v2:DNS', summary: `Get ${f.what}`,
+      description: f.read, params, response: shape, responseDescription: `The ${f.what}`, errors: [403, 404], scope: read,
+      handle: async ({ params: p }, deps) => answer(current(deps, p.tailnet)),
+    }),
+    route({
+      method: 'POST', path: `/api/v2/tailnet/:tailnet/dns/${f.path}`, operationId: `v2Set${f.name}`, tag: 'v2:DNS', summary: `Set ${f.what}`,
+      description: `${f.write} ${WRITES}`, params, body: shape,
+      response: shape, responseDescription: `The ${f.what} now in force`, errors: [403, 404], scope: write,
+      handle: async ({ params: p, body }, deps) => answer(await update(deps, p.tailnet, (c) => ({ ...c, [f.setting]: (body as Record<string, unknown>)[f.field] }))),
+    }),
+  ];
+}
+
 export const DNS_ROUTES: Route[] = [
   route({
     method: 'GET', path: '/api/v2/tailnet/:tailnet/dns/nameservers', operationId: 'v2ListDnsNameservers', tag: 'v2:DNS', summary: 'List nameservers',
@@ -78,31 +102,13 @@ export const DNS_ROUTES: Route[] = [
       return { dns: s.nameservers, magicDNS: s.magicDns };
     },
   }),
-  route({
-    method: 'GET', path: '/api/v2/tailnet/:tailnet/dns/preferences', operationId: 'v2GetDnsPreferences', tag: 'v2:DNS', summary: 'Get DNS preferences',
-    description: 'Whether MagicDNS is on.',
-    params, response: z.object({ magicDNS: z.boolean() }), responseDescription: 'The preferences', errors: [403, 404], scope: read,
-    handle: async ({ params: p }, deps) => ({ magicDNS: current(deps, p.tailnet).magicDns }),
+  ...fieldRoutes({
+    path: 'preferences', field: 'magicDNS', setting: 'magicDns', schema: z.boolean(), name: 'DnsPreferences', what: 'DNS preferences',
+    read: 'Whether MagicDNS is on.', write: 'Turns MagicDNS on or off (on needs dns.base_domain). Devices get their new DNS config at once.',
   }),
-  route({
-    method: 'POST', path: '/api/v2/tailnet/:tailnet/dns/preferences', operationId: 'v2SetDnsPreferences', tag: 'v2:DNS', summary: 'Set DNS preferences',
-    description: `Turns MagicDNS on or off (on needs dns.base_domain). Devices get their new DNS config at once. ${WRITES}`,
-    params, body: z.object({ magicDNS: z.boolean() }),
-    response: z.object({ magicDNS: z.boolean() }), responseDescription: 'The preferences now in force', errors: [403, 404], scope: write,
-    handle: async ({ params: p, body }, deps) => ({ magicDNS: (await update(deps, p.tailnet, (c) => ({ ...c, magicDns: body.magicDNS }))).magicDns }),
-  }),
-  route({
-    method: 'GET', path: '/api/v2/tailnet/:tailnet/dns/searchpaths', operationId: 'v2ListDnsSearchPaths', tag: 'v2:DNS', summary: 'List search paths',
-    description: 'The extra search domains (besides the MagicDNS domain).',
-    params, response: z.object({ searchPaths: Domains }), responseDescription: 'The search paths', errors: [403, 404], scope: read,
-    handle: async ({ params: p }, deps) => ({ searchPaths: current(deps, p.tailnet).searchDomains }),
-  }),
-  route({
-    method: 'POST', path: '/api/v2/tailnet/:tailnet/dns/searchpaths', operationId: 'v2SetDnsSearchPaths', tag: 'v2:DNS', summary: 'Set search paths',
-    description: `Replaces the search domains. ${WRITES}`,
-    params, body: z.object({ searchPaths: Domains }),
-    response: z.object({ searchPaths: Domains }), responseDescription: 'The search paths now in force', errors: [403, 404], scope: write,
-    handle: async ({ params: p, body }, deps) => ({ searchPaths: (await update(deps, p.tailnet, (c) => ({ ...c, searchDomains: body.searchPaths }))).searchDomains }),
+  ...fieldRoutes({
+    path: 'searchpaths', field: 'searchPaths', setting: 'searchDomains', schema: Domains, name: 'DnsSearchPaths', what: 'search paths',
+    read: 'The extra search domains (besides the MagicDNS domain).', write: 'Replaces the search domains.',
   }),
   route({
     method: 'GET', path: '/api/v2/tailnet/:tailnet/dns/split-dns', operationId: 'v2GetSplitDns', tag: 'v2:DNS', summary: 'Get split DNS',

@@ -44,7 +44,7 @@ export interface ApiDeps {
   oauth?: OAuthTokens;
 }
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /** TAGS group the operations in the OpenAPI document and on the docs page, in this order. */
 export const TAGS = {

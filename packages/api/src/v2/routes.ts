@@ -3,6 +3,9 @@ import type { Context } from 'koa';
 import type { ApiDeps, Route } from '../route.js';
 import { authenticateV2, requireScope } from './auth.js';
 import { USER_ROUTES } from './users.js';
+import { DEVICE_ROUTES } from './devices.js';
+import { SETTINGS_ROUTES } from './settings.js';
+import { UNSUPPORTED_ROUTES } from './unsupported.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -13,6 +16,9 @@ import { USER_ROUTES } from './users.js';
 /** V2_ROUTES is /api/v2's route table. */
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
+  ...DEVICE_ROUTES,
+  ...SETTINGS_ROUTES,
+  ...UNSUPPORTED_ROUTES,
 ];
 
 /** mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first. */

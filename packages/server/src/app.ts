@@ -84,7 +84,7 @@ export function createApp(opts: AppOptions): Koa {
     });
   }
   const serverUrl = deps.config.server_url;
-  mountApiDocs(router, { document: () => openApiDocument({ serverUrl }), serverUrl });
+  mountApiDocs(router, { document: (api) => openApiDocument({ serverUrl, api }), serverUrl });
 
   for (const route of ROUTES) {
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';

@@ -243,4 +243,6 @@ t.test('what Headway does not have answers 501 in Tailscale\'s error shape, afte
     t.equal(res.status, 501, `${r.method} ${path}`);
     t.match(res.body.message, /not available on a Headway server|Headway server serves one tailnet/, `${r.method} ${path}: says what is missing`);
   }
+  const unknown = await call('GET', '/api/v2/tailnet/-/no-such-thing');
+  t.equal(unknown.status, 404, 'a path outside Tailscale\'s API is a 404, not a 501');
 });

@@ -3,7 +3,7 @@ import type { Context } from 'koa';
 import type { Node } from '@headway/core';
 import { badField, HeadwayError, ownerIdentity } from '@headway/core';
 import * as ops from '../operations.js';
-import { route, type ApiDeps, type Route } from '../route.js';
+import { route, type ApiDeps, type ErrorStatus, type Route } from '../route.js';
 import { Empty } from '../schemas.js';
 import { principalOf } from './auth.js';
 import { checkTailnet, Tailnet, tailnetName } from './tailnet.js';
@@ -120,6 +120,23 @@ function deviceName(deps: ApiDeps, raw: string): string {
   return label;
 }
 
+/**
+ * deviceWrite is a `POST /api/v2/device/:id/<what>` call: it resolves the device, acts
+ * on it and answers {} as Tailscale does (its clients read nothing back).
+ */
+function deviceWrite<B extends z.ZodObject>(spec: {
+  what: string; operationId: string; summary: string; description: string; body: B; errors?: ErrorStatus[];
+  act: (n: Node, body: z.output<B>, deps: ApiDeps, ctx: Context) => Promise<unknown>;
+}): Route {
+  return route({
+    method: 'POST', path: `/api/v2/device/:id/${spec.what}`, operationId: spec.operationId, tag: 'v2:Devices', summary: spec.summary,
+    description: spec.description, params: DeviceParams, body: spec.body,
+    response: Empty, responseDescription: 'Done',
+    errors: [403, 404, ...(spec.errors ?? [])], scope: core(true),
+    handle: async ({ params, body }, deps, ctx) => { await spec.act(device(deps, params.id), body as z.output<B>, deps, ctx); return {}; },
+  });
+}
+
 const DeviceParams = z.object({ id: z.string().meta({ description: 'The device id (id or nodeId)', examples: ['1'] }) });
 const Fields = z.object({ fields: z.enum(['default', 'all']).optional().meta({ description: 'all: add advertisedRoutes, enabledRoutes, sshEnabled, clientConnectivity and distro' }) });
 const core = (write: boolean) => ({ resource: 'devices:core' as const, write });
@@ -158,67 +175,48 @@ export const DEVICE_ROUTES: Route[] = [
     errors: [403, 404], scope: core(true),
     handle: async ({ params }, deps) => { await deps.state.nodes.delete(device(deps, params.id).id); return {}; },
   }),
-  route({
-    method: 'POST', path: '/api/v2/device/:id/authorized', operationId: 'v2AuthorizeDevice', tag: 'v2:Devices', summary: 'Authorize a device',
+  deviceWrite({
+    what: 'authorized', operationId: 'v2AuthorizeDevice', summary: 'Authorize a device',
     description: 'Headway has no device approval: every device is authorized, so `true` changes nothing and `false` is refused (expire its key or delete it instead).',
-    params: DeviceParams, body: z.object({ authorized: z.boolean() }),
-    response: Empty, responseDescription: 'The device is authorized',
-    errors: [403, 404], scope: core(true),
-    handle: async ({ params, body }, deps) => {
-      device(deps, params.id);
+    body: z.object({ authorized: z.boolean() }),
+    act: async (_n, body) => {
       if (!body.authorized) throw badField('authorized', 'Headway has no device approval, so a device cannot be de-authorized: set its key to expire (headway nodes expire) or delete it');
-      return {};
     },
   }),
-  route({
-    method: 'POST', path: '/api/v2/device/:id/name', operationId: 'v2SetDeviceName', tag: 'v2:Devices', summary: 'Rename a device',
+  deviceWrite({
+    what: 'name', operationId: 'v2SetDeviceName', summary: 'Rename a device',
     description: 'Sets the MagicDNS name: a DNS label, or the full name ending in the tailnet\'s domain. Unique in the tailnet.',
-    params: DeviceParams, body: z.object({ name: z.string().meta({ examples: ['laptop'] }) }),
-    response: Empty, responseDescription: 'Renamed',
-    errors: [403, 404, 409], scope: core(true),
-    handle: async ({ params, body }, deps) => {
-      const n = device(deps, params.id);
-      const label = deviceName(deps, body.name);
-      try { await deps.state.nodes.rename(n.id, label); } catch (err) { throw renamedField(err); }
-      return {};
+    body: z.object({ name: z.string().meta({ examples: ['laptop'] }) }), errors: [409],
+    act: async (n, body, deps) => {
+      try { await deps.state.nodes.rename(n.id, deviceName(deps, body.name)); } catch (err) { throw renamedField(err); }
     },
   }),
-  route({
-    method: 'POST', path: '/api/v2/device/:id/tags', operationId: 'v2SetDeviceTags', tag: 'v2:Devices', summary: 'Set the tags of a device',
+  deviceWrite({
+    what: 'tags', operationId: 'v2SetDeviceTags', summary: 'Set the tags of a device',
     description: "Replaces the tags; each must be in the policy's tagOwners. An OAuth token may add only the tags its client may assign.",
-    params: DeviceParams, body: z.object({ tags: z.array(z.string()).meta({ examples: [['tag:server']] }) }),
-    response: Empty, responseDescription: 'Tagged',
-    errors: [403, 404], scope: core(true),
-    handle: async ({ params, body }, deps, ctx) => {
-      const n = device(deps, params.id);
+    body: z.object({ tags: z.array(z.string()).meta({ examples: [['tag:server']] }) }),
+    act: async (n, body, deps, ctx) => {
       checkAssignableTags(ctx, n, body.tags.map((t) => t.trim()));
       await ops.setNodeTags(deps, n.id, body.tags);
-      return {};
     },
   }),
-  route({
-    method: 'POST', path: '/api/v2/device/:id/key', operationId: 'v2SetDeviceKey', tag: 'v2:Devices', summary: 'Set key expiry',
+  deviceWrite({
+    what: 'key', operationId: 'v2SetDeviceKey', summary: 'Set key expiry',
     description: '`keyExpiryDisabled: true`: the key never expires. `false` on a key that never expires: it expires node.expiry from now (refused while node.expiry is 0).',
-    params: DeviceParams, body: z.object({ keyExpiryDisabled: z.boolean() }),
-    response: Empty, responseDescription: 'Set',
-    errors: [403, 404], scope: core(true),
-    handle: async ({ params, body }, deps) => {
-      const n = device(deps, params.id);
-      if (body.keyExpiryDisabled) { if (n.expiry !== null) await ops.setNodeExpiry(deps, n.id, { disable: true }); return {}; }
-      if (n.expiry !== null) return {};
+    body: z.object({ keyExpiryDisabled: z.boolean() }),
+    act: async (n, body, deps) => {
+      if (body.keyExpiryDisabled) { if (n.expiry !== null) await ops.setNodeExpiry(deps, n.id, { disable: true }); return; }
+      if (n.expiry !== null) return;
       const ms = deps.config.node.expiry;
       if (!ms) throw badField('keyExpiryDisabled', 'false needs a key duration, and node.expiry is 0 (node keys never expire): set node.expiry in the config, or expire this key with headway nodes expire');
       await ops.setNodeExpiry(deps, n.id, { at: new Date(Date.now() + ms), disable: false });
-      return {};
     },
   }),
-  route({
-    method: 'POST', path: '/api/v2/device/:id/ip', operationId: 'v2SetDeviceIp', tag: 'v2:Devices', summary: 'Set the IPv4 address of a device',
+  deviceWrite({
+    what: 'ip', operationId: 'v2SetDeviceIp', summary: 'Set the IPv4 address of a device',
     description: 'A free address inside prefixes.v4; the device and its peers get it with their next map update.',
-    params: DeviceParams, body: z.object({ ipv4: z.string().meta({ examples: ['100.64.0.42'] }) }),
-    response: Empty, responseDescription: 'Set',
-    errors: [403, 404, 409], scope: core(true),
-    handle: async ({ params, body }, deps) => { await deps.state.nodes.setIPv4(device(deps, params.id).id, body.ipv4); return {}; },
+    body: z.object({ ipv4: z.string().meta({ examples: ['100.64.0.42'] }) }), errors: [409],
+    act: (n, body, deps) => deps.state.nodes.setIPv4(n.id, body.ipv4),
   }),
   route({
     method: 'GET', path: '/api/v2/device/:id/routes', operationId: 'v2GetDeviceRoutes', tag: 'v2:Devices', summary: 'Get subnet routes',

@@ -90,7 +90,8 @@ t.test('CORS: a listed origin gets preflights and allow headers on answers and e
   const ok = await preflight(ui);
   t.equal(ok.status, 204);
   t.equal(ok.headers.get('access-control-allow-origin'), ui, 'the exact origin, never *');
-  t.match(ok.headers.get('access-control-allow-methods'), /GET, POST, PUT, DELETE/);
+  t.match(ok.headers.get('access-control-allow-methods'), /GET, POST, PUT, DELETE, PATCH/);
+  t.equal((await preflight(ui, 'PATCH')).status, 204, "PATCH, which /api/v2's settings take");
   t.match(ok.headers.get('access-control-allow-headers'), /Authorization, Content-Type/);
   t.equal(ok.headers.get('access-control-allow-credentials'), null, 'no credentials: the page sends its own bearer key');
   t.match(ok.headers.get('vary'), /Origin/);

@@ -342,6 +342,13 @@ t.test('setIPv4 gives a node a chosen address inside prefixes.v4; a refused one 
   await t.rejects(s.state.nodes.setIPv4(b.id, '10.9.0.5'), { field: 'ipv4', message: /in use/ }, 'the new address is held');
   t.equal((await s.state.nodes.setIPv4(b.id, '10.9.0.1')).ipv4, '10.9.0.1', 'the old one is free');
 
+  // A second server on the same database that has not yet heard of the move: the unique index judges.
+  const other = new State(s.storage, testConfig({ prefixes: { v4: '10.9.0.0/29', v6: '' } }), s.state.logger);
+  await other.init();
+  await s.state.nodes.setIPv4(a.id, '10.9.0.6');
+  await t.rejects(other.nodes.setIPv4(b.id, '10.9.0.6'), { code: 'name_taken', field: 'ipv4' }, 'a 409 naming ipv4');
+  t.same((await storedNodes(s)).map((n) => n.ipv4), ['10.9.0.6', '10.9.0.1'], 'the refused write stored nothing');
+
   const off = await startState(t, { prefixes: { v4: '', v6: 'fd00::/64' } });
   const ou = await off.state.users.create({ name: 'otto' });
   const on = await off.state.nodes.create(nodeInput('x', ou.id));

@@ -192,6 +192,12 @@ t.test('rename, tags, routes, key expiry and IPv4 through /api/v2 are seen throu
   await laptop.waitFor((m) => m.peers.size === 0);
   t.equal((await call('DELETE', `/api/v2/device/${ids.desk}`)).status, 404);
   t.equal(s.state.nodes.list().length, 1);
+
+  // The audit log holds each change that succeeded, under its v2 operation; refusals are not there.
+  const audit = (await call('GET', '/api/v1/audit?limit=1000')).body.entries as Array<{ action: string; target: string }>;
+  const v2 = audit.filter((e) => e.action.startsWith('v2')).reverse();
+  t.same(v2.map((e) => e.action), ['v2SetDeviceName', 'v2SetDeviceTags', 'v2SetDeviceRoutes', 'v2SetDeviceKey', 'v2SetDeviceKey', 'v2AuthorizeDevice', 'v2SetDeviceIp', 'v2DeleteDevice']);
+  t.match(v2.at(-1), { target: `id=${ids.desk}` });
 });
 
 t.test('tailnet settings come from the config; a PATCH that would change one names where it is set', async (t) => {

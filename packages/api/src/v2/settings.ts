@@ -78,7 +78,7 @@ export const SETTINGS_ROUTES: Route[] = [
     description: 'Every setting lives in the config file or is one Headway does not have: a field that would change a setting is a 400 naming where it is set; fields equal to the current value (or null) change nothing.',
     params: z.object({ tailnet: Tailnet }), body: Patch,
     response: Empty, responseDescription: 'Nothing needed changing',
-    errors: [403, 404], scope: { resource: 'feature_settings', write: true },
+    errors: [403, 404], scope: { resource: 'feature_settings', write: true }, readOnly: true,
     handle: async ({ params, body }, deps) => {
       checkTailnet(deps, params.tailnet);
       if (body.regionalRoutingOn != null && body.routeSelection != null) throw badField('routeSelection', 'cannot be combined with regionalRoutingOn');

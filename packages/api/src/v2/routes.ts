@@ -7,6 +7,8 @@ import { USER_ROUTES } from './users.js';
 import { DEVICE_ROUTES } from './devices.js';
 import { SETTINGS_ROUTES } from './settings.js';
 import { UNSUPPORTED_ROUTES } from './unsupported.js';
+import { OAUTH_ROUTES } from './oauth.js';
+import { KEY_ROUTES } from './keys.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -20,6 +22,8 @@ export const V2_ROUTES: Route[] = [
   ...DEVICE_ROUTES,
   ...SETTINGS_ROUTES,
   ...UNSUPPORTED_ROUTES,
+  ...OAUTH_ROUTES,
+  ...KEY_ROUTES,
 ];
 
 /**

@@ -5,7 +5,7 @@ import { badField, HeadwayError, ownerIdentity } from '@headway/core';
 import * as ops from '../operations.js';
 import { route, type ApiDeps, type ErrorStatus, type Route } from '../route.js';
 import { Empty } from '../schemas.js';
-import { principalOf } from './auth.js';
+import { checkAssignableTags, principalOf } from './auth.js';
 import { checkTailnet, Tailnet, tailnetName } from './tailnet.js';
 import { clientConnectivity, ConnectivitySchema, DistroSchema, distroOf, hostinfoOf } from './hostinfo.js';
 
@@ -96,20 +96,6 @@ function matches(d: DeviceView, key: (typeof FILTERS)[number], wanted: string[])
   return Array.isArray(v) ? v.some((x) => wanted.includes(x)) : wanted.includes(String(v));
 }
 
-/**
- * checkAssignableTags refuses (403) tags an OAuth token's client may not assign: a
- * token sets only its client's tags; tags the device already carries may stay.
- * API keys and the local socket set any tag the policy allows.
- */
-function checkAssignableTags(ctx: Context, n: Node, tags: string[]): void {
-  const p = principalOf(ctx);
-  if (p.kind !== 'oauth') return;
-  const refused = tags.filter((t) => !p.tags.includes(t) && !n.tags.includes(t));
-  if (refused.length) {
-    throw new HeadwayError('forbidden', `this OAuth client may not assign ${refused.join(', ')} (it may assign ${p.tags.join(', ') || 'no tags'})`);
-  }
-}
-
 /** deviceName reads a new name: a DNS label, or the full MagicDNS name ending in dns.base_domain. */
 function deviceName(deps: ApiDeps, raw: string): string {
   const name = raw.trim().replace(/\.$/, '').toLowerCase();
@@ -196,7 +182,7 @@ export const DEVICE_ROUTES: Route[] = [
     description: "Replaces the tags; each must be in the policy's tagOwners. An OAuth token may add only the tags its client may assign.",
     body: z.object({ tags: z.array(z.string()).meta({ examples: [['tag:server']] }) }),
     act: async (n, body, deps, ctx) => {
-      checkAssignableTags(ctx, n, body.tags.map((t) => t.trim()));
+      checkAssignableTags(principalOf(ctx), body.tags.map((t) => t.trim()), n.tags);
       await ops.setNodeTags(deps, n.id, body.tags);
     },
   }),

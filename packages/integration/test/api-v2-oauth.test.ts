@@ -1,6 +1,9 @@
 // OAuth clients of /api/v2: created and deleted over /api/v1, the client-credentials token endpoint as
 // golang.org/x/oauth2 calls it (both ways it sends the client), scopes that limit a token, expiry on an
 // injected clock, and revocation that stops a client's tokens at once, on SQLite, PostgreSQL and MariaDB.
+import { copyFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { adminFetch, serverDatabases, startTestServer, type TestServer } from '../src/server.js';
 
@@ -124,4 +127,30 @@ t.test('a bad OAuth client is refused with the reason, and nothing is created', 
   const ok = await adminFetch(s, apiKey, 'POST', '/api/v1/oauthclient', { scopes: ['all:read'] });
   t.equal(ok.status, 200, 'a read-only client needs no tags');
   t.equal((await adminFetch(s, apiKey, 'DELETE', '/api/v1/oauthclient/nosuchclient')).status, 404);
+});
+
+t.test('a token issued by one instance works on another sharing the database, until its client is deleted there', async (t) => {
+  for (const db of serverDatabases(t, 'OAuth tokens across instances')) {
+    await t.test(db.name, (t) => db.run(async (database) => {
+      const cluster = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '3s' };
+      const a = await startTestServer({ database, cluster });
+      let b: TestServer | undefined;
+      try {
+        // Instances on one database share the control key.
+        const dataDir = mkdtempSync(join(tmpdir(), 'headway-test-'));
+        copyFileSync(join(a.dataDir, 'noise_private.key'), join(dataDir, 'noise_private.key'));
+        b = await startTestServer({ database, cluster }, { dataDir });
+        const { client, secret } = await a.state.oauth.create({ scopes: ['users:read'] });
+        const issued = await token(a, { grant_type: 'client_credentials' }, basic(client.clientId, secret));
+        t.equal(issued.status, 200);
+        const bearer = issued.json.access_token as string;
+        t.equal((await v2(b, bearer, '/api/v2/tailnet/-/users')).status, 200, 'the other instance takes the token');
+        await b.state.oauth.delete(client.clientId);
+        t.equal((await v2(a, bearer, '/api/v2/tailnet/-/users')).status, 401, 'deleted on one instance, refused on the other at once');
+      } finally {
+        await b?.stop();
+        await a.stop();
+      }
+    }));
+  }
 });

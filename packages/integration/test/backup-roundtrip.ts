@@ -82,6 +82,7 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   const alice = await a.state.users.create({ name: 'alice' });
   const { secret } = await a.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });
   const { secret: apiSecret } = await a.state.keys.createApiKey(null);
+  const { secret: clientSecret } = await a.state.oauth.create({ scopes: ['users:read'], description: 'kept' });
   const device = new TestDevice({ serverUrl: a.urls.http, hostname: 'laptop' });
   await device.connect();
   const reg = await device.register({ authKey: secret });
@@ -198,6 +199,11 @@ export async function roundTrip(t: Test, source: Db, target: Db, format: 'native
   t.same(back.netmap.self?.Addresses, addresses, 'the map request is accepted and the device keeps its addresses');
   const users = await adminFetch(b, apiSecret, 'GET', '/api/v1/user');
   t.equal(users.status, 200, 'the API key made before the backup works on the restored server');
+  const token = await fetch(`${b.urls.http}/api/v2/oauth/token`, {
+    method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'client_credentials', client_secret: clientSecret }),
+  });
+  t.equal(token.status, 200, 'the OAuth client made before the backup gets tokens from the restored server');
   t.ok(b.state.users.byName('just-before'), 'the restored server has the last write');
 }
 

@@ -1,3 +1,4 @@
+import type { Context } from 'koa';
 import { z } from 'zod';
 import type { ApiKey, OAuthClient, PreAuthKey } from '@headway/core';
 import { badField, HeadwayError, notFound } from '@headway/core';
@@ -88,9 +89,16 @@ async function findKey(deps: ApiDeps, id: string): Promise<Found> {
   throw notFound('key', id);
 }
 
-/** needFor is the scope acting on a key of a kind takes, beyond the route's auth_keys. */
-const needFor = (kind: Found['kind'], write: boolean): Scope | undefined =>
-  kind === 'api' ? { resource: 'api_access_tokens', write } : kind === 'client' ? { resource: 'oauth_keys', write } : undefined;
+/**
+ * keyAt finds the key a keys/{id} path names, in a tailnet the caller may use, and checks the
+ * scope acting on its kind takes beyond the route's auth_keys (api_access_tokens, oauth_keys).
+ */
+async function keyAt(deps: ApiDeps, ctx: Context, params: { tailnet: string; id: string }, write: boolean): Promise<Found> {
+  checkTailnet(deps, params.tailnet);
+  const found = await findKey(deps, params.id);
+  if (found.kind !== 'auth') requireScope(principalOf(ctx), { resource: found.kind === 'api' ? 'api_access_tokens' : 'oauth_keys', write });
+  return found;
+}
 
 const CreateKey = z.object({
   keyType: optional(z.enum(['auth', 'client', 'federated'])).meta({ description: '"auth" (default) or "client" (an OAuth client); "federated" is not served' }),
@@ -168,10 +176,7 @@ export const KEY_ROUTES: Route[] = [
     response: V2Key, responseDescription: 'The key',
     errors: [403, 404], scope: { resource: 'auth_keys', write: false },
     handle: async ({ params }, deps, ctx) => {
-      checkTailnet(deps, params.tailnet);
-      const found = await findKey(deps, params.id);
-      const need = needFor(found.kind, false);
-      if (need) requireScope(principalOf(ctx), need);
+      const found = await keyAt(deps, ctx, params, false);
       return found.kind === 'auth' ? authKeyView(found.key) : found.kind === 'api' ? apiKeyView(found.key) : clientView(found.key);
     },
   }),
@@ -182,10 +187,7 @@ export const KEY_ROUTES: Route[] = [
     response: z.object({}), responseDescription: 'Deleted',
     errors: [403, 404], scope: { resource: 'auth_keys', write: true },
     handle: async ({ params }, deps, ctx) => {
-      checkTailnet(deps, params.tailnet);
-      const found = await findKey(deps, params.id);
-      const need = needFor(found.kind, true);
-      if (need) requireScope(principalOf(ctx), need);
+      const found = await keyAt(deps, ctx, params, true);
       if (found.kind === 'auth') await deps.state.keys.deletePreAuthKey(found.key.id);
       else if (found.kind === 'api') await deps.state.keys.deleteApiKey({ id: found.key.id });
       else await deps.state.oauth.delete(found.key.clientId);

@@ -6,17 +6,17 @@ import type { SqlMigration } from './types.js';
  * than `timestamp` because MySQL's TIMESTAMP stops at 2038; on PostgreSQL knex
  * makes it `timestamptz(3)`; SQLite stores the epoch milliseconds knex binds.
  */
-function timestampColumn(table: Knex.CreateTableBuilder, name: string): Knex.ColumnBuilder {
+export function timestampColumn(table: Knex.CreateTableBuilder, name: string): Knex.ColumnBuilder {
   return table.datetime(name, { precision: 3, useTz: true });
 }
 
 /** jsonColumn holds JSON as text so all three databases compare and return it alike. */
-function jsonColumn(table: Knex.CreateTableBuilder, name: string): Knex.ColumnBuilder {
+export function jsonColumn(table: Knex.CreateTableBuilder, name: string): Knex.ColumnBuilder {
   return table.text(name, 'mediumtext');
 }
 
 /** binaryCollation makes MySQL/MariaDB compare strings case-sensitively, like PostgreSQL and SQLite. */
-function binaryCollation(table: Knex.CreateTableBuilder, knex: Knex): void {
+export function binaryCollation(table: Knex.CreateTableBuilder, knex: Knex): void {
   if (knex.client.config.client === 'mysql2' || knex.client.config.client === 'mysql') {
     table.charset('utf8mb4');
     table.collate('utf8mb4_bin');

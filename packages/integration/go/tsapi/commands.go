@@ -250,8 +250,8 @@ func aclSet(ctx context.Context, c *tailscale.Client, args []string) (any, error
 }
 
 // aclValidate prints {"valid": true}, or {"valid": false, ...} with the server's verdict: a policy that does
-// not parse is refused with a 4xx status, a failing tests block answers 200 with a message.
-// Authentication and permission failures stay errors.
+// not parse is refused with 400, a failing tests block answers 200 with a message. Any other failure
+// (authentication, permission, a missing route) stays an error.
 func aclValidate(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
 	if len(args) != 1 {
 		return nil, errors.New("acl-validate: want one FILE")
@@ -265,10 +265,7 @@ func aclValidate(ctx context.Context, c *tailscale.Client, args []string) (any, 
 		return map[string]bool{"valid": true}, nil
 	}
 	var apiErr tailscale.APIError
-	if errors.As(err, &apiErr) {
-		if apiErr.Status == 401 || apiErr.Status == 403 {
-			return nil, err
-		}
+	if errors.As(err, &apiErr) && apiErr.Status == 400 {
 		return map[string]any{"valid": false, "status": apiErr.Status, "message": apiErr.Message, "data": apiErr.Data}, nil
 	}
 	if strings.HasPrefix(err.Error(), "ACL validation failed") {

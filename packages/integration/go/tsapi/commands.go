@@ -170,38 +170,33 @@ func devicesList(ctx context.Context, c *tailscale.Client, args []string) (any, 
 	return map[string]any{"devices": devices}, err
 }
 
-func deviceGet(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
-	fs := flag.NewFlagSet("device-get", flag.ContinueOnError)
-	all := fs.Bool("all", false, "fields=all")
-	pos, err := parse(fs, args, 1)
-	if err != nil {
-		return nil, err
+// idAndBool is a command taking one ID and one boolean flag.
+func idAndBool(name, flagName string, def bool, fn func(context.Context, *tailscale.Client, string, bool) (any, error)) func(context.Context, *tailscale.Client, []string) (any, error) {
+	return func(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		value := fs.Bool(flagName, def, flagName)
+		pos, err := parse(fs, args, 1)
+		if err != nil {
+			return nil, err
+		}
+		return fn(ctx, c, pos[0], *value)
 	}
-	if *all {
-		return c.Devices().GetWithAllFields(ctx, pos[0])
-	}
-	return c.Devices().Get(ctx, pos[0])
 }
 
-func deviceKey(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
-	fs := flag.NewFlagSet("device-key", flag.ContinueOnError)
-	disabled := fs.Bool("expiry-disabled", false, "keyExpiryDisabled")
-	pos, err := parse(fs, args, 1)
-	if err != nil {
-		return nil, err
+var deviceGet = idAndBool("device-get", "all", false, func(ctx context.Context, c *tailscale.Client, id string, all bool) (any, error) {
+	if all {
+		return c.Devices().GetWithAllFields(ctx, id)
 	}
-	return nil, c.Devices().SetKey(ctx, pos[0], tailscale.DeviceKey{KeyExpiryDisabled: *disabled})
-}
+	return c.Devices().Get(ctx, id)
+})
 
-func deviceAuthorize(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
-	fs := flag.NewFlagSet("device-authorize", flag.ContinueOnError)
-	authorized := fs.Bool("authorized", true, "authorized")
-	pos, err := parse(fs, args, 1)
-	if err != nil {
-		return nil, err
-	}
-	return nil, c.Devices().SetAuthorized(ctx, pos[0], *authorized)
-}
+var deviceKey = idAndBool("device-key", "expiry-disabled", false, func(ctx context.Context, c *tailscale.Client, id string, disabled bool) (any, error) {
+	return nil, c.Devices().SetKey(ctx, id, tailscale.DeviceKey{KeyExpiryDisabled: disabled})
+})
+
+var deviceAuthorize = idAndBool("device-authorize", "authorized", true, func(ctx context.Context, c *tailscale.Client, id string, authorized bool) (any, error) {
+	return nil, c.Devices().SetAuthorized(ctx, id, authorized)
+})
 
 func routesSet(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
 	if len(args) < 1 {

@@ -20,10 +20,15 @@ export interface RestartResult {
   /** startupMs: the new process's start until it listened; startServerMs: the part in startServer. */
   startupMs: number;
   startServerMs: number;
-  /** backMs: from the new server listening until the last device held its full, correct netmap again. */
+  /** backMs: from the new server listening until the last device that came back held its full, correct netmap again. */
   backMs: number;
   /** totalMs: from the signal until the last device was back (stopMs + fork + startupMs + backMs). */
   totalMs: number;
+  /** back of devices: how many held their full, correct netmap again within the budget. */
+  back: number;
+  devices: number;
+  /** unreached: devices whose dial still failed when the budget ran out (with the last error). */
+  unreached: string[];
   serverCpuMs: number;
   workersCpuMs: number;
   /** peakRss: the new server's largest resident set (every 500 ms) from its start until every device was back. */
@@ -45,6 +50,8 @@ export interface RestartDeps<S extends ServerChild> {
   /** concurrency: dials in flight per worker while the devices come back. */
   concurrency: number;
   timeoutMs: number;
+  /** devices: how many devices the workers hold in all. */
+  devices: number;
 }
 
 const now = (): number => performance.timeOrigin + performance.now();
@@ -62,9 +69,9 @@ export async function measureRestart<S extends ServerChild>(signal: RestartSigna
   const { server, ready } = await deps.startAgain();
   const tReady = now();
   const cpu0 = await server.request<number>({ op: 'cpu' });
-  const reconnects = await Promise.all(deps.workers.map((c) => c.request<{ retries: number }>(
+  const reconnects = await Promise.all(deps.workers.map((c) => c.request<{ retries: number; unreached: string[] }>(
     { op: 'reconnect', concurrency: deps.concurrency, budgetMs: deps.timeoutMs }, deps.timeoutMs + 60_000)));
-  const conv = await Promise.all(deps.workers.map((c) => c.request<{ lastAt: number; wrong: string[] }>(
+  const conv = await Promise.all(deps.workers.map((c) => c.request<{ lastAt: number; wrong: string[]; back: number }>(
     { op: 'converge', timeoutMs: deps.timeoutMs }, deps.timeoutMs + 60_000)));
   const backAt = Math.max(tReady, ...conv.map((c) => c.lastAt));
   const cpu1 = await server.request<number>({ op: 'cpu' });
@@ -73,6 +80,7 @@ export async function measureRestart<S extends ServerChild>(signal: RestartSigna
   const result: RestartResult = {
     signal, stopMs: Math.round(stopMs), startupMs: ready.startupMs, startServerMs: ready.startServerMs,
     backMs: Math.round(backAt - tReady), totalMs: Math.round(backAt - t0),
+    back: conv.reduce((a, c) => a + c.back, 0), devices: deps.devices, unreached: reconnects.flatMap((r) => r.unreached),
     serverCpuMs: Math.round(cpu1 - cpu0), workersCpuMs: Math.round(wcpu1 - wcpu0), peakRss: rss.peak,
     retries: reconnects.reduce((a, r) => a + r.retries, 0), wrong: conv.flatMap((c) => c.wrong),
   };

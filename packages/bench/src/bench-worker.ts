@@ -187,23 +187,34 @@ async function join(concurrency: number, budgetMs: number): Promise<JoinResult> 
 /**
  * reconnect dials every device again once the server is back after a restart, as tailscaled does: the same keys,
  * no new login, a new Noise connection and map stream (whose first message is the full map). Returns how many
- * dials were retried.
+ * dials were retried and the devices whose dial still failed when the budget ran out (converge leaves them out).
  */
-async function reconnect(concurrency: number, budgetMs: number): Promise<{ retries: number }> {
+async function reconnect(concurrency: number, budgetMs: number): Promise<{ retries: number; unreached: string[] }> {
   let retries = 0;
+  const unreached: string[] = [];
+  unreachedDevices.clear();
   const deadline = performance.now() + budgetMs;
   await runPool(devices.length, concurrency, async (k) => {
-    retries += await redial(devices[k]!, deadline);
+    try {
+      retries += await redial(devices[k]!, deadline);
+    } catch (err) {
+      unreachedDevices.add(k);
+      unreached.push((err as Error).message);
+    }
   });
-  return { retries };
+  return { retries, unreached };
 }
 
-/** converge waits until every device of this worker holds exactly its expected peers; returns when the last did. */
-async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[] }> {
+/** unreachedDevices: this worker's devices the last reconnect could not bring back (converge does not wait for them). */
+const unreachedDevices = new Set<number>();
+
+/** converge waits until every device of this worker (but those a reconnect left unreached) holds exactly its expected peers; returns when the last did and how many did. */
+async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: string[]; back: number }> {
   let lastAt = 0;
   const wrong: string[] = [];
   const matched: Array<{ k: number; want: Wanted }> = [];
   await Promise.all(devices.map((d, k) => {
+    if (unreachedDevices.has(k)) return undefined;
     const want = expected?.[k] ?? allOthers(k);
     return d.waitFor(watching(d, want), timeoutMs).then(
       () => { lastAt = Math.max(lastAt, epochNow()); matched.push({ k, want }); },
@@ -222,7 +233,7 @@ async function converge(timeoutMs: number): Promise<{ lastAt: number; wrong: str
     const why = checkDevice(k, want);
     if (why) wrong.push(`${why} (its counted match said it held them)`);
   }
-  return { lastAt, wrong };
+  return { lastAt, wrong, back: matched.length };
 }
 
 /**

@@ -19,7 +19,7 @@ t.test('a 30-device run restarts the server twice and every device comes back wi
   t.equal(code, 0, out.slice(-3000));
   const json = JSON.parse(out.split('\n').find((l) => l.startsWith('BENCH_JSON '))!.slice('BENCH_JSON '.length)) as {
     idle: Array<{ rss: number; rssAnon: number }>;
-    sizes: Array<{ devices: number; server: { rss: { peakJoin: number; joined: number } }; restarts: Array<{ signal: string; wrong: string[]; startupMs: number; backMs: number; peakRss: number }> }>;
+    sizes: Array<{ devices: number; server: { rss: { peakJoin: number; joined: number } }; restarts: Array<{ signal: string; wrong: string[]; unreached: string[]; back: number; devices: number; startupMs: number; backMs: number; peakRss: number }> }>;
   };
   t.equal(json.idle.length, 1, 'the idle server was read once');
   t.ok(json.idle[0]!.rss > json.idle[0]!.rssAnon && json.idle[0]!.rssAnon > 0, 'its resident set, split');
@@ -29,6 +29,8 @@ t.test('a 30-device run restarts the server twice and every device comes back wi
   t.same(size.restarts.map((r) => r.signal), ['SIGTERM', 'SIGKILL']);
   for (const r of size.restarts) {
     t.same(r.wrong, [], `${r.signal}: every device back with exactly its peers`);
+    t.same(r.unreached, [], `${r.signal}: every device dialled again`);
+    t.same([r.back, r.devices], [30, 30], `${r.signal}: 30 of 30 counted back`);
     t.ok(r.startupMs > 0 && r.peakRss > 0, `${r.signal}: start-up and peak RSS read`);
   }
   t.match(out, /^Restart \(every device connected/m, 'the restart table is printed');

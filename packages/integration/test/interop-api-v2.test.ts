@@ -58,7 +58,9 @@ interface V2Device {
 interface V2Key { id: string; key: string; keyType: string; capabilities: { devices: { create: { reusable: boolean; ephemeral: boolean; preauthorized: boolean; tags: string[] | null } } } }
 
 const peerNamed = (s: TailscaleStatus, host: string) => Object.values(s.Peer ?? {}).find((p) => p.HostName === host || p.DNSName?.startsWith(`${host}.`));
-const dnsOf = (nm: NetworkMapJson) => (nm.DNS ?? {}) as { Resolvers?: Array<{ Addr?: string }> | null; Proxied?: boolean };
+const dnsOf = (nm: NetworkMapJson) => (nm.DNS ?? {}) as { Resolvers?: Array<{ Addr?: string }> | null; FallbackResolvers?: Array<{ Addr?: string }> | null; Proxied?: boolean };
+/** nameservers are the global resolvers a device was sent: Resolvers, or FallbackResolvers when local DNS is not overridden. */
+const nameservers = (nm: NetworkMapJson) => [...(dnsOf(nm).Resolvers ?? []), ...(dnsOf(nm).FallbackResolvers ?? [])].map((r) => r.Addr).sort();
 const sorted = (l: readonly string[] | null | undefined) => [...(l ?? [])].sort();
 
 const bin = tsapiBinary();
@@ -215,22 +217,26 @@ async function scenario(t: Test, bin: string, binaries: TailscaleBinaries, label
 
   await t.test('validation reports a broken policy and a failing tests block', async (t) => {
     const withTests = (tests: string) => policy('tests').replace(/\}\s*$/, `  "tests": [${tests}],\n}\n`);
-    const good = await call<{ valid: boolean }>(apiKey, 'acl-validate', file('good.hujson', withTests('{ "src": "tag:ci", "accept": ["tag:web:22"] }')));
+    const good = await call<{ valid: boolean }>(apiKey, 'acl-validate', file('good.hujson', withTests('{ "src": "alice@", "accept": ["tag:web:22"] }')));
     t.same(good, { valid: true }, 'a policy whose tests pass is valid');
     const broken = await call<{ valid: boolean; message: string }>(apiKey, 'acl-validate', file('broken.hujson', '{ "acls": [ { "action": "accept", '));
     t.equal(broken.valid, false, `a policy that does not parse is invalid: ${broken.message}`);
-    const failing = await call<{ valid: boolean; message: string }>(apiKey, 'acl-validate', file('failing.hujson', withTests('{ "src": "tag:ci", "deny": ["tag:web:22"] }')));
+    const failing = await call<{ valid: boolean; message: string }>(apiKey, 'acl-validate', file('failing.hujson', withTests('{ "src": "alice@", "deny": ["tag:web:22"] }')));
     t.equal(failing.valid, false, `a policy whose tests fail is invalid: ${failing.message}`);
     t.match((await call<{ hujson: string }>(apiKey, 'acl-get')).hujson, /interop policy \(second\)/, 'validating stored nothing');
   });
 
   await t.test('nameservers and MagicDNS set through the client reach the device', async (t) => {
+    const before = await dev.netmap();
+    if (!before) return t.fail('the device has no network map');
+    t.same(nameservers(before), ['1.1.1.1'], 'before: the nameserver of the config file (dns.mode: database starts from it)');
+    t.not(dnsOf(before).Proxied, true, 'before: MagicDNS off');
     await call(apiKey, 'dns-nameservers-set', '9.9.9.9');
     t.same(await call(apiKey, 'dns-nameservers-get'), { dns: ['9.9.9.9'] });
     t.same(await call(apiKey, 'dns-preferences-set', '--magic-dns=true'), { magicDNS: true });
-    const nm = await dev.waitNetmap((nm) => dnsOf(nm).Proxied === true && (dnsOf(nm).Resolvers ?? []).some((r) => r.Addr === '9.9.9.9'),
-      { timeoutMs: SYNC_TIMEOUT_MS, brief: (nm) => nm.DNS });
-    t.same((dnsOf(nm).Resolvers ?? []).map((r) => r.Addr), ['9.9.9.9'], 'only the new nameserver');
+    const nm = await dev.waitNetmap((nm) => dnsOf(nm).Proxied === true && nameservers(nm).join() === '9.9.9.9',
+      { timeoutMs: SYNC_TIMEOUT_MS, brief: (nm) => ({ nameservers: nameservers(nm), Proxied: dnsOf(nm).Proxied }) });
+    t.same(nameservers(nm), ['9.9.9.9'], 'the new nameserver replaced the configured one');
     t.equal((await dev.status()).CurrentTailnet?.MagicDNSEnabled, true, 'the client reports MagicDNS on');
   });
 

@@ -245,6 +245,8 @@ async function scenario(t: Test, bin: string, binaries: TailscaleBinaries, label
     if (device) t.equal(await refused(readOnly, 'device-delete', device.nodeId), 403, 'nor delete devices');
     t.equal(await refused({ oauthId: ci.id, oauthSecret: `${ci.key}x` }, 'devices-list'), 401, 'a wrong client secret');
     t.equal(await refused({ apiKey: 'hwkey-api-aaaaaaaaaaaa-' + 'A'.repeat(43) }, 'devices-list'), 401, 'an unknown API key');
+    await call(apiKey, 'key-delete', reader.id);
+    t.equal(await refused(readOnly, 'devices-list'), 401, 'an OAuth client deleted through the keys endpoint gets no token');
   });
 
   await t.test('deleted through the client, the real device is logged out', async (t) => {

@@ -22,6 +22,7 @@ import { apiNodesWithKeys, type ApiDeps } from './route.js';
 import type { ApiKeyView, NodeView, PreAuthKeyView, UserView } from './schemas.js';
 import { LATEST_TIME } from '@headway/core';
 import { apiKeyView, preAuthKeyView, userView } from './views.js';
+import { describeFields, recordCall } from './audit.js';
 
 /** GRPC_POLICY_LIMIT is the largest SetPolicy or CheckPolicy message: the REST API's policy body limit. */
 export const GRPC_POLICY_LIMIT = POLICY_LIMIT;
@@ -384,6 +385,9 @@ function serviceWithLimits(): grpc.ServiceDefinition {
   return out;
 }
 
+/** READS are the methods that change nothing: not recorded in the audit log. */
+const READS = /^(Get|List|Check|Health)/;
+
 /** BEARER is the authorization metadata headscale's clients send (the REST API's header). */
 const BEARER = /^Bearer\s+(\S+)$/i;
 
@@ -411,9 +415,14 @@ export function headscaleService(deps: ApiDeps, logger: Logger): { definition: g
         if (!m) {
           return finish({ code: grpc.status.UNAUTHENTICATED, details: header.length ? 'malformed authorization metadata; expected Bearer <API key>' : 'missing API key (authorization: Bearer <API key>)' });
         }
-        if (!(await deps.state.keys.authenticateApiKey(m[1]!))) return finish({ code: grpc.status.UNAUTHENTICATED, details: 'invalid, expired or revoked API key' });
+        const key = await deps.state.keys.authenticateApiKey(m[1]!);
+        if (!key) return finish({ code: grpc.status.UNAUTHENTICATED, details: 'invalid, expired or revoked API key' });
         if (call.request instanceof Refused) return finish(call.request.error);
-        finish(null, await handler(call.request as Message, deps));
+        const answer = await handler(call.request as Message, deps);
+        if (!READS.test(method)) {
+          await recordCall(deps, { actor: `apikey:${key.prefix}`, action: method, target: describeFields(call.request as Record<string, unknown>), remote: call.getPeer() });
+        }
+        finish(null, answer);
       })().catch((err: unknown) => finish(grpcErrorOf(err, method, logger)));
     };
   }

@@ -12,3 +12,4 @@ export * from './v2/routes.js';
 export * from './v2/auth.js';
 export * from './v2/scopes.js';
 export * from './v2/tailnet.js';
+export * from './audit.js';

@@ -9,7 +9,7 @@ import { nodeView, preAuthKeyView } from './views.js';
 import type { NodeView, PreAuthKeyView } from './schemas.js';
 import type { Node } from '@headway/core';
 import type { PendingLogins, SshCheckApprovals } from './lifecycle.js';
-import type { DriveService } from '@headway/core';
+import type { AuditLog, DriveService } from '@headway/core';
 import type { OAuthTokens } from './v2/auth.js';
 import type { Scope } from './v2/scopes.js';
 
@@ -42,6 +42,8 @@ export interface ApiDeps {
   instanceId?: string;
   /** oauth verifies /api/v2 access tokens of OAuth clients; absent: only API keys authenticate /api/v2. */
   oauth?: OAuthTokens;
+  /** audit records every change made through the APIs; absent in tests that build the API alone. */
+  audit?: AuditLog;
 }
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -56,6 +58,7 @@ export const TAGS = {
   Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
   Health: 'Server health',
   Cluster: 'Instances sharing one database (cluster.enabled)',
+  Audit: 'Who changed what, when and from where',
   Debug: 'Helpers for tests and demos',
 } as const;
 /** V2_TAGS group /api/v2's operations (Tailscale's API) in its own document. */
@@ -111,6 +114,8 @@ export interface RouteSpec<P extends z.ZodObject | undefined, Q extends z.ZodObj
   errors?: ErrorStatus[];
   /** scope: what an /api/v2 route needs of an OAuth token ('public': no credential, the token endpoint). */
   scope?: Scope | 'public';
+  /** readOnly: a POST that changes nothing (a check, a preview, a token exchange); not recorded in the audit log. */
+  readOnly?: true;
   handle: (input: RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps: ApiDeps, ctx: Context) => Promise<z.input<R>>;
 }
 
@@ -131,6 +136,7 @@ export interface Route {
   also?: { status: 503; description: string };
   errors: ErrorStatus[];
   scope?: Scope | 'public';
+  readOnly?: true;
   /** handler validates the request against the schemas (400 naming the field) and runs the route. */
   handler: (ctx: Context, deps: ApiDeps) => Promise<unknown>;
 }

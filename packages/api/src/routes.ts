@@ -15,6 +15,7 @@ import * as ops from './operations.js';
 export * from './route.js';
 import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
+import { AUDIT_ROUTES } from './audit.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -278,7 +279,7 @@ export const ROUTES: Route[] = [
   route({
     method: 'POST', path: '/api/v1/policy/check', operationId: 'checkPolicy', tag: 'Policy', summary: 'Check a policy',
     description: 'Checks the text against live users and nodes without applying it. An invalid policy is a 400 listing every error.',
-    body: PolicyText, bodyLimit: POLICY_LIMIT,
+    body: PolicyText, bodyLimit: POLICY_LIMIT, readOnly: true,
     response: z.object({ valid: z.literal(true), warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }) }),
     responseDescription: 'The policy is valid',
     handle: async ({ body }, { policy }) => ({ valid: true as const, warnings: await policy.check(body.policy) }),
@@ -308,4 +309,5 @@ export const ROUTES: Route[] = [
     handle: async (_input, { cluster }) => ({ enabled: Boolean(cluster), instances: cluster ? await cluster() : [] }),
   }),
   ...DRIVE_ROUTES,
+  ...AUDIT_ROUTES,
 ];

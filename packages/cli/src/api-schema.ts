@@ -572,6 +572,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The audit log
+         * @description Changes made through /api/v1, /api/v2 and gRPC, newest first (reads and checks are not recorded). Page with `before` (the last id you have).
+         */
+        get: operations["listAuditEntries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -650,7 +670,7 @@ export interface components {
              * @description Stable machine-readable code
              * @enum {string}
              */
-            code: "bad_request" | "invalid_field" | "invalid_json" | "invalid_policy" | "policy_read_only" | "unauthorized" | "forbidden" | "not_found" | "route_not_found" | "method_not_allowed" | "conflict" | "name_taken" | "user_has_nodes" | "key_used" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "unavailable" | "internal";
+            code: "bad_request" | "invalid_field" | "invalid_json" | "invalid_policy" | "policy_read_only" | "unauthorized" | "forbidden" | "not_found" | "route_not_found" | "method_not_allowed" | "conflict" | "name_taken" | "user_has_nodes" | "key_used" | "precondition_failed" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "not_implemented" | "unavailable" | "internal";
             /**
              * @description The request field at fault, when one is
              * @example name
@@ -867,6 +887,40 @@ export interface components {
             /** @enum {string} */
             access: "ro" | "rw";
             createdAt: string;
+        };
+        /** @description One administrative change */
+        AuditEntry: {
+            /**
+             * @description Entry id (decimal); newer entries have larger ids
+             * @example 42
+             */
+            id: string;
+            /**
+             * Format: date-time
+             * @description RFC 3339 time (UTC)
+             * @example 2026-01-02T15:04:05.000Z
+             */
+            at: string;
+            /**
+             * @description Who: apikey:<prefix>, oauth:<client id>, socket (the local admin socket)
+             * @example apikey:0123456789ab
+             */
+            actor: string;
+            /**
+             * @description The operation (the OpenAPI operationId, or the gRPC method)
+             * @example renameNode
+             */
+            action: string;
+            /**
+             * @description What it named: path parameters, or what the answer held
+             * @example id=3 newName=web
+             */
+            target: string;
+            /**
+             * @description The client's address (trusted_proxies applied); empty over the local socket
+             * @example 192.0.2.10
+             */
+            remote: string;
         };
     };
     responses: {
@@ -2213,6 +2267,41 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listAuditEntries: {
+        parameters: {
+            query?: {
+                /** @description At most this many entries (1-1000, default 100) */
+                limit?: string;
+                before?: string;
+                /** @description Only entries of this actor */
+                actor?: string;
+                /** @description Only entries of this operation */
+                action?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The entries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        entries: components["schemas"]["AuditEntry"][];
+                        /** @description false: the storage keeps no audit log and entries live in memory until a restart */
+                        persistent: boolean;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
             500: components["responses"]["InternalError"];
         };
     };

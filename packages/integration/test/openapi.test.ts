@@ -271,6 +271,11 @@ t.test('every route answers what the document declares (schema and handler agree
   // A single server's cluster view: not in a cluster, no instances.
   t.same(await ok('clusterStatus', 'GET', '/api/v1/cluster'), { enabled: false, instances: [] });
 
+  // The changes above, newest first, in the audit log.
+  const audit = await ok('listAuditEntries', 'GET', '/api/v1/audit?limit=3');
+  t.same(audit.entries.map((e: { action: string }) => e.action), ['deleteUser', 'deleteUser', 'deleteNode']);
+  await problem('listAuditEntries', 'GET', '/api/v1/audit?limit=5000', undefined, 400, 'limit');
+
   // A database that stops answering: health's declared 503 (over the trusted socket, no key lookup).
   await s.storage.close();
   const down = await call('health', 'GET', '/api/v1/health', undefined, { key: null, socket: true });
@@ -318,7 +323,7 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {
   const doc = openApiDocument({ serverUrl: 'https://hw.example.net/' }) as any;
   t.same(doc.servers, [{ url: 'https://hw.example.net', description: 'This server (server_url)' }]);
-  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'ClusterInstance', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
+  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'AuditEntry', 'ClusterInstance', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
   const ids = new Set<string>();
   for (const r of ROUTES) {
     const op = doc.paths[openApiPath(r.path)][r.method.toLowerCase()];

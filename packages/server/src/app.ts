@@ -1,7 +1,7 @@
 import Router from '@koa/router';
 import Koa, { type Context } from 'koa';
 import type { Logger } from '@headway/core';
-import { corsMiddleware, credential, problem, problemMiddleware } from '@headway/api';
+import { corsMiddleware, credential, problem, problemMiddleware, recordRoute, setActor } from '@headway/api';
 import { mountApiDocs } from '@headway/api';
 import { openApiDocument } from '@headway/api';
 import { ROUTES, mountV2, type ApiDeps } from '@headway/api';
@@ -51,12 +51,13 @@ export function createApp(opts: AppOptions): Koa {
 
   const router = new Router();
   const authenticate = async (ctx: Context, next: () => Promise<unknown>) => {
-    if (opts.trusted) return next();
+    if (opts.trusted) { setActor(ctx, 'socket'); return next(); }
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m) return problem(ctx, 401, 'unauthorized', header ? 'malformed Authorization header; expected Bearer <API key>' : 'missing API key (Authorization: Bearer <API key>)');
     const key = await deps.state.keys.authenticateApiKey(m[1]!);
     if (!key) return problem(ctx, 401, 'unauthorized', 'invalid, expired or revoked API key');
+    setActor(ctx, `apikey:${key.prefix}`);
     return next();
   };
 
@@ -86,14 +87,16 @@ export function createApp(opts: AppOptions): Koa {
   const serverUrl = deps.config.server_url;
   mountApiDocs(router, { document: () => openApiDocument({ serverUrl }), serverUrl });
 
+  const remoteOf = (ctx: Context) => (opts.trusted ? '' : opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress);
   for (const route of ROUTES) {
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
     router[method](route.path, authenticate, async (ctx) => {
       const body = await route.handler(ctx, deps);
       ctx.body = body;
+      await recordRoute(deps, ctx, route, body, remoteOf(ctx));
     });
   }
-  mountV2(router, deps, opts.trusted);
+  mountV2(router, deps, opts.trusted, remoteOf);
   opts.extra?.(router);
 
   app.use(router.routes());

@@ -15,7 +15,7 @@ import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
 import type { PolicySourcePort } from '@headway/core';
 import type { StoragePort } from '@headway/core';
-import { NodeGc } from '@headway/core';
+import { AuditLog, NodeGc } from '@headway/core';
 import { HostinfoService } from '@headway/core';
 import { RouteService } from '@headway/core';
 import { State } from '@headway/core';
@@ -60,6 +60,8 @@ export interface KernelCradle {
   routeService: RouteService;
   hostinfo: HostinfoService;
   nodeGc: NodeGc;
+  /** auditLog records every change made through the APIs (audit.retention). */
+  auditLog: AuditLog;
   relay: Relay;
   /** acmeDns publishes devices' ACME DNS-01 records through the DNS plugin that can (dns.certificates.enabled). */
   acmeDns: AcmeDns;
@@ -140,6 +142,11 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       if (cluster) gc.mayRun = () => cluster.runsJobs();
       return gc;
     }),
+    auditLog: c(({ storage, config, logger }) => {
+      const log = new AuditLog(storage.audit, logger.child({ component: 'audit' }), config.audit.retention);
+      if (!log.persistent) logger.warn(`audit log: ${storage.describe()} keeps none; the latest changes are kept in memory until a restart`);
+      return log;
+    }),
     // The policy and control services are reached lazily: the member joins before they start.
     cluster: c((k) => {
       const { config, storage, state, logger, controlKey } = k;
@@ -172,8 +179,8 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks }): ApiDeps => ({
-      state, policy: policyService, config, health, drive: driveService, instanceId,
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog }): ApiDeps => ({
+      state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       logins: registrar,
@@ -240,6 +247,8 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     stops.push(() => k.routeService.stop());
     k.nodeGc.start();
     stops.push(() => k.nodeGc.stop());
+    k.auditLog.start(cluster ? () => cluster.runsJobs() : undefined);
+    stops.push(() => k.auditLog.close());
   } catch (err) {
     await close();
     throw err;

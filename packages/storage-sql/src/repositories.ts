@@ -57,7 +57,7 @@ function writableDateOrNull(value: Date | null | undefined, field: string): Date
  * difference in the package: PostgreSQL needs RETURNING to report the id, while
  * MySQL (no RETURNING) and SQLite answer with the insert id.
  */
-async function insertId(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<number> {
+export async function insertId(db: Executor, dialect: SqlDialect, table: string, row: Row): Promise<number> {
   if (dialect === 'postgres') {
     const rows: Array<{ id: unknown }> = await db(table).insert(row).returning('id');
     return Number(rows[0]!.id);

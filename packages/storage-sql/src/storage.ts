@@ -4,6 +4,7 @@ import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from 
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
+import { auditRepository } from './audit.js';
 import { createRepositories, driveGrantRepository, runTransaction, type SqlDialect } from './repositories.js';
 
 export interface SqlStorageOptions {
@@ -30,6 +31,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
   return {
     ...repositories,
     driveGrants: driveGrantRepository(knex, dialect),
+    audit: auditRepository(knex, dialect),
     ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),
     async migrate() {
       const version = await runMigrations(knex, migrations);

@@ -16,7 +16,7 @@ export interface OAuthTokens {
  * access tokens have), an OAuth token (its scopes and tags) or the local socket.
  */
 export type Principal =
-  | { kind: 'apikey' }
+  | { kind: 'apikey'; prefix: string }
   | { kind: 'local' }
   | ({ kind: 'oauth' } & OAuthGrant);
 
@@ -42,10 +42,16 @@ export async function authenticateV2(ctx: Context, deps: ApiDeps, trusted: boole
   const header = ctx.get('authorization');
   const secret = credential(header);
   if (!secret) throw new HeadwayError('unauthorized', header ? 'malformed Authorization header; expected Bearer <API key or access token> or basic auth with the key as user name' : 'API token invalid');
-  if (await deps.state.keys.authenticateApiKey(secret)) return { kind: 'apikey' };
+  const key = await deps.state.keys.authenticateApiKey(secret);
+  if (key) return { kind: 'apikey', prefix: key.prefix };
   const grant = await deps.oauth?.verifyToken(secret);
   if (grant) return { kind: 'oauth', ...grant };
   throw new HeadwayError('unauthorized', 'API token invalid');
+}
+
+/** actorOf names a principal as the audit log records it. */
+export function actorOf(p: Principal): string {
+  return p.kind === 'apikey' ? `apikey:${p.prefix}` : p.kind === 'oauth' ? `oauth:${p.clientId}` : 'socket';
 }
 
 /** requireScope refuses (403) a principal whose scopes do not cover what a route needs. */

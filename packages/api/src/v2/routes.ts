@@ -1,7 +1,8 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { ApiDeps, Route } from '../route.js';
-import { authenticateV2, requireScope } from './auth.js';
+import { actorOf, authenticateV2, requireScope } from './auth.js';
+import { recordRoute, setActor } from '../audit.js';
 import { USER_ROUTES } from './users.js';
 
 /*
@@ -15,8 +16,11 @@ export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
 ];
 
-/** mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first. */
-export function mountV2(router: Router, deps: ApiDeps, trusted: boolean): void {
+/**
+ * mountV2 registers V2_ROUTES: each authenticates (API key or OAuth token) and checks the route's scope first;
+ * a change that succeeded is recorded in the audit log with `remote(ctx)` as where it came from.
+ */
+export function mountV2(router: Router, deps: ApiDeps, trusted: boolean, remote: (ctx: Context) => string | undefined): void {
   for (const r of V2_ROUTES) {
     const method = r.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
     router[method](r.path, async (ctx: Context) => {
@@ -25,9 +29,11 @@ export function mountV2(router: Router, deps: ApiDeps, trusted: boolean): void {
         if (!r.scope) throw new Error(`route ${r.method} ${r.path} declares no scope`);
         requireScope(principal, r.scope);
         ctx.state.principal = principal;
+        setActor(ctx, actorOf(principal));
       }
       const body = await r.handler(ctx, deps);
       if (ctx.body === undefined) ctx.body = body;
+      if (r.scope !== 'public') await recordRoute(deps, ctx, r, body, remote(ctx));
     });
   }
 }

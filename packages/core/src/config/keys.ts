@@ -154,6 +154,7 @@ const TABLE = {
   'metrics.require_api_key': bool({ default: true, doc: '/v1/metrics on listen_addr needs an API key (Authorization: Bearer); false opens it to anyone who reaches listen_addr. metrics_listen_addr stays open' }),
   'metrics.headscale_names': bool({ default: true, doc: "also publish headscale's metric names (headscale_nodestore_nodes, headscale_mapresponse_*, process_*) for its dashboards (docs/administer.md, Metrics, maps them)" }),
   // Web pages on other origins (a web UI such as headscale-ui served elsewhere) calling /api/v1 from the browser.
+  'audit.retention': duration({ max: NODE_EXPIRY_MAX_MS, default: 365 * 86_400_000, doc: 'audit log entries (who changed what, when, from where) older than this are deleted, hourly; 0 keeps every entry' }),
   'api.cors.allowed_origins': origins({ default: [], doc: 'origins (https://ui.example.com, exact: scheme, host, port) whose pages may call /api/v1 from a browser (CORS); empty allows none' }),
 };
 

@@ -112,6 +112,40 @@ export interface DriveGrantRepository {
   deleteFor(end: { kind: 'user' | 'node'; id: number }): Promise<number>;
 }
 
+/**
+ * AuditEntry is one administrative change as the audit log keeps it: who made it (`actor`: `apikey:<prefix>`,
+ * `oauth:<client id>`, `socket` for the local admin socket), what (`action`: the API operation, `target`: what it
+ * named, e.g. `node 3`), when and from where (`remote`: the client's address; empty over the socket).
+ */
+export interface AuditEntry {
+  id: number;
+  at: Date;
+  actor: string;
+  action: string;
+  target: string;
+  remote: string;
+}
+
+/** AuditQuery pages through the log newest first: entries older than `before` (an id), of one actor or action. */
+export interface AuditQuery {
+  before?: number;
+  actor?: string;
+  action?: string;
+  limit: number;
+}
+
+/**
+ * AuditRepository keeps the audit log. Optional on a storage adapter: without it the server keeps the latest
+ * entries in memory only (and says so at start).
+ */
+export interface AuditRepository {
+  append(entry: Omit<AuditEntry, 'id'>): Promise<AuditEntry>;
+  /** list answers newest first. */
+  list(query: AuditQuery): Promise<AuditEntry[]>;
+  /** prune deletes entries made before `before`; returns how many. */
+  prune(before: Date): Promise<number>;
+}
+
 export interface StorageRepositories {
   users: UserRepository;
   nodes: NodeRepository;
@@ -126,6 +160,8 @@ export interface StoragePort extends StorageRepositories {
   readonly driveGrants?: DriveGrantRepository;
   /** cluster is present when several instances may share this database (PostgreSQL, MySQL/MariaDB); see ClusterPort. */
   readonly cluster?: ClusterPort;
+  /** audit is present when the adapter keeps the audit log (the SQL adapters do). */
+  readonly audit?: AuditRepository;
   /** migrate brings the schema up to date; refuses a database written by a newer Headway. */
   migrate(): Promise<void>;
   /**

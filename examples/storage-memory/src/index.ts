@@ -138,7 +138,7 @@ function repositories(db: () => Tables): StorageRepositories {
         unique(t.preAuthKeys.values(), undefined, (r) => r.prefix, input.prefix, 'prefix', (r) => r.id);
         userExists(input.userId);
         validDate(input.expiration, 'expiration');
-        const key: PreAuthKey = { ...copy(input), id: t.nextId.preAuthKeys++, used: false, createdAt: new Date() };
+        const key: PreAuthKey = { ...copy(input), description: input.description ?? '', id: t.nextId.preAuthKeys++, used: false, createdAt: new Date() };
         t.preAuthKeys.set(key.id, key);
         return copy(key);
       },

@@ -25,14 +25,18 @@ export function describeFields(fields: Record<string, unknown>): string {
 }
 
 /**
- * auditTarget says what a change named: its path parameters, or else the resources its answer holds
- * (`user 5 (alice)`), as answers carry what a create made.
+ * auditTarget says what a change named: its path parameters, or else what its answer holds: the resource itself
+ * (`id=k123`) or the resources in it (`user 5 (alice)`), as answers carry what a create made.
  */
 export function auditTarget(params: Record<string, unknown>, answer: unknown): string {
   const fromParams = describeFields(params);
   if (fromParams) return fromParams;
   if (!answer || typeof answer !== 'object') return '';
-  return Object.entries(answer as Record<string, unknown>).flatMap(([k, v]) => {
+  // An answer that is the resource itself (Tailscale's API answers a key or a device so).
+  const top = answer as Record<string, unknown>;
+  const topId = short(top.id);
+  if (topId !== undefined) return `id=${topId}${short(top.name) !== undefined ? ` name=${short(top.name)}` : ''}`;
+  return Object.entries(top).flatMap(([k, v]) => {
     if (!v || typeof v !== 'object' || Array.isArray(v)) return [];
     const o = v as Record<string, unknown>;
     const id = short(o.id);

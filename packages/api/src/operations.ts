@@ -106,11 +106,11 @@ export async function backfillNodeIps(deps: ApiDeps): Promise<string[]> {
 }
 
 /** createPreAuthKey issues a key; its tags must be defined in the policy's tagOwners when a policy is in force. */
-export async function createPreAuthKey(deps: ApiDeps, input: { user: User | null; reusable?: boolean; ephemeral?: boolean; expiration: Date | null; tags: string[] }): Promise<{ key: PreAuthKey; secret: string }> {
+export async function createPreAuthKey(deps: ApiDeps, input: { user: User | null; reusable?: boolean; ephemeral?: boolean; expiration: Date | null; tags: string[]; description?: string }): Promise<{ key: PreAuthKey; secret: string }> {
   if (input.tags.length) await deps.policy.checkTagsAllowed(input.tags);
   return deps.state.keys.createPreAuthKey({
     userId: input.user ? input.user.id : null, reusable: input.reusable, ephemeral: input.ephemeral,
-    expiration: input.expiration, tags: input.tags,
+    expiration: input.expiration, tags: input.tags, description: input.description,
   });
 }
 

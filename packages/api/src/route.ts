@@ -54,6 +54,7 @@ export const TAGS = {
   Nodes: 'Devices in the tailnet',
   'Pre-auth keys': 'Keys that register devices without an interactive login',
   'API keys': 'Keys for this API',
+  'OAuth clients': "Clients of /api/v2's OAuth client-credentials grant",
   Policy: 'The access policy (HuJSON, Tailscale ACL syntax)',
   Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
   Health: 'Server health',

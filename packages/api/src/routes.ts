@@ -16,6 +16,7 @@ export * from './route.js';
 import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } from './route.js';
 import { DRIVE_ROUTES } from './drive.js';
 import { AUDIT_ROUTES } from './audit.js';
+import { OAUTH_CLIENT_ROUTES } from './oauth-clients.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -310,4 +311,5 @@ export const ROUTES: Route[] = [
   }),
   ...DRIVE_ROUTES,
   ...AUDIT_ROUTES,
+  ...OAUTH_CLIENT_ROUTES,
 ];

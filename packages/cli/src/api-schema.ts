@@ -592,6 +592,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/oauthclient": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List OAuth clients
+         * @description Never the secrets: they are shown only once, when a client is created.
+         */
+        get: operations["listOAuthClients"];
+        put?: never;
+        /**
+         * Create an OAuth client
+         * @description The answer holds the secret; it is never shown again. Scopes `auth_keys` and `devices:core` need at least one tag.
+         */
+        post: operations["createOAuthClient"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/oauthclient/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete an OAuth client
+         * @description The client and every access token it was issued stop working at once.
+         */
+        delete: operations["deleteOAuthClient"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -921,6 +965,38 @@ export interface components {
              * @example 192.0.2.10
              */
             remote: string;
+        };
+        /** @description An OAuth client of /api/v2 (never its secret) */
+        OAuthClient: {
+            /**
+             * @description The client id (the public part of its secret)
+             * @example k3x9q2w7e1r5
+             */
+            id: string;
+            description: string;
+            /**
+             * @description Scopes its tokens may have (Tailscale's names)
+             * @example [
+             *       "auth_keys",
+             *       "devices:core"
+             *     ]
+             */
+            scopes: string[];
+            /**
+             * @description Tags the keys it creates may carry
+             * @example [
+             *       "tag:ci"
+             *     ]
+             */
+            tags: string[];
+            /**
+             * Format: date-time
+             * @description RFC 3339 time (UTC)
+             * @example 2026-01-02T15:04:05.000Z
+             */
+            createdAt: string;
+            /** @description When it was last issued a token; null if never */
+            lastUsed: string | null;
         };
     };
     responses: {
@@ -2302,6 +2378,114 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listOAuthClients: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The clients */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        oauthClients: components["schemas"]["OAuthClient"][];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createOAuthClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Scopes (Tailscale's names; legacy names are read as their successors)
+                     * @example [
+                     *       "auth_keys",
+                     *       "devices:core:read"
+                     *     ]
+                     */
+                    scopes: string[];
+                    /**
+                     * @description Tags the keys it creates may carry (each defined in tagOwners when a policy is in force)
+                     * @example [
+                     *       "tag:ci"
+                     *     ]
+                     */
+                    tags?: string[] | null;
+                    /**
+                     * @description What the client is for
+                     * @example terraform
+                     */
+                    description?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The new client with its secret */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        oauthClient: components["schemas"]["OAuthClient"];
+                        /**
+                         * @description The client secret, in full (client_secret of the token request)
+                         * @example hwkey-client-k3x9q2w7e1r5-…
+                         */
+                        secret: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteOAuthClient: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Client id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             500: components["responses"]["InternalError"];
         };
     };

@@ -55,3 +55,5 @@ export type AnswerCheck<M extends ApiMethod, T> = unknown extends T ? [] : [Extr
 /** ApiDriveGrant is a stored Taildrive grant (GET /api/v1/drive). */
 export type ApiDriveGrant = Schemas['DriveGrant'];
 export type ApiDriveEnd = ApiDriveGrant['src'];
+/** ApiOAuthClient is an OAuth client of /api/v2 (GET /api/v1/oauthclient; never its secret). */
+export type ApiOAuthClient = Schemas['OAuthClient'];

@@ -10,6 +10,7 @@ const TOPIC_ALIASES: Record<string, string[]> = {
   nodes: ['node'],
   preauthkeys: ['preauthkey', 'authkey', 'pre'],
   apikeys: ['apikey', 'api'],
+  oauthclients: ['oauthclient'],
   policy: [],
   debug: [],
   auth: [],

@@ -35,9 +35,9 @@ export class BackupFormatError extends Error {
 }
 
 /** TABLES lists the record arrays in the order a restore writes them (referenced rows first). */
-const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations', 'driveGrants'] as const;
-/** OPTIONAL_TABLES may be missing from a file (a storage without drive grants, or a backup from before they existed). */
-const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants']);
+const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistrations', 'driveGrants', 'oauthClients'] as const;
+/** OPTIONAL_TABLES may be missing from a file (a storage without drive grants or OAuth clients, or a backup from before they existed). */
+const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants', 'oauthClients']);
 type TableName = (typeof TABLES)[number];
 
 type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod' | 'driveEnd' | 'access';
@@ -47,7 +47,7 @@ const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
   users: { id: 'int', name: 'string', displayName: 'string', email: 'string', profilePicUrl: 'string', provider: 'string', providerId: 'string?', groups: 'strings', createdAt: 'date' },
   preAuthKeys: {
     id: 'int', userId: 'int?', reusable: 'bool', ephemeral: 'bool', used: 'bool', expiration: 'date?',
-    tags: 'strings', prefix: 'string', hash: 'string', createdAt: 'date',
+    tags: 'strings', description: 'string', prefix: 'string', hash: 'string', createdAt: 'date',
   },
   nodes: {
     id: 'int', machineKey: 'string', nodeKey: 'string', discoKey: 'string', hostname: 'string', givenName: 'string',
@@ -60,8 +60,14 @@ const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
     key: 'string', machineKey: 'string', nodeKey: 'string', hostinfo: 'object?', expiresAt: 'date', createdAt: 'date',
   },
   driveGrants: { id: 'int', src: 'driveEnd', dst: 'driveEnd', shares: 'strings', access: 'access', createdAt: 'date' },
+  oauthClients: {
+    id: 'int', clientId: 'string', hash: 'string', description: 'string', scopes: 'strings', tags: 'strings', createdAt: 'date', lastUsed: 'date?',
+  },
   policy: { text: 'string', updatedAt: 'date' },
 };
+
+/** ADDED_FIELDS came after the first backups: a record without one reads as this value. */
+const ADDED_FIELDS: Partial<Record<TableName, Record<string, unknown>>> = { preAuthKeys: { description: '' } };
 
 const REGISTER_METHODS = new Set(['authkey', 'cli', 'api', 'debug', 'oidc']);
 const ISO_DATE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?Z$/;
@@ -230,7 +236,8 @@ export function decodeBackup(text: string, label = 'backup'): { header: BackupHe
   for (const table of TABLES) {
     const rows = tables[table] === undefined && OPTIONAL_TABLES.has(table) ? [] : tables[table];
     if (!Array.isArray(rows)) throw new BackupFormatError(`${label}: tables.${table} must be an array`);
-    records[table] = rows.map((r, i) => readRecord(r, FIELDS[table], `${label}: ${table}[${i}]`));
+    const added = ADDED_FIELDS[table];
+    records[table] = rows.map((r, i) => readRecord(added && isObject(r) ? { ...added, ...r } : r, FIELDS[table], `${label}: ${table}[${i}]`));
   }
   if (!('policy' in parsed)) throw new BackupFormatError(`${label}: missing "policy" (null when there is none)`);
   const policy = parsed.policy === null ? null : readRecord(parsed.policy, FIELDS.policy, `${label}: policy`);

@@ -96,13 +96,15 @@ export interface PreAuthKey {
   used: boolean;
   expiration: Date | null;
   tags: string[];
+  /** description says what the key is for (set through /api/v2; empty otherwise). */
+  description: string;
   /** prefix is the public, readable part of the key; the secret is kept only as `hash`. */
   prefix: string;
   hash: string;
   createdAt: Date;
 }
 
-export type NewPreAuthKey = Omit<PreAuthKey, 'id' | 'createdAt' | 'used'>;
+export type NewPreAuthKey = Omit<PreAuthKey, 'id' | 'createdAt' | 'used' | 'description'> & { description?: string };
 
 export interface ApiKey {
   id: number;
@@ -114,6 +116,38 @@ export interface ApiKey {
 }
 
 export type NewApiKey = Omit<ApiKey, 'id' | 'createdAt' | 'lastSeen'>;
+
+/**
+ * OAuthClient issues /api/v2 access tokens (client-credentials grant): `clientId` is its public
+ * id (also the readable part of its secret), the secret is kept only as `hash`, `scopes` limit
+ * what its tokens may do and `tags` are the tags the keys it creates may carry.
+ */
+export interface OAuthClient {
+  id: number;
+  clientId: string;
+  hash: string;
+  description: string;
+  scopes: string[];
+  tags: string[];
+  createdAt: Date;
+  lastUsed: Date | null;
+}
+
+export type NewOAuthClient = Omit<OAuthClient, 'id' | 'createdAt' | 'lastUsed'>;
+
+/** OAuthToken is an access token an OAuth client was issued: `prefix` finds it, the rest of it is kept only as `hash`. */
+export interface OAuthToken {
+  id: number;
+  prefix: string;
+  hash: string;
+  /** client is the issuing OAuthClient's id (the row id, not its public clientId). */
+  client: number;
+  scopes: string[];
+  expiresAt: Date;
+  createdAt: Date;
+}
+
+export type NewOAuthToken = Omit<OAuthToken, 'id' | 'createdAt'>;
 
 /** PendingRegistration is a device waiting for an administrator to approve its AuthURL. */
 export interface PendingRegistration {

@@ -47,3 +47,5 @@ export * from './kernel/preflight.js';
 export * from './kernel/datadir.js';
 export * from './backup.js';
 export * from './nesting.js';
+export * from './oauth/scopes.js';
+export * from './oauth/clients.js';

@@ -2,12 +2,12 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import bcrypt from 'bcryptjs';
 
 /**
- * Secrets (API keys, pre-auth keys) are `hwkey-<kind>-<prefix>-<secret>`: a readable
+ * Secrets (API keys, pre-auth keys, OAuth client secrets and access tokens) are `hwkey-<kind>-<prefix>-<secret>`: a readable
  * 12-character prefix that identifies the record and a 256-bit random secret that
  * is shown once and stored only as a SHA-256 hash (the secret has full entropy, so a
  * slow hash adds nothing), compared in constant time.
  */
-export type SecretKind = 'api' | 'auth';
+export type SecretKind = 'api' | 'auth' | 'client' | 'token';
 
 export interface IssuedSecret { full: string; prefix: string; hash: string }
 
@@ -68,7 +68,7 @@ export type SecretScheme = 'headway' | 'headscale' | 'headscale-plain';
 export interface ParsedSecret { prefix: string; secret: string; scheme: SecretScheme }
 
 const B64URL = '[A-Za-z0-9_-]';
-const HEADSCALE_KEY: Record<SecretKind, RegExp> = {
+const HEADSCALE_KEY: Partial<Record<SecretKind, RegExp>> = {
   api: new RegExp(`^hskey-api-(${B64URL}{12})-(${B64URL}{64})$`),
   auth: new RegExp(`^hskey-auth-(${B64URL}{12})-(${B64URL}{64})$`),
 };
@@ -80,7 +80,7 @@ export function parseSecret(kind: SecretKind, text: string): ParsedSecret | unde
   const trimmed = text.trim();
   const m = new RegExp(`^hwkey-${kind}-([a-z0-9]{12})-([A-Za-z0-9_-]{43})$`).exec(trimmed);
   if (m) return { prefix: m[1]!, secret: m[2]!, scheme: 'headway' };
-  const hs = HEADSCALE_KEY[kind].exec(trimmed) ?? (kind === 'api' ? HEADSCALE_LEGACY_API_KEY.exec(trimmed) : null);
+  const hs = HEADSCALE_KEY[kind]?.exec(trimmed) ?? (kind === 'api' ? HEADSCALE_LEGACY_API_KEY.exec(trimmed) : null);
   if (hs) return { prefix: hs[1]!, secret: hs[2]!, scheme: 'headscale' };
   const plain = kind === 'auth' ? HEADSCALE_PLAIN_AUTH_KEY.exec(trimmed) : null;
   if (plain) return { prefix: plain[1]!, secret: plain[2]!, scheme: 'headscale-plain' };

@@ -8,7 +8,7 @@ const dump: StorageDump = {
   schemaVersion: 1,
   users: [{ id: 3, name: 'alice', displayName: 'Alice Ü 🚀', email: 'a@example.com', profilePicUrl: 'https://example.com/a.png', provider: 'oidc', providerId: 'https://idp.example.com/a', groups: ['eng'], createdAt: new Date('2026-01-02T03:04:05.006Z') }],
   preAuthKeys: [{
-    id: 7, userId: 3, reusable: false, ephemeral: true, used: true, expiration: null, tags: ['tag:a'],
+    id: 7, userId: 3, reusable: false, ephemeral: true, used: true, expiration: null, tags: ['tag:a'], description: 'ci',
     prefix: 'hskey-auth-abc', hash: '$argon2id$v=19$hash', createdAt: new Date('2026-01-02T03:04:05.007Z'),
   }],
   nodes: [{
@@ -24,6 +24,10 @@ const dump: StorageDump = {
     { id: 4, src: { kind: 'user', id: 3 }, dst: { kind: 'node', id: 12 }, shares: ['docs'], access: 'ro', createdAt: new Date('2026-01-06T00:00:00.000Z') },
     { id: 5, src: { kind: 'group', name: 'group:eng' }, dst: { kind: 'tag', name: 'tag:nas' }, shares: ['*'], access: 'rw', createdAt: new Date('2026-01-07T00:00:00.000Z') },
   ],
+  oauthClients: [{
+    id: 2, clientId: 'k3x9q2w7e1r5', hash: 'c'.repeat(64), description: 'terraform', scopes: ['auth_keys', 'devices:core:read'],
+    tags: ['tag:ci'], createdAt: new Date('2026-01-08T00:00:00.000Z'), lastUsed: null,
+  }],
   policy: { text: '// p\n{"acls": []}', updatedAt: new Date('2026-01-05T00:00:00.000Z') },
 };
 
@@ -37,7 +41,7 @@ t.test('encode then decode gives back the same records', async (t) => {
   t.same(header, {
     format: 'headway-backup', formatVersion: BACKUP_FORMAT_VERSION, createdAt: '2026-06-01T00:00:00.000Z',
     source: { kind: 'postgres', schemaVersion: 1 },
-    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2 },
+    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2, oauthClients: 1 },
   });
   t.ok(text.split('\n').some((l) => l.trim().startsWith('{"id":12,')), 'one record per line');
   const damaged = { ...dump, nodes: [{ ...dump.nodes[0]!, damaged: ['hostinfo'] }] };
@@ -87,6 +91,13 @@ t.test('drive grants travel in the backup; a file without them reads as none; a 
   const parsed = JSON.parse(text) as { tables: Record<string, unknown> };
   delete parsed.tables.driveGrants;
   t.same(decodeBackup(JSON.stringify(parsed), 'old.json').dump.driveGrants, [], 'a backup from before drive grants restores with none');
+  const older = JSON.parse(encodeBackup(dump)) as { tables: Record<string, Array<Record<string, unknown>>>; counts: Record<string, unknown> };
+  delete older.tables.oauthClients;
+  delete older.counts.oauthClients;
+  delete older.tables.preAuthKeys![0]!.description;
+  const olderDump = decodeBackup(JSON.stringify(older), 'old.json').dump;
+  t.same(olderDump.oauthClients, [], 'a backup from before OAuth clients restores with none');
+  t.equal(olderDump.preAuthKeys[0]!.description, '', 'a pre-auth key from before descriptions reads with an empty one');
   const bad = JSON.parse(encodeBackup(dump)) as { tables: { driveGrants: Array<Record<string, unknown>> } };
   bad.tables.driveGrants[0]!.src = { kind: 'user', name: 'alice' };
   refuses(t, JSON.stringify(bad), /driveGrants\[0\]\.src: expected a grant end/, 'a user end must carry an id');

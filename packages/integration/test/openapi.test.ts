@@ -217,6 +217,10 @@ t.test('every route answers what the document declares (schema and handler agree
   await ok('expireApiKey', 'POST', '/api/v1/apikey/expire', { prefix });
   await ok('expireApiKey', 'POST', '/api/v1/apikey/expire', { id: listed.at(-1)!.id });
   await ok('deleteApiKey', 'DELETE', `/api/v1/apikey/${prefix}`);
+  const oauth = await ok('createOAuthClient', 'POST', '/api/v1/oauthclient', { scopes: ['auth_keys'], tags: ['tag:ci'], description: 'ci' });
+  t.same((await ok('listOAuthClients', 'GET', '/api/v1/oauthclient')).oauthClients.map((c: { id: string }) => c.id), [oauth.oauthClient.id]);
+  await ok('deleteOAuthClient', 'DELETE', `/api/v1/oauthclient/${oauth.oauthClient.id}`);
+  await problem('deleteOAuthClient', 'DELETE', `/api/v1/oauthclient/${oauth.oauthClient.id}`, undefined, 404);
 
   // Policy (database mode).
   await ok('getPolicy', 'GET', '/api/v1/policy');
@@ -323,7 +327,7 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {
   const doc = openApiDocument({ serverUrl: 'https://hw.example.net/' }) as any;
   t.same(doc.servers, [{ url: 'https://hw.example.net', description: 'This server (server_url)' }]);
-  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'AuditEntry', 'ClusterInstance', 'DriveGrant', 'Node', 'PreAuthKey', 'Problem', 'User']);
+  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'AuditEntry', 'ClusterInstance', 'DriveGrant', 'Node', 'OAuthClient', 'PreAuthKey', 'Problem', 'User']);
   const ids = new Set<string>();
   for (const r of ROUTES) {
     const op = doc.paths[openApiPath(r.path)][r.method.toLowerCase()];

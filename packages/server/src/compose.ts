@@ -181,6 +181,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     }),
     apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog,
+      oauth: state.oauth.available ? state.oauth : undefined,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
       logins: registrar,

@@ -13,6 +13,7 @@ import type { Test } from 'tap';
 import {
   StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type PendingCaps, type PendingRegistration, type StorageDump, type StoragePort,
 } from '@headway/core/ports';
+import { oauthClientContract } from './oauth.js';
 
 /** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
 export type StorageFactory = () => Promise<StoragePort>;
@@ -309,6 +310,8 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.equal(await storage.apiKeys.delete(key.id), false);
     });
 
+    await t.test('OAuth clients and their tokens', (t) => oauthClientContract(t, storage, unique));
+
     await t.test('foreign keys', async (t) => {
       const owner = await storage.users.create({ name: unique('fk') });
       const key = await storage.preAuthKeys.create({
@@ -556,7 +559,7 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       await t.rejects(storage.restore(before), StorageNotEmptyError, 'restore refuses a store that holds records');
       t.same(await storage.dump(), before, 'the refused restore changed nothing');
 
-      const nothing: StorageDump = { ...before, users: [], preAuthKeys: [], nodes: [], apiKeys: [], pendingRegistrations: [], policy: null };
+      const nothing: StorageDump = { ...before, users: [], preAuthKeys: [], nodes: [], apiKeys: [], pendingRegistrations: [], oauthClients: [], policy: null };
       await storage.restore(nothing, { replace: true });
       t.same(countDump(await storage.dump()), countDump(nothing), 'replace with an empty dump empties the store');
 

@@ -11,7 +11,7 @@ import { readSchemaVersion, runMigrations } from './migrate.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './migrations/index.js';
 import { driveEndRow, type Executor, type SqlDialect } from './repositories.js';
 import {
-  NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
+  NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, nodeFromRow, oauthClientFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
   preAuthKeyFromRow, stringArrayText, userFromRow, type Row,
 } from './rows.js';
 
@@ -22,9 +22,11 @@ import {
  */
 
 /** DATA_TABLES in restore order (referenced rows first); deletion runs in reverse. */
-const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'drive_grants', 'policies'] as const;
+const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'drive_grants', 'oauth_clients', 'policies'] as const;
+/** TRANSIENT_TABLES are not backed up (OAuth access tokens live an hour) but are emptied by a replacing restore, first. */
+const TRANSIENT_TABLES = ['oauth_tokens'] as const;
 /** SERIAL_TABLES have an auto-increment `id` whose counter must pass the restored ids. */
-const SERIAL_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'drive_grants'] as const;
+const SERIAL_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'drive_grants', 'oauth_clients'] as const;
 /** CHUNK rows per INSERT keeps every statement under each driver's bound-parameter limit. */
 const CHUNK = 200;
 
@@ -57,9 +59,10 @@ export async function dumpTables(knex: Knex, dialect: SqlDialect): Promise<Stora
     const apiKeys = (await all('api_keys', 'id')).map(apiKeyFromRow);
     const pendingRegistrations = (await all('pending_registrations', 'key')).map(pendingRegistrationFromRow);
     const driveGrants = (await all('drive_grants', 'id')).map(driveGrantFromRow);
+    const oauthClients = (await all('oauth_clients', 'id')).map(oauthClientFromRow);
     const policyRow = await trx('policies').where({ id: 1 }).first();
     return {
-      kind: dialect, schemaVersion, users, preAuthKeys, nodes, apiKeys, pendingRegistrations, driveGrants,
+      kind: dialect, schemaVersion, users, preAuthKeys, nodes, apiKeys, pendingRegistrations, driveGrants, oauthClients,
       policy: policyRow ? policyFromRow(policyRow) : null,
     };
   }, snapshotConfig(dialect));
@@ -71,7 +74,7 @@ async function countTables(db: Executor): Promise<StorageCounts> {
   return {
     users: await count('users'), nodes: await count('nodes'), preAuthKeys: await count('pre_auth_keys'),
     apiKeys: await count('api_keys'), pendingRegistrations: await count('pending_registrations'), policy: await count('policies'),
-    driveGrants: await count('drive_grants'),
+    driveGrants: await count('drive_grants'), oauthClients: await count('oauth_clients'),
   };
 }
 
@@ -90,7 +93,7 @@ function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> 
     pre_auth_keys: dump.preAuthKeys.map((k) => ({
       id: k.id, user_id: k.userId, reusable: k.reusable, ephemeral: k.ephemeral, used: k.used,
       expiration: dateOrNull(k.expiration, `preAuthKeys[${k.id}].expiration`), tags: stringArrayText(k.tags, 'pre_auth_keys.tags'),
-      prefix: k.prefix, hash: k.hash, created_at: date(k.createdAt, `preAuthKeys[${k.id}].createdAt`),
+      description: k.description ?? '', prefix: k.prefix, hash: k.hash, created_at: date(k.createdAt, `preAuthKeys[${k.id}].createdAt`),
     })),
     nodes: dump.nodes.map((n) => {
       const row: Row = { id: n.id };
@@ -113,6 +116,11 @@ function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> 
     drive_grants: (dump.driveGrants ?? []).map((g) => ({
       id: g.id, ...driveEndRow('src', g.src), ...driveEndRow('dst', g.dst),
       shares: stringArrayText(g.shares, 'drive_grants.shares'), access: g.access, created_at: date(g.createdAt, `driveGrants[${g.id}].createdAt`),
+    })),
+    oauth_clients: (dump.oauthClients ?? []).map((c) => ({
+      id: c.id, client_id: c.clientId, hash: c.hash, description: c.description, scopes: stringArrayText(c.scopes, 'oauth_clients.scopes'),
+      tags: stringArrayText(c.tags, 'oauth_clients.tags'), created_at: date(c.createdAt, `oauthClients[${c.id}].createdAt`),
+      last_used: dateOrNull(c.lastUsed, `oauthClients[${c.id}].lastUsed`),
     })),
     policies: dump.policy ? [{ id: 1, text: dump.policy.text, updated_at: date(dump.policy.updatedAt, 'policy.updatedAt') }] : [],
   };
@@ -144,7 +152,7 @@ export async function restoreTables(knex: Knex, dialect: SqlDialect, describe: s
     const counts = await countTables(trx);
     if (Object.values(counts).some((n) => n > 0)) {
       if (!opts.replace) throw new StorageNotEmptyError(describe, counts);
-      for (const table of [...DATA_TABLES].reverse()) await trx(table).delete();
+      for (const table of [...TRANSIENT_TABLES, ...[...DATA_TABLES].reverse()]) await trx(table).delete();
     }
     for (const table of DATA_TABLES) {
       for (let i = 0; i < rows[table].length; i += CHUNK) {

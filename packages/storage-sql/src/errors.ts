@@ -18,6 +18,9 @@ const CONSTRAINT_COLUMNS: Record<string, string> = {
   nodes_user_id_foreign: 'user_id',
   nodes_auth_key_id_foreign: 'auth_key_id',
   pre_auth_keys_user_id_foreign: 'user_id',
+  oauth_clients_client_id_unique: 'client_id',
+  oauth_tokens_prefix_unique: 'prefix',
+  oauth_tokens_client_id_foreign: 'client_id',
 };
 
 interface DriverError {

@@ -41,7 +41,7 @@ export async function runTransaction<T>(db: Executor, dialect: SqlDialect, fn: (
 const POLICY_ROW_ID = 1;
 
 /** writableDate rejects Invalid Date before it reaches a driver that would store garbage or NULL. */
-function writableDate(value: Date, field: string): Date {
+export function writableDate(value: Date, field: string): Date {
   if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
     throw new TypeError(`storage: ${field} must be a valid Date`);
   }
@@ -90,7 +90,7 @@ async function updateRow(db: Executor, dialect: SqlDialect, table: string, id: n
   return changed === 0 ? undefined : ((await db(table).where({ id }).first()) as Row | undefined);
 }
 
-async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
+export async function guarded<T>(table: string, work: () => Promise<T>, fkField?: string): Promise<T> {
   try {
     return await work();
   } catch (err) {
@@ -232,6 +232,7 @@ function preAuthKeyRepository(db: Executor, dialect: SqlDialect): PreAuthKeyRepo
         used: false,
         expiration: writableDateOrNull(key.expiration, 'expiration'),
         tags: jsonText(key.tags ?? []),
+        description: key.description ?? '',
         prefix: key.prefix,
         hash: key.hash,
         created_at: new Date(),

@@ -1,4 +1,6 @@
-import type { ApiKey, DriveDestination, DriveGrantRecord, DriveSource, Node, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User } from '@headway/core/ports';
+import type {
+  ApiKey, DriveDestination, DriveGrantRecord, DriveSource, Node, OAuthClient, OAuthToken, PendingRegistration, PolicyRecord, PreAuthKey, RegisterMethod, User,
+} from '@headway/core/ports';
 
 /** Row is one database row as a driver returns it: column name to raw value. */
 export type Row = Record<string, unknown>;
@@ -179,6 +181,7 @@ export function preAuthKeyFromRow(r: Row): PreAuthKey {
     used: toBool(r.used),
     expiration: toDateOrNull(r.expiration, 'pre_auth_keys.expiration'),
     tags: toStringArray(r.tags, 'pre_auth_keys.tags'),
+    description: typeof r.description === 'string' ? r.description : '',
     prefix: toText(r.prefix),
     hash: toText(r.hash),
     createdAt: toDate(r.created_at, 'pre_auth_keys.created_at'),
@@ -232,5 +235,30 @@ export function driveGrantFromRow(r: Row): DriveGrantRecord {
     shares: toStringArray(r.shares, 'drive_grants.shares'),
     access,
     createdAt: toDate(r.created_at, 'drive_grants.created_at'),
+  };
+}
+
+export function oauthClientFromRow(r: Row): OAuthClient {
+  return {
+    id: toId(r.id),
+    clientId: toText(r.client_id),
+    hash: toText(r.hash),
+    description: toText(r.description),
+    scopes: toStringArray(r.scopes, 'oauth_clients.scopes'),
+    tags: toStringArray(r.tags, 'oauth_clients.tags'),
+    createdAt: toDate(r.created_at, 'oauth_clients.created_at'),
+    lastUsed: toDateOrNull(r.last_used, 'oauth_clients.last_used'),
+  };
+}
+
+export function oauthTokenFromRow(r: Row): OAuthToken {
+  return {
+    id: toId(r.id),
+    prefix: toText(r.prefix),
+    hash: toText(r.hash),
+    client: toId(r.client_id),
+    scopes: toStringArray(r.scopes, 'oauth_tokens.scopes'),
+    expiresAt: toDate(r.expires_at, 'oauth_tokens.expires_at'),
+    createdAt: toDate(r.created_at, 'oauth_tokens.created_at'),
   };
 }

@@ -6,6 +6,7 @@ import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
 import { auditRepository } from './audit.js';
 import { createRepositories, driveGrantRepository, runTransaction, type SqlDialect } from './repositories.js';
+import { oauthClientRepository } from './oauth.js';
 
 export interface SqlStorageOptions {
   dialect: SqlDialect;
@@ -32,6 +33,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
     ...repositories,
     driveGrants: driveGrantRepository(knex, dialect),
     audit: auditRepository(knex, dialect),
+    oauthClients: oauthClientRepository(knex, dialect),
     ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),
     async migrate() {
       const version = await runMigrations(knex, migrations);

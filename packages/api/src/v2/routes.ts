@@ -4,6 +4,8 @@ import type { ApiDeps, Route } from '../route.js';
 import { actorOf, authenticateV2, requireScope } from './auth.js';
 import { recordRoute, setActor } from '../audit.js';
 import { USER_ROUTES } from './users.js';
+import { OAUTH_ROUTES } from './oauth.js';
+import { KEY_ROUTES } from './keys.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -14,6 +16,8 @@ import { USER_ROUTES } from './users.js';
 /** V2_ROUTES is /api/v2's route table. */
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
+  ...OAUTH_ROUTES,
+  ...KEY_ROUTES,
 ];
 
 /**

@@ -195,7 +195,7 @@ export function convertHeadscale(snap: HeadscaleSnapshot, opts: ConvertOptions =
       authPrefixes.add(prefix);
       preAuthKeys.push({
         id, userId, reusable: flag(r.reusable), ephemeral: flag(r.ephemeral), used: flag(r.used),
-        expiration: headscaleTime(r.expiration, 'expiration'), tags, prefix, hash,
+        expiration: headscaleTime(r.expiration, 'expiration'), tags, description: '', prefix, hash,
         createdAt: headscaleTime(r.created_at, 'created_at') ?? now,
       });
       report.imported.push({ kind: 'pre-auth key', id, what: `${what}${userId !== null ? ` of ${userLabel(userId)}` : ''}${tags.length ? ` tags ${tags.join(',')}` : ''}` });

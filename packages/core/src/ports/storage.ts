@@ -1,6 +1,6 @@
 import type {
-  ApiKey, NewApiKey, NewNode, NewPreAuthKey, Node, NodePatch, PendingRegistration,
-  PolicyRecord, PreAuthKey, User, UserInput,
+  ApiKey, NewApiKey, NewNode, NewOAuthClient, NewOAuthToken, NewPreAuthKey, Node, NodePatch, OAuthClient, OAuthToken,
+  PendingRegistration, PolicyRecord, PreAuthKey, User, UserInput,
 } from '../domain.js';
 import { assertPort } from './assert.js';
 import type { DriveGrant, DriveGrantRecord } from './drive.js';
@@ -146,6 +146,26 @@ export interface AuditRepository {
   prune(before: Date): Promise<number>;
 }
 
+/**
+ * OAuthClientRepository keeps OAuth clients of /api/v2 and the access tokens they were issued.
+ * Optional on a storage adapter: without it /api/v2 takes API keys only.
+ */
+export interface OAuthClientRepository {
+  list(): Promise<OAuthClient[]>;
+  get(id: number): Promise<OAuthClient | undefined>;
+  /** getByClientId finds a client by its public id; clientId is unique (StorageConflictError `client_id`). */
+  getByClientId(clientId: string): Promise<OAuthClient | undefined>;
+  create(client: NewOAuthClient): Promise<OAuthClient>;
+  setLastUsed(id: number, at: Date): Promise<boolean>;
+  /** delete removes a client and, in the same transaction, every token it was issued. */
+  delete(id: number): Promise<boolean>;
+  /** createToken stores a token of an existing client (a missing client is a StorageConflictError `client_id`); prefix is unique. */
+  createToken(token: NewOAuthToken): Promise<OAuthToken>;
+  getToken(prefix: string): Promise<OAuthToken | undefined>;
+  /** deleteExpiredTokens removes the tokens whose expiresAt is at or before `now`; returns how many. */
+  deleteExpiredTokens(now: Date): Promise<number>;
+}
+
 export interface StorageRepositories {
   users: UserRepository;
   nodes: NodeRepository;
@@ -158,6 +178,8 @@ export interface StorageRepositories {
 export interface StoragePort extends StorageRepositories {
   /** driveGrants is present when the adapter can keep Taildrive grants (the SQL adapters can). */
   readonly driveGrants?: DriveGrantRepository;
+  /** oauthClients is present when the adapter can keep /api/v2 OAuth clients and their tokens (the SQL adapters can). */
+  readonly oauthClients?: OAuthClientRepository;
   /** cluster is present when several instances may share this database (PostgreSQL, MySQL/MariaDB); see ClusterPort. */
   readonly cluster?: ClusterPort;
   /** audit is present when the adapter keeps the audit log (the SQL adapters do). */
@@ -223,6 +245,8 @@ export interface StorageDump {
   pendingRegistrations: PendingRegistration[];
   /** driveGrants are the Taildrive grants the storage keeps (@headway/drive-db); absent: it keeps none. */
   driveGrants?: DriveGrantRecord[];
+  /** oauthClients are the /api/v2 OAuth clients (their access tokens live an hour and are not kept); absent: none. */
+  oauthClients?: OAuthClient[];
   policy: PolicyRecord | null;
 }
 
@@ -240,6 +264,8 @@ export interface StorageCounts {
   pendingRegistrations: number;
   /** driveGrants: stored Taildrive grants (0 or absent for a storage without them). */
   driveGrants?: number;
+  /** oauthClients: stored OAuth clients (0 or absent for a storage without them). */
+  oauthClients?: number;
   policy: number;
 }
 
@@ -249,6 +275,7 @@ export function countDump(d: Omit<StorageDump, 'kind' | 'schemaVersion'>): Stora
     users: d.users.length, nodes: d.nodes.length, preAuthKeys: d.preAuthKeys.length, apiKeys: d.apiKeys.length,
     pendingRegistrations: d.pendingRegistrations.length, policy: d.policy ? 1 : 0,
     ...(d.driveGrants?.length ? { driveGrants: d.driveGrants.length } : {}),
+    ...(d.oauthClients?.length ? { oauthClients: d.oauthClients.length } : {}),
   };
 }
 
@@ -258,6 +285,7 @@ export function describeCounts(c: StorageCounts): string {
     [c.users, 'user', 'users'], [c.nodes, 'node', 'nodes'], [c.preAuthKeys, 'pre-auth key', 'pre-auth keys'],
     [c.apiKeys, 'API key', 'API keys'], [c.pendingRegistrations, 'pending registration', 'pending registrations'],
     [c.policy, 'policy', 'policies'], [c.driveGrants ?? 0, 'drive grant', 'drive grants'],
+    [c.oauthClients ?? 0, 'OAuth client', 'OAuth clients'],
   ];
   const text = parts.filter(([n]) => n > 0).map(([n, one, many]) => `${n} ${n === 1 ? one : many}`).join(', ');
   return text || 'no records';

@@ -20,7 +20,7 @@ export class KeyStore {
 
   // ---- pre-auth keys ----
 
-  async createPreAuthKey(input: { userId: number | null; reusable?: boolean; ephemeral?: boolean; expiration?: Date | null; tags?: string[] }): Promise<{ key: PreAuthKey; secret: string }> {
+  async createPreAuthKey(input: { userId: number | null; reusable?: boolean; ephemeral?: boolean; expiration?: Date | null; tags?: string[]; description?: string }): Promise<{ key: PreAuthKey; secret: string }> {
     if (input.userId !== null && !this.users.get(input.userId)) throw notFound('user', input.userId);
     const tags = [...new Set(input.tags ?? [])];
     for (const t of tags) { const err = checkTag(t); if (err) throw badField('aclTags', err); }
@@ -29,7 +29,7 @@ export class KeyStore {
     const issued = issueSecret('auth');
     const key = await this.storage.preAuthKeys.create({
       userId: input.userId, reusable: Boolean(input.reusable), ephemeral: Boolean(input.ephemeral),
-      expiration: input.expiration ?? null, tags: tags.sort(), prefix: issued.prefix, hash: issued.hash,
+      expiration: input.expiration ?? null, tags: tags.sort(), description: input.description ?? '', prefix: issued.prefix, hash: issued.hash,
     });
     return { key, secret: issued.full };
   }

@@ -3,6 +3,7 @@ import type { Logger } from '../log.js';
 import type { StoragePort } from '../ports/storage.js';
 import { ChangeBus } from './bus.js';
 import { KeyStore } from './keys.js';
+import { OAuthClientStore } from '../oauth/clients.js';
 import { NodeStore } from './nodes.js';
 import { PendingLogins } from './pending.js';
 import { Presence } from './presence.js';
@@ -26,6 +27,8 @@ export class State {
   readonly presence: Presence;
   readonly users: UserStore;
   readonly keys: KeyStore;
+  /** oauth keeps /api/v2's OAuth clients and their access tokens. */
+  readonly oauth: OAuthClientStore;
   readonly cluster: ClusterSync;
 
   constructor(readonly storage: StoragePort, readonly config: HeadwayConfig, readonly logger: Logger) {
@@ -35,6 +38,7 @@ export class State {
     this.presence = new Presence(this.bus, this.nodes);
     this.users = new UserStore(storage, this.bus, logger, this.nodes);
     this.keys = new KeyStore(storage, this.users);
+    this.oauth = new OAuthClientStore(storage.oauthClients);
     this.cluster = new ClusterSync(storage, this.bus, this.users, this.nodes, this.presence);
   }
 

@@ -5,13 +5,14 @@ import { driveGrantsMigration } from './0004_drive_grants.js';
 import { clusterMigration } from './0005_cluster.js';
 import { pendingQuotaMigration } from './0006_pending_quota.js';
 import { clusterValuesMigration } from './0007_cluster_values.js';
-import { auditLogMigration } from './0008_audit_log.js';
+import { oauthClientsMigration } from './0008_oauth_clients.js';
+import { auditLogMigration } from './0009_audit_log.js';
 import type { SqlMigration } from './types.js';
 
 export type { SqlMigration } from './types.js';
 
 /** MIGRATIONS is the ordered, append-only schema history; index i holds version i + 1. */
-export const MIGRATIONS: readonly SqlMigration[] = [initialMigration, userPictureMigration, userIdentityMigration, driveGrantsMigration, clusterMigration, pendingQuotaMigration, clusterValuesMigration, auditLogMigration];
+export const MIGRATIONS: readonly SqlMigration[] = [initialMigration, userPictureMigration, userIdentityMigration, driveGrantsMigration, clusterMigration, pendingQuotaMigration, clusterValuesMigration, oauthClientsMigration, auditLogMigration];
 
 /** LATEST_SCHEMA_VERSION is the newest schema this code can read and write. */
 export const LATEST_SCHEMA_VERSION: number = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -223,7 +223,13 @@ function repositories(db: () => Tables): StorageRepositories {
     },
     policy: {
       async get() { const p = db().policy; return p && copy(p); },
-      async set(text) { const p = { text, updatedAt: new Date() }; db().policy = p; return copy(p); },
+      async set(text, opts) {
+        // Calls run one at a time, so the check and the write cannot be split by another set.
+        opts?.check?.(db().policy && copy(db().policy!));
+        const p = { text, updatedAt: new Date() };
+        db().policy = p;
+        return copy(p);
+      },
     },
   };
 }

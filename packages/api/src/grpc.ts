@@ -241,6 +241,7 @@ const STATUS: Record<ErrorCode, grpc.status> = {
   invalid_policy: grpc.status.INVALID_ARGUMENT,
   unsupported_media_type: grpc.status.INVALID_ARGUMENT,
   policy_read_only: grpc.status.FAILED_PRECONDITION,
+  dns_read_only: grpc.status.FAILED_PRECONDITION,
   precondition_failed: grpc.status.FAILED_PRECONDITION,
   not_implemented: grpc.status.UNIMPLEMENTED,
   unauthorized: grpc.status.UNAUTHENTICATED,

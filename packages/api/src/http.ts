@@ -37,12 +37,18 @@ export async function readBody(ctx: Context, limit = BODY_LIMIT): Promise<Buffer
   return Buffer.concat(chunks);
 }
 
+/** readText reads a text body (UTF-8) of at most `limit` bytes, for routes that take one (a HuJSON policy). */
+export async function readText(ctx: Context, limit = BODY_LIMIT): Promise<string> {
+  return (await readBody(ctx, limit)).toString('utf8');
+}
+
 /**
  * readJson parses a JSON object body (empty body → {}) whatever its Content-Type says, as headscale's gateway
  * does: browsers label a string body text/plain, and tools built for headscale send it so. What decides is the
- * body itself: text that is not JSON, or JSON that is not an object, is a 400 naming the problem.
+ * body itself: text that is not JSON, or JSON that is not an object, is a 400 naming the problem. `camel`: false
+ * keeps the keys as sent (where keys are data, such as domain names).
  */
-export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record<string, unknown>> {
+export async function readJson(ctx: Context, limit = BODY_LIMIT, camel = true): Promise<Record<string, unknown>> {
   const raw = await readBody(ctx, limit);
   if (!raw.length) return {};
   let parsed: unknown;
@@ -57,7 +63,7 @@ export async function readJson(ctx: Context, limit = BODY_LIMIT): Promise<Record
   if (nestingDepth(parsed, BODY_MAX_DEPTH) > BODY_MAX_DEPTH) {
     throw new HeadwayError('invalid_json', `body: objects and lists nest deeper than ${BODY_MAX_DEPTH} levels`);
   }
-  return camelKeys(parsed as Record<string, unknown>);
+  return camel ? camelKeys(parsed as Record<string, unknown>) : parsed as Record<string, unknown>;
 }
 
 const SNAKE = /^[a-z][a-z0-9]*(_[a-z][a-z0-9]*)+$/;

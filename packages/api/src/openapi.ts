@@ -68,7 +68,8 @@ const PROBLEMS = {
 export function errorStatuses(r: Route): Array<keyof typeof PROBLEMS> {
   const set = new Set<keyof typeof PROBLEMS>([401, 500, ...r.errors]);
   if (r.params || r.query || r.body) set.add(400);
-  if (r.body) set.add(413);
+  if (r.body || r.textBody) set.add(413);
+  if (r.textBody) set.add(400);
   if (r.also?.status === 503) set.delete(503);
   return [...set].sort((a, b) => a - b);
 }
@@ -101,6 +102,12 @@ function operation(r: Route): ZodOpenApiOperationObject {
         content: { 'application/json': { schema: r.body } },
       },
     } : {}),
+    ...(r.textBody ? {
+      requestBody: {
+        required: r.textBody.required, description: r.textBody.description,
+        content: Object.fromEntries(r.textBody.types.map((t) => [t, { schema: { type: 'string' as const } }])),
+      },
+    } : {}),
     responses,
   };
 }
@@ -114,7 +121,7 @@ export function openApiDocument(opts: { serverUrl?: string } = {}): Record<strin
   const paths: ZodOpenApiPathsObject = {};
   for (const r of ROUTES) {
     const item = (paths[openApiPath(r.path)] ??= {});
-    item[r.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete'] = operation(r);
+    item[r.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete'] = operation(r);
   }
   const serverUrl = (opts.serverUrl ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
   const doc = createDocument({

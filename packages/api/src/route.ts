@@ -2,7 +2,7 @@ import type { Context } from 'koa';
 import { z } from 'zod';
 import type { HeadwayConfig } from '@headway/core';
 import type { State } from '@headway/core';
-import type { PolicyService } from '@headway/core';
+import type { DnsSettingsService, PolicyService } from '@headway/core';
 import { BODY_LIMIT, camelKeys, readJson } from './http.js';
 import { parseInput } from './schemas.js';
 import { nodeView, preAuthKeyView } from './views.js';
@@ -40,13 +40,15 @@ export interface ApiDeps {
   cluster?: () => Promise<import('@headway/core').ClusterInstanceView[]>;
   /** instanceId names this running server on /health answers (server/reach.ts); absent in tests that build the API alone. */
   instanceId?: string;
+  /** dns holds the DNS settings in force and changes them (dns.mode: database); absent in tests that build the API alone. */
+  dns?: DnsSettingsService;
   /** oauth verifies /api/v2 access tokens of OAuth clients; absent: only API keys authenticate /api/v2. */
   oauth?: OAuthTokens;
   /** audit records every change made through the APIs; absent in tests that build the API alone. */
   audit?: AuditLog;
 }
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /** TAGS group the operations in the OpenAPI document and on the docs page, in this order. */
 export const TAGS = {
@@ -81,6 +83,9 @@ export type Tag = keyof typeof TAGS | `v2:${keyof typeof V2_TAGS}`;
  */
 export type ErrorStatus = 400 | 403 | 404 | 409 | 412 | 501 | 503;
 
+/** TextBody describes a body a handler reads as text: its content types (each a string schema in the document) and what it is. */
+export interface TextBody { types: string[]; description: string; required: boolean }
+
 type Parsed<S> = S extends z.ZodType ? z.output<S> : Record<string, never>;
 
 /** RouteInput is a request after validation: path parameters, query and body, typed by the route's schemas. */
@@ -107,6 +112,10 @@ export interface RouteSpec<P extends z.ZodObject | undefined, Q extends z.ZodObj
   body?: B;
   /** bodyLimit caps the body in bytes (default BODY_LIMIT). */
   bodyLimit?: number;
+  /** bodyKeysAsSent: the body's keys are data (domain names), not read as camelCase. */
+  bodyKeysAsSent?: boolean;
+  /** textBody: the handler reads the body as text itself (readText), in one of these content types (documented, and 413 above its limit). */
+  textBody?: TextBody;
   /** response is the 200 body. */
   response: R;
   responseDescription: string;
@@ -132,6 +141,8 @@ export interface Route {
   query?: z.ZodObject;
   body?: z.ZodType;
   bodyLimit?: number;
+  bodyKeysAsSent?: boolean;
+  textBody?: TextBody;
   response: z.ZodType;
   responseDescription: string;
   also?: { status: 503; description: string };
@@ -164,7 +175,7 @@ export function route<P extends z.ZodObject | undefined = undefined, Q extends z
     handler: async (ctx, deps) => {
       const params = spec.params ? parseInput(spec.params, { ...ctx.params }) : {};
       const query = spec.query ? parseInput(spec.query, camelKeys({ ...ctx.query })) : {};
-      const body = spec.body ? parseInput(spec.body, await readJson(ctx, spec.bodyLimit ?? BODY_LIMIT)) : {};
+      const body = spec.body ? parseInput(spec.body, await readJson(ctx, spec.bodyLimit ?? BODY_LIMIT, !spec.bodyKeysAsSent)) : {};
       return handle({ params, query, body } as RouteInput<Parsed<P>, Parsed<Q>, Parsed<B>>, deps, ctx);
     },
   };

@@ -4,7 +4,7 @@ import type { DnsConfig } from '@headway/core';
 import { checkRecord } from '@headway/core';
 import { parsePrefix, type Prefix } from '@headway/core';
 import type { Logger } from '@headway/core';
-import type { DnsPort, DnsRecord } from '@headway/core';
+import type { DnsPort, DnsRecord, DnsSettings } from '@headway/core';
 
 interface Resolver { Addr: string }
 
@@ -39,14 +39,33 @@ export class DnsConfigSource {
   private watcher?: FSWatcher;
   private unwatchPlugins: Array<() => void> = [];
   private cached?: Record<string, unknown>;
+  private effective?: DnsConfig;
 
   constructor(
-    private readonly dns: DnsConfig,
+    private readonly file: DnsConfig,
     private readonly prefixes: string[],
     private readonly logger: Logger,
     private readonly onChange: () => void,
     private readonly plugins: readonly DnsPort[] = [],
+    private readonly settings?: () => DnsSettings,
   ) {}
+
+  /** dns is the config file's dns block with the settings in force (dns.mode: database keeps them in storage), built once per change. */
+  private get dns(): DnsConfig {
+    if (this.effective) return this.effective;
+    const s = this.settings?.();
+    this.effective = !s ? this.file : {
+      ...this.file, magic_dns: s.magicDns, override_local_dns: s.overrideLocalDns, search_domains: s.searchDomains,
+      nameservers: { global: s.nameservers, split: s.split },
+    };
+    return this.effective;
+  }
+
+  /** settingsChanged rebuilds the DNS config after the DNS settings in force changed, and tells every device. */
+  settingsChanged(): void {
+    this.effective = undefined;
+    this.changed();
+  }
 
   async init(): Promise<void> {
     if (this.dns.extra_records_path) {

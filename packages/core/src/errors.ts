@@ -8,6 +8,7 @@ export const ERRORS = {
   invalid_json: { status: 400, title: 'Invalid JSON body' },
   invalid_policy: { status: 400, title: 'Invalid policy' },
   policy_read_only: { status: 400, title: 'Policy is read-only in file mode' },
+  dns_read_only: { status: 400, title: 'DNS settings are read-only in file mode' },
   unauthorized: { status: 401, title: 'Unauthorized' },
   forbidden: { status: 403, title: 'Forbidden' },
   not_found: { status: 404, title: 'Not found' },

@@ -32,6 +32,8 @@ export * from './cluster/member.js';
 export * from './cluster/derpmesh.js';
 export * from './ports/cluster.js';
 export * from './policy/service.js';
+export * from './dns/settings.js';
+export type { DnsSettings, DnsSettingsRecord, DnsSettingsRepository } from './ports/dns.js';
 export * from './policy/engine.js';
 export * from './metrics.js';
 export * from './metrics-headscale.js';

@@ -1,5 +1,5 @@
 import { asValue } from 'awilix';
-import { POLICY, type AdapterDescriptor, type PolicySourcePort, type StoragePort } from '@headway/core/ports';
+import { POLICY, type AdapterDescriptor, type PolicySaveOptions, type PolicySourcePort, type StoragePort } from '@headway/core/ports';
 
 /**
  * DatabasePolicySource keeps the policy text in storage, so `headway policy set`
@@ -13,8 +13,9 @@ export class DatabasePolicySource implements PolicySourcePort {
     return (await this.storage.policy.get())?.text;
   }
 
-  async save(text: string): Promise<void> {
-    await this.storage.policy.set(text);
+  async save(text: string, opts?: PolicySaveOptions): Promise<void> {
+    const check = opts?.check;
+    await this.storage.policy.set(text, check && { check: (rec) => check(rec?.text) });
   }
 
   describe(): string { return `the database (${this.storage.describe()})`; }

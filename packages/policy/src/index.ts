@@ -1,4 +1,4 @@
-export { PolicyError, parseHuJSON, listErrors, MAX_LISTED_ERRORS, type JNode, type Pos } from './hujson.js';
+export { PolicyError, parseHuJSON, toPlain, listErrors, MAX_LISTED_ERRORS, type JNode, type Pos } from './hujson.js';
 export { IPSet, parseAddr, parsePrefix, formatAddr, TAILNET_WILDCARD, INTERNET, ALL, type Addr, type IPRange } from './ip.js';
 export {
   parseIP, formatIP, parseIPPrefix, mask, formatPrefix, prefixSize, prefixLast, prefixContains, prefixOverlaps,
@@ -21,3 +21,4 @@ export {
   type Topology, type PreviewOptions, type PreviewResult, type PreviewNode, type PreviewNodeView,
 } from './preview.js';
 export { drivePolicy, mergeCompiled, CAP_DRIVE, type DriveRule } from './drive.js';
+export { previewMatches, parseIpPort, type RuleMatch, type MatchQuery } from './matches.js';

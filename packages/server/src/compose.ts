@@ -9,7 +9,7 @@ import { Mapper } from '@headway/control';
 import { NetworkView } from '@headway/core';
 import { Registrar } from '@headway/control';
 import { SessionHub } from '@headway/control';
-import { PolicyService, type PolicyEngine } from '@headway/core';
+import { DnsSettingsService, PolicyService, type PolicyEngine } from '@headway/core';
 import { publishesTxt, type AcmeTxtPublisher, type DnsPort } from '@headway/core';
 import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
@@ -50,6 +50,8 @@ export interface KernelCradle {
   driveService: DriveService;
   metrics: Metrics;
   networkView: NetworkView;
+  /** dnsSettings: the nameservers, split DNS, search domains and MagicDNS in force (dns.mode). */
+  dnsSettings: DnsSettingsService;
   dnsConfig: DnsConfigSource;
   derpMap: DerpMapSource;
   mapper: Mapper;
@@ -119,9 +121,14 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       metrics.watch('headway_policy_contexts_adopted', 'Times a new policy was installed with the resolution its check made instead of resolving it again', () => view.contextsAdopted);
       return view;
     }),
-    dnsConfig: c(({ config, logger, state, dnsAdapters }) => new DnsConfigSource(
-      config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
-      () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters)),
+    dnsSettings: c(({ config, storage, state, logger }) => new DnsSettingsService(config.dns, storage.dnsSettings, state.bus, logger)),
+    dnsConfig: c(({ config, logger, state, dnsAdapters, dnsSettings }) => {
+      const source = new DnsConfigSource(
+        config.dns, [config.prefixes.v4, config.prefixes.v6].filter(Boolean), logger,
+        () => state.bus.publish({ type: 'dns-changed' }), dnsAdapters, () => dnsSettings.current());
+      state.bus.subscribe((change) => { if (change.type === 'dns-settings-changed') source.settingsChanged(); });
+      return source;
+    }),
     derpMap: c(({ config, logger, state }) => new DerpMapSource(config, logger, () => state.bus.publish({ type: 'derp-changed' }))),
     mapper: c(({ state, config, networkView, dnsConfig, derpMap, metrics }) => {
       const mapper = new Mapper(state, config, networkView, dnsConfig, derpMap);
@@ -157,6 +164,7 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       return new ClusterMember(storage.cluster, state, config.cluster, logger.child({ cluster: 'member' }),
         `mkey:${controlKey.publicKey.toString('hex')}`, config.listen_addr, {
           reloadPolicy: () => k.policyService.reload({ remote: true }),
+          reloadDns: () => k.dnsSettings.reload(),
           endStreams: () => k.controlServer.endAllStreams(),
         });
     }),
@@ -179,8 +187,8 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog }): ApiDeps => ({
-      state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog,
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog, dnsSettings }): ApiDeps => ({
+      state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog, dns: dnsSettings,
       oauth: state.oauth.available ? state.oauth : undefined,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,
@@ -225,6 +233,7 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     afterState?.(k.state);
     await k.policyService.init();
     stops.push(() => k.policyService.close());
+    await k.dnsSettings.init();
     if (cluster) await cluster.start();
     await k.dnsConfig.init();
     stops.push(() => k.dnsConfig.close());

@@ -10,6 +10,7 @@
  * as a devDependency next to tap.
  */
 import type { Test } from 'tap';
+import { settingsContract } from './settings.js';
 import {
   StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type PendingCaps, type PendingRegistration, type StorageDump, type StoragePort,
 } from '@headway/core/ports';
@@ -590,6 +591,7 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.same(await storage.dump(), before, 'and left exactly the dump');
     });
 
+    await settingsContract(t, storage);
     if (opts.more) await opts.more(t, storage);
   });
 }

@@ -8,6 +8,7 @@ import {
 } from '@headway/core/ports';
 import { isRetryableError, toStorageError } from './errors.js';
 import { PENDING_QUOTA_LOCK } from './migrations/0006_pending_quota.js';
+import { POLICY_LOCK } from './migrations/0009_dns_settings.js';
 import {
   NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, jsonText, nodeFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
   preAuthKeyFromRow, stringArrayText, toDate, userFromRow, type Row,
@@ -310,10 +311,15 @@ function apiKeyRepository(db: Executor, dialect: SqlDialect): ApiKeyRepository {
  * lock has no MySQL twin that ends with the transaction (GET_LOCK belongs to the pooled connection).
  */
 async function lockPendingQuota(trx: Knex.Transaction): Promise<void> {
-  const take = () => trx('storage_locks').where({ name: PENDING_QUOTA_LOCK }).update({ turn: trx.raw('turn + 1') });
+  await lockRow(trx, PENDING_QUOTA_LOCK);
+}
+
+/** lockRow takes the `storage_locks` row `name` for the rest of the transaction (see lockPendingQuota for why an UPDATE). */
+export async function lockRow(trx: Knex.Transaction, name: string): Promise<void> {
+  const take = () => trx('storage_locks').where({ name }).update({ turn: trx.raw('turn + 1') });
   if (await take() > 0) return;
-  // The migration seeds the row; one deleted by hand is put back (the insert waits on a concurrent one).
-  await trx('storage_locks').insert({ name: PENDING_QUOTA_LOCK, turn: 0 }).onConflict('name').ignore();
+  // The migrations seed the rows; one deleted by hand is put back (the insert waits on a concurrent one).
+  await trx('storage_locks').insert({ name, turn: 0 }).onConflict('name').ignore();
   await take();
 }
 
@@ -382,17 +388,28 @@ function pendingRegistrationRepository(db: Executor, dialect: SqlDialect): Pendi
   };
 }
 
-function policyRepository(db: Executor): PolicyRepository {
+function policyRepository(db: Executor, dialect: SqlDialect): PolicyRepository {
+  const read = async (ex: Executor) => {
+    const row = await ex('policies').where({ id: POLICY_ROW_ID }).first();
+    return row ? policyFromRow(row) : undefined;
+  };
+  const write = async (ex: Executor, text: string): Promise<PolicyRecord> => {
+    const updatedAt = new Date();
+    await ex('policies').insert({ id: POLICY_ROW_ID, text, updated_at: updatedAt }).onConflict('id').merge();
+    return { text, updatedAt };
+  };
   return {
-    async get() {
-      const row = await db('policies').where({ id: POLICY_ROW_ID }).first();
-      return row ? policyFromRow(row) : undefined;
-    },
-    async set(text): Promise<PolicyRecord> {
+    get: () => read(db),
+    async set(text, opts): Promise<PolicyRecord> {
       if (typeof text !== 'string') throw new TypeError('storage: policy text must be a string');
-      const updatedAt = new Date();
-      await db('policies').insert({ id: POLICY_ROW_ID, text, updated_at: updatedAt }).onConflict('id').merge();
-      return { text, updatedAt };
+      const check = opts?.check;
+      if (!check) return write(db, text);
+      // The lock, not the row, serialises conditional writes: with no policy stored yet there is no row to lock.
+      return runTransaction(db, dialect, async (trx) => {
+        await lockRow(trx, POLICY_LOCK);
+        check(await read(trx));
+        return write(trx, text);
+      });
     },
   };
 }
@@ -446,6 +463,6 @@ export function createRepositories(db: Executor, dialect: SqlDialect): StorageRe
     preAuthKeys: preAuthKeyRepository(db, dialect),
     apiKeys: apiKeyRepository(db, dialect),
     pendingRegistrations: pendingRegistrationRepository(db, dialect),
-    policy: policyRepository(db),
+    policy: policyRepository(db, dialect),
   };
 }

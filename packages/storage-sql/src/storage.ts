@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { silentLogger, type Logger, type StoragePort, type StorageRepositories } from '@headway/core/ports';
 import { dumpTables, readSqliteBackup, restoreTables, sqliteNativeBackup } from './backup.js';
+import { dnsSettingsRepository } from './dns-settings.js';
 import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
@@ -34,6 +35,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
     driveGrants: driveGrantRepository(knex, dialect),
     audit: auditRepository(knex, dialect),
     oauthClients: oauthClientRepository(knex, dialect),
+    dnsSettings: dnsSettingsRepository(knex, dialect),
     ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),
     async migrate() {
       const version = await runMigrations(knex, migrations);

@@ -6,6 +6,8 @@ import { recordRoute, setActor } from '../audit.js';
 import { USER_ROUTES } from './users.js';
 import { OAUTH_ROUTES } from './oauth.js';
 import { KEY_ROUTES } from './keys.js';
+import { POLICY_ROUTES } from './policy.js';
+import { DNS_ROUTES } from './dns.js';
 
 /*
  * /api/v2: Tailscale's public API, as its official clients (Go client, Terraform provider,
@@ -18,6 +20,8 @@ export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
   ...OAUTH_ROUTES,
   ...KEY_ROUTES,
+  ...POLICY_ROUTES,
+  ...DNS_ROUTES,
 ];
 
 /**
@@ -26,7 +30,7 @@ export const V2_ROUTES: Route[] = [
  */
 export function mountV2(router: Router, deps: ApiDeps, trusted: boolean, remote: (ctx: Context) => string | undefined): void {
   for (const r of V2_ROUTES) {
-    const method = r.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
+    const method = r.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete';
     router[method](r.path, async (ctx: Context) => {
       if (r.scope !== 'public') {
         const principal = await authenticateV2(ctx, deps, trusted);

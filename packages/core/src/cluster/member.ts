@@ -12,6 +12,8 @@ export const JOBS_LEASE = 'jobs';
 export interface ClusterHooks {
   /** reloadPolicy re-reads the policy source after another instance changed it (marked remote: not announced again). */
   reloadPolicy(): Promise<unknown>;
+  /** reloadDns re-reads the stored DNS settings after another instance changed them (dns.mode: database). */
+  reloadDns?(): Promise<unknown>;
   /** endStreams closes every map stream this instance serves (the database was lost: devices move to another instance). */
   endStreams(): void;
 }
@@ -62,6 +64,7 @@ export class ClusterMember {
   /** pendingRemovedUsers are announced after the nodes (a user deleted with its nodes: the nodes go first). */
   private pendingRemovedUsers = new Set<number>();
   private pendingPolicy = false;
+  private pendingDns = false;
   private pendingPatches: ClusterAnnouncement[] = [];
   private flushQueued = false;
   private lost = false;
@@ -203,6 +206,7 @@ export class ClusterMember {
     const live = new Set(this.live.map((i) => i.id));
     const sessions = (await this.port.sessions()).filter((s) => live.has(s.instanceId));
     await this.state.cluster.resync(sessions, this.id);
+    await this.hooks.reloadDns?.();
   }
 
   /** liveInstances are the other instances live at the last heartbeat. */
@@ -242,6 +246,7 @@ export class ClusterMember {
       case 'user-changed': this.pendingUsers.add(c.user.id); break;
       case 'user-removed': this.pendingRemovedUsers.add(c.userId); break;
       case 'policy-changed': this.pendingPolicy = true; break;
+      case 'dns-settings-changed': this.pendingDns = true; break;
       case 'node-patch': {
         // Online state travels with the session records (localSession).
         const { online: _o, lastSeen: _l, ...rest } = c.patch;
@@ -268,11 +273,13 @@ export class ClusterMember {
     for (const p of this.pendingPatches) if (p.kind === 'node-patch' && !this.pendingNodes.has(p.id)) out.push(p);
     if (this.pendingRemovedUsers.size) out.push({ kind: 'users', ids: [...this.pendingRemovedUsers] });
     if (this.pendingPolicy) out.push({ kind: 'policy' });
+    if (this.pendingDns) out.push({ kind: 'dns' });
     this.pendingUsers.clear();
     this.pendingRemovedUsers.clear();
     this.pendingNodes.clear();
     this.pendingPatches = [];
     this.pendingPolicy = false;
+    this.pendingDns = false;
     for (const a of out) this.write(() => this.port.announce(this.id, a), `announce ${a.kind}`);
   }
 
@@ -329,6 +336,7 @@ export class ClusterMember {
         return this.state.cluster.reloadNodePatch(m.id, patch as PeerPatch);
       }
       case 'policy': await this.hooks.reloadPolicy(); return;
+      case 'dns': await this.hooks.reloadDns?.(); return;
       case 'online':
         this.state.presence.setRemoteOnline(m.id, m.origin, m.online, m.lastSeen ? new Date(m.lastSeen) : undefined, m.since ? new Date(m.since) : undefined);
         return;

@@ -3,7 +3,7 @@ import { formatDuration } from './duration.js';
 import { formatPrefix, parseIP, parseIPPrefix, prefixOverlaps } from '@headway/policy/ip';
 import type { ConfigValues } from './keys.js';
 import type { ConfigProblem } from './problems.js';
-import { isDohUrl, isDomainName, isLoopbackHost, PACKAGE_NAME, parseHostPort } from './syntax.js';
+import { isDomainName, isLoopbackHost, nameserverProblem, PACKAGE_NAME, parseHostPort, searchDomainProblem } from './syntax.js';
 
 /*
  * Checks across keys, run once every key holds a value of its own kind: settings that contradict each other, and
@@ -64,10 +64,12 @@ export function crossCheck(values: Values, problems: ConfigProblem[]): void {
   if (v6 && parseIPPrefix(v6)?.family !== 6) err('prefixes.v6', `expected an IPv6 prefix, found ${JSON.stringify(v6)}`);
   else if (v6) checkNodePrefix('prefixes.v6', v6, problems);
   for (const ns of values['dns.nameservers.global']) {
-    if (!parseIP(ns) && !isDohUrl(ns)) err('dns.nameservers.global', `expected nameserver IP addresses or https:// DoH URLs, found ${JSON.stringify(ns)}`);
+    const problem = nameserverProblem(ns);
+    if (problem) err('dns.nameservers.global', problem);
   }
   for (const d of values['dns.search_domains']) {
-    if (!isDomainName(d)) err('dns.search_domains', `expected domain names such as corp.example.com, found ${JSON.stringify(d)}`);
+    const problem = searchDomainProblem(d);
+    if (problem) err('dns.search_domains', problem);
   }
   for (const [key, family] of [['derp.server.ipv4', 4], ['derp.server.ipv6', 6]] as const) {
     const ip = values[key];

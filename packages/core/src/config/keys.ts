@@ -113,6 +113,7 @@ const TABLE = {
   'log.format': oneOf({ values: ['text', 'json'], default: 'text', doc: 'log format' }),
   'policy.mode': text({ default: 'file', doc: 'file | database | an npm package name providing a policy source' }),
   'policy.path': path({ default: '', empty: true, doc: 'HuJSON policy file (file mode); empty means no policy: every node may reach every node' }),
+  'dns.mode': oneOf({ values: ['file', 'database'], default: 'file', doc: 'where nameservers, split DNS, search domains, magic_dns and override_local_dns live: file (these dns.* keys) or database (seeded from them once, then changed through /api/v2)' }),
   'dns.magic_dns': bool({ default: true, doc: 'give every node a name under base_domain' }),
   'dns.base_domain': text({ default: 'headway.net', empty: true, doc: 'the MagicDNS domain (must not contain server_url host)' }),
   'dns.override_local_dns': bool({ default: false, doc: 'make devices use the global nameservers for everything' }),

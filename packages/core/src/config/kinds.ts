@@ -2,7 +2,7 @@ import { parseIPPrefix, parseIP } from '@headway/policy/ip';
 import type { PluginEntry } from '../ports/adapter.js';
 import { formatDuration, parseDuration } from './duration.js';
 import { parseTrustedProxy } from '../client-address.js';
-import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, type ExtraRecord } from './syntax.js';
+import { checkPluginEntry, checkRecord, describe, isDomainName, parseHostPort, splitProblem, type ExtraRecord } from './syntax.js';
 
 /*
  * The kinds of configuration key. Each constructor below makes a key's descriptor, a KeySpec<T> whose T is the
@@ -196,16 +196,9 @@ export function oneOf<const V extends string>(o: { values: readonly V[]; default
 /** split: domain → the nameservers that answer for it. */
 export function split(o: Described<Record<string, string[]>>) {
   return spec('split', o, (v): Checked<Record<string, string[]>> => {
-    if (typeof v !== 'object' || Array.isArray(v)) return { error: `expected a mapping of domain to a list of nameservers, found ${describe(v)}` };
-    const entries: [string, string[]][] = [];
-    for (const [d, list] of Object.entries(v)) {
-      if (!isDomainName(d)) return { error: `expected a domain name such as corp.example.com as each key, found ${JSON.stringify(d)}` };
-      if (!Array.isArray(list) || list.some((s) => typeof s !== 'string' || !parseIP(s))) {
-        return { error: `${d}: expected a list of nameserver IP addresses, found ${describe(list)}` };
-      }
-      entries.push([d, list]);
-    }
-    return { value: Object.fromEntries(entries) };
+    const problem = splitProblem(v);
+    if (problem) return { error: problem };
+    return { value: Object.fromEntries(Object.entries(v as Record<string, string[]>)) };
   }, asJson);
 }
 

@@ -50,6 +50,30 @@ export function isDohUrl(s: string): boolean {
   try { return new URL(s).hostname !== ''; } catch { return false; }
 }
 
+/** nameserverProblem says why `s` is not a global nameserver (an IP address or a DoH URL); undefined when it is one. */
+export function nameserverProblem(s: unknown): string | undefined {
+  if (typeof s === 'string' && (parseIP(s) || isDohUrl(s))) return undefined;
+  return `expected nameserver IP addresses or https:// DoH URLs, found ${typeof s === 'string' ? JSON.stringify(s) : describe(s)}`;
+}
+
+/** searchDomainProblem says why `s` is not a search domain; undefined when it is one. */
+export function searchDomainProblem(s: unknown): string | undefined {
+  if (typeof s === 'string' && isDomainName(s)) return undefined;
+  return `expected domain names such as corp.example.com, found ${typeof s === 'string' ? JSON.stringify(s) : describe(s)}`;
+}
+
+/** splitProblem says what is wrong with a split DNS mapping (domain → nameserver IPs); undefined when nothing is. */
+export function splitProblem(v: unknown): string | undefined {
+  if (!v || typeof v !== 'object' || Array.isArray(v)) return `expected a mapping of domain to a list of nameservers, found ${describe(v)}`;
+  for (const [d, list] of Object.entries(v)) {
+    if (!isDomainName(d)) return `expected a domain name such as corp.example.com as each key, found ${JSON.stringify(d)}`;
+    if (!Array.isArray(list) || list.some((s) => typeof s !== 'string' || !parseIP(s))) {
+      return `${d}: expected a list of nameserver IP addresses, found ${describe(list)}`;
+    }
+  }
+  return undefined;
+}
+
 /** ExtraRecord is one DNS record served beside the nodes' own names (dns.extra_records). */
 export interface ExtraRecord { name: string; type: string; value: string }
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { listErrors, type Policy } from '@headway/policy';
 import { HeadwayError } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -25,6 +26,19 @@ export class InvalidPolicyError extends HeadwayError {
   constructor(readonly errors: string[]) {
     super('invalid_policy', errors.length === 1 ? errors[0]! : `${errors.length} errors: ${listErrors(errors).join('; ')}`, 'policy');
   }
+}
+
+/**
+ * policyVersion names one version of the policy text: the SHA-256 of the text (hex), the same on every instance
+ * for the same text; no policy is the version of the empty text. /api/v2 sends it as the ETag and compares If-Match with it.
+ */
+export function policyVersion(text: string | undefined): string {
+  return createHash('sha256').update(text ?? '').digest('hex');
+}
+
+/** PolicySetOptions: `ifVersion` sets the text only if the stored text is still that version (else 412 precondition_failed). */
+export interface PolicySetOptions {
+  ifVersion?: string | readonly string[];
 }
 
 /**
@@ -110,14 +124,30 @@ export class PolicyService {
     }
   }
 
-  async set(text: string): Promise<{ policy: string; updatedAt: string; warnings: string[] }> {
+  /** version is policyVersion of the text in force. */
+  get version(): string { return policyVersion(this.text); }
+
+  /**
+   * set checks and stores text, then puts it in force. With `ifVersion` the comparison with the stored text happens
+   * inside the source's write (PolicySourcePort.save's check), so two writers holding the same version, on this
+   * instance or another sharing the database, cannot both succeed.
+   */
+  async set(text: string, opts: PolicySetOptions = {}): Promise<{ policy: string; updatedAt: string; warnings: string[] }> {
     if (!this.source.save) {
       throw new HeadwayError('policy_read_only',
         `policy set needs policy.mode: database; with policy.mode: ${this.source.mode} the policy comes from ${this.source.describe()}. `
         + 'Set policy.mode: database to manage it with `headway policy set`, or write it to the file named by policy.path and send SIGHUP');
     }
     const { policy, warnings } = this.compileChecked(text);
-    await this.source.save(text);
+    const want = typeof opts.ifVersion === 'string' ? [opts.ifVersion] : opts.ifVersion;
+    await this.source.save(text, want === undefined ? undefined : {
+      check: (current) => {
+        if (!want.includes(policyVersion(current))) {
+          const named = want.map((v) => JSON.stringify(v.slice(0, 80))).join(', ');
+          throw new HeadwayError('precondition_failed', `the policy is no longer version ${named}: read it again (its version is the ETag) and apply your change to that`);
+        }
+      },
+    });
     this.apply(text, policy);
     return { policy: text, updatedAt: this.updatedAt!.toISOString(), warnings };
   }

@@ -36,6 +36,8 @@ export type ClusterAnnouncement =
   | { kind: 'users'; ids: number[] }
   /** policy: the stored policy changed. */
   | { kind: 'policy' }
+  /** dns: the stored DNS settings changed (dns.mode: database). */
+  | { kind: 'dns' }
   /** online: a node's map session on the announcing instance opened or closed. */
   | { kind: 'online'; id: number; online: boolean; lastSeen?: string; since?: string };
 

@@ -58,3 +58,33 @@ export function assertDnsPort(value: unknown, adapter: string): asserts value is
   if (has('setTxt') !== has('removeTxt')) throw new PortAssertionError(adapter, 'dns', [has('setTxt') ? 'removeTxt (it has setTxt)' : 'setTxt (it has removeTxt)']);
   if (!has('records') && !has('setTxt')) throw new PortAssertionError(adapter, 'dns', ['records (or setTxt and removeTxt)']);
 }
+
+/**
+ * DnsSettings are the tailnet's resolver settings that `dns.mode: database` keeps in storage (the `dns.*` keys of
+ * the same names in file mode): global nameservers (IPs or DoH URLs), split DNS (domain → nameserver IPs), search
+ * domains, MagicDNS, and whether devices use the global nameservers for everything.
+ */
+export interface DnsSettings {
+  nameservers: string[];
+  split: Record<string, string[]>;
+  searchDomains: string[];
+  magicDns: boolean;
+  overrideLocalDns: boolean;
+}
+
+export interface DnsSettingsRecord { settings: DnsSettings; updatedAt: Date }
+
+/**
+ * DnsSettingsRepository keeps the one DnsSettings record of `dns.mode: database`. Optional on a storage
+ * adapter (the SQL adapters have it); without it that mode refuses to start.
+ */
+export interface DnsSettingsRepository {
+  get(): Promise<DnsSettingsRecord | undefined>;
+  /** seed stores `settings` when nothing is stored yet and answers what is stored (concurrent seeds keep one). */
+  seed(settings: DnsSettings): Promise<DnsSettingsRecord>;
+  /**
+   * update replaces the stored settings with change(stored) in one transaction, after a lock that makes concurrent
+   * updates (from any instance) wait; when change throws, nothing is written and update rejects with its error.
+   */
+  update(change: (current: DnsSettings | undefined) => DnsSettings): Promise<DnsSettingsRecord>;
+}

@@ -9,11 +9,20 @@ export interface PolicySourcePort {
   readonly mode: string;
   /** load returns the current policy text, or undefined when none is configured. */
   load(): Promise<string | undefined>;
-  /** save stores new text; absent (or throwing) where the source is read-only. */
-  save?(text: string): Promise<void>;
+  /**
+   * save stores new text; absent (or throwing) where the source is read-only. `check`, when given, runs where the
+   * write happens, with the text stored at that moment (undefined: none), and no other save can come between it
+   * and the write (on every instance sharing the store); when it throws, nothing is written and save rejects with it.
+   */
+  save?(text: string, opts?: PolicySaveOptions): Promise<void>;
   /** watch calls onChange when the text may have changed; returns an unsubscribe. */
   watch?(onChange: () => void): () => void;
   describe(): string;
+}
+
+/** PolicySaveOptions: a compare-and-set condition on the stored text (a version check). */
+export interface PolicySaveOptions {
+  check?: (current: string | undefined) => void;
 }
 
 export const POLICY = 'policySource';

@@ -5,6 +5,7 @@ import type {
 import { assertPort } from './assert.js';
 import type { DriveGrant, DriveGrantRecord } from './drive.js';
 import type { ClusterPort } from './cluster.js';
+import type { DnsSettingsRepository } from './dns.js';
 
 /**
  * StoragePort is dumb persistence: no ACL, peer or allocation logic lives behind it.
@@ -95,7 +96,12 @@ export interface PendingRegistrationRepository {
 
 export interface PolicyRepository {
   get(): Promise<PolicyRecord | undefined>;
-  set(text: string): Promise<PolicyRecord>;
+  /**
+   * set stores the policy text. `opts.check` runs in the write's transaction with the stored record (undefined:
+   * none), after a lock that makes concurrent sets (from any instance) wait; when it throws, nothing is written
+   * and set rejects with its error. That is how a version check (If-Match) cannot be passed by two writers at once.
+   */
+  set(text: string, opts?: { check?: (current: PolicyRecord | undefined) => void }): Promise<PolicyRecord>;
 }
 
 /**
@@ -180,6 +186,8 @@ export interface StoragePort extends StorageRepositories {
   readonly driveGrants?: DriveGrantRepository;
   /** oauthClients is present when the adapter can keep /api/v2 OAuth clients and their tokens (the SQL adapters can). */
   readonly oauthClients?: OAuthClientRepository;
+  /** dnsSettings is present when the adapter can keep the DNS settings of dns.mode: database (the SQL adapters can). */
+  readonly dnsSettings?: DnsSettingsRepository;
   /** cluster is present when several instances may share this database (PostgreSQL, MySQL/MariaDB); see ClusterPort. */
   readonly cluster?: ClusterPort;
   /** audit is present when the adapter keeps the audit log (the SQL adapters do). */

@@ -24,6 +24,8 @@ export type Change =
   /** drive-changed: a drive adapter's Taildrive grants changed (recompiled like a policy change). */
   | { type: 'drive-changed' }
   | { type: 'dns-changed' }
+  /** dns-settings-changed: the stored DNS settings (dns.mode: database) changed; the DNS config is rebuilt. */
+  | { type: 'dns-settings-changed' }
   | { type: 'derp-changed' };
 
 /** ChangeBus fans every change out to map sessions and other listeners, synchronously and in order. */

@@ -5,8 +5,8 @@ import type { SqlMigration } from './types.js';
  * first by id. Not part of a backup; entries older than audit.retention are pruned.
  */
 export const auditLogMigration: SqlMigration = {
-  version: 9,
-  name: '0009_audit_log',
+  version: 10,
+  name: '0010_audit_log',
   async up(knex) {
     const mysql = knex.client.config.client === 'mysql2' || knex.client.config.client === 'mysql';
     await knex.schema.createTable('audit_log', (t) => {

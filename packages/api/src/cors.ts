@@ -1,7 +1,7 @@
 import type { Context, Next } from 'koa';
 
-/** CORS_METHODS are the methods the REST API serves; a preflight for another is not answered. */
-export const CORS_METHODS = ['GET', 'POST', 'PUT', 'DELETE'] as const;
+/** CORS_METHODS are the methods the REST APIs serve (PATCH: /api/v2's); a preflight for another is not answered. */
+export const CORS_METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'] as const;
 /** CORS_HEADERS are the request headers a page may send: its API key and a body's type. */
 export const CORS_HEADERS = ['Authorization', 'Content-Type'] as const;
 /** CORS_MAX_AGE_SECONDS lets a browser reuse a preflight's answer for 10 minutes (a UI calls the same routes often). */

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { gzipSync } from 'node:zlib';
-import { DOC_PATHS } from './openapi.js';
+import { DOC_PATHS, type Api } from './openapi.js';
 
 /*
  * The API reference page: Swagger UI from the swagger-ui-dist package, served by this
@@ -81,13 +81,13 @@ function swaggerUiDir(): string {
 }
 
 /**
- * mountApiDocs serves the OpenAPI document and the reference page, unauthenticated like
- * the document has always been: they describe the API, they hold no data. Assets are
- * read and compressed once, on first use.
+ * mountApiDocs serves the OpenAPI documents (/api/v1's and /api/v2's) and the reference
+ * page, unauthenticated: they describe the API, they hold no data. Documents are
+ * rendered, and assets read and compressed, once, on first use.
  */
-export function mountApiDocs(router: Router, opts: { document: () => Record<string, unknown>; serverUrl?: string }): void {
+export function mountApiDocs(router: Router, opts: { document: (api: Api) => Record<string, unknown>; serverUrl?: string }): void {
   const csp = docsCsp(opts.serverUrl);
-  let documentText: string | undefined;
+  const documentText = new Map<Api, string>();
   const cache = new Map<string, Asset>();
   const asset = (name: string, type: string, load: () => Buffer): Asset => {
     let a = cache.get(name);
@@ -113,11 +113,13 @@ export function mountApiDocs(router: Router, opts: { document: () => Record<stri
     }
   };
 
-  router.get(DOC_PATHS.document, (ctx) => {
-    documentText ??= JSON.stringify(opts.document());
-    ctx.type = 'application/json';
-    ctx.body = documentText;
-  });
+  for (const [api, path] of [['v1', DOC_PATHS.document], ['v2', DOC_PATHS.v2Document]] as const) {
+    router.get(path, (ctx) => {
+      if (!documentText.has(api)) documentText.set(api, JSON.stringify(opts.document(api)));
+      ctx.type = 'application/json';
+      ctx.body = documentText.get(api);
+    });
+  }
   // headscale serves its API reference at /swagger; bookmarks and tools made for it land on this page.
   router.get(DOC_PATHS.swagger, (ctx) => {
     ctx.status = 308;

@@ -3,13 +3,19 @@ import { createDocument, type ZodOpenApiOperationObject, type ZodOpenApiPathsObj
 import type { ErrorCode } from '@headway/core';
 import { ERRORS } from '@headway/core';
 import { ROUTES, TAGS, type Route } from './routes.js';
+import { V2_TAGS } from './route.js';
 import { ProblemSchema } from './schemas.js';
+import { V2_ROUTES } from './v2/routes.js';
+import { SCOPE_RESOURCES, scopeName } from './v2/scopes.js';
 
 /** API_VERSION is the document's info.version: the API's own version, not the server's. */
 export const API_VERSION = '1.0.0';
 
 /** DOC_PATHS are the unauthenticated routes that serve the contract and its reference page. */
-export const DOC_PATHS = { document: '/api/v1/openapi.json', page: '/api/v1/docs', swagger: '/swagger' } as const;
+export const DOC_PATHS = { document: '/api/v1/openapi.json', v2Document: '/api/v2/openapi.json', page: '/api/v1/docs', swagger: '/swagger' } as const;
+
+/** V2_TOKEN_PATH is where /api/v2's OAuth clients exchange their credentials for an access token. */
+export const V2_TOKEN_PATH = '/api/v2/oauth/token';
 
 function problemExample(code: ErrorCode, detail: string, field?: string) {
   return { type: `https://headway.dev/problems/${code}`, title: ERRORS[code].title, status: ERRORS[code].status, detail, code, ...(field ? { field } : {}), message: detail };
@@ -82,7 +88,14 @@ function acceptsEmptyBody(r: Route): boolean {
   return r.body !== undefined && r.body.safeParse({}).success;
 }
 
-function operation(r: Route): ZodOpenApiOperationObject {
+/** security is what an operation accepts: v1's API key; v2's API key (bearer or basic) or an OAuth token with the route's scope. */
+function security(r: Route, api: Api): ZodOpenApiOperationObject['security'] {
+  if (api === 'v1') return [{ bearer: [] }];
+  if (r.scope === 'public') return [];
+  return [{ bearer: [] }, { basic: [] }, ...(r.scope ? [{ oauth2: [scopeName(r.scope)] }] : [])];
+}
+
+function operation(r: Route, api: Api): ZodOpenApiOperationObject {
   const responses: ZodOpenApiOperationObject['responses'] = {
     200: { description: r.responseDescription, content: { 'application/json': { schema: r.response } } },
   };
@@ -92,8 +105,8 @@ function operation(r: Route): ZodOpenApiOperationObject {
     operationId: r.operationId,
     summary: r.summary,
     ...(r.description ? { description: r.description } : {}),
-    tags: [r.tag],
-    security: [{ bearer: [] }],
+    tags: [r.tag.replace(/^v2:/, '')],
+    security: security(r, api),
     ...(r.params || r.query ? { requestParams: { ...(r.params ? { path: r.params } : {}), ...(r.query ? { query: r.query } : {}) } } : {}),
     ...(r.body ? {
       requestBody: {
@@ -112,39 +125,72 @@ function operation(r: Route): ZodOpenApiOperationObject {
   };
 }
 
+/** Api names a document: /api/v1 (headscale's API) or /api/v2 (Tailscale's). */
+export type Api = 'v1' | 'v2';
+
+const V2_SCOPES: Record<string, string> = Object.fromEntries([
+  ['all', 'every resource, read and write'], ['all:read', 'every resource, read only'],
+  ...Object.entries(SCOPE_RESOURCES).flatMap(([name, what]) => [[name, what], [`${name}:read`, `${what} (read only)`]]),
+]);
+
+/** DOCUMENTS: per API, its routes, tags, info and security schemes; one generator renders both. */
+const DOCUMENTS = {
+  v1: {
+    routes: () => ROUTES, tags: TAGS, title: 'Headway API', summary: 'Administration API of a Headway coordination server',
+    description: [
+      "Paths and JSON field names follow headscale's v1 API, so its clients and scripts work against Headway.",
+      '',
+      'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
+      '',
+      'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects, read as JSON whatever their Content-Type says (as headscale reads them); headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code`, for bad input the `field` at fault, and `message` repeating `detail` (the field headscale errors carry their text in).',
+    ].join('\n'),
+    securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key from `headway apikeys create`' } },
+  },
+  v2: {
+    routes: () => V2_ROUTES, tags: V2_TAGS, title: 'Headway: Tailscale API', summary: "Tailscale's public API (/api/v2) served by a Headway coordination server",
+    description: [
+      "Paths, JSON field names and error bodies follow Tailscale's API, so its official clients (the Go client, the Terraform provider, the Kubernetes operator) work against Headway. The tailnet in a path is `-` or the tailnet's name (dns.base_domain).",
+      '',
+      'Authenticate with an API key from `headway apikeys create`, as `Authorization: Bearer <key>` or as the basic-auth user name, or with an access token of an OAuth client (client-credentials grant), which may do what its scopes allow.',
+      '',
+      "Every failure carries `message`, the field Tailscale's clients read. Parts of Tailscale's API Headway does not have answer 501 (the `Not served` tag).",
+    ].join('\n'),
+    securitySchemes: {
+      bearer: { type: 'http', scheme: 'bearer', description: 'An API key from `headway apikeys create`, or an OAuth access token' },
+      basic: { type: 'http', scheme: 'basic', description: 'An API key as the user name, the password empty' },
+      oauth2: { type: 'oauth2', description: 'An OAuth client\'s access token, limited to its scopes', flows: { clientCredentials: { tokenUrl: V2_TOKEN_PATH, scopes: V2_SCOPES } } },
+    },
+  },
+} as const;
+
 /**
- * openApiDocument is generated from the route table and its zod schemas, the same ones
+ * openApiDocument is generated from a route table and its zod schemas, the same ones
  * that validate requests, so the document, the router and the validation cannot disagree.
- * `serverUrl` is the server's own address (server_url) for `servers`.
+ * `serverUrl` is the server's own address (server_url) for `servers`; `api` picks the
+ * document (default v1).
  */
-export function openApiDocument(opts: { serverUrl?: string } = {}): Record<string, unknown> {
+export function openApiDocument(opts: { serverUrl?: string; api?: Api } = {}): Record<string, unknown> {
+  const api = opts.api ?? 'v1';
+  const spec = DOCUMENTS[api];
   const paths: ZodOpenApiPathsObject = {};
-  for (const r of ROUTES) {
+  for (const r of spec.routes()) {
     const item = (paths[openApiPath(r.path)] ??= {});
-    item[r.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete'] = operation(r);
+    item[r.method.toLowerCase() as 'get' | 'post' | 'put' | 'patch' | 'delete'] = operation(r, api);
   }
   const serverUrl = (opts.serverUrl ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
   const doc = createDocument({
     openapi: '3.1.0',
     info: {
-      title: 'Headway API',
+      title: spec.title,
       version: API_VERSION,
-      summary: 'Administration API of a Headway coordination server',
-      description: [
-        "Paths and JSON field names follow headscale's v1 API, so its clients and scripts work against Headway.",
-        '',
-        'Authenticate with an API key from `headway apikeys create`: `Authorization: Bearer <key>`. Requests over the local unix socket need no key (file permissions guard it).',
-        '',
-        'Ids are decimal strings and times RFC 3339. Request bodies are JSON objects, read as JSON whatever their Content-Type says (as headscale reads them); headscale-style snake_case names, in bodies and query strings, are read as camelCase. Every failure is an RFC 9457 problem (`application/problem+json`) with a stable `code`, for bad input the `field` at fault, and `message` repeating `detail` (the field headscale errors carry their text in).',
-      ].join('\n'),
+      summary: spec.summary,
+      description: spec.description,
       license: { name: 'MIT', identifier: 'MIT' },
     },
     servers: [{ url: serverUrl, description: 'This server (server_url)' }],
-    tags: Object.entries(TAGS).map(([name, description]) => ({ name, description })),
+    tags: Object.entries(spec.tags).map(([name, description]) => ({ name, description })),
     paths,
-    components: {
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'An API key from `headway apikeys create`' } },
-    },
+    components: { securitySchemes: spec.securitySchemes },
   }, {
     // zod leaves out the `examples` of a schema with a transform (they are typed as its
     // output) when rendering a request; the request fields' examples are inputs, so keep them.

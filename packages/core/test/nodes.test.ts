@@ -309,3 +309,48 @@ t.test('the key indexes follow node and machine keys', async (t) => {
   t.same(s.state.nodes.list({ userId: u.id }).map((x) => x.id), [n.id]);
   t.same(s.state.nodes.list({ userId: u.id + 1 }), []);
 });
+
+t.test('setIPv4 gives a node a chosen address inside prefixes.v4; a refused one changes nothing', async (t) => {
+  const s = await startState(t, { prefixes: { v4: '10.9.0.0/29', v6: '' } });
+  const u = await s.state.users.create({ name: 'ivy' });
+  const a = await s.state.nodes.create(nodeInput('a', u.id));
+  const b = await s.state.nodes.create(nodeInput('b', u.id));
+  t.same([a.ipv4, b.ipv4], ['10.9.0.1', '10.9.0.2']);
+  s.changes.length = 0;
+
+  const refused: Array<[string, RegExp]> = [
+    ['10.9.0.2', /10\.9\.0\.2 is in use by another node/],
+    ['10.9.1.1', /outside the configured prefix 10\.9\.0\.0\/29/],
+    ['10.9.0.0', /network or broadcast/],
+    ['10.9.0.7', /network or broadcast/],
+    ['fd00::1', /is not an IPv4 address/],
+    ['not-an-ip', /is not an IPv4 address/],
+  ];
+  for (const [ip, message] of refused) {
+    await t.rejects(s.state.nodes.setIPv4(a.id, ip), { code: 'invalid_field', field: 'ipv4', message }, ip);
+  }
+  await t.rejects(s.state.nodes.setIPv4(9999, '10.9.0.5'), code('not_found'));
+  t.same(s.changes, [], 'refusals publish nothing');
+  t.same((await storedNodes(s)).map((n) => n.ipv4), ['10.9.0.1', '10.9.0.2'], 'refusals store nothing');
+
+  t.equal(await s.state.nodes.setIPv4(a.id, '10.9.0.1'), s.state.nodes.get(a.id), 'its own address is a no-op');
+  t.same(s.changes, []);
+  const moved = await s.state.nodes.setIPv4(a.id, ' 10.9.0.5 ');
+  t.equal(moved.ipv4, '10.9.0.5');
+  t.same(types(s.changes), ['node-changed'], 'peers hear of it as of any change');
+  t.equal((await storedNodes(s))[0]!.ipv4, '10.9.0.5', 'stored');
+  await t.rejects(s.state.nodes.setIPv4(b.id, '10.9.0.5'), { field: 'ipv4', message: /in use/ }, 'the new address is held');
+  t.equal((await s.state.nodes.setIPv4(b.id, '10.9.0.1')).ipv4, '10.9.0.1', 'the old one is free');
+
+  // A second server on the same database that has not yet heard of the move: the unique index judges.
+  const other = new State(s.storage, testConfig({ prefixes: { v4: '10.9.0.0/29', v6: '' } }), s.state.logger);
+  await other.init();
+  await s.state.nodes.setIPv4(a.id, '10.9.0.6');
+  await t.rejects(other.nodes.setIPv4(b.id, '10.9.0.6'), { code: 'name_taken', field: 'ipv4' }, 'a 409 naming ipv4');
+  t.same((await storedNodes(s)).map((n) => n.ipv4), ['10.9.0.6', '10.9.0.1'], 'the refused write stored nothing');
+
+  const off = await startState(t, { prefixes: { v4: '', v6: 'fd00::/64' } });
+  const ou = await off.state.users.create({ name: 'otto' });
+  const on = await off.state.nodes.create(nodeInput('x', ou.id));
+  await t.rejects(off.state.nodes.setIPv4(on.id, '100.64.0.9'), { field: 'ipv4', message: /IPv4 is disabled \(prefixes\.v4 is empty\)/ });
+});

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv2020 } from 'ajv/dist/2020.js';
-import { DOC_PATHS, ProblemSchema, ROUTES, errorStatuses, openApiDocument, openApiPath, type Route } from '@headway/api';
+import { DOC_PATHS, ProblemSchema, ROUTES, SCOPE_RESOURCES, V2_ROUTES, V2_TAGS, errorStatuses, openApiDocument, openApiPath, scopeName, type Route } from '@headway/api';
 import { TestDevice } from '@headway/testkit';
 import { startTestServer, type TestServer } from '../src/server.js';
 
@@ -356,25 +356,89 @@ t.test('the document: typed components, declared statuses, servers, tags and uni
 
 const here = dirname(fileURLToPath(import.meta.url));
 
-t.test('Redocly CLI lints the document: no errors, no warnings (recommended-strict)', async (t) => {
+t.test('the v2 document: every /api/v2 route with its scope as an OAuth2 requirement, served unauthenticated; answers match it', async (t) => {
+  const doc = openApiDocument({ api: 'v2' }) as any;
+  t.equal(doc.info.title, 'Headway: Tailscale API');
+  t.same(doc.tags.map((x: { name: string }) => x.name), Object.keys(V2_TAGS));
+  const scopes = doc.components.securitySchemes.oauth2.flows.clientCredentials.scopes as Record<string, string>;
+  for (const name of Object.keys(SCOPE_RESOURCES)) t.ok(scopes[name] && scopes[`${name}:read`], `scope ${name} and ${name}:read are declared`);
+  const operations = Object.values(doc.paths as Record<string, Record<string, { operationId: string }>>).flatMap((item) => Object.values(item));
+  t.equal(operations.length, V2_ROUTES.length, 'one operation per route, no more');
+  for (const r of V2_ROUTES) {
+    const op = doc.paths[openApiPath(r.path)]?.[r.method.toLowerCase()];
+    t.equal(op?.operationId, r.operationId, `${r.method} ${r.path} is in the document`);
+    if (!op) continue;
+    t.same(op.tags, [r.tag.replace(/^v2:/, '')], `${r.operationId}: its tag`);
+    if (r.scope === 'public') t.same(op.security, [], `${r.operationId}: no credential`);
+    else t.same(op.security, [{ bearer: [] }, { basic: [] }, { oauth2: [scopeName(r.scope!)] }], `${r.operationId}: API key or a token with ${scopeName(r.scope!)}`);
+  }
+
+  const s = await startTestServer({ dns: { base_domain: 'example.net' } });
+  t.teardown(() => s.stop());
+  const served = await request(s, null, 'GET', DOC_PATHS.v2Document);
+  t.equal(served.status, 200, 'no key needed');
+  t.same(served.json, openApiDocument({ serverUrl: s.urls.http, api: 'v2' }));
+
+  const key = (await s.state.keys.createApiKey(null)).secret;
+  const checker = new ContractChecker(t, served.json as Doc);
+  const byId = new Map(V2_ROUTES.map((r) => [r.operationId, r]));
+  const call = async (operationId: string, path: string, body: unknown, status: number) => {
+    const r = byId.get(operationId)!;
+    t.ok(matches(r, path), `${path} is ${r.path}`);
+    const res = await request(s, key, r.method, path, body);
+    t.equal(res.status, status, `${operationId} ${path}: ${status}`, { body: res.json });
+    checker.check(r, res, `${r.method} ${path}`);
+    return res.json;
+  };
+  const user = await s.state.users.create({ name: 'alice' });
+  const node = (await request(s, key, 'POST', '/api/v1/debug/node', { user: 'alice', name: 'laptop', routes: ['10.0.0.0/24'] })).json.node;
+  t.ok(user && node);
+  const dev = `/api/v2/device/${node.id}`;
+  await call('v2ListDevices', '/api/v2/tailnet/-/devices', undefined, 200);
+  await call('v2ListDevices', '/api/v2/tailnet/-/devices?fields=all&os=linux', undefined, 200);
+  await call('v2ListDevices', '/api/v2/tailnet/-/devices?fields=every', undefined, 400);
+  await call('v2ListDevices', '/api/v2/tailnet/elsewhere/devices', undefined, 404);
+  await call('v2GetDevice', `${dev}?fields=all`, undefined, 200);
+  await call('v2GetDevice', '/api/v2/device/77', undefined, 404);
+  await call('v2GetDeviceRoutes', `${dev}/routes`, undefined, 200);
+  await call('v2SetDeviceRoutes', `${dev}/routes`, { routes: ['10.0.0.0/24'] }, 200);
+  await call('v2SetDeviceName', `${dev}/name`, { name: 'work' }, 200);
+  await call('v2SetDeviceName', `${dev}/name`, { name: '-' }, 400);
+  await call('v2SetDeviceTags', `${dev}/tags`, { tags: ['tag:web'] }, 200);
+  await call('v2SetDeviceKey', `${dev}/key`, { keyExpiryDisabled: true }, 200);
+  await call('v2AuthorizeDevice', `${dev}/authorized`, { authorized: true }, 200);
+  await call('v2SetDeviceIp', `${dev}/ip`, { ipv4: '100.64.0.77' }, 200);
+  await call('v2GetTailnetSettings', '/api/v2/tailnet/-/settings', undefined, 200);
+  await call('v2UpdateTailnetSettings', '/api/v2/tailnet/-/settings', { devicesApprovalOn: false }, 200);
+  await call('v2UpdateTailnetSettings', '/api/v2/tailnet/-/settings', { devicesApprovalOn: true }, 400);
+  await call('v2ListWebhooks', '/api/v2/tailnet/-/webhooks', undefined, 501);
+  await call('v2GetPostureAttributes', `${dev}/attributes`, undefined, 501);
+  await call('v2DeleteDevice', dev, undefined, 200);
+  const mine = V2_ROUTES.filter((r) => r.tag === 'v2:Devices' || r.tag === 'v2:Tailnet Settings').map((r) => r.operationId);
+  t.same(mine.filter((id) => !checker.seen.get(id)?.has(200)), [], 'every device and settings route answered 200 as declared');
+});
+
+t.test('Redocly CLI lints the documents: no errors, no warnings (recommended-strict)', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'headway-openapi-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const file = join(dir, 'openapi.json');
-  writeFileSync(file, JSON.stringify(openApiDocument(), null, 2));
   const cli = createRequire(import.meta.url).resolve('@redocly/cli/bin/cli.js');
   const config = join(here, '..', '..', 'test', 'redocly.yaml');
-  const res = spawnSync(process.execPath, [cli, 'lint', file, '--config', config, '--format', 'json'], {
-    encoding: 'utf8',
-    // No telemetry or update check: CI has no network beyond the package registries.
-    env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', CI: 'true' },
-    timeout: 120_000,
-  });
-  const start = res.stdout.indexOf('{');
-  const report = JSON.parse(res.stdout.slice(start)) as { totals: { errors: number; warnings: number; ignored: number }; problems: Array<{ ruleId: string; message: string; location: Array<{ pointer: string }> }> };
-  t.comment(`redocly lint: ${report.totals.errors} errors, ${report.totals.warnings} warnings`);
-  t.equal(report.totals.errors, 0, 'no errors', { problems: report.problems.slice(0, 20) });
-  t.equal(report.totals.warnings, 0, 'no warnings', { problems: report.problems.slice(0, 20) });
-  t.equal(res.status, 0, 'redocly exits 0', { stderr: res.stderr.slice(0, 2000) });
+  for (const api of ['v1', 'v2'] as const) {
+    const file = join(dir, `openapi-${api}.json`);
+    writeFileSync(file, JSON.stringify(openApiDocument({ api }), null, 2));
+    const res = spawnSync(process.execPath, [cli, 'lint', file, '--config', config, '--format', 'json'], {
+      encoding: 'utf8',
+      // No telemetry or update check: CI has no network beyond the package registries.
+      env: { ...process.env, REDOCLY_TELEMETRY: 'off', REDOCLY_SUPPRESS_UPDATE_NOTICE: 'true', CI: 'true' },
+      timeout: 120_000,
+    });
+    const start = res.stdout.indexOf('{');
+    const report = JSON.parse(res.stdout.slice(start)) as { totals: { errors: number; warnings: number; ignored: number }; problems: Array<{ ruleId: string; message: string; location: Array<{ pointer: string }> }> };
+    t.comment(`redocly lint ${api}: ${report.totals.errors} errors, ${report.totals.warnings} warnings`);
+    t.equal(report.totals.errors, 0, `${api}: no errors`, { problems: report.problems.slice(0, 20) });
+    t.equal(report.totals.warnings, 0, `${api}: no warnings`, { problems: report.problems.slice(0, 20) });
+    t.equal(res.status, 0, `${api}: redocly exits 0`, { stderr: res.stderr.slice(0, 2000) });
+  }
 });
 
 t.test('the API reference page and its assets are served offline, unauthenticated, under a CSP', async (t) => {

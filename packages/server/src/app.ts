@@ -85,7 +85,7 @@ export function createApp(opts: AppOptions): Koa {
     });
   }
   const serverUrl = deps.config.server_url;
-  mountApiDocs(router, { document: () => openApiDocument({ serverUrl }), serverUrl });
+  mountApiDocs(router, { document: (api) => openApiDocument({ serverUrl, api }), serverUrl });
 
   const remoteOf = (ctx: Context) => (opts.trusted ? '' : opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress);
   for (const route of ROUTES) {

@@ -62,6 +62,17 @@ export function requireScope(principal: Principal, need: Scope): void {
   }
 }
 
+/**
+ * checkAssignableTags refuses (403) tags an OAuth token's client may not assign; `kept` are
+ * tags already in place (a device's own), which may stay. API keys and the local socket
+ * assign any tag the policy allows.
+ */
+export function checkAssignableTags(p: Principal, tags: readonly string[], kept: readonly string[] = []): void {
+  if (p.kind !== 'oauth') return;
+  const others = tags.filter((t) => !p.tags.includes(t) && !kept.includes(t));
+  if (others.length) throw new HeadwayError('forbidden', `this OAuth client may not assign ${others.join(', ')}; it may assign ${p.tags.join(', ') || 'no tags'}`);
+}
+
 /** principalOf is the principal the v2 router stored on the request. */
 export function principalOf(ctx: Context): Principal {
   const p = (ctx.state as { principal?: Principal }).principal;

@@ -5,7 +5,7 @@ import { optional } from '../schemas.js';
 import { route, type ApiDeps, type Route } from '../route.js';
 import * as ops from '../operations.js';
 import { createOAuthClient } from '../oauth-clients.js';
-import { principalOf, requireScope, type Principal } from './auth.js';
+import { checkAssignableTags, principalOf, requireScope, type Principal } from './auth.js';
 import { allows, type Scope } from './scopes.js';
 import { checkTailnet, Tailnet } from './tailnet.js';
 
@@ -111,8 +111,7 @@ const CreateKey = z.object({
 function checkOAuthTags(p: Principal, tags: string[]): void {
   if (p.kind !== 'oauth') return;
   if (!tags.length) throw badField('capabilities.devices.create.tags', 'a key created with an OAuth token must have tags (the client may assign ' + (p.tags.join(', ') || 'none') + ')');
-  const others = tags.filter((t) => !p.tags.includes(t));
-  if (others.length) throw new HeadwayError('forbidden', `this OAuth client may not assign ${others.join(', ')}; it may assign ${p.tags.join(', ') || 'no tags'}`);
+  checkAssignableTags(p, tags);
 }
 
 export const KEY_ROUTES: Route[] = [

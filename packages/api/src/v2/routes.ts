@@ -4,6 +4,9 @@ import type { ApiDeps, Route } from '../route.js';
 import { actorOf, authenticateV2, requireScope } from './auth.js';
 import { recordRoute, setActor } from '../audit.js';
 import { USER_ROUTES } from './users.js';
+import { DEVICE_ROUTES } from './devices.js';
+import { SETTINGS_ROUTES } from './settings.js';
+import { UNSUPPORTED_ROUTES } from './unsupported.js';
 import { OAUTH_ROUTES } from './oauth.js';
 import { KEY_ROUTES } from './keys.js';
 import { POLICY_ROUTES } from './policy.js';
@@ -18,6 +21,9 @@ import { DNS_ROUTES } from './dns.js';
 /** V2_ROUTES is /api/v2's route table. */
 export const V2_ROUTES: Route[] = [
   ...USER_ROUTES,
+  ...DEVICE_ROUTES,
+  ...SETTINGS_ROUTES,
+  ...UNSUPPORTED_ROUTES,
   ...OAUTH_ROUTES,
   ...KEY_ROUTES,
   ...POLICY_ROUTES,

@@ -53,6 +53,22 @@ export class AddressAllocator {
     if (this.mode === 'sequential' && a.value < this.cursor) this.cursor = a.value;
   }
 
+  /**
+   * claim reserves one chosen address, or says why it cannot be given: outside the
+   * prefix, the network or broadcast address, a reserved range, or in use. The
+   * address is returned in canonical form; giveBack undoes a claim whose write failed.
+   */
+  claim(ip: string): { ip: string } | { refused: string } {
+    const a = parseIP(ip);
+    if (!a || a.family !== this.prefix.family) return { refused: `is not an IPv${this.prefix.family} address` };
+    if (!prefixContains(this.prefix, a)) return { refused: `${formatIP(a)} is outside the configured prefix ${formatIP({ family: a.family, value: this.prefix.base })}/${this.prefix.bits}` };
+    if (a.value === this.prefix.base || a.value === prefixLast(this.prefix)) return { refused: `${formatIP(a)} is the prefix's network or broadcast address` };
+    if (RESERVED.some((r) => prefixContains(r, a))) return { refused: `${formatIP(a)} is in a range Tailscale reserves` };
+    if (this.used.has(a.value)) return { refused: `${formatIP(a)} is in use by another node` };
+    this.used.add(a.value);
+    return { ip: formatIP(a) };
+  }
+
   /** next reserves and returns a free address, or undefined when the prefix is full. */
   next(): string | undefined {
     const first = this.prefix.base + 1n, last = prefixLast(this.prefix) - 1n;
@@ -124,6 +140,11 @@ export class NodeAddresses {
       throw full();
     }
     return { ipv4, ipv6 };
+  }
+
+  /** claimV4 reserves a chosen IPv4 address (AddressAllocator.claim); without prefixes.v4 it is refused. */
+  claimV4(ip: string): { ip: string } | { refused: string } {
+    return this.v4 ? this.v4.claim(ip) : { refused: 'cannot be set: IPv4 is disabled (prefixes.v4 is empty)' };
   }
 
   /** giveBack returns addresses reserved for a write that did not commit (null: none of that family). */

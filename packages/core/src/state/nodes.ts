@@ -4,6 +4,7 @@ import type { HeadwayConfig } from '../config/schema.js';
 import type { Logger } from '../log.js';
 import { StorageConflictError, StorageRetryableError, type StoragePort, type StorageRepositories } from '../ports/storage.js';
 import type { ChangeBus, PeerPatch } from './bus.js';
+import { formatIP, parseIP } from '@headway/policy/ip';
 import { NodeAddresses } from './ipam.js';
 import { approvedRouteSet, checkDnsLabel, checkTag, GivenNames, sanitizeHostname, uniqueName } from './names.js';
 import type { PendingLogins } from './pending.js';
@@ -241,6 +242,31 @@ export class NodeStore {
     this.require(id);
     const updated = await this.update(id, { expiry: at }, 'silent');
     this.publishPatch(id, { keyExpiry: at });
+    return updated;
+  }
+
+  /**
+   * setIPv4 gives a node a chosen IPv4 address: inside prefixes.v4, not the network,
+   * broadcast or a reserved address, not another node's (a 400 naming `ipv4` says
+   * which); its own address is a no-op. The database's unique index judges against
+   * other servers (409). The old address is free once the write commits; peers and the
+   * node itself hear of the change as of any change of a node's addresses.
+   */
+  async setIPv4(id: number, ip: string): Promise<Node> {
+    const node = this.require(id);
+    const parsed = parseIP(ip.trim());
+    if (parsed && node.ipv4 && formatIP(parsed) === node.ipv4) return node;
+    const claim = this.addresses.claimV4(ip.trim());
+    if ('refused' in claim) throw badField('ipv4', claim.refused);
+    let updated: Node;
+    try {
+      updated = await this.update(id, { ipv4: claim.ip });
+    } catch (err) {
+      // An address the database gave another node (a 409 on ipv4) stays marked used here.
+      if (!(err instanceof HeadwayError && err.field === 'ipv4')) this.addresses.release({ ipv4: claim.ip, ipv6: null });
+      throw err;
+    }
+    this.addresses.releaseChanged(node, updated);
     return updated;
   }
 

@@ -1,7 +1,7 @@
 # Drives a Headway server with Tailscale's Terraform provider through /api/v2.
 #
-#   headway oauthclients create --scope auth_keys --scope devices:core --scope devices:routes \
-#     --scope policy_file --scope dns --tag tag:server --description terraform
+#   headway oauthclients create --scope auth_keys,devices:core,devices:routes,policy_file,dns \
+#     --tag tag:server --description terraform
 #   export TAILSCALE_OAUTH_CLIENT_ID=... TAILSCALE_OAUTH_CLIENT_SECRET=...
 #   terraform init && terraform apply
 #
@@ -33,9 +33,6 @@ resource "tailscale_acl" "policy" {
     tagOwners = { "tag:server" = ["autogroup:admin"] }
     acls = [
       { action = "accept", src = ["autogroup:member"], dst = ["tag:server:*"] },
-    ]
-    tests = [
-      { src = "tag:server", deny = ["autogroup:member:22"] },
     ]
   })
 }

@@ -40,10 +40,10 @@ const TABLES = ['users', 'preAuthKeys', 'nodes', 'apiKeys', 'pendingRegistration
 const OPTIONAL_TABLES: ReadonlySet<string> = new Set(['driveGrants', 'oauthClients']);
 type TableName = (typeof TABLES)[number];
 
-type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod' | 'driveEnd' | 'access';
+type FieldType = 'int' | 'int?' | 'string' | 'string?' | 'bool' | 'date' | 'date?' | 'strings' | 'object?' | 'registerMethod' | 'driveEnd' | 'access' | 'dnsSettings';
 
 /** FIELDS is the exact field list of each record kind; a record with more or fewer is refused. */
-const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
+const FIELDS: Record<TableName | 'policy' | 'dnsSettings', Record<string, FieldType>> = {
   users: { id: 'int', name: 'string', displayName: 'string', email: 'string', profilePicUrl: 'string', provider: 'string', providerId: 'string?', groups: 'strings', createdAt: 'date' },
   preAuthKeys: {
     id: 'int', userId: 'int?', reusable: 'bool', ephemeral: 'bool', used: 'bool', expiration: 'date?',
@@ -64,6 +64,7 @@ const FIELDS: Record<TableName | 'policy', Record<string, FieldType>> = {
     id: 'int', clientId: 'string', hash: 'string', description: 'string', scopes: 'strings', tags: 'strings', createdAt: 'date', lastUsed: 'date?',
   },
   policy: { text: 'string', updatedAt: 'date' },
+  dnsSettings: { settings: 'dnsSettings', updatedAt: 'date' },
 };
 
 /** ADDED_FIELDS came after the first backups: a record without one reads as this value. */
@@ -98,6 +99,7 @@ export function encodeBackup(dump: StorageDump, now: Date = new Date()): string 
   const lines = ['{'];
   for (const [k, v] of Object.entries(header)) lines.push(`  ${JSON.stringify(k)}: ${JSON.stringify(v)},`);
   lines.push(`  "policy": ${dump.policy ? recordJson(dump.policy, FIELDS.policy) : 'null'},`);
+  if (dump.dnsSettings) lines.push(`  "dnsSettings": ${recordJson(dump.dnsSettings, FIELDS.dnsSettings)},`);
   lines.push('  "tables": {');
   TABLES.forEach((table, i) => {
     const rows = (dump[table] ?? []) as object[];
@@ -158,6 +160,15 @@ function readField(value: unknown, type: FieldType, where: string): unknown {
       if (byId && keys === 'id,kind' && typeof value.id === 'number' && Number.isSafeInteger(value.id) && value.id > 0) return value;
       if (byName && keys === 'kind,name' && typeof value.name === 'string' && value.name) return value;
       throw bad('a grant end ({kind: user|node, id} or {kind: group|tag, name})');
+    }
+    case 'dnsSettings': {
+      // DNS settings of dns.mode: database: their shape here; addresses and names are checked when they are used.
+      const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === 'string');
+      const ok = isObject(value) && Object.keys(value).sort().join() === 'magicDns,nameservers,overrideLocalDns,searchDomains,split'
+        && strings(value.nameservers) && strings(value.searchDomains) && typeof value.magicDns === 'boolean'
+        && typeof value.overrideLocalDns === 'boolean' && isObject(value.split) && Object.values(value.split).every(strings);
+      if (!ok) throw bad('DNS settings ({nameservers, split, searchDomains, magicDns, overrideLocalDns})');
+      return value;
     }
   }
 }
@@ -241,11 +252,14 @@ export function decodeBackup(text: string, label = 'backup'): { header: BackupHe
   }
   if (!('policy' in parsed)) throw new BackupFormatError(`${label}: missing "policy" (null when there is none)`);
   const policy = parsed.policy === null ? null : readRecord(parsed.policy, FIELDS.policy, `${label}: policy`);
+  // dnsSettings came after the first backups, and is written only when settings are stored.
+  const dnsSettings = parsed.dnsSettings === undefined || parsed.dnsSettings === null ? null : readRecord(parsed.dnsSettings, FIELDS.dnsSettings, `${label}: dnsSettings`);
   const dump = {
     kind: source.kind,
     schemaVersion: source.schemaVersion,
     ...records,
     policy,
+    dnsSettings,
   } as unknown as StorageDump;
   const counts = countDump(dump);
   const claimed = parsed.counts;

@@ -29,6 +29,10 @@ const dump: StorageDump = {
     tags: ['tag:ci'], createdAt: new Date('2026-01-08T00:00:00.000Z'), lastUsed: null,
   }],
   policy: { text: '// p\n{"acls": []}', updatedAt: new Date('2026-01-05T00:00:00.000Z') },
+  dnsSettings: {
+    settings: { nameservers: ['9.9.9.9', 'https://dns.example/dns-query'], split: { 'corp.example.com': ['10.0.0.53'] }, searchDomains: ['corp.example.com'], magicDns: true, overrideLocalDns: false },
+    updatedAt: new Date('2026-01-09T00:00:00.000Z'),
+  },
 };
 
 const refuses = (t: Test, text: string, pattern: RegExp, what: string) =>
@@ -41,7 +45,7 @@ t.test('encode then decode gives back the same records', async (t) => {
   t.same(header, {
     format: 'headway-backup', formatVersion: BACKUP_FORMAT_VERSION, createdAt: '2026-06-01T00:00:00.000Z',
     source: { kind: 'postgres', schemaVersion: 1 },
-    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2, oauthClients: 1 },
+    counts: { users: 1, nodes: 1, preAuthKeys: 1, apiKeys: 1, pendingRegistrations: 0, policy: 1, driveGrants: 2, oauthClients: 1, dnsSettings: 1 },
   });
   t.ok(text.split('\n').some((l) => l.trim().startsWith('{"id":12,')), 'one record per line');
   const damaged = { ...dump, nodes: [{ ...dump.nodes[0]!, damaged: ['hostinfo'] }] };
@@ -104,4 +108,21 @@ t.test('drive grants travel in the backup; a file without them reads as none; a 
   bad.tables.driveGrants[0]!.src = { kind: 'user', id: 3 };
   bad.tables.driveGrants[0]!.access = 'write';
   refuses(t, JSON.stringify(bad), /driveGrants\[0\]\.access: expected "ro" or "rw"/, 'access is ro or rw');
+});
+
+// dns.mode: database keeps the DNS settings in the database: a backup carries them.
+t.test('DNS settings travel in the backup; a file without them reads as none; a bad shape is refused', async (t) => {
+  const { dnsSettings: _dns, ...without } = dump;
+  const text = encodeBackup(without as StorageDump);
+  t.notMatch(text, /dnsSettings/, 'nothing is written when none are stored');
+  t.equal(decodeBackup(text, 'old.json').dump.dnsSettings, null, 'a backup without them restores with none');
+  const bad = JSON.parse(encodeBackup(dump)) as { dnsSettings: { settings: Record<string, unknown> } };
+  bad.dnsSettings.settings.nameservers = '9.9.9.9';
+  refuses(t, JSON.stringify(bad), /dnsSettings\.settings: expected DNS settings/, 'nameservers must be a list');
+  bad.dnsSettings.settings.nameservers = [];
+  bad.dnsSettings.settings.extra = true;
+  refuses(t, JSON.stringify(bad), /dnsSettings\.settings: expected DNS settings/, 'no unknown field');
+  const counted = JSON.parse(encodeBackup(dump)) as { counts: Record<string, unknown> };
+  counted.counts.dnsSettings = 0;
+  refuses(t, JSON.stringify(counted), /header counts 0 dnsSettings but the file holds 1/, 'the header counts them');
 });

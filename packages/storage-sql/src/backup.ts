@@ -9,6 +9,7 @@ import {
 import { toStorageError } from './errors.js';
 import { readSchemaVersion, runMigrations } from './migrate.js';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from './migrations/index.js';
+import { DNS_SETTINGS_ROW_ID, dnsSettingsFromRow, settingsText } from './dns-settings.js';
 import { driveEndRow, type Executor, type SqlDialect } from './repositories.js';
 import {
   NODE_COLUMNS, apiKeyFromRow, driveGrantFromRow, nodeFromRow, oauthClientFromRow, objectText, pendingRegistrationFromRow, policyFromRow,
@@ -22,7 +23,7 @@ import {
  */
 
 /** DATA_TABLES in restore order (referenced rows first); deletion runs in reverse. */
-const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'drive_grants', 'oauth_clients', 'policies'] as const;
+const DATA_TABLES = ['users', 'pre_auth_keys', 'nodes', 'api_keys', 'pending_registrations', 'drive_grants', 'oauth_clients', 'policies', 'dns_settings'] as const;
 /** TRANSIENT_TABLES are not backed up (OAuth access tokens live an hour) but are emptied by a replacing restore, first. */
 const TRANSIENT_TABLES = ['oauth_tokens'] as const;
 /** SERIAL_TABLES have an auto-increment `id` whose counter must pass the restored ids. */
@@ -61,14 +62,16 @@ export async function dumpTables(knex: Knex, dialect: SqlDialect): Promise<Stora
     const driveGrants = (await all('drive_grants', 'id')).map(driveGrantFromRow);
     const oauthClients = (await all('oauth_clients', 'id')).map(oauthClientFromRow);
     const policyRow = await trx('policies').where({ id: 1 }).first();
+    const dnsRow = await trx('dns_settings').where({ id: DNS_SETTINGS_ROW_ID }).first();
     return {
       kind: dialect, schemaVersion, users, preAuthKeys, nodes, apiKeys, pendingRegistrations, driveGrants, oauthClients,
       policy: policyRow ? policyFromRow(policyRow) : null,
+      dnsSettings: dnsRow ? dnsSettingsFromRow(dnsRow) : null,
     };
   }, snapshotConfig(dialect));
 }
 
-/** countTables counts the rows of every data table, for the emptiness check. */
+/** countTables counts the rows of every data table but dns_settings (seeded at start), for the emptiness check. */
 async function countTables(db: Executor): Promise<StorageCounts> {
   const count = async (table: string) => Number(((await db(table).count({ n: '*' })) as Array<{ n: unknown }>)[0]!.n);
   return {
@@ -123,6 +126,8 @@ function rowsOf(dump: StorageDump): Record<(typeof DATA_TABLES)[number], Row[]> 
       last_used: dateOrNull(c.lastUsed, `oauthClients[${c.id}].lastUsed`),
     })),
     policies: dump.policy ? [{ id: 1, text: dump.policy.text, updated_at: date(dump.policy.updatedAt, 'policy.updatedAt') }] : [],
+    dns_settings: dump.dnsSettings
+      ? [{ id: DNS_SETTINGS_ROW_ID, settings: settingsText(dump.dnsSettings.settings), updated_at: date(dump.dnsSettings.updatedAt, 'dnsSettings.updatedAt') }] : [],
   };
 }
 
@@ -154,6 +159,8 @@ export async function restoreTables(knex: Knex, dialect: SqlDialect, describe: s
       if (!opts.replace) throw new StorageNotEmptyError(describe, counts);
       for (const table of [...TRANSIENT_TABLES, ...[...DATA_TABLES].reverse()]) await trx(table).delete();
     }
+    // DNS settings a server seeded from its config file at start do not make the database "not empty": the backup's replace them.
+    if (rows.dns_settings.length) await trx('dns_settings').delete();
     for (const table of DATA_TABLES) {
       for (let i = 0; i < rows[table].length; i += CHUNK) {
         try {

@@ -4,10 +4,10 @@ import { toDate, toText, type Row } from './rows.js';
 import { DNS_SETTINGS_LOCK } from './migrations/0009_dns_settings.js';
 
 /** DNS_SETTINGS_ROW_ID is the id of the single row of `dns_settings` (schema 0009). */
-const DNS_SETTINGS_ROW_ID = 1;
+export const DNS_SETTINGS_ROW_ID = 1;
 
 /** settingsText checks a DnsSettings value's shape before it is written (the meaning is checked above storage). */
-function settingsText(s: DnsSettings): string {
+export function settingsText(s: DnsSettings): string {
   const strings = (v: unknown) => Array.isArray(v) && v.every((x) => typeof x === 'string');
   const ok = s && typeof s === 'object' && strings(s.nameservers) && strings(s.searchDomains)
     && typeof s.magicDns === 'boolean' && typeof s.overrideLocalDns === 'boolean'
@@ -17,7 +17,7 @@ function settingsText(s: DnsSettings): string {
   return JSON.stringify({ nameservers, split, searchDomains, magicDns, overrideLocalDns });
 }
 
-function recordFromRow(r: Row): DnsSettingsRecord {
+export function dnsSettingsFromRow(r: Row): DnsSettingsRecord {
   const parsed = JSON.parse(toText(r.settings)) as DnsSettings;
   return {
     settings: {
@@ -32,7 +32,7 @@ function recordFromRow(r: Row): DnsSettingsRecord {
 export function dnsSettingsRepository(db: Executor, dialect: SqlDialect): DnsSettingsRepository {
   const read = async (ex: Executor) => {
     const row = await ex('dns_settings').where({ id: DNS_SETTINGS_ROW_ID }).first();
-    return row ? recordFromRow(row) : undefined;
+    return row ? dnsSettingsFromRow(row) : undefined;
   };
   return {
     get: () => read(db),

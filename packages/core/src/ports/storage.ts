@@ -5,7 +5,7 @@ import type {
 import { assertPort } from './assert.js';
 import type { DriveGrant, DriveGrantRecord } from './drive.js';
 import type { ClusterPort } from './cluster.js';
-import type { DnsSettingsRepository } from './dns.js';
+import type { DnsSettingsRecord, DnsSettingsRepository } from './dns.js';
 
 /**
  * StoragePort is dumb persistence: no ACL, peer or allocation logic lives behind it.
@@ -256,6 +256,8 @@ export interface StorageDump {
   /** oauthClients are the /api/v2 OAuth clients (their access tokens live an hour and are not kept); absent: none. */
   oauthClients?: OAuthClient[];
   policy: PolicyRecord | null;
+  /** dnsSettings are the DNS settings `dns.mode: database` keeps; absent or null: none stored. */
+  dnsSettings?: DnsSettingsRecord | null;
 }
 
 export interface RestoreOptions {
@@ -274,6 +276,8 @@ export interface StorageCounts {
   driveGrants?: number;
   /** oauthClients: stored OAuth clients (0 or absent for a storage without them). */
   oauthClients?: number;
+  /** dnsSettings: 1 when DNS settings are stored (dns.mode: database), else 0 or absent. */
+  dnsSettings?: number;
   policy: number;
 }
 
@@ -284,6 +288,7 @@ export function countDump(d: Omit<StorageDump, 'kind' | 'schemaVersion'>): Stora
     pendingRegistrations: d.pendingRegistrations.length, policy: d.policy ? 1 : 0,
     ...(d.driveGrants?.length ? { driveGrants: d.driveGrants.length } : {}),
     ...(d.oauthClients?.length ? { oauthClients: d.oauthClients.length } : {}),
+    ...(d.dnsSettings ? { dnsSettings: 1 } : {}),
   };
 }
 
@@ -294,6 +299,7 @@ export function describeCounts(c: StorageCounts): string {
     [c.apiKeys, 'API key', 'API keys'], [c.pendingRegistrations, 'pending registration', 'pending registrations'],
     [c.policy, 'policy', 'policies'], [c.driveGrants ?? 0, 'drive grant', 'drive grants'],
     [c.oauthClients ?? 0, 'OAuth client', 'OAuth clients'],
+    [c.dnsSettings ?? 0, 'DNS settings record', 'DNS settings records'],
   ];
   const text = parts.filter(([n]) => n > 0).map(([n, one, many]) => `${n} ${n === 1 ? one : many}`).join(', ');
   return text || 'no records';

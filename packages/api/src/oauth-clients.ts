@@ -31,6 +31,12 @@ export async function createOAuthClient(deps: ApiDeps, input: OAuthClientInput):
   return deps.state.oauth.create(input);
 }
 
+/** updateOAuthClient replaces a client's description, scopes and tags, its tags checked as at creation. */
+export async function updateOAuthClient(deps: ApiDeps, clientId: string, input: OAuthClientInput): Promise<OAuthClient> {
+  if (input.tags?.length) await deps.policy.checkTagsAllowed(input.tags);
+  return deps.state.oauth.update(clientId, input);
+}
+
 export const OAUTH_CLIENT_ROUTES: Route[] = [
   route({
     method: 'GET', path: '/api/v1/oauthclient', operationId: 'listOAuthClients', tag: 'OAuth clients', summary: 'List OAuth clients',

@@ -115,3 +115,51 @@ t.test('keys list, get and delete auth keys, API keys and OAuth clients, as keys
   t.equal((await call(s, apiKey, 'DELETE', `/api/v2/tailnet/-/keys/${api.prefix}`)).status, 200, 'an API key may delete itself');
   t.equal((await call(s, apiKey, 'GET', '/api/v2/tailnet/-/keys')).status, 401, 'and then no longer works');
 });
+
+t.test('PUT keys/{id} (the Go client\'s SetOAuthClient) replaces an OAuth client\'s scopes, tags and description; its tokens narrow at once', async (t) => {
+  const s = await startTestServer({ policy: { mode: 'database' } });
+  t.teardown(() => s.stop());
+  await s.policy.set(JSON.stringify({ tagOwners: { 'tag:ci': [], 'tag:k8s': [] }, acls: [{ action: 'accept', src: ['*'], dst: ['*:*'] }] }));
+  const { secret: apiKey } = await s.state.keys.createApiKey(null);
+  const made = await call(s, apiKey, 'POST', '/api/v2/tailnet/-/keys', { keyType: 'client', scopes: ['auth_keys', 'devices:core'], tags: ['tag:ci'], description: 'operator' });
+  t.equal(made.status, 200, JSON.stringify(made.json));
+  const id = made.json.id as string;
+  const form = new URLSearchParams({ grant_type: 'client_credentials', client_secret: made.json.key });
+  const tokenRes = await fetch(`${s.urls.http}/api/v2/oauth/token`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form });
+  const token = ((await tokenRes.json()) as { access_token: string }).access_token;
+  t.equal((await call(s, token, 'POST', '/api/v2/tailnet/-/keys', authKeyRequest(['tag:ci']))).status, 200, 'the token creates keys');
+
+  const set = await call(s, apiKey, 'PUT', `/api/v2/tailnet/-/keys/${id}`, { keyType: 'client', scopes: ['devices:core:read'], tags: ['tag:k8s'], description: 'reader' });
+  t.equal(set.status, 200, JSON.stringify(set.json));
+  t.match(set.json, { id, keyType: 'client', scopes: ['devices:core:read'], tags: ['tag:k8s'], description: 'reader' });
+  t.notOk('key' in set.json, 'no secret in the answer');
+  t.match((await call(s, apiKey, 'GET', `/api/v2/tailnet/-/keys/${id}`)).json, { scopes: ['devices:core:read'], tags: ['tag:k8s'], description: 'reader' }, 'get shows the change');
+  const refused = await call(s, token, 'POST', '/api/v2/tailnet/-/keys', authKeyRequest(['tag:ci']));
+  t.equal(refused.status, 403, 'the token held before no longer has auth_keys');
+  t.equal((await call(s, token, 'GET', '/api/v2/tailnet/-/devices')).status, 200, 'but keeps devices:core narrowed to reading');
+  const again = await fetch(`${s.urls.http}/api/v2/oauth/token`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: form });
+  t.equal(again.status, 200, 'the same secret still gets tokens');
+  t.match(await again.json(), { scope: 'devices:core:read' });
+
+  const before = (await call(s, apiKey, 'GET', `/api/v2/tailnet/-/keys/${id}`)).json;
+  const bad = [
+    [{ scopes: ['nope'] }, 400, /scopes: unknown scope "nope"/],
+    [{ scopes: ['auth_keys'], tags: [] }, 400, /tags: scope auth_keys needs at least one tag/],
+    [{ scopes: ['devices:core:read'], tags: ['tag:undefined'] }, 400, /tag:undefined/],
+    [{ tags: ['tag:ci'] }, 400, /scopes/],
+  ] as const;
+  for (const [body, status, message] of bad) {
+    const res = await call(s, apiKey, 'PUT', `/api/v2/tailnet/-/keys/${id}`, { keyType: 'client', ...body });
+    t.equal(res.status, status, JSON.stringify(body));
+    t.match(res.json.message, message);
+  }
+  t.same((await call(s, apiKey, 'GET', `/api/v2/tailnet/-/keys/${id}`)).json, before, 'a refused change changes nothing');
+
+  const authKey = (await call(s, apiKey, 'POST', '/api/v2/tailnet/-/keys', authKeyRequest(['tag:ci']))).json.id as string;
+  const notClient = await call(s, apiKey, 'PUT', `/api/v2/tailnet/-/keys/${authKey}`, { keyType: 'client', scopes: ['devices:core:read'] });
+  t.equal(notClient.status, 400);
+  t.match(notClient.json.message, /is an auth key; only OAuth clients can be changed/);
+  t.equal((await call(s, apiKey, 'PUT', '/api/v2/tailnet/-/keys/nosuchkey', { scopes: ['dns'] })).status, 404);
+  const reader = await call(s, token, 'PUT', `/api/v2/tailnet/-/keys/${id}`, { scopes: ['all'] });
+  t.equal(reader.status, 403, 'a token without auth_keys cannot change a client (not even its own)');
+});

@@ -31,6 +31,11 @@ export async function oauthClientContract(t: Test, storage: StoragePort, unique:
   await t.rejects(repo.create({ clientId, hash: 'h2', description: '', scopes: ['all'], tags: [] }),
     { name: 'StorageConflictError', field: 'client_id' }, 'a second client with the same client id conflicts on client_id');
 
+  const updated = await repo.update(client.id, { description: 'operator Ü', scopes: ['devices:core:read'], tags: ['tag:k8s'] });
+  t.same(updated, { ...client, description: 'operator Ü', scopes: ['devices:core:read'], tags: ['tag:k8s'] }, 'update replaces description, scopes and tags, nothing else');
+  t.same(await repo.get(client.id), updated, 'as stored');
+  t.equal(await repo.update(999_999, { description: '', scopes: ['dns'], tags: [] }), undefined, 'updating a missing client finds none');
+
   const used = new Date('2026-04-05T06:07:08.009Z');
   t.equal(await repo.setLastUsed(client.id, used), true);
   t.equal((await repo.get(client.id))?.lastUsed?.toISOString(), used.toISOString());

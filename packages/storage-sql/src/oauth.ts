@@ -25,6 +25,12 @@ export function oauthClientRepository(db: Executor, dialect: SqlDialect): OAuthC
       }));
       return (await byId(id))!;
     },
+    async update(id, patch) {
+      const changed = await db('oauth_clients').where({ id }).update({
+        description: patch.description, scopes: stringArrayText(patch.scopes, 'oauth_clients.scopes'), tags: stringArrayText(patch.tags, 'oauth_clients.tags'),
+      });
+      return changed > 0 ? byId(id) : undefined;
+    },
     async setLastUsed(id, at) {
       return (await db('oauth_clients').where({ id }).update({ last_used: writableDate(at, 'lastUsed') })) > 0;
     },

@@ -5,7 +5,7 @@ import { badField, HeadwayError, notFound } from '@headway/core';
 import { optional } from '../schemas.js';
 import { route, type ApiDeps, type Route } from '../route.js';
 import * as ops from '../operations.js';
-import { createOAuthClient } from '../oauth-clients.js';
+import { createOAuthClient, updateOAuthClient } from '../oauth-clients.js';
 import { checkAssignableTags, principalOf, requireScope, type Principal } from './auth.js';
 import { allows, type Scope } from './scopes.js';
 import { checkTailnet, Tailnet } from './tailnet.js';
@@ -178,6 +178,26 @@ export const KEY_ROUTES: Route[] = [
     handle: async ({ params }, deps, ctx) => {
       const found = await keyAt(deps, ctx, params, false);
       return found.kind === 'auth' ? authKeyView(found.key) : found.kind === 'api' ? apiKeyView(found.key) : clientView(found.key);
+    },
+  }),
+  route({
+    method: 'PUT', path: '/api/v2/tailnet/:tailnet/keys/:id', operationId: 'v2SetOAuthClient', tag: 'v2:Keys', summary: 'Set an OAuth client',
+    description: 'Replaces an OAuth client\'s `scopes`, `tags` and `description` (`keyType: "client"`), checked as at creation; its id and secret stay. '
+      + 'Tokens it already holds keep working, narrowed to the new scopes and tags. Auth keys and API keys cannot be changed (400).',
+    params: z.object({ tailnet: Tailnet, id: z.string().meta({ description: 'The client id', examples: ['k3x9q2w7e1r5'] }) }),
+    body: z.object({
+      keyType: optional(z.enum(['client', 'federated'])).meta({ description: '"client" (the default here); "federated" is not served' }),
+      scopes: z.array(z.string()).meta({ description: "The client's scopes, all of them", examples: [['auth_keys', 'devices:core']] }),
+      tags: optional(z.array(z.string())).meta({ description: 'The tags it may assign, all of them', examples: [['tag:ci']] }),
+      description: optional(z.string().max(255, { error: 'at most 255 characters' })),
+    }),
+    response: V2Key, responseDescription: 'The client as it is now (no secret)',
+    errors: [403, 404, 501], scope: { resource: 'auth_keys', write: true },
+    handle: async ({ params, body }, deps, ctx) => {
+      if (body.keyType === 'federated') throw new HeadwayError('not_implemented', 'federated identities are not served by Headway');
+      const found = await keyAt(deps, ctx, params, true);
+      if (found.kind !== 'client') throw badField('keyType', `key ${params.id} is ${found.kind === 'auth' ? 'an auth key' : 'an API key'}; only OAuth clients can be changed (create a new key instead)`);
+      return clientView(await updateOAuthClient(deps, found.key.clientId, { scopes: body.scopes, tags: body.tags, description: body.description }));
     },
   }),
   route({

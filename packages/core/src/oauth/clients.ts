@@ -3,7 +3,7 @@ import { badField, HeadwayError, notFound } from '../errors.js';
 import type { OAuthClientRepository } from '../ports/storage.js';
 import { issueSecret, parseSecret, secretMatches } from '../secrets.js';
 import { checkTag } from '../state/names.js';
-import { covers, parseScopes, TAGGING_SCOPES } from './scopes.js';
+import { covers, narrowScopes, parseScopes, TAGGING_SCOPES } from './scopes.js';
 
 /** OAUTH_TOKEN_TTL_S is an access token's life in seconds: an hour, as Tailscale's; clients fetch a new one when it ends. */
 export const OAUTH_TOKEN_TTL_S = 3600;
@@ -36,6 +36,26 @@ export interface OAuthClientInput { description?: string; scopes: string[]; tags
  * (which deletes its tokens in the same transaction) stops its tokens everywhere at once.
  * Secrets and tokens are kept only as SHA-256 hashes; each is shown once, when issued.
  */
+/**
+ * checkClientInput checks what a client is made or updated with: known scopes (at least one), `tag:` names, tags
+ * when a scope creates tagged keys or tags devices, a description within its limit. The caller checks the tags
+ * against the policy.
+ */
+function checkClientInput(input: OAuthClientInput): { description: string; scopes: string[]; tags: string[] } {
+  const { scopes, unknown } = parseScopes(input.scopes);
+  if (unknown.length) throw badField('scopes', `unknown scope ${unknown.map((s) => JSON.stringify(s.slice(0, 60))).join(', ')}`);
+  if (!scopes.length) throw badField('scopes', 'at least one scope is required (e.g. devices:core, auth_keys, all:read)');
+  const tags = [...new Set(input.tags ?? [])].sort();
+  for (const t of tags) { const err = checkTag(t); if (err) throw badField('tags', err); }
+  const tagging = scopes.filter((s) => TAGGING_SCOPES.includes(s));
+  if (tagging.length && !tags.length) {
+    throw badField('tags', `scope ${tagging.join(' and ')} needs at least one tag: the keys and devices it tags may carry only the client's tags`);
+  }
+  const description = (input.description ?? '').trim();
+  if (description.length > OAUTH_DESCRIPTION_MAX) throw badField('description', `at most ${OAUTH_DESCRIPTION_MAX} characters, found ${description.length}`);
+  return { description, scopes, tags };
+}
+
 export class OAuthClientStore {
   /** now is the clock tokens are issued and checked by (tests set it). */
   now: () => Date = () => new Date();
@@ -55,20 +75,22 @@ export class OAuthClientStore {
    * scope creates tagged keys or tags devices. The caller checks the tags against the policy.
    */
   async create(input: OAuthClientInput): Promise<{ client: OAuthClient; secret: string }> {
-    const { scopes, unknown } = parseScopes(input.scopes);
-    if (unknown.length) throw badField('scopes', `unknown scope ${unknown.map((s) => JSON.stringify(s.slice(0, 60))).join(', ')}`);
-    if (!scopes.length) throw badField('scopes', 'at least one scope is required (e.g. devices:core, auth_keys, all:read)');
-    const tags = [...new Set(input.tags ?? [])].sort();
-    for (const t of tags) { const err = checkTag(t); if (err) throw badField('tags', err); }
-    const tagging = scopes.filter((s) => TAGGING_SCOPES.includes(s));
-    if (tagging.length && !tags.length) {
-      throw badField('tags', `scope ${tagging.join(' and ')} needs at least one tag: the keys and devices it tags may carry only the client's tags`);
-    }
-    const description = (input.description ?? '').trim();
-    if (description.length > OAUTH_DESCRIPTION_MAX) throw badField('description', `at most ${OAUTH_DESCRIPTION_MAX} characters, found ${description.length}`);
+    const checked = checkClientInput(input);
     const issued = issueSecret('client');
-    const client = await this.clients.create({ clientId: issued.prefix, hash: issued.hash, description, scopes, tags });
+    const client = await this.clients.create({ clientId: issued.prefix, hash: issued.hash, ...checked });
     return { client, secret: issued.full };
+  }
+
+  /**
+   * update replaces a client's description, scopes and tags, checked as at creation; its id and secret stay.
+   * Tokens it holds keep working with their scopes narrowed to the new ones (verifyToken) and the new tags.
+   */
+  async update(clientId: string, input: OAuthClientInput): Promise<OAuthClient> {
+    const checked = checkClientInput(input);
+    const client = await this.find(clientId);
+    const updated = await this.clients.update(client.id, checked);
+    if (!updated) throw notFound('OAuth client', clientId);
+    return updated;
   }
 
   list(): Promise<OAuthClient[]> { return this.repo ? this.repo.list() : Promise.resolve([]); }
@@ -123,6 +145,7 @@ export class OAuthClientStore {
     if (!stored || !secretMatches(parsed.secret, stored.hash) || stored.expiresAt.getTime() <= this.now().getTime()) return null;
     const client = await this.repo!.get(stored.client);
     if (!client) return null;
-    return { clientId: client.clientId, scopes: stored.scopes, tags: client.tags };
+    // A client changed since the token was issued: the token keeps only what the client still has.
+    return { clientId: client.clientId, scopes: narrowScopes(stored.scopes, client.scopes), tags: client.tags };
   }
 }

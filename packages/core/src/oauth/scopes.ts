@@ -77,3 +77,21 @@ export function covers(granted: readonly string[], name: string): boolean {
 
 /** TAGGING_SCOPES are the write scopes that create tagged keys or tag devices: a client holding one must have tags to assign. */
 export const TAGGING_SCOPES: readonly string[] = ['auth_keys', 'devices:core'];
+
+/**
+ * narrowScopes is what a token issued with `held` may still do once its client has only `client`: each held scope
+ * the client still covers, a write scope cut to reading where the client kept only that, and each client scope a
+ * broad held one (`all`, `all:read`) covered, cut to reading the same way.
+ */
+export function narrowScopes(held: readonly string[], client: readonly string[]): string[] {
+  const out = new Set<string>();
+  for (const s of held) {
+    if (covers(client, s)) out.add(s);
+    else if (!s.endsWith(':read') && covers(client, `${s}:read`)) out.add(`${s}:read`);
+  }
+  for (const c of client) {
+    const kept = covers(held, c) ? c : !c.endsWith(':read') && covers(held, `${c}:read`) ? `${c}:read` : undefined;
+    if (kept && !covers([...out], kept)) out.add(kept);
+  }
+  return [...out];
+}

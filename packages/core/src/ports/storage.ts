@@ -162,6 +162,8 @@ export interface OAuthClientRepository {
   /** getByClientId finds a client by its public id; clientId is unique (StorageConflictError `client_id`). */
   getByClientId(clientId: string): Promise<OAuthClient | undefined>;
   create(client: NewOAuthClient): Promise<OAuthClient>;
+  /** update replaces a client's description, scopes and tags (its id, secret and tokens stay); undefined when there is none. */
+  update(id: number, patch: Pick<OAuthClient, 'description' | 'scopes' | 'tags'>): Promise<OAuthClient | undefined>;
   setLastUsed(id: number, at: Date): Promise<boolean>;
   /** delete removes a client and, in the same transaction, every token it was issued. */
   delete(id: number): Promise<boolean>;

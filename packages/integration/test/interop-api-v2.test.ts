@@ -245,6 +245,11 @@ async function scenario(t: Test, bin: string, binaries: TailscaleBinaries, label
     if (device) t.equal(await refused(readOnly, 'device-delete', device.nodeId), 403, 'nor delete devices');
     t.equal(await refused({ oauthId: ci.id, oauthSecret: `${ci.key}x` }, 'devices-list'), 401, 'a wrong client secret');
     t.equal(await refused({ apiKey: 'hwkey-api-aaaaaaaaaaaa-' + 'A'.repeat(43) }, 'devices-list'), 401, 'an unknown API key');
+    t.ok(await call(readOnly, 'devices-list'), 'the read-only client lists devices');
+    const narrowed = await call<V2Key>(apiKey, 'oauth-client-set', '--scopes', 'dns:read', '--description', 'dns reader', reader.id);
+    t.match(narrowed, { id: reader.id, scopes: ['dns:read'], description: 'dns reader' }, "SetOAuthClient replaces the client's scopes and description");
+    t.equal(await refused(readOnly, 'devices-list'), 403, 'a token of the changed client no longer lists devices');
+    t.ok(await call({ ...readOnly, scopes: ['dns:read'] }, 'dns-nameservers-get'), 'and reads DNS');
     await call(apiKey, 'key-delete', reader.id);
     t.equal(await refused(readOnly, 'devices-list'), 401, 'an OAuth client deleted through the keys endpoint gets no token');
   });

@@ -15,6 +15,7 @@ var commands = map[string]command{
 	"keys-create":         {"[--tags t1,t2] [--reusable] [--ephemeral] [--preauthorized] [--expiry SECONDS] [--description D]", keysCreate},
 	"keys-list":           {"[--all]", keysList},
 	"oauth-client-create": {"--scopes a,b [--tags t1,t2] [--description D]", oauthClientCreate},
+	"oauth-client-set":    {"--scopes a,b [--tags t1,t2] [--description D] ID", oauthClientSet},
 	"key-get":             {"ID", oneID(func(ctx context.Context, c *tailscale.Client, id string) (any, error) { return c.Keys().Get(ctx, id) })},
 	"key-delete": {"ID", oneID(func(ctx context.Context, c *tailscale.Client, id string) (any, error) {
 		return nil, c.Keys().Delete(ctx, id)
@@ -144,6 +145,18 @@ func oauthClientCreate(ctx context.Context, c *tailscale.Client, args []string) 
 		return nil, err
 	}
 	return c.Keys().CreateOAuthClient(ctx, tailscale.CreateOAuthClientRequest{Scopes: splitList(*scopes), Tags: splitList(*tags), Description: *description})
+}
+
+func oauthClientSet(ctx context.Context, c *tailscale.Client, args []string) (any, error) {
+	fs := flag.NewFlagSet("oauth-client-set", flag.ContinueOnError)
+	scopes := fs.String("scopes", "", "comma-separated scopes, all of them")
+	tags := fs.String("tags", "", "comma-separated tags, all of them")
+	description := fs.String("description", "", "description")
+	rest, err := parse(fs, args, 1)
+	if err != nil {
+		return nil, err
+	}
+	return c.Keys().SetOAuthClient(ctx, rest[0], tailscale.SetOAuthClientRequest{Scopes: splitList(*scopes), Tags: splitList(*tags), Description: *description})
 }
 
 func keysList(ctx context.Context, c *tailscale.Client, args []string) (any, error) {

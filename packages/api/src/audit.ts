@@ -46,9 +46,9 @@ export function auditTarget(params: Record<string, unknown>, answer: unknown): s
   }).join(', ');
 }
 
-/** ACTOR_STATE is where the authenticating middleware leaves who the request acts as. */
+/** setActor is where the authenticating middleware leaves who the request acts as (actorIn reads it). */
 export const setActor = (ctx: Context, actor: string) => { ctx.state.actor = actor; };
-const actorOf = (ctx: Context): string => (ctx.state as { actor?: string }).actor ?? 'unknown';
+const actorIn = (ctx: Context): string => (ctx.state as { actor?: string }).actor ?? 'unknown';
 
 /** changes says whether a route is recorded: anything but GET, unless it only checks or previews (readOnly). */
 export const changes = (r: Route): boolean => r.method !== 'GET' && !r.readOnly;
@@ -56,7 +56,7 @@ export const changes = (r: Route): boolean => r.method !== 'GET' && !r.readOnly;
 /** recordRoute records a route's change after it succeeded; `remote` is the client as the request log names it. */
 export function recordRoute(deps: ApiDeps, ctx: Context, r: Route, answer: unknown, remote: string | undefined): Promise<void> {
   if (!deps.audit || !changes(r) || ctx.status >= 400) return Promise.resolve();
-  return deps.audit.record({ actor: actorOf(ctx), action: r.operationId, target: auditTarget({ ...ctx.params }, answer), remote: remote ?? '' });
+  return deps.audit.record({ actor: actorIn(ctx), action: r.operationId, target: auditTarget({ ...ctx.params }, answer), remote: remote ?? '' });
 }
 
 /** recordCall records a gRPC call's change after it succeeded. */

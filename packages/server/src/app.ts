@@ -32,6 +32,8 @@ export function createApp(opts: AppOptions): Koa {
   const { deps, logger, metrics } = opts;
   const app = new Koa({ proxy: false });
   app.silent = true;
+  /** clientOf names a request's client as the request log and the audit log record it. */
+  const clientOf = (ctx: Context) => (opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress);
   app.use(async (ctx, next) => {
     const end = metrics.httpDuration.startTimer();
     try {
@@ -41,8 +43,7 @@ export function createApp(opts: AppOptions): Koa {
       metrics.httpRequests.inc({ method: ctx.method, route: String(route), status: String(ctx.status) });
       const seconds = end({ method: ctx.method, route: String(route) });
       // The route pattern, not the path: paths such as /register/:key carry one-time keys.
-      const remote = opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress;
-      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000), remote });
+      logger.trace('http request', { method: ctx.method, route: String(route), status: ctx.status, ms: Math.round(seconds * 1000), remote: clientOf(ctx) });
     }
   });
   // Before the problem middleware, so a listed origin's page can read error answers too.
@@ -87,7 +88,8 @@ export function createApp(opts: AppOptions): Koa {
   const serverUrl = deps.config.server_url;
   mountApiDocs(router, { document: (api) => openApiDocument({ serverUrl, api }), serverUrl });
 
-  const remoteOf = (ctx: Context) => (opts.trusted ? '' : opts.clientAddress ? opts.clientAddress(ctx.req) : ctx.req.socket.remoteAddress);
+  // Over the admin socket there is no client address to record.
+  const remoteOf = (ctx: Context) => (opts.trusted ? '' : clientOf(ctx));
   for (const route of ROUTES) {
     const method = route.method.toLowerCase() as 'get' | 'post' | 'put' | 'delete';
     router[method](route.path, authenticate, async (ctx) => {

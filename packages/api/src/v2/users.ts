@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { User } from '@headway/core';
+import type { Node, User } from '@headway/core';
 import { HeadwayError } from '@headway/core';
 import { route, type ApiDeps, type Route } from '../route.js';
 import { checkTailnet, Tailnet, tailnetName } from './tailnet.js';
@@ -21,9 +21,8 @@ const V2User = z.object({
 
 const ZERO_TIME = '0001-01-01T00:00:00Z';
 
-/** v2User is a user in Tailscale's shape; device count, last seen and connection come from the user's own (not tagged) nodes. */
-export function v2User(deps: ApiDeps, u: User) {
-  const nodes = deps.state.nodes.list({ userId: u.id }).filter((n) => n.tags.length === 0);
+/** v2User is a user in Tailscale's shape; device count, last seen and connection come from `nodes`, the user's own (not tagged). */
+export function v2User(deps: ApiDeps, u: User, nodes: Node[]) {
   const seen = nodes.map((n) => n.lastSeen?.getTime() ?? 0).reduce((a, b) => Math.max(a, b), 0);
   const connected = nodes.some((n) => deps.state.presence.isOnline(n.id));
   return {
@@ -32,6 +31,18 @@ export function v2User(deps: ApiDeps, u: User) {
     status: connected || seen ? 'active' as const : 'idle' as const, deviceCount: nodes.length,
     lastSeen: seen ? new Date(seen).toISOString() : ZERO_TIME, currentlyConnected: connected,
   };
+}
+
+/** ownNodes groups the nodes owned by a user (not tagged) by their user, in one pass over the tailnet. */
+function ownNodes(deps: ApiDeps): Map<number, Node[]> {
+  const byUser = new Map<number, Node[]>();
+  for (const n of deps.state.nodes.list()) {
+    if (n.userId === null || n.tags.length) continue;
+    let list = byUser.get(n.userId);
+    if (!list) byUser.set(n.userId, (list = []));
+    list.push(n);
+  }
+  return byUser;
 }
 
 export const USER_ROUTES: Route[] = [
@@ -45,7 +56,8 @@ export const USER_ROUTES: Route[] = [
     handle: async ({ params, query }, deps) => {
       checkTailnet(deps, params.tailnet);
       if (query.type === 'shared' || (query.role && query.role !== 'member')) return { users: [] };
-      return { users: deps.state.users.list({}).map((u) => v2User(deps, u)) };
+      const owned = ownNodes(deps);
+      return { users: deps.state.users.list({}).map((u) => v2User(deps, u, owned.get(u.id) ?? [])) };
     },
   }),
   route({
@@ -57,7 +69,7 @@ export const USER_ROUTES: Route[] = [
     handle: async ({ params }, deps) => {
       const u = /^\d+$/.test(params.id) ? deps.state.users.get(Number(params.id)) : undefined;
       if (!u) throw new HeadwayError('not_found', `user ${JSON.stringify(params.id.slice(0, 80))} not found`);
-      return v2User(deps, u);
+      return v2User(deps, u, ownNodes(deps).get(u.id) ?? []);
     },
   }),
 ];

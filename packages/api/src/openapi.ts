@@ -6,6 +6,7 @@ import { ROUTES, TAGS, type Route } from './routes.js';
 import { V2_TAGS } from './route.js';
 import { ProblemSchema } from './schemas.js';
 import { V2_ROUTES } from './v2/routes.js';
+import { V2_TOKEN_PATH } from './v2/oauth.js';
 import { SCOPE_RESOURCES, scopeName } from './v2/scopes.js';
 
 /** API_VERSION is the document's info.version: the API's own version, not the server's. */
@@ -14,8 +15,6 @@ export const API_VERSION = '1.0.0';
 /** DOC_PATHS are the unauthenticated routes that serve the contract and its reference page. */
 export const DOC_PATHS = { document: '/api/v1/openapi.json', v2Document: '/api/v2/openapi.json', page: '/api/v1/docs', swagger: '/swagger' } as const;
 
-/** V2_TOKEN_PATH is where /api/v2's OAuth clients exchange their credentials for an access token. */
-export const V2_TOKEN_PATH = '/api/v2/oauth/token';
 
 function problemExample(code: ErrorCode, detail: string, field?: string) {
   return { type: `https://headway.dev/problems/${code}`, title: ERRORS[code].title, status: ERRORS[code].status, detail, code, ...(field ? { field } : {}), message: detail };

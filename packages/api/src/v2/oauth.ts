@@ -12,6 +12,9 @@ import { route, type Route } from '../route.js';
  * `{error, error_description}`.
  */
 
+/** V2_TOKEN_PATH is where /api/v2's OAuth clients exchange their credentials for an access token. */
+export const V2_TOKEN_PATH = '/api/v2/oauth/token';
+
 /** TOKEN_BODY_LIMIT caps the form: three short fields fit many times over. */
 const TOKEN_BODY_LIMIT = 16 * 1024;
 
@@ -55,7 +58,7 @@ const TokenAnswer = z.object({
 
 export const OAUTH_ROUTES: Route[] = [
   route({
-    method: 'POST', path: '/api/v2/oauth/token', operationId: 'v2OAuthToken', tag: 'v2:OAuth', summary: 'Get an access token (client credentials)',
+    method: 'POST', path: V2_TOKEN_PATH, operationId: 'v2OAuthToken', tag: 'v2:OAuth', summary: 'Get an access token (client credentials)',
     description: 'Form-encoded body: `grant_type=client_credentials`, optional `scope` (space-separated; default: all of the client\'s), '
       + 'the client in basic auth or as `client_id` and `client_secret`. The token is valid for an hour on every instance sharing the database. '
       + 'Refusals are RFC 6749 errors: 401 `invalid_client` (wrong id or secret), 400 `invalid_scope` (a scope the client lacks), '

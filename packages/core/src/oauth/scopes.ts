@@ -32,7 +32,6 @@ const LEGACY: Record<string, string> = {
   routes: 'devices:routes', 'routes:read': 'devices:routes:read',
   acl: 'policy_file', 'acl:read': 'policy_file:read',
   'logs:configuration:read': 'logs:read', 'logs:network:read': 'logs:read',
-  'users:read': 'users:read',
 };
 
 /**
@@ -45,7 +44,7 @@ export function parseScopes(raw: string | string[]): { scopes: string[]; unknown
   const unknown: string[] = [];
   for (const name of list) {
     const s = LEGACY[name] ?? name;
-    const resource = s.endsWith(':read') ? s.slice(0, -':read'.length) : s;
+    const { resource } = requested(s);
     if (resource === 'all' || resource in SCOPE_RESOURCES) { if (!scopes.includes(s)) scopes.push(s); } else unknown.push(name);
   }
   return { scopes, unknown };
@@ -60,7 +59,7 @@ export function allows(granted: readonly string[], need: Scope): boolean {
 /** scopeName spells a need as Tailscale names it in errors. */
 export const scopeName = (need: Scope) => (need.write ? need.resource : `${need.resource}:read`);
 
-/** RequestedScope reads one parsed scope name as the resource and access it asks for (`all` for every resource). */
+/** requested reads one scope name as the resource and access it asks for (`all` for every resource). */
 function requested(name: string): { resource: string; write: boolean } {
   return name.endsWith(':read') ? { resource: name.slice(0, -':read'.length), write: false } : { resource: name, write: true };
 }

@@ -6,6 +6,13 @@ import { repoRoot } from './tailscale.js';
 
 export interface CliResult { code: number; stdout: string; stderr: string }
 
+/** exitCodeOf is a child's exit status as execFile's callback reports it: 0 without an error, 1 when it names none (a signal, a timeout). */
+export function exitCodeOf(err: unknown): number {
+  if (!err) return 0;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'number' ? code : 1;
+}
+
 /**
  * runHeadway runs the real `headway` CLI as an administrator would, with a scratch
  * HOME and cwd and none of the caller's HEADWAY_* variables, so only `env`
@@ -19,7 +26,7 @@ export function runHeadway(env: Record<string, string>, args: string[], timeoutM
   return new Promise((resolve) => {
     execFile(process.execPath, [bin, ...args], { cwd: home, env: clean, timeout: timeoutMs }, (err, stdout, stderr) => {
       rmSync(home, { recursive: true, force: true });
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       resolve({ code, stdout: String(stdout), stderr: String(stderr) });
     });
   });

@@ -5,6 +5,7 @@ import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CliResult } from './cli.js';
 import type { TapLike } from './tailscale.js';
+import { exitCodeOf } from './cli.js';
 
 /** HEADSCALE_VERSION is the headscale release whose CLI the gRPC tests drive (.ci/install-headscale.sh builds it). */
 export const HEADSCALE_VERSION = 'v0.29.2';
@@ -63,7 +64,7 @@ export function runHeadscale(bin: string, opts: { address: string; apiKey: strin
   return new Promise((resolve) => {
     execFile(bin, opts.args, { cwd: home, env, timeout: opts.timeoutMs ?? 60_000 }, (err, stdout, stderr) => {
       rmSync(home, { recursive: true, force: true });
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       resolve({ code, stdout: String(stdout), stderr: String(stderr) });
     });
   });

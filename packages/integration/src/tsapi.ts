@@ -9,6 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { repoRoot } from './tailscale-setup.js';
+import { exitCodeOf } from './cli.js';
 
 /** tsapiSource is the Go module's directory in the repository. */
 export const tsapiSource = (): string => join(repoRoot(), 'packages', 'integration', 'go', 'tsapi');
@@ -48,7 +49,7 @@ export function tsapi<T = any>(bin: string, url: string, auth: TsapiAuth, args: 
     : ['--oauth-id', auth.oauthId, '--oauth-secret', auth.oauthSecret, ...(auth.scopes ? ['--scopes', auth.scopes.join(',')] : [])];
   return new Promise((resolve) => {
     execFile(bin, ['--url', url, ...authArgs, ...args], { timeout: timeoutMs, env: { PATH: process.env.PATH ?? '' } }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       let json: unknown;
       try {
         json = JSON.parse(String(stdout));

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { repoRoot } from '../src/tailscale.js';
+import { exitCodeOf } from '../src/cli.js';
 
 /*
  * The image itself (Dockerfile at the repository root), built and run with rootful podman:
@@ -37,7 +38,7 @@ interface Ran { code: number; stdout: string; stderr: string }
 function run(cmd: string, args: string[], timeoutMs = 120_000): Promise<Ran> {
   return new Promise((resolve) => {
     execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       resolve({ code, stdout: String(stdout), stderr: String(stderr) });
     });
   });

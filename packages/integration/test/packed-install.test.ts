@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../src/tailscale.js';
+import { exitCodeOf } from '../src/cli.js';
 
 /*
  * The install path a self-hoster takes: scripts/install.sh, the README's first command, run here as it is
@@ -48,7 +49,7 @@ interface Run { code: number; stdout: string; stderr: string }
 function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<Run> {
   return new Promise((resolve) => {
     execFile(cmd, args, { cwd: opts.cwd ?? root, env: opts.env ?? env(), timeout: opts.timeoutMs ?? 300_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       resolve({ code, stdout: String(stdout), stderr: String(stderr) });
     });
   });

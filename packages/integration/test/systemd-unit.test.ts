@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { configSearchPath, KEYS, loadConfig } from '@headway/core';
 import { repoRoot } from '../src/tailscale.js';
+import { exitCodeOf } from '../src/cli.js';
 
 /*
  * packages/cli/contrib/systemd: the unit, its sysusers and tmpfiles snippets and the config it
@@ -37,7 +38,7 @@ function parseUnit(text: string): Record<string, Record<string, string[]>> {
 function run(cmd: string, args: string[]): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
     execFile(cmd, args, { timeout: 60_000 }, (err, stdout, stderr) => {
-      const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+      const code = exitCodeOf(err);
       resolve({ code, out: `${stdout}${stderr}` });
     });
   });

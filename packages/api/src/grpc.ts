@@ -246,6 +246,7 @@ const STATUS: Record<ErrorCode, grpc.status> = {
   not_implemented: grpc.status.UNIMPLEMENTED,
   unauthorized: grpc.status.UNAUTHENTICATED,
   forbidden: grpc.status.PERMISSION_DENIED,
+  csrf_failed: grpc.status.PERMISSION_DENIED,
   not_found: grpc.status.NOT_FOUND,
   route_not_found: grpc.status.UNIMPLEMENTED,
   method_not_allowed: grpc.status.UNIMPLEMENTED,

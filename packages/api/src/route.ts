@@ -46,7 +46,15 @@ export interface ApiDeps {
   oauth?: OAuthTokens;
   /** audit records every change made through the APIs; absent in tests that build the API alone. */
   audit?: AuditLog;
+  /**
+   * consoleAuth recognises a request of the admin console's pages by its session cookie (and, for a change, its CSRF
+   * header): the actor, a refusal, or undefined when the request carries no console session. Absent: the console is off.
+   */
+  consoleAuth?: (ctx: Context) => Promise<ConsoleAuthAnswer | undefined>;
 }
+
+/** ConsoleAuthAnswer: a console session's actor (`console:<admin>`), or why its request is refused (403 csrf_failed). */
+export type ConsoleAuthAnswer = { actor: string } | { status: 403; code: 'csrf_failed'; message: string };
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 

@@ -11,6 +11,7 @@ export const ERRORS = {
   dns_read_only: { status: 400, title: 'DNS settings are read-only in file mode' },
   unauthorized: { status: 401, title: 'Unauthorized' },
   forbidden: { status: 403, title: 'Forbidden' },
+  csrf_failed: { status: 403, title: 'Missing or wrong CSRF token' },
   not_found: { status: 404, title: 'Not found' },
   route_not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },

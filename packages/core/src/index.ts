@@ -10,6 +10,7 @@ export * from './config/keys.js';
 export * from './config/duration.js';
 export * from './errors.js';
 export * from './audit.js';
+export * from './console/sessions.js';
 export * from './secrets.js';
 export * from './ports/policy.js';
 export * from './kernel/keyfile.js';

@@ -5,7 +5,8 @@ import { corsMiddleware, credential, problem, problemMiddleware, recordRoute, se
 import { mountApiDocs } from '@headway/api';
 import { openApiDocument } from '@headway/api';
 import { ROUTES, mountV2, type ApiDeps } from '@headway/api';
-import type { Metrics } from '@headway/core';
+import type { ConsoleSessions, Metrics } from '@headway/core';
+import { mountConsole, mountConsoleLinks } from '@headway/console';
 import { INSTANCE_HEADER } from './reach.js';
 import { homePage, PAGE_HEADERS } from '@headway/control';
 
@@ -21,6 +22,8 @@ export interface AppOptions {
   healthDetails?: () => Record<string, unknown[]>;
   /** extra mounts routes served outside /api/v1 (control protocol, register page, DERP helpers). */
   extra?: (router: Router) => void;
+  /** console: the admin console's sessions (admin.enabled); on the main listener its pages, on the socket its sign-in links. */
+  console?: ConsoleSessions;
 }
 
 /**
@@ -54,6 +57,11 @@ export function createApp(opts: AppOptions): Koa {
   const authenticate = async (ctx: Context, next: () => Promise<unknown>) => {
     if (opts.trusted) { setActor(ctx, 'socket'); return next(); }
     const header = ctx.get('authorization');
+    if (!header && deps.consoleAuth) {
+      const console = await deps.consoleAuth(ctx);
+      if (console && 'status' in console) return problem(ctx, console.status, console.code, console.message);
+      if (console) { setActor(ctx, console.actor); return next(); }
+    }
     const m = /^Bearer\s+(\S+)$/i.exec(header);
     if (!m) return problem(ctx, 401, 'unauthorized', header ? 'malformed Authorization header; expected Bearer <API key>' : 'missing API key (Authorization: Bearer <API key>)');
     const key = await deps.state.keys.authenticateApiKey(m[1]!);
@@ -99,6 +107,8 @@ export function createApp(opts: AppOptions): Koa {
     });
   }
   mountV2(router, deps, opts.trusted, remoteOf);
+  if (opts.console && opts.trusted) mountConsoleLinks(router, opts.console, deps.config.server_url);
+  else if (opts.console) mountConsole(router, { config: deps.config, sessions: opts.console, logger });
   opts.extra?.(router);
 
   app.use(router.routes());

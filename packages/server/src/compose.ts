@@ -15,7 +15,8 @@ import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
 import type { PolicySourcePort } from '@headway/core';
 import type { StoragePort } from '@headway/core';
-import { AuditLog, NodeGc } from '@headway/core';
+import { AuditLog, ConsoleSessions, NodeGc } from '@headway/core';
+import { authenticateConsole, isSecure } from '@headway/console';
 import { HostinfoService } from '@headway/core';
 import { RouteService } from '@headway/core';
 import { State } from '@headway/core';
@@ -64,6 +65,8 @@ export interface KernelCradle {
   nodeGc: NodeGc;
   /** auditLog records every change made through the APIs (audit.retention). */
   auditLog: AuditLog;
+  /** consoleSessions signs administrators in to the admin console (null when admin.enabled is false). */
+  consoleSessions: ConsoleSessions | null;
   relay: Relay;
   /** acmeDns publishes devices' ACME DNS-01 records through the DNS plugin that can (dns.certificates.enabled). */
   acmeDns: AcmeDns;
@@ -154,6 +157,14 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
       if (!log.persistent) logger.warn(`audit log: ${storage.describe()} keeps none; the latest changes are kept in memory until a restart`);
       return log;
     }),
+    consoleSessions: c(({ storage, config, logger }) => {
+      if (!config.admin.enabled) return null;
+      const sessions = new ConsoleSessions(storage.consoleSessions, {
+        linkLifetimeMs: config.admin.link_lifetime, idleMs: config.admin.session_idle_timeout, maxAgeMs: config.admin.session_max_age,
+      });
+      if (!sessions.persistent) logger.warn(`admin console: ${storage.describe()} keeps no sessions; sign-ins last until a restart and are not shared by other instances`);
+      return sessions;
+    }),
     // The policy and control services are reached lazily: the member joins before they start.
     cluster: c((k) => {
       const { config, storage, state, logger, controlKey } = k;
@@ -187,8 +198,9 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog, dnsSettings }): ApiDeps => ({
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog, dnsSettings, consoleSessions }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog, dns: dnsSettings,
+      consoleAuth: consoleSessions ? (ctx) => authenticateConsole(ctx, consoleSessions, isSecure(config)) : undefined,
       oauth: state.oauth.available ? state.oauth : undefined,
       cluster: cluster ? () => cluster.status() : undefined,
       providerIdFor: loginMethod?.providerIdFor ? (subject) => ({ provider: loginMethod.provider, providerId: loginMethod.providerIdFor!(subject) }) : undefined,

@@ -188,7 +188,8 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     certificates?.registerMetrics(metrics.registry);
     const healthDetails = certificates ? acmeHealth(certificates) : undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, extra: (router) => {
+    const consoleSessions = kernel.cradle.consoleSessions ?? undefined;
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, console: consoleSessions, extra: (router) => {
       login?.routes(router); control.routes(router); relay.routes(router);
       mountSite(router, { serverUrl: config.server_url, build: opts.build ?? packageBuild() });
     } });
@@ -225,7 +226,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
       const path = config.unix_socket;
       makeDirectory(dirname(path), 'unix_socket');
       if (existsSync(path)) unlinkSync(path);
-      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true, healthDetails }).callback());
+      const local = http.createServer(createApp({ deps, logger, metrics, trusted: true, healthDetails, console: consoleSessions }).callback());
       const ls = trackSockets(local);
       await listenOnPath(local, path);
       chmodSync(path, parseInt(config.unix_socket_permission, 8));

@@ -13,11 +13,13 @@ export interface OAuthTokens {
 
 /**
  * Principal is who a /api/v2 request acts as: an API key (every scope, as Tailscale's API
- * access tokens have), an OAuth token (its scopes and tags) or the local socket.
+ * access tokens have), an OAuth token (its scopes and tags), the local socket, or an
+ * administrator signed in to the console (every scope, like an API key).
  */
 export type Principal =
   | { kind: 'apikey'; prefix: string }
   | { kind: 'local' }
+  | { kind: 'console'; actor: string }
   | ({ kind: 'oauth' } & OAuthGrant);
 
 /**
@@ -40,6 +42,11 @@ export function credential(header: string): string | null {
 export async function authenticateV2(ctx: Context, deps: ApiDeps, trusted: boolean): Promise<Principal> {
   if (trusted) return { kind: 'local' };
   const header = ctx.get('authorization');
+  if (!header && deps.consoleAuth) {
+    const console = await deps.consoleAuth(ctx);
+    if (console && 'status' in console) throw new HeadwayError(console.code, console.message);
+    if (console) return { kind: 'console', actor: console.actor };
+  }
   const secret = credential(header);
   if (!secret) throw new HeadwayError('unauthorized', header ? 'malformed Authorization header; expected Bearer <API key or access token> or basic auth with the key as user name' : 'API token invalid');
   const key = await deps.state.keys.authenticateApiKey(secret);
@@ -51,7 +58,12 @@ export async function authenticateV2(ctx: Context, deps: ApiDeps, trusted: boole
 
 /** actorOf names a principal as the audit log records it. */
 export function actorOf(p: Principal): string {
-  return p.kind === 'apikey' ? `apikey:${p.prefix}` : p.kind === 'oauth' ? `oauth:${p.clientId}` : 'socket';
+  switch (p.kind) {
+    case 'apikey': return `apikey:${p.prefix}`;
+    case 'oauth': return `oauth:${p.clientId}`;
+    case 'console': return p.actor;
+    case 'local': return 'socket';
+  }
 }
 
 /** requireScope refuses (403) a principal whose scopes do not cover what a route needs. */

@@ -156,6 +156,13 @@ const TABLE = {
   'metrics.headscale_names': bool({ default: true, doc: "also publish headscale's metric names (headscale_nodestore_nodes, headscale_mapresponse_*, process_*) for its dashboards (docs/administer.md, Metrics, maps them)" }),
   // Web pages on other origins (a web UI such as headscale-ui served elsewhere) calling /api/v1 from the browser.
   'audit.retention': duration({ max: NODE_EXPIRY_MAX_MS, default: 365 * 86_400_000, doc: 'audit log entries (who changed what, when, from where) older than this are deleted, hourly; 0 keeps every entry' }),
+  'admin.enabled': bool({ default: true, doc: 'serve the admin console at <server_url>/admin (sign-in by a link from `headway console link`, or through oidc for the admins listed below)' }),
+  'admin.allowed_users': strings({ default: [], doc: 'e-mail addresses that may sign in to the console through the oidc provider' }),
+  'admin.allowed_groups': strings({ default: [], doc: 'provider groups (groups claim) whose members may sign in to the console through the oidc provider' }),
+  'admin.allowed_domains': strings({ default: [], doc: 'e-mail domains whose users may sign in to the console through the oidc provider' }),
+  'admin.link_lifetime': duration({ min: 10_000, max: 86_400_000, default: 10 * 60_000, doc: 'a sign-in link from `headway console link` works once, within this long' }),
+  'admin.session_idle_timeout': duration({ min: 60_000, max: 7 * 86_400_000, default: 30 * 60_000, doc: 'a console session unused for this long ends' }),
+  'admin.session_max_age': duration({ min: 60_000, max: 30 * 86_400_000, default: 12 * 3_600_000, doc: 'a console session ends this long after sign-in, however busy' }),
   'api.cors.allowed_origins': origins({ default: [], doc: 'origins (https://ui.example.com, exact: scheme, host, port) whose pages may call /api/v1 from a browser (CORS); empty allows none' }),
 };
 

@@ -174,6 +174,44 @@ export interface OAuthClientRepository {
   deleteExpiredTokens(now: Date): Promise<number>;
 }
 
+/**
+ * ConsoleSessionRow is an admin console session as stored: `id` is the SHA-256 hash of the cookie's secret (the
+ * secret itself is never stored), `admin` who signed in (the provider's e-mail address or subject, or the name a
+ * sign-in link made on the host was given: `headway console link` uses the host account's), `via` how, and `csrf` the token every change must carry in a header.
+ */
+export interface ConsoleSessionRow {
+  id: string;
+  admin: string;
+  via: 'link' | 'oidc';
+  csrf: string;
+  createdAt: Date;
+  lastSeenAt: Date;
+}
+
+/**
+ * ConsoleSessionRepository keeps admin console sessions and one-time sign-in links, so that every instance sharing
+ * the database knows them and a restart keeps them. Optional on a storage adapter: without it the server keeps them
+ * in memory (and says so at start).
+ */
+export interface ConsoleSessionRepository {
+  create(row: ConsoleSessionRow): Promise<void>;
+  get(id: string): Promise<ConsoleSessionRow | undefined>;
+  /** touch moves a session's lastSeenAt forward (never back). */
+  touch(id: string, at: Date): Promise<void>;
+  delete(id: string): Promise<boolean>;
+  /** deleteIdle removes sessions last seen before `idleBefore` or created before `createdBefore`; returns how many. */
+  deleteIdle(idleBefore: Date, createdBefore: Date): Promise<number>;
+  /** createLink stores a sign-in link by the hash of its token, with the administrator it signs in. */
+  createLink(hash: string, admin: string, expiresAt: Date): Promise<void>;
+  /**
+   * spendLink marks an unexpired, unspent link spent with a guarded update and answers its administrator when this
+   * call spent it (undefined otherwise), so two requests racing with one link cannot both sign in.
+   */
+  spendLink(hash: string, now: Date): Promise<string | undefined>;
+  /** deleteExpiredLinks removes links that expired before `now` (spent or not); returns how many. */
+  deleteExpiredLinks(now: Date): Promise<number>;
+}
+
 export interface StorageRepositories {
   users: UserRepository;
   nodes: NodeRepository;
@@ -194,6 +232,8 @@ export interface StoragePort extends StorageRepositories {
   readonly cluster?: ClusterPort;
   /** audit is present when the adapter keeps the audit log (the SQL adapters do). */
   readonly audit?: AuditRepository;
+  /** consoleSessions is present when the adapter keeps admin console sessions and sign-in links (the SQL adapters do). */
+  readonly consoleSessions?: ConsoleSessionRepository;
   /** migrate brings the schema up to date; refuses a database written by a newer Headway. */
   migrate(): Promise<void>;
   /**

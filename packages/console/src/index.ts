@@ -1,0 +1,3 @@
+export * from './routes.js';
+export * from './auth.js';
+export * from './assets.js';

@@ -4,7 +4,7 @@
 // keep them forever; dist/web/index.html names them. The server reads dist/web at start (src/assets.ts).
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -38,7 +38,10 @@ const hashed = (name, ext, text) => {
 };
 const js = result.outputFiles.find((f) => f.path.endsWith('.js'));
 const script = hashed('console', 'js', js.contents);
-const style = hashed('console', 'css', readFileSync(join(root, 'web', 'styles.css')));
+// The shared sheet first, then each page's own (web/pages/*.css), in name order.
+const pageSheets = readdirSync(join(root, 'web', 'pages')).filter((f) => f.endsWith('.css')).sort();
+const css = [join(root, 'web', 'styles.css'), ...pageSheets.map((f) => join(root, 'web', 'pages', f))].map((f) => readFileSync(f, 'utf8')).join('\n');
+const style = hashed('console', 'css', css);
 const page = readFileSync(join(root, 'web', 'index.html'), 'utf8').replace('{{script}}', script).replace('{{style}}', style);
 writeFileSync(join(out, 'index.html'), page);
 writeFileSync(join(out, 'signin.html'), readFileSync(join(root, 'web', 'signin.html'), 'utf8').replace('{{style}}', style));

@@ -714,7 +714,7 @@ export interface components {
              * @description Stable machine-readable code
              * @enum {string}
              */
-            code: "bad_request" | "invalid_field" | "invalid_json" | "invalid_policy" | "policy_read_only" | "dns_read_only" | "unauthorized" | "forbidden" | "not_found" | "route_not_found" | "method_not_allowed" | "conflict" | "name_taken" | "user_has_nodes" | "key_used" | "precondition_failed" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "not_implemented" | "unavailable" | "internal";
+            code: "bad_request" | "invalid_field" | "invalid_json" | "invalid_policy" | "policy_read_only" | "dns_read_only" | "unauthorized" | "forbidden" | "csrf_failed" | "not_found" | "route_not_found" | "method_not_allowed" | "conflict" | "name_taken" | "user_has_nodes" | "key_used" | "precondition_failed" | "payload_too_large" | "unsupported_media_type" | "rate_limited" | "not_implemented" | "unavailable" | "internal";
             /**
              * @description The request field at fault, when one is
              * @example name

@@ -22,7 +22,7 @@ const root = repoRoot();
 const CI = process.env.CI === 'true';
 /** PUBLISHED is the decision of what goes to the registry; the metadata test pins it. */
 const PUBLISHED = [
-  'aead', 'api', 'cli', 'cli-admin', 'control', 'core', 'derp', 'dns-rfc2136', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
+  'aead', 'api', 'cli', 'cli-admin', 'console', 'control', 'core', 'derp', 'dns-rfc2136', 'drive-db', 'identity-oidc', 'memtrim', 'noise', 'policy', 'policy-db', 'policy-file',
   'server', 'storage-contract', 'storage-mysql', 'storage-postgres', 'storage-sql', 'storage-sqlite',
 ].map((p) => `@headway/${p}`).sort();
 

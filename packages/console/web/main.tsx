@@ -77,6 +77,8 @@ const root = document.getElementById('app')!;
 loadSession().then((session) => {
   if (!session) { location.assign('/admin/signin'); return; }
   setCsrf(session.csrf);
+  // Preact keeps a container's own children: the "Loading…" placeholder goes first (it is outside every landmark).
+  root.textContent = '';
   render(<App session={session} />, root);
 }, (err: unknown) => {
   root.textContent = `The console could not start: ${err instanceof Error ? err.message : String(err)}`;

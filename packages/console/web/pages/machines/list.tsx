@@ -98,7 +98,8 @@ export function MachineList() {
       </form>
       <Alert error={machines.error} />
       <p class="count" role="status">{machines.value ? `${shown.length} of ${all.length} machines` : 'Loading…'}</p>
-      <table class="stack machines">
+      {/* data-filters: the filters this table shows, as the hash spells them (tests wait for it to follow the hash). */}
+      <table class="stack machines" data-filters={filtersHash(filters)}>
         <caption class="visually-hidden">Machines</caption>
         <thead>
           <tr>

@@ -7,15 +7,15 @@ import type { ComponentChildren } from 'preact';
 import { useState } from 'preact/hooks';
 import { call, raw } from '../../api.js';
 import { Alert, Confirm, Page, useLoad, when } from '../../ui.js';
-import { exitText, expiryText, RouteList } from './list.js';
+import { exitText, expiryText, RouteState } from './list.js';
 import { LIVE_TEXT, useLive } from './live.js';
 import { EXIT_ROUTES, isExitRoute, loadMachine, seenText, TAGGED_OWNER, type Machine } from './model.js';
 
 interface Ask { title: string; text: string; confirm: string; run: () => Promise<unknown> }
 
-/** Row is one fact of the machine in a description list. */
+/** Row is one fact of the machine in a description list (`class` styles the value). */
 function Row(props: { label: string; children: ComponentChildren; class?: string }) {
-  return <div class={props.class}><dt>{props.label}</dt><dd>{props.children}</dd></div>;
+  return <div><dt>{props.label}</dt><dd class={props.class}>{props.children}</dd></div>;
 }
 
 /** splitTags reads tags typed with spaces or commas between them. */
@@ -105,7 +105,7 @@ export function MachineDetail(props: { id: string }) {
                 return (
                   <tr key={r}>
                     <td data-label="Route"><code>{r}</code></td>
-                    <td data-label="State"><RouteList m={{ ...m, advertised: m.advertised.filter((x) => x === r), approved: m.approved.filter((x) => x === r) }} /></td>
+                    <td data-label="State"><RouteState m={m} route={r} /></td>
                     <td>
                       {on
                         ? <button type="button" aria-label={`Unapprove route ${r}`} onClick={() => void act(`Route ${r} no longer approved`, () => approve(m, approved(m).filter((x) => x !== r)))}>Unapprove</button>

@@ -19,26 +19,32 @@ function Select(props: { id: string; label: string; value?: string; any: string;
   );
 }
 
-/** Routes sums up a machine's subnet routes: each with whether it is approved and primary. */
-export function RouteList(props: { m: Machine }) {
+/** routeState says where a subnet route stands: awaiting approval, approved (and primary, the one peers use), or approved before it is advertised. */
+export function routeState(m: Machine, r: string): string {
+  if (!m.advertised.includes(r)) return 'approved, not advertised';
+  if (!m.approved.includes(r)) return 'awaiting approval';
+  return m.primary.includes(r) ? 'primary' : 'approved';
+}
+
+/** RouteState is routeState, marked when the route awaits approval. */
+export function RouteState(props: { m: Machine; route: string }) {
+  const state = routeState(props.m, props.route);
+  return <span class={`route-state${state === 'awaiting approval' ? ' pending' : ''}`}>{state}</span>;
+}
+
+/** RouteList lists a machine's subnet routes, each with its state. */
+function RouteList(props: { m: Machine }) {
   const { m } = props;
   const all = [...new Set([...m.advertised, ...m.approved])];
   if (!all.length) return <span class="muted">None</span>;
-  return (
-    <ul class="plain">
-      {all.map((r) => {
-        const state = !m.advertised.includes(r) ? 'approved, not advertised' : !m.approved.includes(r) ? 'awaiting approval' : m.primary.includes(r) ? 'primary' : 'approved';
-        return <li key={r}><code>{r}</code> <span class={`route-state ${state === 'awaiting approval' ? 'pending' : ''}`}>{state}</span></li>;
-      })}
-    </ul>
-  );
+  return <ul class="plain">{all.map((r) => <li key={r}><code>{r}</code> <RouteState m={m} route={r} /></li>)}</ul>;
 }
 
 /** exitText: whether a machine offers itself as an exit node and whether that is approved. */
 export function exitText(m: Machine): string {
   if (m.exit.advertised && m.exit.approved) return 'Exit node';
   if (m.exit.advertised) return 'Offered, awaiting approval';
-  return m.exit.approved ? 'Approved, not offered' : 'No';
+  return m.exit.approved ? 'Approved, not offered' : 'Not offered';
 }
 
 /** expiryText: when a machine's key expires, in words. */

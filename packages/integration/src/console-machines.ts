@@ -4,7 +4,8 @@
  */
 import type { Page } from 'puppeteer-core';
 import { TestDevice } from '@headway/testkit';
-import { signInLink, socketCall, type ConsoleServer } from './console.js';
+import { launchChromium, prepareAxe, signIn, signInLink, socketCall, type ConsoleServer } from './console.js';
+import { unmet, type SkippableTest } from './unmet.js';
 import { startTestServer, type TestServer } from './server.js';
 
 /** Browser: the little of a page's globals these helpers read (this package is not compiled against the DOM's types). */
@@ -114,4 +115,21 @@ export async function startFleet(): Promise<Fleet> {
     await close();
     throw err;
   }
+}
+
+/**
+ * fleetConsole starts Chromium and a fleet and signs alice in, ready for axe-core (prepareAxe before the console
+ * loads); every part closes at the test's end. Undefined when Chromium is missing (reported with unmet).
+ */
+export async function fleetConsole(t: SkippableTest & { teardown(fn: () => unknown): void }): Promise<{ fleet: Fleet; page: Page } | undefined> {
+  const browser = await launchChromium();
+  if (!browser) { unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)'); return undefined; }
+  t.teardown(() => browser.close());
+  const fleet = await startFleet();
+  t.teardown(() => fleet.close());
+  const page = await signIn(browser, fleet.server, 'alice');
+  await prepareAxe(page);
+  await page.reload();
+  await page.waitForSelector('#page-title');
+  return { fleet, page };
 }

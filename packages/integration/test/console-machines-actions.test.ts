@@ -7,9 +7,8 @@
 import t from 'tap';
 import type { Page } from 'puppeteer-core';
 import type { AuditLog } from '@headway/core';
-import { launchChromium, openPage, signIn } from '../src/console.js';
-import { shownMachines, startFleet, waitText } from '../src/console-machines.js';
-import { unmet } from '../src/unmet.js';
+import { openPage } from '../src/console.js';
+import { fleetConsole, shownMachines, waitText } from '../src/console-machines.js';
 import { until } from '../src/until.js';
 
 t.setTimeout(240_000);
@@ -30,15 +29,10 @@ async function dialog(page: Page, choice: 'cancel' | 'confirm'): Promise<string>
   return text;
 }
 
-const browser = await launchChromium();
-if (!browser) {
-  unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
-} else {
-  t.teardown(() => browser.close());
-  const fleet = await startFleet();
-  t.teardown(() => fleet.close());
+const ready = await fleetConsole(t);
+if (ready) {
+  const { fleet, page } = ready;
   const { server: s, ids } = fleet;
-  const page = await signIn(browser, s, 'alice');
   const node = (name: string) => s.state.nodes.get(ids[name]!);
   const open = async (name: string) => {
     await openPage(page, `machines/${ids[name]}`);

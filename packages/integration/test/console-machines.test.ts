@@ -7,24 +7,15 @@
 import t from 'tap';
 import type { Page } from 'puppeteer-core';
 import { TestDevice } from '@headway/testkit';
-import { axeViolations, launchChromium, openPage, prepareAxe, SCREEN_WIDTHS, signIn } from '../src/console.js';
-import { rowStatus, shownMachines, startFleet, waitText } from '../src/console-machines.js';
-import { unmet } from '../src/unmet.js';
+import { axeViolations, openPage, SCREEN_WIDTHS } from '../src/console.js';
+import { fleetConsole, rowStatus, shownMachines, waitText } from '../src/console-machines.js';
 
 t.setTimeout(240_000);
 
-const browser = await launchChromium();
-if (!browser) {
-  unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
-} else {
-  t.teardown(() => browser.close());
-  const fleet = await startFleet();
-  t.teardown(() => fleet.close());
+const ready = await fleetConsole(t);
+if (ready) {
+  const { fleet, page } = ready;
   const { server: s, ids } = fleet;
-  const page = await signIn(browser, s, 'alice');
-  await prepareAxe(page);
-  await page.reload();
-  await page.waitForSelector('#page-title');
 
   /** show opens the list with `query` in the hash and answers the machines shown. */
   const show = async (query: string) => {

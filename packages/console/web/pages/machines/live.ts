@@ -4,6 +4,7 @@
  * user changed) arrives as `nodes` / `users` and the page re-reads what it shows, a burst of them once.
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { loadSession } from '../../session.js';
 
 /** NodeEvent: a machine's online state (and, when it went offline, when it was last seen). */
 export interface NodeEvent { id: string; online?: boolean; lastSeen?: string | null }
@@ -51,7 +52,12 @@ export function useLive(handlers: LiveHandlers): LiveState {
     source.addEventListener('node', (e) => ref.current.node(parse(e) as unknown as NodeEvent));
     source.addEventListener('nodes', (e) => later(parse(e) as ListEvent));
     source.addEventListener('users', () => later(undefined));
-    source.onerror = () => setState(source.readyState === EventSource.CLOSED ? 'stopped' : 'reconnecting');
+    source.onerror = () => {
+      if (source.readyState !== EventSource.CLOSED) { setState('reconnecting'); return; }
+      setState('stopped');
+      // The stream is refused when the session is over: then back to the sign-in page, as every other call does.
+      loadSession().then((s) => { if (!s) location.assign('/admin/signin'); }, () => undefined);
+    };
     return () => {
       source.close();
       if (timer) clearTimeout(timer);
@@ -65,5 +71,5 @@ export const LIVE_TEXT: Record<LiveState, string> = {
   connecting: 'Connecting to live updates…',
   live: 'Live',
   reconnecting: 'Live updates interrupted; reconnecting…',
-  stopped: 'Live updates stopped (signed out?): reload the page',
+  stopped: 'Live updates stopped: reload the page',
 };

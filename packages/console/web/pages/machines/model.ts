@@ -3,7 +3,7 @@
  * the primary ones, expiry, online state) and /api/v2 (the OS and client version the device reports), and the
  * filters the list applies, kept in the location's hash (#/machines?user=alice&status=online) so a reload keeps them.
  */
-import { call, raw, type ApiNode } from '../../api.js';
+import { ApiError, call, raw, type ApiNode } from '../../api.js';
 
 /** EXPIRING_SOON_DAYS: "expiring soon" is a key that expires within this many days (a week's notice to re-authenticate). */
 export const EXPIRING_SOON_DAYS = 7;
@@ -55,10 +55,22 @@ export function machineOf(n: ApiNode, facts?: DeviceFacts): Machine {
   };
 }
 
-/** deviceFacts reads every device's OS and client version (one call); empty when /api/v2 cannot be read. */
+/**
+ * readV2 reads what /api/v2 says of devices; a refusal there (other than the session's end) leaves the OS and
+ * client version unknown rather than the page empty.
+ */
+async function readV2<T>(path: string, none: T): Promise<T> {
+  try {
+    return await (await raw('GET', path)).json() as T;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) throw err;
+    return none;
+  }
+}
+
+/** deviceFacts reads every device's OS and client version (one call). */
 async function deviceFacts(): Promise<Map<string, DeviceFacts>> {
-  const res = await raw('GET', '/api/v2/tailnet/-/devices');
-  const { devices } = await res.json() as { devices: DeviceFacts[] };
+  const { devices } = await readV2<{ devices: DeviceFacts[] }>('/api/v2/tailnet/-/devices', { devices: [] });
   return new Map(devices.map((d) => [d.id, d]));
 }
 
@@ -72,7 +84,7 @@ export async function loadMachines(): Promise<Machine[]> {
 export async function loadMachine(id: string): Promise<Machine> {
   const [node, facts] = await Promise.all([
     call('get', '/api/v1/node/{id}', { params: { id } }),
-    raw('GET', `/api/v2/device/${encodeURIComponent(id)}`).then((r) => r.json() as Promise<DeviceFacts>),
+    readV2<DeviceFacts | undefined>(`/api/v2/device/${encodeURIComponent(id)}`, undefined),
   ]);
   return machineOf(node.node, facts);
 }

@@ -9,6 +9,7 @@ import type { Page } from 'puppeteer-core';
 import { TestDevice } from '@headway/testkit';
 import { axeViolations, openPage, SCREEN_WIDTHS } from '../src/console.js';
 import { fleetConsole, rowStatus, shownMachines, waitText } from '../src/console-machines.js';
+import { until } from '../src/until.js';
 
 t.setTimeout(240_000);
 
@@ -100,6 +101,20 @@ if (ready) {
     t.ok((await shownMachines(page)).includes('phone'), 'a machine that joined is listed');
     t.equal(await page.evaluate(() => (globalThis as unknown as { stayed?: boolean }).stayed), true, 'the page was not reloaded');
     t.match(await page.$eval('.live', (e) => e.textContent ?? ''), /^Live$/, 'the page says it is live');
+  });
+
+  await t.test('a burst of changes is read once', async (t) => {
+    await show('');
+    const reads: string[] = [];
+    const onRequest = (r: { url(): string }) => { if (new URL(r.url()).pathname === '/api/v1/node') reads.push(r.url()); };
+    page.on('request', onRequest);
+    // Every machine changed at once, as a policy change announces them: one write of five events on the stream.
+    for (const n of s.state.nodes.list()) s.state.bus.publish({ type: 'node-changed', node: n });
+    await until('the list re-read', () => reads.length > 0);
+    s.state.bus.publish({ type: 'user-changed', user: s.state.users.list()[0]! });
+    await until('the list re-read after the next change', () => reads.length > 1);
+    page.off('request', onRequest);
+    t.equal(reads.length, 2, 'one read for the burst of five, one for the change after it');
   });
 
   await t.test('axe-core finds no violation on the list and a machine, at phone and desktop widths', async (t) => {

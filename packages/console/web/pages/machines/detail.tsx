@@ -31,9 +31,10 @@ export function MachineDetail(props: { id: string }) {
   const [tags, setTags] = useState<string>();
   const live = useLive({
     node: (e) => { if (e.id === props.id) machine.setValue((m) => m && { ...m, online: e.online ?? m.online, lastSeen: e.lastSeen !== undefined ? e.lastSeen : m.lastSeen }); },
-    changed: (e) => {
-      if (e?.id !== undefined && e.id !== props.id) return;
-      if (e?.change === 'removed') { setGone(true); return; }
+    changed: (events) => {
+      const mine = events?.filter((e) => e.id === props.id);
+      if (mine?.length === 0) return;
+      if (mine?.some((e) => e.change === 'removed')) { setGone(true); return; }
       machine.reload();
     },
   });

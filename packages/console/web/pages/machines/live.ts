@@ -18,8 +18,8 @@ const REREAD_DELAY_MS = 250;
 
 export interface LiveHandlers {
   node(e: NodeEvent): void;
-  /** changed: something the page shows may have changed (undefined: anything, after a reconnect). */
-  changed(e: ListEvent | undefined): void;
+  /** changed: machines changed (these events, once per burst), or anything may have (undefined: after a reconnect, a user's change). */
+  changed(events: ListEvent[] | undefined): void;
 }
 
 /** useLive follows /admin/events while the page is shown; answers the connection's state for the page to show. */
@@ -37,9 +37,8 @@ export function useLive(handlers: LiveHandlers): LiveState {
       timer ??= setTimeout(() => {
         timer = undefined;
         const all = pending.splice(0);
-        // One re-read: for everything when any event said "anything", else for each machine named once.
-        if (all.includes(undefined)) ref.current.changed(undefined);
-        else for (const id of new Set(all.map((x) => x!.id))) ref.current.changed(all.find((x) => x!.id === id));
+        // One call for the burst: "anything" when any event said so, else the machines' events.
+        ref.current.changed(all.includes(undefined) ? undefined : all as ListEvent[]);
       }, REREAD_DELAY_MS);
     };
     const parse = (e: Event) => JSON.parse((e as MessageEvent<string>).data) as Record<string, unknown>;

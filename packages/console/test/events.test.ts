@@ -71,13 +71,17 @@ t.test('consoleEvent says only what the pages need', async (t) => {
   t.equal(consoleEvent({ type: 'policy-changed' }), undefined);
 });
 
-t.test('without a session: 401, and nothing subscribes', async (t) => {
-  const { url, bus } = await setup(t);
+t.test('without a session: 401 (403 from another site), and nothing subscribes', async (t) => {
+  const { url, bus, cookie } = await setup(t);
   const before = bus.listenerCount;
   const s = await open(url);
   t.equal(s.status, 401);
   await s.ended;
   t.match(s.text(), /not signed in/);
+  const crossSite = await new Promise<number>((resolve, reject) => {
+    http.get(`${url}/admin/events`, { headers: { cookie: `${cookieName(false)}=${cookie}`, 'sec-fetch-site': 'cross-site' } }, (res) => { res.resume(); resolve(res.statusCode ?? 0); }).on('error', reject);
+  });
+  t.equal(crossSite, 403, 'a session from another site is refused');
   const forged = await open(url, 'not-a-session');
   t.equal(forged.status, 401, 'an unknown cookie is no session');
   t.equal(bus.listenerCount, before);

@@ -130,6 +130,12 @@ if (ready) {
     t.notOk((await shownMachines(page)).includes('desk'), 'the list no longer shows it');
   });
 
+  await t.test("a machine that is not there: the server's message", async (t) => {
+    await openPage(page, 'machines/999999');
+    t.match(await alert(/999999/), /not found/i);
+    t.ok(await page.$('a[href="#/machines"]'), 'with the way back to the list');
+  });
+
   await t.test('every change is in the audit log as console:alice', async (t) => {
     const audit = await s.container.resolve<AuditLog>('auditLog').list({ limit: 100 });
     const mine = audit.filter((e) => e.actor === 'console:alice').map((e) => e.action);

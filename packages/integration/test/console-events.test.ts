@@ -17,11 +17,17 @@ function reader(body: ReadableStream<Uint8Array>) {
   let text = '';
   let seen = 0;
   let done = false;
+  /** arrived settles at the next chunk (or the end); a new one is made each time. */
+  let wake = () => undefined as void;
+  let arrived = new Promise<void>((r) => { wake = r; });
   const ended = (async () => {
     for (;;) {
       const r = await it.read().catch(() => ({ done: true, value: undefined }));
-      if (r.done) { done = true; return; }
-      text += decoder.decode(r.value, { stream: true });
+      if (r.done) done = true;
+      else text += decoder.decode(r.value, { stream: true });
+      wake();
+      arrived = new Promise<void>((r) => { wake = r; });
+      if (done) return;
     }
   })();
   const next = async (pattern: RegExp) => {
@@ -29,7 +35,7 @@ function reader(body: ReadableStream<Uint8Array>) {
       const m = pattern.exec(text.slice(seen));
       if (m) { seen += m.index + m[0].length; return m[0]; }
       if (done) throw new Error(`the stream ended before ${pattern}: ${JSON.stringify(text)}`);
-      await new Promise((r) => setTimeout(r, 20));
+      await arrived;
     }
   };
   return { next, ended, get done() { return done; } };

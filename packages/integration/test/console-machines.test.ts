@@ -2,12 +2,13 @@
  * The Machines page in Chromium against a real server and a fleet of virtual devices (startFleet): every filter shows
  * exactly the machines it should, a filter chosen on the page lands in the hash and survives a reload; the list shows
  * what the server knows (owner, OS and version, routes, exit node, expiry); online state and new machines appear
- * without a reload; axe-core finds nothing on the list and a machine's page at phone and desktop widths.
+ * without a reload, a burst of changes read once; axe-core finds nothing on the list and a machine's page at phone and desktop widths (kept as
+ * screenshots, console-machines-<width>.png and console-machine-<width>.png).
  */
 import t from 'tap';
 import type { Page } from 'puppeteer-core';
 import { TestDevice } from '@headway/testkit';
-import { axeViolations, openPage, SCREEN_WIDTHS } from '../src/console.js';
+import { axeViolations, openPage, SCREEN_WIDTHS, screenshots } from '../src/console.js';
 import { fleetConsole, rowStatus, shownMachines, waitText } from '../src/console-machines.js';
 import { until } from '../src/until.js';
 
@@ -127,8 +128,10 @@ if (ready) {
       }
     };
     await check('machines', 'the list', shownMachines);
+    await screenshots(page, 'console-machines');
     await check('machines?user=bob&exit=yes', 'the filtered list', shownMachines);
     await check(`machines/${ids.router}`, "router's page", (p) => p.waitForSelector('#machine-name'));
+    await screenshots(page, 'console-machine');
     await check(`machines/${ids.web}`, "web's page", (p) => p.waitForSelector('#machine-name'));
     const wide = await page.evaluate(() => (globalThis as unknown as { document: { documentElement: { scrollWidth: number } } }).document.documentElement.scrollWidth);
     t.ok(wide <= 1280, 'nothing wider than the desktop');

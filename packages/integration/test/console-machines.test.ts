@@ -2,8 +2,8 @@
  * The Machines page in Chromium against a real server and a fleet of virtual devices (startFleet): every filter shows
  * exactly the machines it should, a filter chosen on the page lands in the hash and survives a reload; the list shows
  * what the server knows (owner, OS and version, routes, exit node, expiry); online state and new machines appear
- * without a reload, a burst of changes read once; axe-core finds nothing on the list and a machine's page at phone and desktop widths (kept as
- * screenshots, console-machines-<width>.png and console-machine-<width>.png).
+ * without a reload, and a burst of changes is read once; axe-core finds nothing on the list and a machine's page at
+ * phone and desktop widths (kept as screenshots, console-machines-<width>.png and console-machine-<width>.png).
  */
 import t from 'tap';
 import type { Page } from 'puppeteer-core';

@@ -1,3 +1,4 @@
 export * from './routes.js';
 export * from './auth.js';
 export * from './assets.js';
+export * from './events.js';

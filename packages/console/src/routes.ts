@@ -1,8 +1,9 @@
 import type Router from '@koa/router';
 import type { Context } from 'koa';
-import { ConsoleSessions, type HeadwayConfig, type Logger } from '@headway/core';
+import { ConsoleSessions, type ChangeBus, type HeadwayConfig, type Logger } from '@headway/core';
 import { loadAssets, type ConsoleAssets } from './assets.js';
 import { authenticateConsole, readCookie, sameOrigin, sessionCookie } from './auth.js';
+import { mountConsoleEvents } from './events.js';
 
 /**
  * CSP: scripts, styles and connections from this server only; nothing inline, no eval, no frames, forms posting
@@ -28,6 +29,8 @@ export interface ConsoleOptions {
   assets?: ConsoleAssets;
   /** oidc: the provider sign-in's routes (/admin/oidc/...), mounted when admins may sign in through it. */
   oidc?: { label: string; startPath: string };
+  /** bus: the state's change bus, streamed to the pages as server-sent events at /admin/events (live machine state). */
+  bus?: ChangeBus;
 }
 
 /** escapeHtml makes text safe inside an element or a double-quoted attribute. */
@@ -49,6 +52,7 @@ export function isSecure(config: HeadwayConfig): boolean {
 export function mountConsole(router: Router, opts: ConsoleOptions): void {
   const { config, sessions, logger } = opts;
   const secure = isSecure(config);
+  if (opts.bus) mountConsoleEvents(router, { bus: opts.bus, sessions, secure, logger });
   let assets = opts.assets ?? loadAssets();
   const page = (ctx: Context, status: number, html: string) => {
     ctx.status = status;

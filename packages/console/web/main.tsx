@@ -31,7 +31,8 @@ const ROUTES: Route[] = [
 
 /** current reads the hash: #/machines/3 is the machines page with argument 3. */
 function current(): { route: Route; arg?: string } {
-  const [path, arg] = location.hash.replace(/^#\/?/, '').split('/');
+  // A page's own query (#/machines?user=alice: its filters) is the page's to read.
+  const [path, arg] = location.hash.replace(/^#\/?/, '').split('?')[0]!.split('/');
   return { route: ROUTES.find((r) => r.path === path) ?? ROUTES[0]!, arg: arg ? decodeURIComponent(arg) : undefined };
 }
 
@@ -76,6 +77,8 @@ const root = document.getElementById('app')!;
 loadSession().then((session) => {
   if (!session) { location.assign('/admin/signin'); return; }
   setCsrf(session.csrf);
+  // Preact keeps a container's own children: the "Loading…" placeholder goes first (it is outside every landmark).
+  root.textContent = '';
   render(<App session={session} />, root);
 }, (err: unknown) => {
   root.textContent = `The console could not start: ${err instanceof Error ? err.message : String(err)}`;

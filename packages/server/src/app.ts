@@ -108,7 +108,7 @@ export function createApp(opts: AppOptions): Koa {
   }
   mountV2(router, deps, opts.trusted, remoteOf);
   if (opts.console && opts.trusted) mountConsoleLinks(router, opts.console, deps.config.server_url);
-  else if (opts.console) mountConsole(router, { config: deps.config, sessions: opts.console, logger });
+  else if (opts.console) mountConsole(router, { config: deps.config, sessions: opts.console, logger, bus: deps.state.bus });
   opts.extra?.(router);
 
   app.use(router.routes());

@@ -1,6 +1,10 @@
-import { Page } from '../ui.js';
+import { MachineDetail } from './machines/detail.js';
+import { MachineList } from './machines/list.js';
 
-/** MachinesPage: not built yet. */
-export function MachinesPage(_props: { arg?: string }) {
-  return <Page title="Machines"><p>Not built yet.</p></Page>;
+/**
+ * MachinesPage: every machine with search, filters and live online state (#/machines?user=…), or one machine and
+ * the changes `headway nodes` makes (#/machines/<id>).
+ */
+export function MachinesPage(props: { arg?: string }) {
+  return props.arg && /^\d+$/.test(props.arg) ? <MachineDetail id={props.arg} /> : <MachineList />;
 }

@@ -74,7 +74,16 @@ export class ConsoleSessions {
   }
 
   /** check answers the live session a cookie names, moving its idle deadline; undefined when there is none. */
-  async check(cookie: string | undefined): Promise<ConsoleSession | undefined> {
+  check(cookie: string | undefined): Promise<ConsoleSession | undefined> {
+    return this.live(cookie, true);
+  }
+
+  /** peek is check without moving the idle deadline: a long-lived stream asks whether its session is still on. */
+  peek(cookie: string | undefined): Promise<ConsoleSession | undefined> {
+    return this.live(cookie, false);
+  }
+
+  private async live(cookie: string | undefined, touch: boolean): Promise<ConsoleSession | undefined> {
     if (!cookie || cookie.length > 100) return undefined;
     const id = hashSecret(cookie);
     const row = await this.repo.get(id);
@@ -84,7 +93,7 @@ export class ConsoleSessions {
       await this.repo.delete(id);
       return undefined;
     }
-    if (now.getTime() - row.lastSeenAt.getTime() >= TOUCH_EVERY_MS) {
+    if (touch && now.getTime() - row.lastSeenAt.getTime() >= TOUCH_EVERY_MS) {
       await this.repo.touch(id, now);
       row.lastSeenAt = now;
     }

@@ -76,6 +76,8 @@ const root = document.getElementById('app')!;
 loadSession().then((session) => {
   if (!session) { location.assign('/admin/signin'); return; }
   setCsrf(session.csrf);
+  // Preact renders beside what is already there: drop the "Loading…" placeholder first.
+  root.replaceChildren();
   render(<App session={session} />, root);
 }, (err: unknown) => {
   root.textContent = `The console could not start: ${err instanceof Error ? err.message : String(err)}`;

@@ -1,0 +1,71 @@
+import { useState } from 'preact/hooks';
+import { call, type ApiKeyInfo } from '../../api.js';
+import { Alert, Confirm, useLoad, when } from '../../ui.js';
+import { ExpirySelect, SecretOnce, expired } from './shared.js';
+
+/** ApiKeys lists, creates and expires API keys (headway apikeys list|create|expire). */
+export function ApiKeys() {
+  const keys = useLoad(() => call('get', '/api/v1/apikey').then((a) => a.apiKeys));
+  const [expiry, setExpiry] = useState('90d');
+  const [secret, setSecret] = useState<string>();
+  const [error, setError] = useState<unknown>();
+  const [notice, setNotice] = useState<string>();
+  const [doomed, setDoomed] = useState<ApiKeyInfo>();
+
+  const create = async (e: Event) => {
+    e.preventDefault();
+    try {
+      const a = await call('post', '/api/v1/apikey', { body: { expiration: expiry || undefined } });
+      setSecret(a.apiKey);
+      setError(undefined);
+      setNotice(undefined);
+      keys.reload();
+    } catch (err) { setError(err); }
+  };
+  const expire = async (k: ApiKeyInfo) => {
+    setDoomed(undefined);
+    try {
+      await call('post', '/api/v1/apikey/expire', { body: { id: k.id } });
+      setNotice(`API key ${k.prefix} expired`);
+      setError(undefined);
+      keys.reload();
+    } catch (err) { setError(err); }
+  };
+
+  return (
+    <section aria-labelledby="apikeys-title">
+      <h2 id="apikeys-title">API keys</h2>
+      <form class="key-form" onSubmit={create} aria-label="New API key">
+        <ExpirySelect id="api-expiry" value={expiry} onChange={setExpiry} />
+        <button type="submit" class="primary">Create API key</button>
+      </form>
+      {secret
+        ? <SecretOnce what="API key" secret={secret} usage="Send it as: Authorization: Bearer <key>" onDone={() => setSecret(undefined)} />
+        : null}
+      <Alert error={error ?? keys.error} notice={notice} />
+      <table class="stack">
+        <caption class="visually-hidden">API keys</caption>
+        <thead><tr>
+          <th scope="col">Prefix</th><th scope="col">Expires</th><th scope="col">Last seen</th><th scope="col">Created</th>
+          <th scope="col"><span class="visually-hidden">Actions</span></th>
+        </tr></thead>
+        <tbody>
+          {(keys.value ?? []).map((k) => (
+            <tr key={k.id} data-prefix={k.prefix}>
+              <td data-label="Prefix"><code>{k.prefix}</code></td>
+              <td data-label="Expires">{k.expiration ? `${expired(k.expiration) ? 'Expired ' : ''}${when(k.expiration)}` : 'Never'}</td>
+              <td data-label="Last seen">{k.lastSeen ? when(k.lastSeen) : 'Never'}</td>
+              <td data-label="Created">{when(k.createdAt)}</td>
+              <td>{expired(k.expiration) ? null
+                : <button type="button" class="danger" aria-label={`Expire API key ${k.prefix}`} onClick={() => setDoomed(k)}>Expire</button>}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {keys.value?.length === 0 ? <p>No API keys.</p> : null}
+      <Confirm open={!!doomed} title="Expire API key" confirm="Expire" onCancel={() => setDoomed(undefined)} onConfirm={() => doomed && void expire(doomed)}>
+        <p>Expire API key {doomed?.prefix}? Scripts and tools using it get 401 from now on.</p>
+      </Confirm>
+    </section>
+  );
+}

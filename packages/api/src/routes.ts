@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { badField, shown } from '@headway/core';
+import { badField, policyVersion, shown } from '@headway/core';
 import type { HeadwayConfig } from '@headway/core';
 import type { State } from '@headway/core';
 import type { PolicyService } from '@headway/core';
@@ -281,9 +281,12 @@ export const ROUTES: Route[] = [
         .meta({ description: 'The version the change was made to (GET\'s `version`); absent: set whatever is stored' }),
     }),
     bodyLimit: POLICY_LIMIT, errors: [412],
-    response: z.object({ policy: z.string(), updatedAt: Time, warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }) }),
+    response: z.object({
+      policy: z.string(), updatedAt: Time, warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }),
+      version: z.string().meta({ description: 'The version of the text now in force (for the next PUT)' }),
+    }),
     responseDescription: 'The policy now in force',
-    handle: async ({ body }, { policy }) => policy.set(body.policy, { ifVersion: body.version }),
+    handle: async ({ body }, { policy }) => ({ ...await policy.set(body.policy, { ifVersion: body.version }), version: policyVersion(body.policy) }),
   }),
   route({
     method: 'POST', path: '/api/v1/policy/check', operationId: 'checkPolicy', tag: 'Policy', summary: 'Check a policy',

@@ -2213,6 +2213,8 @@ export interface operations {
                         updatedAt: string;
                         /** @description Things that work but are likely mistakes */
                         warnings: string[];
+                        /** @description The version of the text now in force (for the next PUT) */
+                        version: string;
                     };
                 };
             };

@@ -41,6 +41,7 @@ t.test('PUT with the version GET answered sets the policy; with a stale version 
   t.match(first.json, { policy: '', mode: 'database', source: /database/, version: /^[0-9a-f]{64}$/ });
   const a = await call('PUT', '/api/v1/policy', { policy: '{"acls": []}', version: first.json.version });
   t.equal(a.status, 200, 'set at the version loaded');
+  t.equal(a.json.version, (await call('GET', '/api/v1/policy')).json.version, 'PUT answers the new version, as GET does');
   const b = await call('PUT', '/api/v1/policy', { policy: '{"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}', version: first.json.version });
   t.equal(b.status, 412, 'a second writer holding the old version is refused');
   t.equal(b.json.code, 'precondition_failed');

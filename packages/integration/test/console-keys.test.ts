@@ -6,8 +6,8 @@
  */
 import t from 'tap';
 import type { Page } from 'puppeteer-core';
-import { axeViolations, launchChromium, openPage, prepareAxe, SCREEN_WIDTHS, signIn } from '../src/console.js';
-import { adminNodes, deviceServer, textOf } from '../src/console-devices.js';
+import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn } from '../src/console.js';
+import { adminNodes, deviceServer, openForAxe, textOf } from '../src/console-devices.js';
 import { findTailscaleBinaries } from '../src/tailscale.js';
 import { unmet } from '../src/unmet.js';
 
@@ -47,8 +47,7 @@ t.test('a pre-auth key made in the console joins a real tailscaled; an API key m
   await s.state.users.create({ name: 'alice' });
 
   const page = await signIn(browser, s, 'keeper');
-  await prepareAxe(page);
-  await openPage(page, 'keys');
+  await openForAxe(page, 'keys');
   await page.waitForFunction(() => [...(globalThis as unknown as { document: { querySelectorAll(s: string): Iterable<{ value: string }> } }).document.querySelectorAll('#pak-user option')].some((o) => o.value === 'alice'));
 
   const userKey = await createPreAuthKey(page, { user: 'alice' });

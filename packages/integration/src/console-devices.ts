@@ -77,3 +77,18 @@ export async function openForAxe(page: Page, route: string): Promise<void> {
   await page.reload();
   await page.waitForSelector('#page-title');
 }
+
+/** savePolicy puts `text` in the policy editor, presses Save and answers what the page then says: saved, stale (changed by someone else) or refused (errors listed). */
+export async function savePolicy(page: Page, text: string): Promise<'saved' | 'stale' | 'refused'> {
+  await setEditor(page, text);
+  // The page clears the last answer as the save starts (before the click returns), so the one waited for is this save's.
+  await page.click('.policy-actions button[type=submit]');
+  const which = await page.waitForFunction(() => {
+    const d = (globalThis as unknown as Doc).document;
+    if (d.querySelector('.policy-stale')) return 'stale';
+    if (d.querySelector('.policy-problems')) return 'refused';
+    const notice = d.querySelector('.policy-main p.alert.notice') as { textContent: string } | null;
+    return notice && /Saved/.test(notice.textContent) ? 'saved' : false;
+  });
+  return await which.jsonValue() as 'saved' | 'stale' | 'refused';
+}

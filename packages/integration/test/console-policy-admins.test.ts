@@ -11,7 +11,7 @@ import t, { type Test } from 'tap';
 import type { Page } from 'puppeteer-core';
 import { startTestServer } from '../src/server.js';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn } from '../src/console.js';
-import { editorState, openForAxe, setEditor, textOf, waitText } from '../src/console-devices.js';
+import { editorState, openForAxe, savePolicy, textOf, waitText } from '../src/console-devices.js';
 import { unmet } from '../src/unmet.js';
 
 t.setTimeout(180_000);
@@ -50,15 +50,11 @@ t.test("a second administrator's stale save is refused, the first's text stays, 
   await loaded(a, FIRST);
   await loaded(b, FIRST);
 
-  await setEditor(a, ALICE);
-  await a.click('.policy-actions button[type=submit]');
-  await waitText(a, '.policy-main p.alert.notice', /Saved/);
+  t.equal(await savePolicy(a, ALICE), 'saved');
   t.equal(s.policy.policyText, ALICE, "alice's save is in force");
 
-  await setEditor(b, BOB);
-  await b.click('.policy-actions button[type=submit]');
-  const stale = await waitText(b, '.policy-stale', /changed by someone else since you loaded it/);
-  t.ok(stale, 'bob is told the policy changed since he loaded it');
+  t.equal(await savePolicy(b, BOB), 'stale', "bob's save is refused");
+  t.match(await textOf(b, '.policy-stale'), /changed by someone else since you loaded it/, 'bob is told the policy changed since he loaded it');
   t.equal(s.policy.policyText, ALICE, "the server still holds alice's text");
   t.equal((await editorState(b)).text, BOB, "bob's edits stay in his editor until he reloads");
   await axeAtWidths(t, b, 'stale save');
@@ -66,15 +62,11 @@ t.test("a second administrator's stale save is refused, the first's text stays, 
   await b.click('.policy-stale button');
   await loaded(b, ALICE);
   t.equal(await b.$('.policy-stale'), null, 'the reload clears the refusal');
-  await setEditor(b, BOB);
-  await b.click('.policy-actions button[type=submit]');
-  await waitText(b, '.policy-main p.alert.notice', /Saved/);
+  t.equal(await savePolicy(b, BOB), 'saved');
   t.equal(s.policy.policyText, BOB, 'after reloading, bob saves');
 
   // alice now holds a stale version in turn: her next save is refused too.
-  await setEditor(a, FIRST);
-  await a.click('.policy-actions button[type=submit]');
-  await waitText(a, '.policy-stale', /changed by someone else/);
+  t.equal(await savePolicy(a, FIRST), 'stale', "alice's next save is refused");
   t.equal(s.policy.policyText, BOB, "bob's text stays");
 });
 

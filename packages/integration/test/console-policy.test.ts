@@ -9,7 +9,7 @@ import t from 'tap';
 import type { NetworkMapJson } from '../src/tailscale.js';
 import { findTailscaleBinaries } from '../src/tailscale.js';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn, socketCall } from '../src/console.js';
-import { deviceServer, editorState, openForAxe, setEditor, textOf, waitText } from '../src/console-devices.js';
+import { deviceServer, editorState, openForAxe, savePolicy, setEditor, textOf, waitText } from '../src/console-devices.js';
 import { unmet } from '../src/unmet.js';
 
 t.setTimeout(300_000);
@@ -89,9 +89,8 @@ t.test('errors at their line, failing tests refused, preview, and a saved policy
   t.match((await shown()).in, /bob-dev: any port/, 'and bob-dev reaches alice-dev');
 
   // An error: shown at its line and column; its button puts the caret there and marks the line.
-  await setEditor(page, BROKEN);
-  await page.click('.policy-actions button[type=submit]');
-  const problem = await waitText(page, '.policy-problems', /Line 4, column \d+/);
+  t.equal(await savePolicy(page, BROKEN), 'refused');
+  const problem = await textOf(page, '.policy-problems');
   t.match(problem, /Line 4, column 43:.*comma/, 'the error is shown at line 4, column 43');
   await page.click('.policy-problems button.problem');
   const at = await editorState(page);
@@ -110,8 +109,8 @@ t.test('errors at their line, failing tests refused, preview, and a saved policy
   await waitText(page, '.policy-tests-summary', /1 of 2 failed/);
   t.match(await textOf(page, 'li[data-test="tests[0]"]'), /^Passed/, 'tests[0] passed');
   t.match(await textOf(page, 'li[data-test="tests[1]"]'), /^Failed tests\[1\] from alice@.*alice@ -> bob@:22 expected accept/, 'tests[1] failed, saying why');
-  await page.click('.policy-actions button[type=submit]');
-  const refused = await waitText(page, '.policy-problems', /test/);
+  t.equal(await savePolicy(page, FAILING), 'refused');
+  const refused = await textOf(page, '.policy-problems');
   t.match(refused, /tests\[1\]: alice@ -> bob@:22 expected accept/, 'the save is refused naming the failing test');
   const check = await socketCall(s, 'POST', '/api/v1/policy/check', { policy: FAILING });
   t.match(check.json.detail, /tests\[1\]: alice@ -> bob@:22 expected accept/, 'as the server refuses it');
@@ -124,8 +123,7 @@ t.test('errors at their line, failing tests refused, preview, and a saved policy
   t.same((await server(FIXED)).canReach, [], "the server's preview: alice-dev reaches nothing");
   t.match((await shown()).in, /Nothing may open/, 'and nothing reaches it');
   t.match(await textOf(page, '.preview-result'), /No peers/, 'and it has no peers');
-  await page.click('.policy-actions button[type=submit]');
-  await waitText(page, '.policy-main p.alert.notice', /Saved/);
+  t.equal(await savePolicy(page, FIXED), 'saved');
   t.equal(s.policy.policyText, FIXED, 'the server holds the fixed policy');
   const after = await aliceDev.waitNetmap((nm) => !peerNames(nm).includes('bob-dev'), { timeoutMs: 30_000 });
   t.same(peerNames(after), [], "after: bob-dev is gone from alice-dev's network map, as the preview said");

@@ -64,6 +64,11 @@ export function PolicyPage(_props: { arg?: string }) {
   };
   const save = async (e: Event) => {
     e.preventDefault();
+    // A new attempt: the last one's answer no longer applies.
+    setNotice(undefined);
+    setStale(false);
+    setProblems([]);
+    setError(undefined);
     try {
       const r = await call('put', '/api/v1/policy', { body: { policy: text, version } });
       setVersion(r.version);

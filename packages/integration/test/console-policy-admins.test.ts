@@ -11,7 +11,7 @@ import t, { type Test } from 'tap';
 import type { Page } from 'puppeteer-core';
 import { startTestServer } from '../src/server.js';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn } from '../src/console.js';
-import { editorState, openForAxe, savePolicy, textOf, waitText } from '../src/console-devices.js';
+import { editorState, openForAxe, savePolicy, setEditor, textOf, waitText } from '../src/console-devices.js';
 import { unmet } from '../src/unmet.js';
 
 t.setTimeout(180_000);
@@ -68,6 +68,13 @@ t.test("a second administrator's stale save is refused, the first's text stays, 
   // alice now holds a stale version in turn: her next save is refused too.
   t.equal(await savePolicy(a, FIRST), 'stale', "alice's next save is refused");
   t.equal(s.policy.policyText, BOB, "bob's text stays");
+
+  // Check shows the server's warnings for a valid policy, and changes nothing.
+  await setEditor(a, '{ "acls": [] }');
+  await a.click('.policy-actions button');
+  t.match(await waitText(a, '.policy-warnings', /denied/), /empty acls list.*all traffic between devices will be denied/, 'the warning is shown');
+  t.match(await textOf(a, '.policy-main p.alert.notice'), /valid/);
+  t.equal(s.policy.policyText, BOB, 'checking changes nothing');
 });
 
 t.test('file mode: the editor is read-only, names the file, and has no save', async (t) => {

@@ -1,35 +1,31 @@
 import { useState } from 'preact/hooks';
 import { call, type ApiKeyInfo } from '../../api.js';
 import { Alert, Confirm, useLoad, when } from '../../ui.js';
-import { ExpirySelect, SecretOnce, expired } from './shared.js';
+import { ExpirySelect, SecretOnce, expired, useAction } from './shared.js';
 
 /** ApiKeys lists, creates and expires API keys (headway apikeys list|create|expire). */
 export function ApiKeys() {
   const keys = useLoad(() => call('get', '/api/v1/apikey').then((a) => a.apiKeys));
   const [expiry, setExpiry] = useState('90d');
   const [secret, setSecret] = useState<string>();
-  const [error, setError] = useState<unknown>();
-  const [notice, setNotice] = useState<string>();
+  const action = useAction();
   const [doomed, setDoomed] = useState<ApiKeyInfo>();
 
-  const create = async (e: Event) => {
+  const create = (e: Event) => {
     e.preventDefault();
-    try {
-      const a = await call('post', '/api/v1/apikey', { body: { expiration: expiry || undefined } });
-      setSecret(a.apiKey);
-      setError(undefined);
-      setNotice(undefined);
+    void action.run(async () => {
+      setSecret((await call('post', '/api/v1/apikey', { body: { expiration: expiry || undefined } })).apiKey);
       keys.reload();
-    } catch (err) { setError(err); }
+      return undefined;
+    });
   };
-  const expire = async (k: ApiKeyInfo) => {
+  const expire = (k: ApiKeyInfo) => {
     setDoomed(undefined);
-    try {
+    void action.run(async () => {
       await call('post', '/api/v1/apikey/expire', { body: { id: k.id } });
-      setNotice(`API key ${k.prefix} expired`);
-      setError(undefined);
       keys.reload();
-    } catch (err) { setError(err); }
+      return `API key ${k.prefix} expired`;
+    });
   };
 
   return (
@@ -42,7 +38,7 @@ export function ApiKeys() {
       {secret
         ? <SecretOnce what="API key" secret={secret} usage="Send it as: Authorization: Bearer <key>" onDone={() => setSecret(undefined)} />
         : null}
-      <Alert error={error ?? keys.error} notice={notice} />
+      <Alert error={action.error ?? keys.error} notice={action.notice} />
       <table class="stack">
         <caption class="visually-hidden">API keys</caption>
         <thead><tr>
@@ -63,7 +59,7 @@ export function ApiKeys() {
         </tbody>
       </table>
       {keys.value?.length === 0 ? <p>No API keys.</p> : null}
-      <Confirm open={!!doomed} title="Expire API key" confirm="Expire" onCancel={() => setDoomed(undefined)} onConfirm={() => doomed && void expire(doomed)}>
+      <Confirm open={!!doomed} title="Expire API key" confirm="Expire" onCancel={() => setDoomed(undefined)} onConfirm={() => doomed && expire(doomed)}>
         <p>Expire API key {doomed?.prefix}? Scripts and tools using it get 401 from now on.</p>
       </Confirm>
     </section>

@@ -1,7 +1,7 @@
 import { useState } from 'preact/hooks';
 import { call, type ApiPreAuthKey } from '../../api.js';
 import { Alert, Confirm, useLoad, when } from '../../ui.js';
-import { ExpirySelect, SecretOnce, expired } from './shared.js';
+import { ExpirySelect, SecretOnce, expired, useAction } from './shared.js';
 
 /** status names a pre-auth key's state for the list. */
 function status(k: ApiPreAuthKey): string {
@@ -20,31 +20,28 @@ export function PreAuthKeys() {
   const [tags, setTags] = useState('');
   const [expiry, setExpiry] = useState('1h');
   const [secret, setSecret] = useState<string>();
-  const [error, setError] = useState<unknown>();
-  const [notice, setNotice] = useState<string>();
+  const action = useAction();
   const [doomed, setDoomed] = useState<ApiPreAuthKey>();
 
-  const create = async (e: Event) => {
+  const create = (e: Event) => {
     e.preventDefault();
     const aclTags = tags.split(/[\s,]+/).filter(Boolean);
-    try {
+    void action.run(async () => {
       const a = await call('post', '/api/v1/preauthkey', {
         body: { user: user || undefined, reusable, ephemeral, aclTags, expiration: expiry || undefined },
       });
       setSecret(a.preAuthKey.key);
-      setError(undefined);
-      setNotice(undefined);
       keys.reload();
-    } catch (err) { setError(err); }
+      return undefined;
+    });
   };
-  const expire = async (k: ApiPreAuthKey) => {
+  const expire = (k: ApiPreAuthKey) => {
     setDoomed(undefined);
-    try {
+    void action.run(async () => {
       await call('post', '/api/v1/preauthkey/expire', { body: { id: k.id } });
-      setNotice(`Pre-auth key ${k.id} expired`);
-      setError(undefined);
       keys.reload();
-    } catch (err) { setError(err); }
+      return `Pre-auth key ${k.id} expired`;
+    });
   };
 
   return (
@@ -74,7 +71,7 @@ export function PreAuthKeys() {
       {secret
         ? <SecretOnce what="pre-auth key" secret={secret} usage="Use it as: tailscale up --login-server <this server> --authkey <key>" onDone={() => setSecret(undefined)} />
         : null}
-      <Alert error={error ?? keys.error ?? users.error} notice={notice} />
+      <Alert error={action.error ?? keys.error ?? users.error} notice={action.notice} />
       <table class="stack">
         <caption class="visually-hidden">Pre-auth keys</caption>
         <thead><tr>
@@ -99,7 +96,7 @@ export function PreAuthKeys() {
         </tbody>
       </table>
       {keys.value?.length === 0 ? <p>No pre-auth keys.</p> : null}
-      <Confirm open={!!doomed} title="Expire pre-auth key" confirm="Expire" onCancel={() => setDoomed(undefined)} onConfirm={() => doomed && void expire(doomed)}>
+      <Confirm open={!!doomed} title="Expire pre-auth key" confirm="Expire" onCancel={() => setDoomed(undefined)} onConfirm={() => doomed && expire(doomed)}>
         <p>Expire pre-auth key {doomed?.id}{doomed?.user ? ` of ${doomed.user.name}` : ''}? It stops registering machines now; machines it registered stay.</p>
       </Confirm>
     </section>

@@ -2,6 +2,7 @@
  * keys/shared.tsx: what both kinds of key share on the Keys page: the expiry choices, whether a key has expired, and
  * the panel that shows a new key's secret once (it lives only in this page's memory, so a reload loses it for good).
  */
+import { useState } from 'preact/hooks';
 import { CopyButton } from '../../ui.js';
 
 /** EXPIRIES are the lifetimes offered for a new key; the value is what the API's `expiration` reads (empty: never). */
@@ -45,4 +46,17 @@ export function SecretOnce(props: { what: string; secret: string; usage: string;
       </div>
     </div>
   );
+}
+
+/** useAction runs a change and keeps its outcome for the Alert: the notice it answers, or the server's refusal. */
+export function useAction() {
+  const [error, setError] = useState<unknown>();
+  const [notice, setNotice] = useState<string>();
+  const run = async (change: () => Promise<string | undefined>) => {
+    try {
+      setNotice(await change());
+      setError(undefined);
+    } catch (err) { setError(err); }
+  };
+  return { error, notice, run };
 }

@@ -92,7 +92,10 @@ export function PolicyPage(_props: { arg?: string }) {
                 Read-only: this policy comes from <strong>{p?.source}</strong> (policy.mode: {p?.mode}). Edit that file and send the
                 server SIGHUP to change it.
               </p>
-            : <p class="policy-hint" id="policy-hint">HuJSON: JSON with comments and trailing commas. Tab moves on to the next control.</p>}
+            : <p class="policy-hint" id="policy-hint">
+                {p && !p.policy ? 'No policy is set: every device may reach every device. ' : ''}
+                HuJSON: JSON with comments and trailing commas. Tab moves on to the next control.
+              </p>}
           <label for="policy-text">Policy</label>
           <PolicyEditor area={area} value={text} readOnly={readOnly} marked={marked} describedBy="policy-hint"
             onInput={(v) => { setText(v); setMarked(undefined); }} />

@@ -1,6 +1,6 @@
 import type { Context } from 'koa';
 import { z } from 'zod';
-import { badField, shown } from '@headway/core';
+import { badField, policyVersion, shown } from '@headway/core';
 import type { HeadwayConfig } from '@headway/core';
 import type { State } from '@headway/core';
 import type { PolicyService } from '@headway/core';
@@ -17,6 +17,7 @@ import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } fr
 import { DRIVE_ROUTES } from './drive.js';
 import { AUDIT_ROUTES } from './audit.js';
 import { OAUTH_CLIENT_ROUTES } from './oauth-clients.js';
+import { POLICY_TOOL_ROUTES } from './policy-tools.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -265,17 +266,27 @@ export const ROUTES: Route[] = [
       policy: z.string().meta({ description: 'Policy text; empty when none is set' }),
       updatedAt: Time.nullable().meta({ description: 'When it was last loaded or set; null when none is' }),
       mode: z.string().meta({ description: 'Where the policy comes from (policy.mode)', examples: ['database'] }),
+      source: z.string().meta({ description: 'Where the policy is stored: the file\'s path (policy.mode: file) or the database', examples: ['database'] }),
+      version: z.string().meta({ description: 'This version of the text (SHA-256, hex; the /api/v2 ETag): send it back with PUT to set only if nobody changed it since' }),
     }),
     responseDescription: 'The policy',
-    handle: async (_input, { policy }) => policy.current(),
+    handle: async (_input, { policy }) => ({ ...policy.current(), source: policy.origin, version: policy.version }),
   }),
   route({
     method: 'PUT', path: '/api/v1/policy', operationId: 'setPolicy', tag: 'Policy', summary: 'Replace the policy',
-    description: 'Only with policy.mode: database (400 policy_read_only otherwise). An invalid policy is refused with every error listed in `errors`.',
-    body: PolicyText, bodyLimit: POLICY_LIMIT,
-    response: z.object({ policy: z.string(), updatedAt: Time, warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }) }),
+    description: 'Only with policy.mode: database (400 policy_read_only otherwise). An invalid policy is refused with every error listed in `errors`. '
+      + 'With `version` (from GET) the policy is set only if the stored policy is still that version, checked in the write\'s transaction (412 otherwise).',
+    body: PolicyText.extend({
+      version: optional(z.string().regex(/^[0-9a-f]{64}$/, { error: (iss) => `expected the 64 hex digits GET answers, found ${shown(iss.input)}` }))
+        .meta({ description: 'The version the change was made to (GET\'s `version`); absent: set whatever is stored' }),
+    }),
+    bodyLimit: POLICY_LIMIT, errors: [412],
+    response: z.object({
+      policy: z.string(), updatedAt: Time, warnings: z.array(z.string()).meta({ description: 'Things that work but are likely mistakes' }),
+      version: z.string().meta({ description: 'The version of the text now in force (for the next PUT)' }),
+    }),
     responseDescription: 'The policy now in force',
-    handle: async ({ body }, { policy }) => policy.set(body.policy),
+    handle: async ({ body }, { policy }) => ({ ...await policy.set(body.policy, { ifVersion: body.version }), version: policyVersion(body.policy) }),
   }),
   route({
     method: 'POST', path: '/api/v1/policy/check', operationId: 'checkPolicy', tag: 'Policy', summary: 'Check a policy',
@@ -285,6 +296,7 @@ export const ROUTES: Route[] = [
     responseDescription: 'The policy is valid',
     handle: async ({ body }, { policy }) => ({ valid: true as const, warnings: await policy.check(body.policy) }),
   }),
+  ...POLICY_TOOL_ROUTES,
   // ---- health ----
   route({
     method: 'GET', path: '/api/v1/health', operationId: 'health', tag: 'Health', summary: 'Database connectivity',

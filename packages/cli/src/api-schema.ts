@@ -458,7 +458,7 @@ export interface paths {
         get: operations["getPolicy"];
         /**
          * Replace the policy
-         * @description Only with policy.mode: database (400 policy_read_only otherwise). An invalid policy is refused with every error listed in `errors`.
+         * @description Only with policy.mode: database (400 policy_read_only otherwise). An invalid policy is refused with every error listed in `errors`. With `version` (from GET) the policy is set only if the stored policy is still that version, checked in the write's transaction (412 otherwise).
          */
         put: operations["setPolicy"];
         post?: never;
@@ -482,6 +482,46 @@ export interface paths {
          * @description Checks the text against live users and nodes without applying it. An invalid policy is a 400 listing every error.
          */
         post: operations["checkPolicy"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/policy/tests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run a policy's tests
+         * @description Runs every entry of the `tests` and `sshTests` blocks of the policy sent against the live tailnet and answers each verdict (setting a policy stops at the first failure). A policy that does not parse is a 400 listing every error. Nothing changes.
+         */
+        post: operations["runPolicyTests"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/policy/preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What a node could reach under a policy
+         * @description For one node under the policy sent (not set): the nodes it may open connections to, the nodes that may open connections to it (each with the ports), and the peers its network map would hold. Only nodes' own addresses count, not the subnets they route. Nothing changes.
+         */
+        post: operations["previewNodeReach"];
         delete?: never;
         options?: never;
         head?: never;
@@ -879,6 +919,34 @@ export interface components {
             /** @description When it last authenticated a request; null if never */
             lastSeen: string | null;
         };
+        PolicyTestResult: {
+            /**
+             * @description Which block the test is in
+             * @enum {string}
+             */
+            block: "tests" | "sshTests";
+            /** @description Its position in the block, from 0 */
+            index: number;
+            /** @description The test's source, as written */
+            src: string;
+            passed: boolean;
+            /** @description Each way it failed; empty when it passed */
+            failures: string[];
+        };
+        PolicyReachEntry: {
+            /** @description Node id */
+            id: string;
+            /** @description Node name */
+            name: string;
+            /**
+             * @description Ports open between them ("22", "80-443", "*"; "/proto N" when the rule names protocols)
+             * @example [
+             *       "22",
+             *       "*\/proto 1"
+             *     ]
+             */
+            ports: string[];
+        };
         ClusterInstance: {
             /** @description Instance id (random, new at every start) */
             id: string;
@@ -1056,6 +1124,15 @@ export interface components {
         };
         /** @description A service the call needs is not available */
         Unavailable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description If-Match names a version that is no longer current */
+        PreconditionFailed: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2084,6 +2161,13 @@ export interface operations {
                          * @example database
                          */
                         mode: string;
+                        /**
+                         * @description Where the policy is stored: the file's path (policy.mode: file) or the database
+                         * @example database
+                         */
+                        source: string;
+                        /** @description This version of the text (SHA-256, hex; the /api/v2 ETag): send it back with PUT to set only if nobody changed it since */
+                        version: string;
                     };
                 };
             };
@@ -2107,6 +2191,8 @@ export interface operations {
                      * @example {"acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}
                      */
                     policy: string;
+                    /** @description The version the change was made to (GET's `version`); absent: set whatever is stored */
+                    version?: string | null;
                 };
             };
         };
@@ -2127,11 +2213,14 @@ export interface operations {
                         updatedAt: string;
                         /** @description Things that work but are likely mistakes */
                         warnings: string[];
+                        /** @description The version of the text now in force (for the next PUT) */
+                        version: string;
                     };
                 };
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
@@ -2172,6 +2261,92 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    runPolicyTests: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Policy text (HuJSON); empty for no policy (every device may reach every device) */
+                    policy: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Each test's verdict, in the policy's order */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        results: components["schemas"]["PolicyTestResult"][];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    previewNodeReach: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description JSON object; headscale-style snake_case field names are accepted too */
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Policy text (HuJSON); empty for no policy (every device may reach every device) */
+                    policy: string;
+                    /**
+                     * @description Node id
+                     * @example 1
+                     */
+                    node: string | number;
+                };
+            };
+        };
+        responses: {
+            /** @description The node's reach */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        node: {
+                            id: string;
+                            name: string;
+                        };
+                        /** @description Nodes this node may connect to */
+                        canReach: components["schemas"]["PolicyReachEntry"][];
+                        /** @description Nodes that may connect to this node */
+                        reachableFrom: components["schemas"]["PolicyReachEntry"][];
+                        /** @description Peers in this node's network map */
+                        peers: {
+                            id: string;
+                            name: string;
+                        }[];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };

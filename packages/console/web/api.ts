@@ -25,7 +25,7 @@ export type Body<P extends Path, M extends Method> = Operation<P, M> extends { r
 
 /** ApiError is a refused call: the server's own message (its problem's detail) and status. */
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string, readonly code?: string, readonly field?: string) {
+  constructor(readonly status: number, message: string, readonly code?: string, readonly field?: string, readonly errors?: string[]) {
     super(message);
   }
 }
@@ -74,13 +74,15 @@ export async function raw(method: string, path: string, opts: Omit<CallOptions<u
     let message = `${res.status} ${res.statusText}`;
     let code: string | undefined;
     let field: string | undefined;
+    let errors: string[] | undefined;
     try {
-      const p = await res.json() as { message?: string; detail?: string; code?: string; field?: string };
+      const p = await res.json() as { message?: string; detail?: string; code?: string; field?: string; errors?: string[] };
       message = p.message ?? p.detail ?? message;
       code = p.code;
       field = p.field;
+      errors = p.errors;
     } catch { /* not JSON: the status says it */ }
-    throw new ApiError(res.status, message, code, field);
+    throw new ApiError(res.status, message, code, field, errors);
   }
   return res;
 }

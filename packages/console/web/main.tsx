@@ -77,8 +77,8 @@ const root = document.getElementById('app')!;
 loadSession().then((session) => {
   if (!session) { location.assign('/admin/signin'); return; }
   setCsrf(session.csrf);
-  // Preact keeps a container's own children: the "Loading…" placeholder goes first (it is outside every landmark).
-  root.textContent = '';
+  // Preact renders beside what is already there: the "Loading…" placeholder (outside every landmark) goes first.
+  root.replaceChildren();
   render(<App session={session} />, root);
 }, (err: unknown) => {
   root.textContent = `The console could not start: ${err instanceof Error ? err.message : String(err)}`;

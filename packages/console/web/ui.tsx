@@ -3,7 +3,7 @@
  * confirmation dialog (the native <dialog>, so focus and Escape behave), a copy button and a loader hook.
  */
 import type { ComponentChildren } from 'preact';
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import { useCallback, useEffect, useId, useRef, useState } from 'preact/hooks';
 import { ApiError } from './api.js';
 
 export function Page(props: { title: string; actions?: ComponentChildren; children: ComponentChildren }) {
@@ -47,6 +47,8 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[] = []) {
 /** Confirm asks before a change that cannot be undone; `onConfirm` runs on the confirming button only. */
 export function Confirm(props: { open: boolean; title: string; children: ComponentChildren; confirm: string; onConfirm: () => void; onCancel: () => void }) {
   const ref = useRef<HTMLDialogElement>(null);
+  // Unique per dialog: a page may hold several.
+  const titleId = useId();
   useEffect(() => {
     const d = ref.current;
     if (!d) return;
@@ -54,8 +56,8 @@ export function Confirm(props: { open: boolean; title: string; children: Compone
     if (!props.open && d.open) d.close();
   }, [props.open]);
   return (
-    <dialog ref={ref} aria-labelledby="confirm-title" onClose={props.onCancel}>
-      <h2 id="confirm-title">{props.title}</h2>
+    <dialog ref={ref} aria-labelledby={titleId} onClose={props.onCancel}>
+      <h2 id={titleId}>{props.title}</h2>
       <div>{props.children}</div>
       <div class="dialog-actions">
         <button type="button" onClick={props.onCancel}>Cancel</button>

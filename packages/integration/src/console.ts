@@ -8,7 +8,7 @@ import http from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import puppeteer, { type Browser, type BrowserContext, type Page } from 'puppeteer-core';
 import { CHROMIUM_ARGS, chromiumPath } from './chromium.js';
 
 /** ConsoleServer is what the rig needs of a running server: its main URL and its admin socket. */
@@ -45,8 +45,8 @@ export async function signInLink(server: ConsoleServer, admin = 'tester'): Promi
   return res.json.url as string;
 }
 
-/** signIn opens a page signed in to the console as `admin` (link, then the sign-in button), on the machines page. */
-export async function signIn(browser: Browser, server: ConsoleServer, admin = 'tester'): Promise<Page> {
+/** signIn opens a page signed in to the console as `admin` (link, then the sign-in button), on the machines page; a separate browser context is a separate administrator. */
+export async function signIn(browser: Pick<Browser, 'newPage'> | BrowserContext, server: ConsoleServer, admin = 'tester'): Promise<Page> {
   const page = await browser.newPage();
   await page.goto(await signInLink(server, admin));
   await Promise.all([page.waitForNavigation(), page.click('form[action="/admin/signin"] button')]);

@@ -227,7 +227,12 @@ t.test('every route answers what the document declares (schema and handler agree
   const policy = '{"tagOwners": {"tag:web": ["alicia"]}, "acls": [{"action": "accept", "src": ["*"], "dst": ["*:*"]}]}';
   await ok('checkPolicy', 'POST', '/api/v1/policy/check', { policy });
   await ok('setPolicy', 'PUT', '/api/v1/policy', { policy });
-  t.match((await ok('getPolicy', 'GET', '/api/v1/policy')).updatedAt, /Z$/);
+  const current = await ok('getPolicy', 'GET', '/api/v1/policy');
+  t.match(current.updatedAt, /Z$/);
+  await ok('setPolicy', 'PUT', '/api/v1/policy', { policy, version: current.version });
+  await ok('runPolicyTests', 'POST', '/api/v1/policy/tests', { policy });
+  const someNode = (await ok('listNodes', 'GET', '/api/v1/node')).nodes[0];
+  await ok('previewNodeReach', 'POST', '/api/v1/policy/preview', { policy, node: someNode.id });
   await ok('health', 'GET', '/api/v1/health');
 
   await problem('listUsers', 'GET', '/api/v1/user?id=x', undefined, 400, 'id');
@@ -327,7 +332,7 @@ t.test('request validation refuses bad input with a 400 naming the field and cha
 t.test('the document: typed components, declared statuses, servers, tags and unique operationIds', async (t) => {
   const doc = openApiDocument({ serverUrl: 'https://hw.example.net/' }) as any;
   t.same(doc.servers, [{ url: 'https://hw.example.net', description: 'This server (server_url)' }]);
-  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'AuditEntry', 'ClusterInstance', 'DriveGrant', 'Node', 'OAuthClient', 'PreAuthKey', 'Problem', 'User']);
+  t.same(Object.keys(doc.components.schemas).sort(), ['ApiKey', 'AuditEntry', 'ClusterInstance', 'DriveGrant', 'Node', 'OAuthClient', 'PolicyReachEntry', 'PolicyTestResult', 'PreAuthKey', 'Problem', 'User']);
   const ids = new Set<string>();
   for (const r of ROUTES) {
     const op = doc.paths[openApiPath(r.path)][r.method.toLowerCase()];

@@ -14,7 +14,8 @@ export {
   type PolicyUser, type PolicyNode, type Snapshot, type FilterRule, type NetPortRange, type CapGrant,
   type SSHRule, type SSHPrincipal, type SSHAction, type CompiledNode,
 } from './compile.js';
-export { runPolicyTests, filterAllows } from './tests.js';
+export { runPolicyTests, policyTestResults, filterAllows, ruleSources, type PolicyTestResult } from './tests.js';
+export { nodeReach, type NodeReach, type ReachEntry } from './reach.js';
 export { policyWarnings, userReferences, userReferenceWarnings } from './warnings.js';
 export {
   previewPolicy, previewNodes, topologySnapshot, tailnetDomainsOf,

@@ -10,19 +10,46 @@ export function filterAllows(rules: FilterRule[], src: Addr, dst: Addr, port: nu
   return rules.some((r) => {
     if (!r.DstPorts) return false;
     if (!(r.IPProto ?? DEFAULT_PROTOS).includes(proto)) return false;
-    const srcs = r.SrcIPs.reduce((s, x) => s.union(x === '*' ? ALL : IPSet.of(x)), new IPSet());
-    if (!srcs.containsAddr(src)) return false;
+    if (!ruleSources(r).containsAddr(src)) return false;
     return r.DstPorts.some((d) => (d.IP === '*' ? ALL : IPSet.of(d.IP)).containsAddr(dst) &&
       (proto !== 6 && proto !== 17 && proto !== 132 ? true : d.Ports.First <= port && port <= d.Ports.Last));
   });
 }
 
+/** ruleSources is the set of addresses a filter rule admits traffic from. */
+export function ruleSources(r: FilterRule): IPSet {
+  return r.SrcIPs.reduce((s, x) => s.union(x === '*' ? ALL : IPSet.of(x)), new IPSet());
+}
+
+/** PolicyTestResult is the verdict on one entry of the `tests` or `sshTests` block: passed, or every way it failed. */
+export interface PolicyTestResult {
+  block: 'tests' | 'sshTests';
+  index: number;
+  src: string;
+  passed: boolean;
+  failures: string[];
+}
+
 /** runPolicyTests evaluates the `tests` and `sshTests` blocks against a snapshot and
  * throws a PolicyError ("test(s) failed: ...") naming the first failing test. */
 export function runPolicyTests(policy: Policy, snapshot: Snapshot): void {
-  if (policy.tests.length === 0 && policy.sshTests.length === 0) return;
+  const failed = policyTestResults(policy, snapshot).find((r) => !r.passed);
+  if (failed) throw new PolicyError(`test(s) failed: ${failed.block}[${failed.index}]: ${failed.failures[0]}`);
+}
+
+/** policyTestResults evaluates every entry of the `tests` and `sshTests` blocks against a snapshot, in order. */
+export function policyTestResults(policy: Policy, snapshot: Snapshot): PolicyTestResult[] {
+  if (policy.tests.length === 0 && policy.sshTests.length === 0) return [];
   const ctx = new TailnetContext(policy, snapshot);
-  const failures: string[] = [];
+  const results: PolicyTestResult[] = [
+    ...policy.tests.map((t, index) => ({ block: 'tests' as const, index, src: t.src, passed: true, failures: [] as string[] })),
+    ...policy.sshTests.map((t, index) => ({ block: 'sshTests' as const, index, src: t.src, passed: true, failures: [] as string[] })),
+  ];
+  const fail = (block: 'tests' | 'sshTests', index: number, why: string) => {
+    const r = results.find((x) => x.block === block && x.index === index)!;
+    r.passed = false;
+    r.failures.push(why);
+  };
   const srcAddrs = (src: string): Addr[] => {
     let alias: Alias;
     let set: IPSet;
@@ -47,7 +74,7 @@ export function runPolicyTests(policy: Policy, snapshot: Snapshot): void {
   policy.tests.forEach((t, idx) => {
     const srcs = srcAddrs(t.src);
     const protos = t.proto ?? [6];
-    if (srcs.length === 0) failures.push(`tests[${idx}]: src ${JSON.stringify(t.src)} matches no device`);
+    if (srcs.length === 0) fail('tests', idx, `src ${JSON.stringify(t.src)} matches no device`);
     // A test destination names one device address and one port; anything broader
     // (CIDRs, autogroups, "*", port lists or ranges) cannot be tested and fails.
     const check = (entry: string, want: boolean) => {
@@ -78,23 +105,23 @@ export function runPolicyTests(policy: Policy, snapshot: Snapshot): void {
       try {
         check(entry, want);
       } catch (e) {
-        failures.push(`tests[${idx}]: ${(e as Error).message}`);
+        fail('tests', idx, (e as Error).message);
       }
     };
-    if (t.accept.length === 0 && t.deny.length === 0) failures.push(`tests[${idx}]: no accept or deny`);
+    if (t.accept.length === 0 && t.deny.length === 0) fail('tests', idx, 'no accept or deny');
     for (const a of t.accept) guarded(a, true);
     for (const d of t.deny) guarded(d, false);
   });
   policy.sshTests.forEach((t, idx) => {
     const srcs = srcAddrs(t.src);
-    if (t.accept.length + t.check.length + t.deny.length === 0) failures.push(`sshTests[${idx}]: no users to test`);
+    if (t.accept.length + t.check.length + t.deny.length === 0) fail('sshTests', idx, 'no users to test');
     const dstNodes = t.dst.flatMap((d) => {
       // SSH test destinations are matched on IPv4 only; an IPv6 literal names no device.
       if (d.includes(':') && !/^[a-z]+:/.test(d)) return [];
       const set = ctx.resolve(parseAlias(d)) ?? new IPSet();
       return ctx.infos.filter((i) => i.addrs.some((a) => set.containsAddr(a)));
     });
-    if (dstNodes.length === 0) failures.push(`sshTests[${idx}]: dst matches no device`);
+    if (dstNodes.length === 0) fail('sshTests', idx, 'dst matches no device');
     const srcTexts = new Set(srcs.map((a) => new IPSet([{ v6: a.v6, start: a.n, end: a.n }]).strings()[0]!));
     const verdict = (node: (typeof dstNodes)[number], user: string): 'accept' | 'check' | 'deny' => {
       if (user === '') return 'deny';
@@ -107,10 +134,10 @@ export function runPolicyTests(policy: Policy, snapshot: Snapshot): void {
       return 'deny';
     };
     for (const node of dstNodes) {
-      for (const u of t.accept) if (verdict(node, u) !== 'accept') failures.push(`sshTests[${idx}]: ${t.src} -> ${u}@${node.node.name} expected accept`);
-      for (const u of t.check) if (verdict(node, u) !== 'check') failures.push(`sshTests[${idx}]: ${t.src} -> ${u}@${node.node.name} expected check`);
-      for (const u of t.deny) if (verdict(node, u) !== 'deny') failures.push(`sshTests[${idx}]: ${t.src} -> ${u}@${node.node.name} expected deny`);
+      for (const u of t.accept) if (verdict(node, u) !== 'accept') fail('sshTests', idx, `${t.src} -> ${u}@${node.node.name} expected accept`);
+      for (const u of t.check) if (verdict(node, u) !== 'check') fail('sshTests', idx, `${t.src} -> ${u}@${node.node.name} expected check`);
+      for (const u of t.deny) if (verdict(node, u) !== 'deny') fail('sshTests', idx, `${t.src} -> ${u}@${node.node.name} expected deny`);
     }
   });
-  if (failures.length > 0) throw new PolicyError(`test(s) failed: ${failures[0]}`);
+  return results;
 }

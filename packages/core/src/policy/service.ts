@@ -124,6 +124,9 @@ export class PolicyService {
     }
   }
 
+  /** origin says where the policy is kept, as an administrator reads it (the file's path, or the database). */
+  get origin(): string { return this.source.describe(); }
+
   /** version is policyVersion of the text in force. */
   get version(): string { return policyVersion(this.text); }
 

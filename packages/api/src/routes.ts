@@ -17,6 +17,7 @@ import { apiNode as view, apiNodesWithKeys, route, type ApiDeps, type Route } fr
 import { DRIVE_ROUTES } from './drive.js';
 import { AUDIT_ROUTES } from './audit.js';
 import { OAUTH_CLIENT_ROUTES } from './oauth-clients.js';
+import { SERVER_ROUTES } from './server-info.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -312,4 +313,5 @@ export const ROUTES: Route[] = [
   ...DRIVE_ROUTES,
   ...AUDIT_ROUTES,
   ...OAUTH_CLIENT_ROUTES,
+  ...SERVER_ROUTES,
 ];

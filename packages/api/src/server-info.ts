@@ -27,20 +27,20 @@ const ServerInfo = z.object({
     nodes: z.number().int(),
     onlineNodes: z.number().int().meta({ description: 'Nodes holding a map session on this instance or another' }),
   }),
-}).meta({ id: 'ServerInfo', description: 'The running server' });
+}).meta({ description: 'The running server' });
 
 const DnsRecordSchema = z.object({
   name: z.string().meta({ examples: ['grafana.example.net'] }),
   type: z.string().meta({ examples: ['A'] }),
   value: z.string().meta({ examples: ['100.64.0.5'] }),
   source: z.string().meta({ description: 'Where it is set: dns.extra_records, dns.extra_records_path (its path), or plugin <n> (its place in plugins:)', examples: ['dns.extra_records'] }),
-}).meta({ id: 'DnsExtraRecord', description: 'An extra DNS record every device resolves' });
+}).meta({ description: 'An extra DNS record every device resolves' });
 
 const DnsInfo = z.object({
   mode: z.enum(['file', 'database']).meta({ description: 'dns.mode: with file the settings under /api/v2/tailnet/-/dns are read-only (the config file holds them)' }),
   baseDomain: z.string().meta({ description: 'dns.base_domain: the MagicDNS domain (empty: MagicDNS cannot be turned on)', examples: ['example.net'] }),
   extraRecords: z.array(DnsRecordSchema).meta({ description: 'Read-only here: edit the source each names' }),
-}).meta({ id: 'DnsInfo', description: 'DNS beyond the settings /api/v2 changes' });
+}).meta({ description: 'DNS beyond the settings /api/v2 changes' });
 
 export const SERVER_ROUTES: Route[] = [
   route({

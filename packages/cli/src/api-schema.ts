@@ -1038,88 +1038,6 @@ export interface components {
             /** @description When it was last issued a token; null if never */
             lastUsed: string | null;
         };
-        /** @description The running server */
-        ServerInfo: {
-            /**
-             * @description The running build
-             * @example 0.9.0
-             */
-            version: string;
-            /**
-             * @description The commit it was built from; "unknown" when not recorded
-             * @example unknown
-             */
-            commit: string;
-            /**
-             * @description server_url
-             * @example https://headway.example.com
-             */
-            serverUrl: string;
-            database: {
-                /**
-                 * @description database.type
-                 * @example sqlite
-                 */
-                type: string;
-                /**
-                 * @description Which database, as the server logs it (no password)
-                 * @example sqlite /var/lib/headway/db.sqlite
-                 */
-                description: string;
-            };
-            /** @description cluster.enabled: GET /api/v1/cluster lists the instances */
-            clustered: boolean;
-            /** @description The certificate the main listener serves; null when it serves plain HTTP (or a proxy terminates TLS) */
-            tls: {
-                /**
-                 * @description Where the certificate comes from
-                 * @enum {string}
-                 */
-                source: "letsencrypt" | "tls_cert_path";
-                /** @description When the certificate expires; null while Let's Encrypt has issued none yet */
-                notAfter: string | null;
-                /**
-                 * @description fail: none or expired; warn: due for renewal and the last renewal failed
-                 * @enum {string}
-                 */
-                status: "pass" | "warn" | "fail";
-            } | null;
-            counts: {
-                users: number;
-                nodes: number;
-                /** @description Nodes holding a map session on this instance or another */
-                onlineNodes: number;
-            };
-        };
-        /** @description DNS beyond the settings /api/v2 changes */
-        DnsInfo: {
-            /**
-             * @description dns.mode: with file the settings under /api/v2/tailnet/-/dns are read-only (the config file holds them)
-             * @enum {string}
-             */
-            mode: "file" | "database";
-            /**
-             * @description dns.base_domain: the MagicDNS domain (empty: MagicDNS cannot be turned on)
-             * @example example.net
-             */
-            baseDomain: string;
-            /** @description Read-only here: edit the source each names */
-            extraRecords: components["schemas"]["DnsExtraRecord"][];
-        };
-        /** @description An extra DNS record every device resolves */
-        DnsExtraRecord: {
-            /** @example grafana.example.net */
-            name: string;
-            /** @example A */
-            type: string;
-            /** @example 100.64.0.5 */
-            value: string;
-            /**
-             * @description Where it is set: dns.extra_records, dns.extra_records_path (its path), or plugin <n> (its place in plugins:)
-             * @example dns.extra_records
-             */
-            source: string;
-        };
     };
     responses: {
         /** @description The request is invalid; `field` names the input at fault */
@@ -2626,7 +2544,58 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ServerInfo"];
+                    "application/json": {
+                        /**
+                         * @description The running build
+                         * @example 0.9.0
+                         */
+                        version: string;
+                        /**
+                         * @description The commit it was built from; "unknown" when not recorded
+                         * @example unknown
+                         */
+                        commit: string;
+                        /**
+                         * @description server_url
+                         * @example https://headway.example.com
+                         */
+                        serverUrl: string;
+                        database: {
+                            /**
+                             * @description database.type
+                             * @example sqlite
+                             */
+                            type: string;
+                            /**
+                             * @description Which database, as the server logs it (no password)
+                             * @example sqlite /var/lib/headway/db.sqlite
+                             */
+                            description: string;
+                        };
+                        /** @description cluster.enabled: GET /api/v1/cluster lists the instances */
+                        clustered: boolean;
+                        /** @description The certificate the main listener serves; null when it serves plain HTTP (or a proxy terminates TLS) */
+                        tls: {
+                            /**
+                             * @description Where the certificate comes from
+                             * @enum {string}
+                             */
+                            source: "letsencrypt" | "tls_cert_path";
+                            /** @description When the certificate expires; null while Let's Encrypt has issued none yet */
+                            notAfter: string | null;
+                            /**
+                             * @description fail: none or expired; warn: due for renewal and the last renewal failed
+                             * @enum {string}
+                             */
+                            status: "pass" | "warn" | "fail";
+                        } | null;
+                        counts: {
+                            users: number;
+                            nodes: number;
+                            /** @description Nodes holding a map session on this instance or another */
+                            onlineNodes: number;
+                        };
+                    };
                 };
             };
             401: components["responses"]["Unauthorized"];
@@ -2648,7 +2617,32 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["DnsInfo"];
+                    "application/json": {
+                        /**
+                         * @description dns.mode: with file the settings under /api/v2/tailnet/-/dns are read-only (the config file holds them)
+                         * @enum {string}
+                         */
+                        mode: "file" | "database";
+                        /**
+                         * @description dns.base_domain: the MagicDNS domain (empty: MagicDNS cannot be turned on)
+                         * @example example.net
+                         */
+                        baseDomain: string;
+                        /** @description Read-only here: edit the source each names */
+                        extraRecords: {
+                            /** @example grafana.example.net */
+                            name: string;
+                            /** @example A */
+                            type: string;
+                            /** @example 100.64.0.5 */
+                            value: string;
+                            /**
+                             * @description Where it is set: dns.extra_records, dns.extra_records_path (its path), or plugin <n> (its place in plugins:)
+                             * @example dns.extra_records
+                             */
+                            source: string;
+                        }[];
+                    };
                 };
             };
             401: components["responses"]["Unauthorized"];

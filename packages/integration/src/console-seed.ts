@@ -21,6 +21,12 @@ export async function streamingDevice(
   return d;
 }
 
+/** SEED_CONFIG: the config seedTailnet needs (a policy kept in the database) and DNS the DNS page can change. */
+export const SEED_CONFIG = {
+  policy: { mode: 'database' },
+  dns: { base_domain: 'example.net', mode: 'database', nameservers: { global: ['1.1.1.1'] }, extra_records: [{ name: 'grafana.example.net', type: 'A', value: '100.64.0.5' }] },
+};
+
 /** SEED_POLICY: tags owned by the admins group, everyone reaching the tagged servers. */
 export const SEED_POLICY = JSON.stringify({
   groups: { 'group:admins': ['alice@'] },
@@ -29,7 +35,7 @@ export const SEED_POLICY = JSON.stringify({
 }, null, 2);
 
 /**
- * seedTailnet fills a server as the console's pages show it: users, devices (one a subnet router, one tagged), a
+ * seedTailnet fills a server started with SEED_CONFIG as the console's pages show it: users, devices (one a subnet router, one tagged), a
  * pre-auth key and an API key, a policy, and audit entries of changes made over the admin socket.
  */
 export async function seedTailnet(t: { teardown(fn: () => unknown): void }, s: TestServer): Promise<void> {

@@ -33,7 +33,7 @@ export function AboutPage(_props: { arg?: string }) {
           <dl class="facts">
             <dt>Version</dt><dd>{s.version}{s.commit !== 'unknown' ? ` (${s.commit})` : ''}</dd>
             <dt>Server URL</dt><dd><code>{s.serverUrl}</code></dd>
-            <dt>Database</dt><dd>{s.database.type}{s.database.description ? <> · <code>{s.database.description}</code></> : null}</dd>
+            <dt>Database</dt><dd>{s.database.description.startsWith(s.database.type) ? <code>{s.database.description}</code> : <>{s.database.type} <code>{s.database.description}</code></>}</dd>
             <dt>Users</dt><dd>{s.counts.users}</dd>
             <dt>Machines</dt><dd>{s.counts.nodes} ({s.counts.onlineNodes} online)</dd>
             <dt>TLS certificate</dt>

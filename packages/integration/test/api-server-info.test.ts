@@ -9,9 +9,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { TestDevice } from '@headway/testkit';
 import { startTestServer } from '../src/server.js';
 import { socketCall } from '../src/console.js';
+import { streamingDevice } from '../src/console-seed.js';
 import { unmet } from '../src/unmet.js';
 
 const serverVersion = (JSON.parse(readFileSync(createRequire(import.meta.url).resolve('@headway/server/package.json'), 'utf8')) as { version: string }).version;
@@ -19,14 +19,8 @@ const serverVersion = (JSON.parse(readFileSync(createRequire(import.meta.url).re
 t.test('server: build, database, counts; plain HTTP has no certificate', async (t) => {
   const s = await startTestServer();
   t.teardown(() => s.stop());
-  const alice = await s.state.users.create({ name: 'alice' });
+  await streamingDevice(t, s, 'alice', 'laptop');
   await s.state.users.create({ name: 'bob' });
-  const { secret } = await s.state.keys.createPreAuthKey({ userId: alice.id });
-  const d = new TestDevice({ serverUrl: s.urls.http, hostname: 'laptop' });
-  t.teardown(() => d.close());
-  await d.connect();
-  await d.register({ authKey: secret });
-  await d.startMap({ stream: true });
 
   const res = await socketCall(s, 'GET', '/api/v1/server');
   t.equal(res.status, 200);

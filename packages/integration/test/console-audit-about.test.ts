@@ -2,7 +2,8 @@
  * The console's Audit log and About pages in Chromium. Audit: a change made in the console is listed first with
  * console:<admin>; entries come newest first a page at a time (older and newer pages by `before`); the actor and
  * action filters narrow them. About: the version, database, server_url, counts, single instance and plain HTTP of a
- * running server, and the expiry of a tls_cert_path certificate on a server serving HTTPS.
+ * running server, the expiry of a tls_cert_path certificate on a server serving HTTPS, and the instances of a cluster
+ * on PostgreSQL (mandatory under CI=true, skipped with the reason elsewhere).
  */
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -12,7 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import puppeteer, { type Page } from 'puppeteer-core';
 import t from 'tap';
-import { startTestServer } from '../src/index.js';
+import { serverDatabases, startTestServer } from '../src/index.js';
+import { until } from '../src/until.js';
 import { CHROMIUM_ARGS, chromiumPath } from '../src/chromium.js';
 import { axeViolations, launchChromium, openPage, signIn, socketCall } from '../src/console.js';
 import { streamingDevice } from '../src/console-seed.js';
@@ -128,3 +130,32 @@ t.test('about: the expiry of a tls_cert_path certificate', async (t) => {
   t.match(tls, /^tls_cert_path: expires /, 'names where the certificate comes from');
   t.match(tls, new RegExp(`\\(${days} days left\\)`), 'and the days left');
 });
+
+// Two instances on one PostgreSQL database (cluster.enabled): About lists both, the answering one marked.
+for (const db of serverDatabases(t, "the console About page's cluster instances", ['postgres'])) {
+  t.test(`${db.name}: about lists the cluster's instances`, (t) => db.run(async (database) => {
+    const browser = await launchChromium();
+    if (!browser) return unmet(t, NO_CHROMIUM);
+    t.teardown(() => browser.close());
+    const shared = mkdtempSync(join(tmpdir(), 'headway-about-cluster-'));
+    t.teardown(() => rmSync(shared, { recursive: true, force: true }));
+    const cluster = { enabled: true, heartbeat_interval: '200ms', instance_timeout: '3s', poll_interval: '50ms' };
+    const config = { database, cluster, noise: { private_key_path: join(shared, 'noise.key') } };
+    const a = await startTestServer(config);
+    const b = await startTestServer(config);
+    t.teardown(async () => { await b.stop(); await a.stop(); });
+    await until('both instances are recorded', async () => (await socketCall(a, 'GET', '/api/v1/cluster')).json.instances.length === 2);
+    t.match((await socketCall(a, 'GET', '/api/v1/server')).json, { clustered: true, database: { type: 'postgres' } });
+
+    const page = await signIn(browser, a, 'alice');
+    await openPage(page, 'about');
+    await page.waitForSelector('table.stack tbody tr');
+    const facts = Object.fromEntries(await page.$$eval('dl.facts dt', (dts) => dts.map((dt) => [dt.textContent, dt.nextElementSibling?.textContent])));
+    t.equal(facts.Cluster, '2 instances share the database');
+    const instances = await page.$$eval('table.stack tbody tr', (trs) => trs.map((tr) => tr.querySelector('td')?.textContent ?? ''));
+    t.equal(instances.length, 2, 'both instances are listed');
+    t.equal(instances.filter((x) => x.endsWith('this one')).length, 1, 'the answering instance is marked');
+    t.ok(instances.some((x) => x.startsWith(a.urls.http) && x.endsWith('this one')), 'and it is the one the browser asked');
+    t.same(await axeViolations(page), [], 'no accessibility violations');
+  }));
+}

@@ -1,7 +1,7 @@
 /**
  * The console's Audit log and About pages in Chromium. Audit: a change made in the console is listed first with
  * console:<admin>; entries come newest first a page at a time (older and newer pages by `before`); the actor and
- * action filters narrow them. About: the version, database, server_url, counts, single instance and plain HTTP of a
+ * action filters narrow them; a database without an audit log is named as keeping the entries in memory only. About: the version, database, server_url, counts, single instance and plain HTTP of a
  * running server, the expiry of a tls_cert_path certificate on a server serving HTTPS, and the instances of a cluster
  * on PostgreSQL (mandatory under CI=true, skipped with the reason elsewhere).
  */
@@ -80,6 +80,24 @@ t.test('audit log: console changes by name, newest first, paged and filtered', a
   await page.waitForSelector('table.audit', { hidden: true });
   await settle(page);
   t.match(await page.$eval('.hint[aria-live]', (e) => e.textContent), /No entries match/, 'an action nobody did matches nothing, and says so');
+});
+
+t.test('audit log: a database that keeps no log is named, and its entries still shown', async (t) => {
+  const browser = await launchChromium();
+  if (!browser) return unmet(t, NO_CHROMIUM);
+  t.teardown(() => browser.close());
+  // The example storage adapter keeps everything in memory and has no audit table.
+  const s = await startTestServer({ database: { type: '@headway-examples/storage-memory' } });
+  t.teardown(() => s.stop());
+  const page = await signIn(browser, s, 'alice');
+  await openPage(page, 'users');
+  await page.type('#new-user', 'carol');
+  await page.click('form.inline-form button[type=submit]');
+  await page.waitForSelector('[role=status]');
+  await openPage(page, 'audit');
+  await page.waitForSelector('table.audit');
+  t.match(await page.$eval('.alert.notice', (e) => e.textContent), /in the server's memory.*lost when it restarts/, 'the page says the log lives in memory');
+  t.same((await rows(page)).map((r) => r.slice(0, 2)), [['console:alice', 'createUser']], 'the change is listed all the same');
 });
 
 t.test('about: version, database, server_url, counts, plain HTTP', async (t) => {

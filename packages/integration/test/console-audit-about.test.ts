@@ -1,9 +1,10 @@
 /**
  * The console's Audit log and About pages in Chromium. Audit: a change made in the console is listed first with
  * console:<admin>; entries come newest first a page at a time (older and newer pages by `before`); the actor and
- * action filters narrow them; a database without an audit log is named as keeping the entries in memory only. About: the version, database, server_url, counts, single instance and plain HTTP of a
- * running server, the expiry of a tls_cert_path certificate on a server serving HTTPS, and the instances of a cluster
- * on PostgreSQL (mandatory under CI=true, skipped with the reason elsewhere).
+ * action filters narrow them; a database without an audit log is named as keeping the entries in memory only.
+ * About: the version, database, server_url, counts, single instance and plain HTTP of a running server, the expiry
+ * of a tls_cert_path certificate on a server serving HTTPS, and the instances of a cluster on PostgreSQL (mandatory
+ * under CI=true, skipped with the reason elsewhere).
  */
 import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';

@@ -52,11 +52,15 @@ t.test('every console page: axe-core, phone width, keyboard, screenshots', async
   t.teardown(() => s.stop());
   await seedTailnet(t, s);
 
+  // The sign-in page as a signed-out visitor finds it, then as a link opens it.
   const page = await browser.newPage();
   await prepareAxe(page);
-  await page.goto(await signInLink(s, 'alice'));
+  await page.goto(new URL('/admin/signin', s.urls.http).toString());
   await checkWidths(t, page, 'sign-in page');
   await screenshots(page, 'signin');
+  await page.goto(await signInLink(s, 'alice'));
+  await checkWidths(t, page, 'sign-in link page');
+  await screenshots(page, 'signin-link');
   await Promise.all([page.waitForNavigation(), page.click('form[action="/admin/signin"] button')]);
   await page.waitForSelector('#page-title');
   await settled(page);

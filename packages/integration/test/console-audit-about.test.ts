@@ -35,6 +35,14 @@ const settle = (page: Page) => page.waitForFunction(() => {
   return hint !== null && hint.textContent !== 'Loading…';
 });
 
+/** createUser makes a user on the console's Users page, as an administrator would. */
+async function createUser(page: Page, name: string): Promise<void> {
+  await openPage(page, 'users');
+  await page.type('#new-user', name);
+  await page.click('form.inline-form button[type=submit]');
+  await page.waitForSelector('[role=status]');
+}
+
 t.test('audit log: console changes by name, newest first, paged and filtered', async (t) => {
   const browser = await launchChromium();
   if (!browser) return unmet(t, NO_CHROMIUM);
@@ -44,11 +52,7 @@ t.test('audit log: console changes by name, newest first, paged and filtered', a
   for (let i = 1; i <= 30; i++) await socketCall(s, 'POST', '/api/v1/user', { name: `u${String(i).padStart(2, '0')}` });
 
   const page = await signIn(browser, s, 'alice');
-  await openPage(page, 'users');
-  await page.type('#new-user', 'carol');
-  await page.click('form.inline-form button[type=submit]');
-  await page.waitForSelector('[role=status]');
-
+  await createUser(page, 'carol');
   await openPage(page, 'audit');
   await page.waitForSelector('table.audit');
   await settle(page);
@@ -91,10 +95,7 @@ t.test('audit log: a database that keeps no log is named, and its entries still 
   const s = await startTestServer({ database: { type: '@headway-examples/storage-memory' } });
   t.teardown(() => s.stop());
   const page = await signIn(browser, s, 'alice');
-  await openPage(page, 'users');
-  await page.type('#new-user', 'carol');
-  await page.click('form.inline-form button[type=submit]');
-  await page.waitForSelector('[role=status]');
+  await createUser(page, 'carol');
   await openPage(page, 'audit');
   await page.waitForSelector('table.audit');
   t.match(await page.$eval('.alert.notice', (e) => e.textContent), /in the server's memory.*lost when it restarts/, 'the page says the log lives in memory');

@@ -39,10 +39,14 @@ export function AuditPage(_props: { arg?: string }) {
         <p class="alert notice" role="status">This database keeps no audit log: these entries live in the server's memory and are lost when it restarts.</p>
       ) : null}
       <form class="inline-form audit-filters" onSubmit={apply} aria-label="Filter the audit log">
-        <label for="audit-actor">Actor</label>
-        <input id="audit-actor" placeholder="console:alice" value={draft.actor} onInput={(e) => setDraft({ ...draft, actor: e.currentTarget.value })} />
-        <label for="audit-action">Action</label>
-        <input id="audit-action" placeholder="createUser" value={draft.action} onInput={(e) => setDraft({ ...draft, action: e.currentTarget.value })} />
+        <span class="pair">
+          <label for="audit-actor">Actor</label>
+          <input id="audit-actor" placeholder="console:alice" value={draft.actor} onInput={(e) => setDraft({ ...draft, actor: e.currentTarget.value })} />
+        </span>
+        <span class="pair">
+          <label for="audit-action">Action</label>
+          <input id="audit-action" placeholder="createUser" value={draft.action} onInput={(e) => setDraft({ ...draft, action: e.currentTarget.value })} />
+        </span>
         <button type="submit">Filter</button>
         {filtered ? <button type="button" onClick={clear}>Show all</button> : null}
       </form>

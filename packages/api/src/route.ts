@@ -51,6 +51,19 @@ export interface ApiDeps {
    * header): the actor, a refusal, or undefined when the request carries no console session. Absent: the console is off.
    */
   consoleAuth?: (ctx: Context) => Promise<ConsoleAuthAnswer | undefined>;
+  /** about names the running build, the database and the served certificate (GET /api/v1/server); absent in tests that build the API alone. */
+  about?: () => ServerAbout;
+  /** dnsRecords lists the extra DNS records devices receive, each with where it comes from (GET /api/v1/dns). */
+  dnsRecords?: () => Array<{ name: string; type: string; value: string; source: string }>;
+}
+
+/** ServerAbout is what only the running server knows of itself: its build, its database and its TLS certificate. */
+export interface ServerAbout {
+  version: string;
+  commit: string;
+  database: { type: string; description: string };
+  /** tls: the certificate the main listener serves (Let's Encrypt's or tls_cert_path's); null when it serves plain HTTP. */
+  tls: { source: 'letsencrypt' | 'tls_cert_path'; notAfter: string | null; status: 'pass' | 'warn' | 'fail' } | null;
 }
 
 /** ConsoleAuthAnswer: a console session's actor (`console:<admin>`), or why its request is refused (403 csrf_failed). */
@@ -69,6 +82,7 @@ export const TAGS = {
   Drive: 'Taildrive grants kept in the database (the @headway/drive-db adapter)',
   Health: 'Server health',
   Cluster: 'Instances sharing one database (cluster.enabled)',
+  Server: 'The running server: build, database, certificate, counts, DNS in force',
   Audit: 'Who changed what, when and from where',
   Debug: 'Helpers for tests and demos',
 } as const;

@@ -18,6 +18,7 @@ import { DRIVE_ROUTES } from './drive.js';
 import { AUDIT_ROUTES } from './audit.js';
 import { OAUTH_CLIENT_ROUTES } from './oauth-clients.js';
 import { POLICY_TOOL_ROUTES } from './policy-tools.js';
+import { SERVER_ROUTES } from './server-info.js';
 
 const userRef = (deps: ApiDeps, ref: string | undefined, field = 'user') => deps.state.users.resolve(ref ?? '', field);
 
@@ -324,4 +325,5 @@ export const ROUTES: Route[] = [
   ...DRIVE_ROUTES,
   ...AUDIT_ROUTES,
   ...OAUTH_CLIENT_ROUTES,
+  ...SERVER_ROUTES,
 ];

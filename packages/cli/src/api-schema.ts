@@ -676,6 +676,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/server": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The running server
+         * @description Version, server_url, database, whether it is clustered, the served TLS certificate's expiry, and how many users and nodes there are.
+         */
+        get: operations["serverInfo"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/dns": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * DNS mode and extra records
+         * @description dns.mode, dns.base_domain and the extra records devices receive, each with its source. The settings themselves are under /api/v2/tailnet/-/dns.
+         */
+        get: operations["dnsInfo"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2661,6 +2701,126 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    serverInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The running server */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description The running build
+                         * @example 0.9.0
+                         */
+                        version: string;
+                        /**
+                         * @description The commit it was built from; "unknown" when not recorded
+                         * @example unknown
+                         */
+                        commit: string;
+                        /**
+                         * @description server_url
+                         * @example https://headway.example.com
+                         */
+                        serverUrl: string;
+                        database: {
+                            /**
+                             * @description database.type
+                             * @example sqlite
+                             */
+                            type: string;
+                            /**
+                             * @description Which database, as the server logs it (no password)
+                             * @example sqlite /var/lib/headway/db.sqlite
+                             */
+                            description: string;
+                        };
+                        /** @description cluster.enabled: GET /api/v1/cluster lists the instances */
+                        clustered: boolean;
+                        /** @description The certificate the main listener serves; null when it serves plain HTTP (or a proxy terminates TLS) */
+                        tls: {
+                            /**
+                             * @description Where the certificate comes from
+                             * @enum {string}
+                             */
+                            source: "letsencrypt" | "tls_cert_path";
+                            /** @description When the certificate expires; null while Let's Encrypt has issued none yet */
+                            notAfter: string | null;
+                            /**
+                             * @description fail: none or expired; warn: due for renewal and the last renewal failed
+                             * @enum {string}
+                             */
+                            status: "pass" | "warn" | "fail";
+                        } | null;
+                        counts: {
+                            users: number;
+                            nodes: number;
+                            /** @description Nodes holding a map session on this instance or another */
+                            onlineNodes: number;
+                        };
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    dnsInfo: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description DNS in force */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /**
+                         * @description dns.mode: with file the settings under /api/v2/tailnet/-/dns are read-only (the config file holds them)
+                         * @enum {string}
+                         */
+                        mode: "file" | "database";
+                        /**
+                         * @description dns.base_domain: the MagicDNS domain (empty: MagicDNS cannot be turned on)
+                         * @example example.net
+                         */
+                        baseDomain: string;
+                        /** @description Read-only here: edit the source each names */
+                        extraRecords: {
+                            /** @example grafana.example.net */
+                            name: string;
+                            /** @example A */
+                            type: string;
+                            /** @example 100.64.0.5 */
+                            value: string;
+                            /**
+                             * @description Where it is set: dns.extra_records, dns.extra_records_path (its path), or plugin <n> (its place in plugins:)
+                             * @example dns.extra_records
+                             */
+                            source: string;
+                        }[];
+                    };
+                };
+            };
+            401: components["responses"]["Unauthorized"];
             500: components["responses"]["InternalError"];
         };
     };

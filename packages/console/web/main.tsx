@@ -50,7 +50,8 @@ function App(props: { session: SessionInfo }) {
   const Page = where.route.page;
   return (
     <>
-      <a class="skip" href="#main">Skip to content</a>
+      {/* The hash names the page, so the skip link moves focus itself instead of following #main. */}
+      <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); document.getElementById('main')?.focus(); }}>Skip to content</a>
       <header class="top">
         <span class="brand">Headway</span>
         <nav aria-label="Pages">
@@ -66,7 +67,7 @@ function App(props: { session: SessionInfo }) {
           <button type="submit">Sign out</button>
         </form>
       </header>
-      <main id="main">
+      <main id="main" tabIndex={-1}>
         <Page key={where.route.path + (where.arg ?? '')} arg={where.arg} />
       </main>
     </>

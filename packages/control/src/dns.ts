@@ -158,6 +158,19 @@ export class DnsConfigSource {
     this.onChange();
   }
 
+  /**
+   * records lists the extra records every device receives, each with where it comes from: the config file's
+   * dns.extra_records, the file dns.extra_records_path names, or a DNS plugin (by its place in `plugins:`).
+   */
+  records(): Array<{ name: string; type: string; value: string; source: string }> {
+    const tag = (list: Array<{ name: string; type: string; value: string }>, source: string) => list.map((r) => ({ name: r.name, type: r.type, value: r.value, source }));
+    return [
+      ...tag(this.dns.extra_records, 'dns.extra_records'),
+      ...tag(this.fileRecords, `dns.extra_records_path (${this.dns.extra_records_path})`),
+      ...this.pluginRecords.flatMap((list, i) => tag(list, `plugin ${i + 1}`)),
+    ];
+  }
+
   /** config is the tailcfg.DNSConfig, built once per change and shared by every node. */
   config(): Record<string, unknown> {
     if (this.cached) return this.cached;

@@ -3,7 +3,7 @@
  * link made over the admin socket as `headway console link` makes it, check a page with axe-core, and keep
  * screenshots where CI keeps its logs.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -77,7 +77,9 @@ const require = createRequire(import.meta.url);
  */
 export async function axeViolations(page: Page): Promise<AxeViolation[]> {
   const present = await page.evaluate(() => typeof (globalThis as { axe?: unknown }).axe !== 'undefined');
-  if (!present) await page.addScriptTag({ path: require.resolve('axe-core/axe.min.js') });
+  if (!present) await page.addScriptTag({ path: require.resolve('axe-core/axe.min.js') }).catch(() => undefined);
+  // A page loaded before prepareAxe refuses the script tag (its CSP); evaluated through the DevTools protocol instead.
+  if (!await page.evaluate(() => typeof (globalThis as { axe?: unknown }).axe !== 'undefined')) await page.evaluate(readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8'));
   return page.evaluate(async () => {
     const axe = (globalThis as unknown as { axe: { run(ctx: unknown, o: unknown): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }> } }).axe;
     const r = await axe.run((globalThis as unknown as { document: unknown }).document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] } });

@@ -279,6 +279,8 @@ t.test('every route answers what the document declares (schema and handler agree
 
   // A single server's cluster view: not in a cluster, no instances.
   t.same(await ok('clusterStatus', 'GET', '/api/v1/cluster'), { enabled: false, instances: [] });
+  t.match(await ok('serverInfo', 'GET', '/api/v1/server'), { clustered: false, tls: null, database: { type: 'sqlite' } });
+  t.match(await ok('dnsInfo', 'GET', '/api/v1/dns'), { mode: 'file', extraRecords: [] });
 
   // The changes above, newest first, in the audit log.
   const audit = await ok('listAuditEntries', 'GET', '/api/v1/audit?limit=3');

@@ -198,8 +198,9 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
         return false;
       }
     }),
-    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog, dnsSettings, consoleSessions }): ApiDeps => ({
+    apiDeps: c(({ state, policyService, config, health, registrar, routeService, driveService, loginMethod, cluster, instanceId, sshChecks, auditLog, dnsSettings, dnsConfig, consoleSessions }): ApiDeps => ({
       state, policy: policyService, config, health, drive: driveService, instanceId, audit: auditLog, dns: dnsSettings,
+      dnsRecords: () => dnsConfig.records(),
       consoleAuth: consoleSessions ? (ctx) => authenticateConsole(ctx, consoleSessions, isSecure(config)) : undefined,
       oauth: state.oauth.available ? state.oauth : undefined,
       cluster: cluster ? () => cluster.status() : undefined,

@@ -22,6 +22,8 @@ import type { Registrar, SshChecks } from '@headway/control';
 import { createApp } from './app.js';
 import { mountSite, type BuildInfo } from './site.js';
 import { readFileSync } from 'node:fs';
+import { X509Certificate } from 'node:crypto';
+import type { ApiDeps } from '@headway/api';
 import type { DriveService } from '@headway/core';
 import { bootKernel, composeKernel } from './compose.js';
 import { startMemoryTrimmer, warnHeapHeadroom, type MemoryTrimmer } from './memory.js';
@@ -188,6 +190,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
 
     certificates?.registerMetrics(metrics.registry);
     const healthDetails = certificates ? acmeHealth(certificates) : undefined;
+    deps.about = aboutServer(opts.build ?? packageBuild(), config.database.type, storage.describe(), tls?.cert, certificates);
     const consoleSessions = kernel.cradle.consoleSessions ?? undefined;
     const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, console: consoleSessions, extra: (router) => {
       login?.routes(router); control.routes(router); relay.routes(router);
@@ -282,6 +285,17 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     for (const fn of cleanups.reverse()) await Promise.resolve(fn()).catch(() => undefined);
     throw err;
   }
+}
+
+/** aboutServer answers GET /api/v1/server's facts only the running server has: build, database, served certificate. */
+function aboutServer(build: BuildInfo, type: string, description: string, certPem: Buffer | undefined, acme: CertificateManager | undefined): NonNullable<ApiDeps['about']> {
+  const fileExpiry = certPem ? new Date(new X509Certificate(certPem).validTo) : undefined;
+  return () => {
+    const tls = acme ? (() => { const h = acme.health(); return { source: 'letsencrypt' as const, notAfter: h.notAfter ?? null, status: h.status }; })()
+      : fileExpiry ? { source: 'tls_cert_path' as const, notAfter: fileExpiry.toISOString(), status: fileExpiry.getTime() > Date.now() ? 'pass' as const : 'fail' as const }
+        : null;
+    return { version: build.version, commit: build.commit, database: { type, description }, tls };
+  };
 }
 
 /** packageBuild is @headway/server's own version when the caller names no build. */

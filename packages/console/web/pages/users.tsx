@@ -39,15 +39,15 @@ export function UsersPage() {
         <button type="submit">Create user</button>
       </form>
       <Alert error={error ?? users.error} notice={notice} />
-      <table>
+      <table class="stack">
         <caption class="visually-hidden">Users</caption>
         <thead><tr><th scope="col">Name</th><th scope="col">E-mail</th><th scope="col">Created</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
         <tbody>
           {(users.value ?? []).map((u) => (
             <tr key={u.id}>
-              <td>{u.name}</td>
-              <td>{u.email}</td>
-              <td>{when(u.createdAt)}</td>
+              <td data-label="Name">{u.name}</td>
+              <td data-label="E-mail">{u.email}</td>
+              <td data-label="Created">{when(u.createdAt)}</td>
               <td><button type="button" class="danger" aria-label={`Delete user ${u.name}`} onClick={() => setDoomed(u)}>Delete</button></td>
             </tr>
           ))}

@@ -15,7 +15,7 @@ import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
 import type { PolicySourcePort } from '@headway/core';
 import type { StoragePort } from '@headway/core';
-import { AuditLog, ConsoleSessions, NodeGc } from '@headway/core';
+import { AuditLog, ConsoleSessions, NodeGc, safeErrorText } from '@headway/core';
 import { authenticateConsole, isSecure } from '@headway/console';
 import { HostinfoService } from '@headway/core';
 import { RouteService } from '@headway/core';
@@ -271,6 +271,12 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     stops.push(() => k.nodeGc.stop());
     k.auditLog.start(cluster ? () => cluster.runsJobs() : undefined);
     stops.push(() => k.auditLog.close());
+    const consoleLog = k.logger.child({ component: 'console' });
+    k.consoleSessions?.start(cluster ? () => cluster.runsJobs() : undefined, {
+      pruned: (rows) => consoleLog.info('console sign-ins pruned', { rows }),
+      failed: (err) => consoleLog.warn('console sign-ins: pruning failed', { error: safeErrorText(err) }),
+    });
+    stops.push(() => k.consoleSessions?.stop());
   } catch (err) {
     await close();
     throw err;

@@ -71,7 +71,7 @@ export class ConsoleOidc {
   /** attach mounts the start page; mountConsole calls it with its page renderers. */
   attach(router: Router, render: ConsoleRender): void {
     this.render = render;
-    router.get(this.startPath, (ctx) => this.start(ctx));
+    router.get(OIDC_START_PATH, (ctx) => this.start(ctx));
   }
 
   /** owns says whether a provider return belongs to a console sign-in. */

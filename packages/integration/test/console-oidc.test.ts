@@ -25,7 +25,8 @@ async function providerSignIn(browser: Browser, s: OidcSetup, login: string): Pr
   await page.type('input[name=password]', `${login}-pw`);
   const statuses: number[] = [];
   page.on('response', (r) => { if (new URL(r.url()).pathname === '/oidc/callback') statuses.push(r.status()); });
-  await Promise.all([page.waitForNavigation({ waitUntil: 'networkidle0' }), page.click('button[type=submit]')]);
+  // 'load', not network idle: the console's page keeps its live-update stream open.
+  await Promise.all([page.waitForNavigation(), page.click('button[type=submit]')]);
   return { page, status: statuses[0] };
 }
 

@@ -4,6 +4,7 @@ import { ConsoleSessions, type ChangeBus, type HeadwayConfig, type Logger } from
 import { loadAssets, type ConsoleAssets } from './assets.js';
 import { authenticateConsole, readCookie, sameOrigin, sessionCookie } from './auth.js';
 import { mountConsoleEvents } from './events.js';
+import type { ConsoleRender } from './oidc.js';
 
 /**
  * CSP: scripts, styles and connections from this server only; nothing inline, no eval, no frames, forms posting
@@ -27,8 +28,8 @@ export interface ConsoleOptions {
   logger: Logger;
   /** assets: the bundle (tests may give their own); default: this package's dist/web. */
   assets?: ConsoleAssets;
-  /** oidc: the provider sign-in's routes (/admin/oidc/...), mounted when admins may sign in through it. */
-  oidc?: { label: string; startPath: string };
+  /** oidc: the provider sign-in's routes (/admin/oidc/...), mounted when admins may sign in through it (ConsoleOidc). */
+  oidc?: { label: string; startPath: string; attach?(router: Router, render: ConsoleRender): void };
   /** bus: the state's change bus, streamed to the pages as server-sent events at /admin/events (live machine state). */
   bus?: ChangeBus;
 }
@@ -86,6 +87,7 @@ export function mountConsole(router: Router, opts: ConsoleOptions): void {
     page(ctx, status, assets!.signin.replace('{{body}}', parts.join('\n')));
   };
 
+  opts.oidc?.attach?.(router, { signin: signinPage, page: (ctx, status, body) => { if (!unbuilt(ctx)) page(ctx, status, assets!.signin.replace('{{body}}', body)); } });
   // The router is not strict about a trailing slash: one route serves both, /admin redirecting.
   router.get('/admin/', async (ctx) => {
     if (ctx.path === '/admin') { ctx.status = 301; ctx.redirect('/admin/'); return; }

@@ -2,9 +2,9 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type Router from '@koa/router';
 import type { Context } from 'koa';
 import type { HeadwayConfig } from '@headway/core';
-import { HeadwayError } from '@headway/core';
+import { HeadwayError, browserCookieLines, readBrowserRequest } from '@headway/core';
 import type { Logger } from '@headway/core';
-import type { BrowserCookie, BrowserRequest, IdentityPort } from '@headway/core';
+import type { BrowserCookie, BrowserRequest, IdentityPort, LoginOutcome } from '@headway/core';
 import type { State } from '@headway/core';
 import type { Registrar } from './register.js';
 import { confirmLoginPage, FORM_PAGE_HEADERS, loginDonePage, loginRefusedPage, PAGE_HEADERS } from './pages.js';
@@ -24,6 +24,12 @@ const LOGIN_KEY = /^[A-Za-z0-9_-]{1,64}$/;
 /** Confirmation is a verified person's pending confirmation of a device login, or of an SSH check (`check`). */
 interface Confirmation { loginKey: string; userId: number; expiry?: Date; expiresAt: number; check?: boolean }
 
+/** LoginHandoff takes the provider's return for the logins it began itself (the admin console's sign-in). */
+export interface LoginHandoff {
+  owns(loginKey: string): boolean;
+  finish(ctx: Context, outcome: LoginOutcome): Promise<void>;
+}
+
 /**
  * LoginFlow serves the browser side of an interactive login through the identity
  * port: the AuthURL (`/register/<key>`) sends the person to the provider, the
@@ -38,7 +44,9 @@ export class LoginFlow {
   private readonly confirmations = new Map<string, Confirmation>();
   private readonly secureCookies: boolean;
 
-  constructor(private readonly o: { identity: IdentityPort; state: State; registrar: Registrar; config: HeadwayConfig; logger: Logger; sshChecks?: SshChecks }) {
+  constructor(private readonly o: {
+    identity: IdentityPort; state: State; registrar: Registrar; config: HeadwayConfig; logger: Logger; sshChecks?: SshChecks; handoff?: LoginHandoff;
+  }) {
     this.secureCookies = o.config.server_url.startsWith('https:');
   }
 
@@ -51,24 +59,11 @@ export class LoginFlow {
   }
 
   private browserRequest(ctx: Context): BrowserRequest {
-    const cookies: Record<string, string> = {};
-    for (const part of (ctx.get('cookie') || '').split(';')) {
-      const i = part.indexOf('=');
-      if (i <= 0) continue;
-      const name = part.slice(0, i).trim();
-      const value = part.slice(i + 1).trim();
-      try { cookies[name] = decodeURIComponent(value); } catch { cookies[name] = value; }
-    }
-    return { url: new URL(ctx.originalUrl, this.o.config.server_url), method: ctx.method, cookies };
+    return readBrowserRequest({ originalUrl: ctx.originalUrl, method: ctx.method, cookieHeader: ctx.get('cookie') || '' }, this.o.config.server_url);
   }
 
   private setCookies(ctx: Context, cookies: BrowserCookie[] | undefined): void {
-    if (!cookies?.length) return;
-    const lines = cookies.map((c) => [
-      `${c.name}=${encodeURIComponent(c.value)}`, `Path=${c.path ?? '/'}`, `Max-Age=${Math.floor(c.maxAgeMs / 1000)}`,
-      'HttpOnly', 'SameSite=Lax', ...(this.secureCookies ? ['Secure'] : []),
-    ].join('; '));
-    ctx.append('Set-Cookie', lines);
+    if (cookies?.length) ctx.append('Set-Cookie', browserCookieLines(cookies, this.secureCookies));
   }
 
   /** refuse shows why a login (or, with `check`, an SSH check's sign-in) was refused, and logs it. */
@@ -175,6 +170,7 @@ export class LoginFlow {
       return this.refuse(ctx, 502, 'The identity provider could not confirm who you are; try again.', { error: errorText(err) });
     }
     this.setCookies(ctx, outcome.cookies);
+    if (outcome.loginKey !== undefined && this.o.handoff?.owns(outcome.loginKey)) return this.o.handoff.finish(ctx, outcome);
     if (!outcome.ok) return this.refuse(ctx, outcome.status, outcome.reason, outcome.who ? { who: outcome.who } : {}, this.isCheck(outcome.loginKey));
     if (this.isCheck(outcome.loginKey)) return this.checkVerified(ctx, outcome.loginKey, outcome.identity.providerId);
     const pending = await this.o.state.pending.get(outcome.loginKey);

@@ -52,3 +52,4 @@ export * from './backup.js';
 export * from './nesting.js';
 export * from './oauth/scopes.js';
 export * from './oauth/clients.js';
+export * from './browser.js';

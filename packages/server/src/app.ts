@@ -6,7 +6,7 @@ import { mountApiDocs } from '@headway/api';
 import { openApiDocument } from '@headway/api';
 import { ROUTES, mountV2, type ApiDeps } from '@headway/api';
 import type { ConsoleSessions, Metrics } from '@headway/core';
-import { mountConsole, mountConsoleLinks } from '@headway/console';
+import { mountConsole, mountConsoleLinks, type ConsoleOidc } from '@headway/console';
 import { INSTANCE_HEADER } from './reach.js';
 import { homePage, PAGE_HEADERS } from '@headway/control';
 
@@ -24,6 +24,8 @@ export interface AppOptions {
   extra?: (router: Router) => void;
   /** console: the admin console's sessions (admin.enabled); on the main listener its pages, on the socket its sign-in links. */
   console?: ConsoleSessions;
+  /** consoleOidc: administrators may also sign in to the console through the identity provider. */
+  consoleOidc?: ConsoleOidc;
 }
 
 /**
@@ -108,7 +110,7 @@ export function createApp(opts: AppOptions): Koa {
   }
   mountV2(router, deps, opts.trusted, remoteOf);
   if (opts.console && opts.trusted) mountConsoleLinks(router, opts.console, deps.config.server_url);
-  else if (opts.console) mountConsole(router, { config: deps.config, sessions: opts.console, logger, bus: deps.state.bus });
+  else if (opts.console) mountConsole(router, { config: deps.config, sessions: opts.console, logger, bus: deps.state.bus, oidc: opts.consoleOidc });
   opts.extra?.(router);
 
   app.use(router.routes());

@@ -15,8 +15,8 @@ import type { DrivePort } from '@headway/core';
 import { DriveService } from '@headway/core';
 import type { PolicySourcePort } from '@headway/core';
 import type { StoragePort } from '@headway/core';
-import { AuditLog, ConsoleSessions, NodeGc } from '@headway/core';
-import { authenticateConsole, isSecure } from '@headway/console';
+import { AuditLog, ConsoleSessions, NodeGc, safeErrorText } from '@headway/core';
+import { adminListsOf, authenticateConsole, ConsoleOidc, isSecure } from '@headway/console';
 import { HostinfoService } from '@headway/core';
 import { RouteService } from '@headway/core';
 import { State } from '@headway/core';
@@ -71,6 +71,8 @@ export interface KernelCradle {
   /** acmeDns publishes devices' ACME DNS-01 records through the DNS plugin that can (dns.certificates.enabled). */
   acmeDns: AcmeDns;
   controlServer: ControlServer;
+  /** consoleOidc signs administrators in to the console through oidc (null unless oidc.issuer and an admin.allowed_* list are set). */
+  consoleOidc: ConsoleOidc | null;
   /** loginFlow serves the identity provider's pages (null without a login method). */
   loginFlow: LoginFlow | null;
   /** cluster is this instance's membership of a cluster (cluster.enabled), or null. */
@@ -188,7 +190,14 @@ export function composeKernel(container: AwilixContainer, opts: { engine: Policy
     controlServer: c(({ state, config, logger, metrics, controlKey, mapper, sessionHub, registrar, hostinfo, relay, sshChecks, acmeDns }) => new ControlServer({
       state, config, logger, metrics, controlKey, mapper, hub: sessionHub, registrar, hostinfo, relay, sshChecks, acmeDns,
     })),
-    loginFlow: c(({ loginMethod, state, registrar, config, logger, sshChecks }) => (loginMethod ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger, sshChecks }) : null)),
+    consoleOidc: c(({ loginMethod, consoleSessions, config, logger }) => {
+      const lists = adminListsOf(config);
+      if (lists && !(loginMethod && config.oidc.issuer)) logger.warn('admin.allowed_users, admin.allowed_groups and admin.allowed_domains take effect only with oidc.issuer set');
+      if (!lists || !loginMethod || !config.oidc.issuer || !consoleSessions) return null;
+      return new ConsoleOidc({ identity: loginMethod, sessions: consoleSessions, config, lists, secure: isSecure(config), logger: logger.child({ component: 'console' }) });
+    }),
+    loginFlow: c(({ loginMethod, state, registrar, config, logger, sshChecks, consoleOidc }) => (loginMethod
+      ? new LoginFlow({ identity: loginMethod, state, registrar, config, logger, sshChecks, handoff: consoleOidc ?? undefined }) : null)),
     health: c(({ storage, cluster }) => async () => {
       if (cluster && !cluster.healthy) return false;
       try {
@@ -272,6 +281,12 @@ export async function bootKernel(container: AwilixContainer, afterState?: (state
     stops.push(() => k.nodeGc.stop());
     k.auditLog.start(cluster ? () => cluster.runsJobs() : undefined);
     stops.push(() => k.auditLog.close());
+    const consoleLog = k.logger.child({ component: 'console' });
+    k.consoleSessions?.start(cluster ? () => cluster.runsJobs() : undefined, {
+      pruned: (rows) => consoleLog.info('console sign-ins pruned', { rows }),
+      failed: (err) => consoleLog.warn('console sign-ins: pruning failed', { error: safeErrorText(err) }),
+    });
+    stops.push(() => k.consoleSessions?.stop());
   } catch (err) {
     await close();
     throw err;

@@ -192,7 +192,7 @@ export async function startServer(opts: StartOptions): Promise<RunningServer> {
     const healthDetails = certificates ? acmeHealth(certificates) : undefined;
     deps.about = aboutServer(opts.build ?? packageBuild(), config.database.type, storage.describe(), tls?.cert, certificates);
     const consoleSessions = kernel.cradle.consoleSessions ?? undefined;
-    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, console: consoleSessions, extra: (router) => {
+    const tcpApp = createApp({ deps, logger, metrics, trusted: false, clientAddress: control.clientAddress, healthDetails, console: consoleSessions, consoleOidc: kernel.cradle.consoleOidc ?? undefined, extra: (router) => {
       login?.routes(router); control.routes(router); relay.routes(router);
       mountSite(router, { serverUrl: config.server_url, build: opts.build ?? packageBuild() });
     } });

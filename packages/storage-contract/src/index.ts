@@ -15,6 +15,7 @@ import {
   StorageConflictError, StorageNotEmptyError, countDump, type NewNode, type PendingCaps, type PendingRegistration, type StorageDump, type StoragePort,
 } from '@headway/core/ports';
 import { oauthClientContract } from './oauth.js';
+import { consoleSessionContract } from './console-sessions.js';
 
 /** StorageFactory opens a storage (migrated) for the suite; it is called once per run. */
 export type StorageFactory = () => Promise<StoragePort>;
@@ -591,6 +592,7 @@ export async function runStorageContract(t: Test, name: string, makeStorage: Sto
       t.same(await storage.dump(), before, 'and left exactly the dump');
     });
 
+    await consoleSessionContract(t, storage, unique);
     await settingsContract(t, storage);
     if (opts.more) await opts.more(t, storage);
   });

@@ -191,6 +191,24 @@ export async function sqliteNativeBackup(knex: Knex, path: string): Promise<void
   } finally {
     await client.releaseConnection(conn);
   }
+  await dropSignIns(path);
+}
+
+/** SIGN_IN_TABLES hold the admin console's sessions and links: never part of a backup, so never restored. */
+const SIGN_IN_TABLES = ['console_sessions', 'console_links'] as const;
+
+/**
+ * dropSignIns empties the console's sign-in tables in a native backup file and vacuums it, so not even the freed
+ * pages keep a session's row.
+ */
+async function dropSignIns(path: string): Promise<void> {
+  const copy = knexFactory({ client: 'better-sqlite3', connection: { filename: path }, useNullAsDefault: true, pool: { min: 1, max: 1 } });
+  try {
+    for (const table of SIGN_IN_TABLES) if (await copy.schema.hasTable(table)) await copy(table).delete();
+    await copy.raw('vacuum');
+  } finally {
+    await copy.destroy();
+  }
 }
 
 /** isSqliteFile reads the 16-byte header every SQLite database starts with. */

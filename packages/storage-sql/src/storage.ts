@@ -6,6 +6,7 @@ import { MIGRATIONS, type SqlMigration } from './migrations/index.js';
 import { runMigrations } from './migrate.js';
 import { createClusterPort, type ClusterOptions } from './cluster.js';
 import { auditRepository } from './audit.js';
+import { consoleSessionRepository } from './console-sessions.js';
 import { createRepositories, driveGrantRepository, runTransaction, type SqlDialect } from './repositories.js';
 import { oauthClientRepository } from './oauth.js';
 
@@ -34,6 +35,7 @@ export function createSqlStorage(knex: Knex, opts: SqlStorageOptions): StoragePo
     ...repositories,
     driveGrants: driveGrantRepository(knex, dialect),
     audit: auditRepository(knex, dialect),
+    consoleSessions: consoleSessionRepository(knex),
     oauthClients: oauthClientRepository(knex, dialect),
     dnsSettings: dnsSettingsRepository(knex, dialect),
     ...(dialect === 'sqlite' ? {} : { cluster: createClusterPort(knex, dialect, { ...opts.cluster, logger }) }),

@@ -55,6 +55,10 @@ export function crossCheck(values: Values, problems: ConfigProblem[]): void {
   if (Boolean(values.tls_cert_path) !== Boolean(values.tls_key_path)) {
     err(values.tls_cert_path ? 'tls_key_path' : 'tls_cert_path', 'tls_cert_path and tls_key_path must be set together');
   }
+  if (values['admin.session_idle_timeout'] > values['admin.session_max_age']) {
+    err('admin.session_idle_timeout', `${formatDuration(values['admin.session_idle_timeout'])} is longer than admin.session_max_age `
+      + `(${formatDuration(values['admin.session_max_age'])}): a session always ends at its maximum age, so the idle timeout must not exceed it`);
+  }
   const grpc = grpcPlaintextProblem(values);
   if (grpc) err('grpc_listen_addr', grpc);
   const v4 = values['prefixes.v4'], v6 = values['prefixes.v6'];

@@ -160,9 +160,9 @@ const TABLE = {
   'admin.allowed_users': strings({ default: [], doc: 'e-mail addresses that may sign in to the console through the oidc provider' }),
   'admin.allowed_groups': strings({ default: [], doc: 'provider groups (groups claim) whose members may sign in to the console through the oidc provider' }),
   'admin.allowed_domains': strings({ default: [], doc: 'e-mail domains whose users may sign in to the console through the oidc provider' }),
-  'admin.link_lifetime': duration({ min: 10_000, max: 86_400_000, default: 10 * 60_000, doc: 'a sign-in link from `headway console link` works once, within this long' }),
-  'admin.session_idle_timeout': duration({ min: 60_000, max: 7 * 86_400_000, default: 30 * 60_000, doc: 'a console session unused for this long ends' }),
-  'admin.session_max_age': duration({ min: 60_000, max: 30 * 86_400_000, default: 12 * 3_600_000, doc: 'a console session ends this long after sign-in, however busy' }),
+  'admin.link_lifetime': duration({ positive: true, min: 10_000, max: 86_400_000, default: 10 * 60_000, doc: 'a sign-in link from `headway console link` works once, within this long' }),
+  'admin.session_idle_timeout': duration({ positive: true, min: 60_000, max: 7 * 86_400_000, default: 30 * 60_000, doc: 'a console session unused for this long ends' }),
+  'admin.session_max_age': duration({ positive: true, min: 60_000, max: 30 * 86_400_000, default: 12 * 3_600_000, doc: 'a console session ends this long after sign-in, however busy (at least admin.session_idle_timeout)' }),
   'api.cors.allowed_origins': origins({ default: [], doc: 'origins (https://ui.example.com, exact: scheme, host, port) whose pages may call /api/v1 from a browser (CORS); empty allows none' }),
 };
 

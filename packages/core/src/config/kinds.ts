@@ -97,12 +97,17 @@ export function int(o: Described<number> & Bounded) {
   }, (text) => (/^-?\d+$/.test(text.trim()) ? Number(text) : text));
 }
 
-/** duration: written `30m`, `1h30m`, `90d`, held in milliseconds. */
-export function duration(o: Described<number> & Bounded) {
+/**
+ * duration: written `30m`, `1h30m`, `90d`, held in milliseconds. `0` usually turns the thing off; with `positive`
+ * there is no off, and `0` is refused.
+ */
+export function duration(o: Described<number> & Bounded & { positive?: boolean }) {
   return spec('duration', o, (v): Checked<number> => {
-    if (v === 0) return { value: 0 };
+    const zero = { error: `must be more than 0 (it cannot be turned off), found ${describe(v)}` };
+    if (v === 0) return o.positive ? zero : { value: 0 };
     const ms = typeof v === 'string' ? parseDuration(v) : undefined;
     if (ms === undefined) return { error: `expected a duration such as 30m, 24h or 90d, found ${describe(v)}` };
+    if (ms === 0 && o.positive) return zero;
     const max = o.max ?? TIMER_MAX_MS;
     if (ms > max) return { error: `must be at most ${formatDuration(max)}, found ${v}` };
     if (ms !== 0 && o.min !== undefined && ms < o.min) return { error: `must be at least ${formatDuration(o.min)}, found ${v}` };

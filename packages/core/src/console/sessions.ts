@@ -25,6 +25,17 @@ export interface ConsoleSession {
 /** TOUCH_EVERY_MS: a session's last use is written at most this often, so a page's many calls are not one write each. */
 const TOUCH_EVERY_MS = 60_000;
 
+/** PRUNE_EVERY_MS: sessions past their limits and expired links are deleted hourly. */
+const PRUNE_EVERY_MS = 3_600_000;
+
+/** PruneHooks: what start reports, and (for tests) the timer it runs on. */
+export interface PruneHooks {
+  /** every runs `fn` each `ms` and answers how to stop it; default setInterval, unref'd. */
+  every?: (fn: () => Promise<void>, ms: number) => () => void;
+  pruned?: (rows: number) => void;
+  failed?: (err: unknown) => void;
+}
+
 /** newSecret is 256 random bits, base64url (cookies and links carry it; only its hash is stored). */
 function newSecret(): string {
   return randomBytes(32).toString('base64url');
@@ -37,6 +48,7 @@ function newSecret(): string {
  */
 export class ConsoleSessions {
   private readonly repo: ConsoleSessionRepository;
+  private stopTimer?: () => void;
 
   constructor(
     repo: ConsoleSessionRepository | undefined,
@@ -118,6 +130,31 @@ export class ConsoleSessions {
     const now = this.now().getTime();
     const sessions = await this.repo.deleteIdle(new Date(now - this.limits.idleMs), new Date(now - this.limits.maxAgeMs));
     return sessions + await this.repo.deleteExpiredLinks(new Date(now));
+  }
+
+  /** start prunes hourly; `mayRun` lets one instance of a cluster do it. */
+  start(mayRun: () => boolean = () => true, hooks: PruneHooks = {}): void {
+    if (this.stopTimer) return;
+    const every = hooks.every ?? ((fn, ms) => {
+      const timer = setInterval(() => void fn(), ms);
+      timer.unref();
+      return () => clearInterval(timer);
+    });
+    this.stopTimer = every(async () => {
+      if (!mayRun()) return;
+      try {
+        const n = await this.prune();
+        if (n) hooks.pruned?.(n);
+      } catch (err) {
+        hooks.failed?.(err);
+      }
+    }, PRUNE_EVERY_MS);
+  }
+
+  /** stop ends the hourly prune. */
+  stop(): void {
+    this.stopTimer?.();
+    this.stopTimer = undefined;
   }
 
   private expired(row: ConsoleSessionRow, now: Date): boolean {

@@ -8,13 +8,14 @@ import { clusterValuesMigration } from './0007_cluster_values.js';
 import { oauthClientsMigration } from './0008_oauth_clients.js';
 import { dnsSettingsMigration } from './0009_dns_settings.js';
 import { auditLogMigration } from './0010_audit_log.js';
+import { consoleSessionsMigration } from './0011_console_sessions.js';
 import type { SqlMigration } from './types.js';
 
 export type { SqlMigration } from './types.js';
 
 /** MIGRATIONS is the ordered, append-only schema history; index i holds version i + 1. */
 export const MIGRATIONS: readonly SqlMigration[] = [initialMigration, userPictureMigration, userIdentityMigration, driveGrantsMigration, clusterMigration, pendingQuotaMigration, clusterValuesMigration,
-  oauthClientsMigration, dnsSettingsMigration, auditLogMigration];
+  oauthClientsMigration, dnsSettingsMigration, auditLogMigration, consoleSessionsMigration];
 
 /** LATEST_SCHEMA_VERSION is the newest schema this code can read and write. */
 export const LATEST_SCHEMA_VERSION: number = MIGRATIONS[MIGRATIONS.length - 1]!.version;

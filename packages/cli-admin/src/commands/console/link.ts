@@ -1,6 +1,6 @@
 import { userInfo } from 'node:os';
 import { Flags } from '@oclif/core';
-import { HeadwayCommand, formatTime } from '@headway/cli';
+import { HeadwayCommand, UsageError, formatTime } from '@headway/cli';
 
 export default class ConsoleLink extends HeadwayCommand {
   static override summary = 'Print a one-time sign-in link to the admin console (over the admin socket only)';
@@ -15,7 +15,7 @@ export default class ConsoleLink extends HeadwayCommand {
   async run(): Promise<void> {
     const { flags } = await this.parse(ConsoleLink);
     const client = this.client();
-    if (client.target.kind !== 'socket') this.error('console link needs the admin socket (unix_socket): run it on the server\'s host without --address', { exit: 2 });
+    if (client.target.kind !== 'socket') throw new UsageError('console link needs the admin socket (unix_socket): run it on the server\'s host, without cli.address (HEADWAY_CLI_ADDRESS)');
     const admin = flags.as ?? userInfo().username;
     const link = await client.request<{ url: string; expiresAt: string }>('POST', '/api/v1/console/link', { admin });
     this.print({ url: link.url, expiresAt: link.expiresAt }, () => `${link.url}\n(works once, until ${formatTime(link.expiresAt)})`);

@@ -2,12 +2,13 @@
  * The Machines page with two real tailscaled: alpha advertises a subnet route, the console shows it awaiting
  * approval, the administrator approves it on alpha's page, and bravo's client then routes it through alpha
  * (PrimaryRoutes and AllowedIPs); the audit log records console:<admin> approveNodeRoutes. With the list open, alpha's
- * tailscaled stopping turns its row offline, and its return online, without a reload. Mandatory under CI=true.
+ * tailscaled stopping turns its row offline, and its return online, without a reload. On SQLite and PostgreSQL;
+ * mandatory under CI=true.
  */
 import t, { type Test } from 'tap';
 import { rmSync } from 'node:fs';
 import type { AuditLog } from '@headway/core';
-import { startTestServer } from '../src/server.js';
+import { serverDatabases, startTestServer } from '../src/server.js';
 import { cleanupStack, requireTailscale, TailscaleDevice, type TailscaleBinaries, type TailscaleStatus } from '../src/tailscale.js';
 import { launchChromium, openPage, signIn } from '../src/console.js';
 import { rowStatus, shownMachines, waitText } from '../src/console-machines.js';
@@ -27,13 +28,17 @@ if (installed.length > 0) {
   if (!browser) unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
   else {
     t.teardown(() => browser.close());
-    t.test(`approve a real device's route in the console (tailscale ${installed[0]!.version})`, (t) => scenario(t, browser, installed[0]!));
+    const what = `approve a real device's route in the console (tailscale ${installed[0]!.version})`;
+    t.test(what, (t) => scenario(t, browser, installed[0]!, undefined));
+    for (const db of serverDatabases(t, 'the console with real devices', ['postgres'])) {
+      t.test(`${what} (${db.name})`, (t) => db.run((database) => scenario(t, browser, installed[0]!, database)));
+    }
   }
 }
 
-async function scenario(t: Test, browser: NonNullable<Awaited<ReturnType<typeof launchChromium>>>, binaries: TailscaleBinaries): Promise<void> {
+async function scenario(t: Test, browser: NonNullable<Awaited<ReturnType<typeof launchChromium>>>, binaries: TailscaleBinaries, database: Record<string, unknown> | undefined): Promise<void> {
   const cleanups = cleanupStack(t);
-  const s = await startTestServer();
+  const s = await startTestServer(database ? { database } : {});
   cleanups.push(() => s.stop());
   const alice = await s.state.users.create({ name: 'alice' });
   const { secret: authKey } = await s.state.keys.createPreAuthKey({ userId: alice.id, reusable: true });

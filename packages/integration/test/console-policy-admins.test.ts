@@ -2,14 +2,14 @@
  * The Access policy page with two administrators and in file mode, in Chromium: both load the policy, the first
  * saves, the second's save is refused as changed by someone else (the server keeps the first's text) until the
  * second reloads; with policy.mode: file the editor is read-only, names the file and offers no save. axe-core
- * finds nothing at phone and desktop widths in either state.
+ * finds nothing at phone and desktop widths in either state. The two administrators run on SQLite and PostgreSQL.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import type { Page } from 'puppeteer-core';
-import { startTestServer } from '../src/server.js';
+import { serverDatabases, startTestServer } from '../src/server.js';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn } from '../src/console.js';
 import { editorState, openForAxe, savePolicy, setEditor, textOf, waitText } from '../src/console-devices.js';
 import { unmet } from '../src/unmet.js';
@@ -33,11 +33,17 @@ async function axeAtWidths(t: Test, page: Page, what: string): Promise<void> {
   await page.setViewport({ width: 1280, height: 800 });
 }
 
-t.test("a second administrator's stale save is refused, the first's text stays, and a reload lets the second save", async (t) => {
+const STALE = "a second administrator's stale save is refused, the first's text stays, and a reload lets the second save";
+t.test(STALE, (t) => staleSave(t, undefined));
+for (const db of serverDatabases(t, "the console's versioned policy save", ['postgres'])) {
+  t.test(`${STALE} (${db.name})`, (t) => db.run((database) => staleSave(t, database)));
+}
+
+async function staleSave(t: Test, database: Record<string, unknown> | undefined): Promise<void> {
   const browser = await launchChromium();
   if (!browser) return unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
   t.teardown(() => browser.close());
-  const s = await startTestServer({ policy: { mode: 'database' } });
+  const s = await startTestServer({ policy: { mode: 'database' }, ...(database ? { database } : {}) });
   t.teardown(() => s.stop());
   await s.state.users.create({ name: 'alice' });
   await s.state.users.create({ name: 'bob' });
@@ -78,7 +84,7 @@ t.test("a second administrator's stale save is refused, the first's text stays, 
   t.match(await waitText(a, '.policy-warnings', /denied/), /empty acls list.*all traffic between devices will be denied/, 'the warning is shown');
   t.match(await textOf(a, '.policy-main p.alert.notice'), /valid/);
   t.equal(s.policy.policyText, BOB, 'checking changes nothing');
-});
+}
 
 t.test('file mode: the editor is read-only, names the file, and has no save', async (t) => {
   const browser = await launchChromium();

@@ -8,7 +8,7 @@ import { useState } from 'preact/hooks';
 import { call, raw } from '../../api.js';
 import { Alert, Confirm, Page, useLoad, when } from '../../ui.js';
 import { exitText, expiryText, RouteState } from './list.js';
-import { LIVE_TEXT, useLive } from './live.js';
+import { LIVE_TEXT, useLive } from '../../live.js';
 import { EXIT_ROUTES, isExitRoute, loadMachine, seenText, TAGGED_OWNER, type Machine } from './model.js';
 
 interface Ask { title: string; text: string; confirm: string; run: () => Promise<unknown> }

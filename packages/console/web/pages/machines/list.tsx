@@ -3,7 +3,7 @@
  */
 import { useEffect, useMemo, useState } from 'preact/hooks';
 import { Alert, Page, useLoad, when } from '../../ui.js';
-import { LIVE_TEXT, useLive } from './live.js';
+import { LIVE_TEXT, useLive } from '../../live.js';
 import { EXPIRING_SOON_DAYS, expiryState, filtersHash, loadMachines, matches, readFilters, seenText, TAGGED_OWNER, type Filters, type Machine } from './model.js';
 
 /** Select is a labelled filter with an "any" choice. */

@@ -1,10 +1,10 @@
 /*
- * live.ts: the server's change events (/admin/events, server-sent) for the Machines page: a machine going on- or
+ * live.ts: the server's change events (/admin/events, server-sent) for the pages that follow them: a machine going on- or
  * offline arrives as `node` {id, online, lastSeen} and is shown in place; a machine added, changed or removed (and a
  * user changed) arrives as `nodes` / `users` and the page re-reads what it shows, a burst of them once.
  */
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { loadSession } from '../../session.js';
+import { loadSession } from './session.js';
 
 /** NodeEvent: a machine's online state (and, when it went offline, when it was last seen). */
 export interface NodeEvent { id: string; online?: boolean; lastSeen?: string | null }

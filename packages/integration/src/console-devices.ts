@@ -9,8 +9,8 @@ import { TailscaleDevice } from './tailscale.js';
 import { openPage, prepareAxe, socketCall } from './console.js';
 
 /** deviceServer starts a server with policy.mode: database and the embedded DERP relay; `devices` are stopped with it. */
-export async function deviceServer(t: { teardown(fn: () => Promise<void> | void): void }): Promise<{ s: TestServer; join: (name: string, authKey: string) => Promise<TailscaleDevice> }> {
-  const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } } });
+export async function deviceServer(t: { teardown(fn: () => Promise<void> | void): void }, database?: Record<string, unknown>): Promise<{ s: TestServer; join: (name: string, authKey: string) => Promise<TailscaleDevice> }> {
+  const s = await startTestServer({ policy: { mode: 'database' }, derp: { server: { enabled: true, stun_listen_addr: '127.0.0.1:0' } }, ...(database ? { database } : {}) });
   const devices: TailscaleDevice[] = [];
   t.teardown(async () => {
     for (const d of devices) await d.stop().catch(() => undefined);

@@ -4,7 +4,8 @@
  * a reload; an API key made on the page works as a Bearer key and gets 401 once expired on the page; a refused
  * create shows the server's message; axe-core finds nothing at phone and desktop widths.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { serverDatabases } from '../src/server.js';
 import type { Page } from 'puppeteer-core';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn } from '../src/console.js';
 import { adminNodes, deviceServer, openForAxe, textOf } from '../src/console-devices.js';
@@ -37,12 +38,16 @@ async function confirmDialog(page: Page): Promise<void> {
   await page.waitForSelector('dialog[open]', { hidden: true });
 }
 
-t.test('a pre-auth key made in the console joins a real tailscaled; an API key made there works until expired there', async (t) => {
+const TITLE = 'a pre-auth key made in the console joins a real tailscaled; an API key made there works until expired there';
+t.test(TITLE, (t) => keysScenario(t, undefined));
+for (const db of serverDatabases(t, 'the console keys page with a real device', ['postgres'])) t.test(`${TITLE} (${db.name})`, (t) => db.run((database) => keysScenario(t, database)));
+
+async function keysScenario(t: Test, database: Record<string, unknown> | undefined): Promise<void> {
   if (findTailscaleBinaries().length === 0) return unmet(t, 'no Tailscale client installed (run .ci/install-tailscale.sh)');
   const browser = await launchChromium();
   if (!browser) return unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
   t.teardown(() => browser.close());
-  const { s, join } = await deviceServer(t);
+  const { s, join } = await deviceServer(t, database);
   await s.policy.set(POLICY);
   await s.state.users.create({ name: 'alice' });
 
@@ -116,4 +121,4 @@ t.test('a pre-auth key made in the console joins a real tailscaled; an API key m
     await page.setViewport({ width, height: 800 });
     t.same(await axeViolations(page), [], `no axe-core violations at ${width} px (lists)`);
   }
-});
+}

@@ -5,7 +5,8 @@
  * server's preview route says and what the device's own network map then holds; the fixed policy, saved, separates
  * the two devices (one is gone from the other's network map). Tab leaves the editor; axe-core finds nothing.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
+import { serverDatabases } from '../src/server.js';
 import type { NetworkMapJson } from '../src/tailscale.js';
 import { findTailscaleBinaries } from '../src/tailscale.js';
 import { axeViolations, launchChromium, SCREEN_WIDTHS, signIn, socketCall } from '../src/console.js';
@@ -48,12 +49,16 @@ const FIXED = `// alice may no longer reach bob
 
 const peerNames = (nm: NetworkMapJson) => (nm.Peers ?? []).map((p) => String((p as { Name?: string }).Name ?? '').split('.')[0]!).sort();
 
-t.test('errors at their line, failing tests refused, preview, and a saved policy separating two real devices', async (t) => {
+const TITLE = 'errors at their line, failing tests refused, preview, and a saved policy separating two real devices';
+t.test(TITLE, (t) => policyScenario(t, undefined));
+for (const db of serverDatabases(t, 'the console policy page with real devices', ['postgres'])) t.test(`${TITLE} (${db.name})`, (t) => db.run((database) => policyScenario(t, database)));
+
+async function policyScenario(t: Test, database: Record<string, unknown> | undefined): Promise<void> {
   if (findTailscaleBinaries().length === 0) return unmet(t, 'no Tailscale client installed (run .ci/install-tailscale.sh)');
   const browser = await launchChromium();
   if (!browser) return unmet(t, 'chromium is not installed (apt-get install chromium, or set CHROMIUM_PATH)');
   t.teardown(() => browser.close());
-  const { s, join } = await deviceServer(t);
+  const { s, join } = await deviceServer(t, database);
   await s.policy.set(OPEN);
   const alice = await s.state.users.create({ name: 'alice' });
   const bob = await s.state.users.create({ name: 'bob' });
@@ -129,4 +134,4 @@ t.test('errors at their line, failing tests refused, preview, and a saved policy
   t.same(peerNames(after), [], "after: bob-dev is gone from alice-dev's network map, as the preview said");
   const audit = await socketCall(s, 'GET', '/api/v1/audit?limit=5');
   t.ok(audit.json.entries.some((e: { actor: string; action: string }) => e.actor === 'console:editor' && e.action === 'setPolicy'), 'the save is in the audit log as console:editor');
-});
+}

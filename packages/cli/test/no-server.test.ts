@@ -71,7 +71,7 @@ t.test('no compiled CLI or adapter source imports a server barrel (@headway/core
     }
   }
   t.same(offenders, [], 'import @headway/core/ports instead (a barrel loads the server)');
-  t.same([...new Set(dynamic)], ['packages/cli/dist/src/commands/serve.js'], 'only `headway serve` imports the server, at run time');
+  t.same([...new Set(dynamic)], ['packages/cli/dist/src/serve-main.js'], 'only the server process of `headway serve` (serve-main.js) imports the server, at run time');
 });
 
 /** SERVER_ONLY names what an admin command must not load, by a pattern over the module's URL or path. */

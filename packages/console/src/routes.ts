@@ -150,14 +150,26 @@ export function mountConsole(router: Router, opts: ConsoleOptions): void {
 /** ADMIN_NAME: what a link's administrator may be called (it appears in the audit log as console:<name>). */
 const ADMIN_NAME = /^[A-Za-z0-9._@+-]{1,64}$/;
 
+/** FORM_LIMIT: a sign-in or sign-out form carries one token, a link request one name; anything longer is not ours. */
+const FORM_LIMIT = 4096;
+
+/** readSmall reads a body of content type `type` of at most FORM_LIMIT bytes; undefined for another type or a longer body. */
+async function readSmall(ctx: Context, type: string): Promise<string | undefined> {
+  if (!ctx.is(type)) return undefined;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of ctx.req) {
+    size += (chunk as Buffer).length;
+    if (size > FORM_LIMIT) return undefined;
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
 /** readJsonObject reads a small JSON object body (empty for none or any other body). */
 async function readJsonObject(ctx: Context): Promise<Record<string, unknown>> {
-  if (!ctx.is('application/json')) return {};
-  let text = '';
-  for await (const chunk of ctx.req) {
-    text += String(chunk);
-    if (text.length > FORM_LIMIT) return {};
-  }
+  const text = await readSmall(ctx, 'application/json');
+  if (text === undefined) return {};
   try {
     const v: unknown = JSON.parse(text);
     return v && typeof v === 'object' && !Array.isArray(v) ? v as Record<string, unknown> : {};
@@ -166,18 +178,9 @@ async function readJsonObject(ctx: Context): Promise<Record<string, unknown>> {
   }
 }
 
-/** FORM_LIMIT: sign-in and sign-out forms carry one token; anything longer is not ours. */
-const FORM_LIMIT = 4096;
-
 /** readForm reads a small urlencoded form body (empty for any other body). */
 async function readForm(ctx: Context): Promise<URLSearchParams> {
-  if (!ctx.is('application/x-www-form-urlencoded')) return new URLSearchParams();
-  let text = '';
-  for await (const chunk of ctx.req) {
-    text += String(chunk);
-    if (text.length > FORM_LIMIT) return new URLSearchParams();
-  }
-  return new URLSearchParams(text);
+  return new URLSearchParams(await readSmall(ctx, 'application/x-www-form-urlencoded') ?? '');
 }
 
 /**

@@ -4,12 +4,12 @@
  * screenshots where CI keeps its logs.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
-import http from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import puppeteer, { type Browser, type BrowserContext, type Page } from 'puppeteer-core';
 import { CHROMIUM_ARGS, chromiumPath } from './chromium.js';
+import { localApi } from './headscale-cli.js';
 
 /** ConsoleServer is what the rig needs of a running server: its main URL and its admin socket. */
 export interface ConsoleServer { urls: { http: string; socket?: string } }
@@ -21,21 +21,10 @@ export async function launchChromium(): Promise<Browser | undefined> {
   return puppeteer.launch({ executablePath, headless: true, args: CHROMIUM_ARGS });
 }
 
-/** socketCall sends one JSON request over a server's admin socket (trusted: no key). */
+/** socketCall sends one JSON request over a server's admin socket (trusted: no key); a server without one is an error. */
 export function socketCall(server: ConsoleServer, method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> {
-  const socketPath = server.urls.socket;
-  if (!socketPath) return Promise.reject(new Error('the server has no admin socket'));
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = http.request({ socketPath, path, method, headers: payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {} }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { text += c; });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, json: text ? JSON.parse(text) : undefined }));
-    });
-    req.on('error', reject);
-    req.end(payload);
-  });
+  if (!server.urls.socket) return Promise.reject(new Error('the server has no admin socket'));
+  return localApi(server, method, path, body);
 }
 
 /** signInLink makes a one-time sign-in link for `admin` over the admin socket. */
